@@ -1,0 +1,439 @@
+"""Verification of runs (SPEC section 8): pure functions over lines or events.
+
+The report is a value (:class:`VerifyReport`) with a human rendering (:meth:`VerifyReport.render`)
+and a JSON form (:meth:`VerifyReport.to_dict`). Check numbers are those of SPEC section 8.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .canonical import DuplicateKeyError, canonical, loads_strict
+from .errors import ProfileError
+from .events import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, envelope_bytes
+
+__all__ = [
+    "Check",
+    "Failure",
+    "LineChecker",
+    "VerifyReport",
+    "iter_jsonl_runs",
+    "verify_events",
+    "verify_lines",
+]
+
+
+class Check(enum.IntEnum):
+    """The five checks of SPEC section 8, by number."""
+
+    FORMAT = 1
+    SEQUENCE = 2
+    HASH = 3
+    LINK = 4
+    PAYLOAD = 5
+
+    @property
+    def title(self) -> str:
+        """A short human name."""
+        return _TITLES[self]
+
+
+_TITLES = {
+    Check.FORMAT: "well-formed line",
+    Check.SEQUENCE: "sequence, run and tenant",
+    Check.HASH: "envelope hash",
+    Check.LINK: "link to previous event",
+    Check.PAYLOAD: "payload digest",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed check: at position ``seq`` of the run (line ``line`` of a file, if any)."""
+
+    seq: int
+    check: Check
+    message: str
+    line: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "seq": self.seq,
+            "check": int(self.check),
+            "check_name": self.check.name.lower(),
+            "message": self.message,
+            "line": self.line,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """The outcome of verifying one run.
+
+    ``ok`` is true when every check held. ``erased`` lists the seqs whose payloads were erased
+    (reported, not a failure). ``sealed`` is always false in format version 1: a hash chain
+    alone cannot reveal a truncated tail or a chain rewritten end to end.
+    """
+
+    run_id: str | None
+    tenant: str | None
+    events: int
+    failures: tuple[Failure, ...] = ()
+    erased: tuple[int, ...] = ()
+    head: str | None = None
+    sealed: bool = False
+    source: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when the run verifies."""
+        return not self.failures
+
+    @property
+    def status(self) -> str:
+        """``"verified"`` or ``"failed"``."""
+        return "verified" if self.ok else "failed"
+
+    @property
+    def first_failure(self) -> Failure | None:
+        """The first failing check, by position."""
+        return self.failures[0] if self.failures else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A stable JSON form (documented in docs/cli.md)."""
+        first = self.first_failure
+        return {
+            "run_id": self.run_id,
+            "tenant": self.tenant,
+            "status": self.status,
+            "events": self.events,
+            "head": self.head,
+            "first_failure": first.to_dict() if first else None,
+            "failures": [f.to_dict() for f in self.failures],
+            "erased": list(self.erased),
+            "sealed": self.sealed,
+            "source": self.source,
+        }
+
+    def render(self) -> str:
+        """A paragraph a person can read."""
+        name = self.run_id or "(unnamed run)"
+        if self.ok:
+            text = f"{name}: verified, {self.events} events, chain intact"
+            if self.erased:
+                text += f"; {len(self.erased)} payload(s) erased at seq {_seqs(self.erased)}"
+            text += "; unsealed (no signed checkpoint: a truncated tail would not show)"
+            return text
+        first = self.first_failure
+        assert first is not None
+        where = f"seq {first.seq}" + (f" (line {first.line})" if first.line is not None else "")
+        text = (
+            f"{name}: FAILED at {where}, check {int(first.check)} ({first.check.title}): "
+            f"{first.message}"
+        )
+        if len(self.failures) > 1:
+            text += f" [{len(self.failures) - 1} more failure(s) after it]"
+        return text
+
+
+def _seqs(seqs: tuple[int, ...]) -> str:
+    shown = ", ".join(str(s) for s in seqs[:10])
+    return shown + (", ..." if len(seqs) > 10 else "")
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _check_line_format(line: Any) -> str | None:
+    """Return why a parsed line is malformed (check 1), or None."""
+    if type(line) is not dict:
+        return "a line must be a JSON object"
+    keys = line.keys()
+    if keys != LINE_KEYS:
+        missing = sorted(LINE_KEYS - keys)
+        unknown = sorted(keys - LINE_KEYS)
+        parts = []
+        if missing:
+            parts.append("missing key(s) " + ", ".join(missing))
+        if unknown:
+            parts.append("unknown key(s) " + ", ".join(unknown))
+        return "; ".join(parts)
+    if line["v"] != 1 or not _is_int(line["v"]):
+        return f"v must be 1, not {line['v']!r}"
+    for key in ("tenant", "run_id", "event_id", "ts", "type"):
+        value = line[key]
+        pattern = PATTERNS[key]
+        if type(value) is not str or not pattern.fullmatch(value):
+            if key == "type" and value in ("handoff", "decision"):
+                continue
+            return f"{key} {value!r} is not well formed"
+    if not _is_int(line["seq"]) or line["seq"] < 0:
+        return f"seq {line['seq']!r} must be a non-negative integer"
+    actor = line["actor"]
+    if type(actor) is not str or not 1 <= len(actor) <= 128:
+        return f"actor {actor!r} must be a string of 1-128 characters"
+    for key, pattern in (("trace_id", PATTERNS["trace_id"]), ("span_id", PATTERNS["span_id"])):
+        value = line[key]
+        if value is not None and (
+            type(value) is not str or not pattern.fullmatch(value) or not value.strip("0")
+        ):
+            return f"{key} {value!r} is not a W3C id"
+    for key in ("idempotency_key", "model"):
+        if line[key] is not None and type(line[key]) is not str:
+            return f"{key} must be a string or null"
+    seed = line["seed"]
+    if seed is not None and (not _is_int(seed) or abs(seed) > 2**53 - 1):
+        return f"seed {seed!r} must be an integer or null"
+    for key in ("payload_digest", "hash"):
+        value = line[key]
+        if type(value) is not str or not PATTERNS["digest"].fullmatch(value):
+            return f"{key} {value!r} is not 'sha256:' + 64 hex"
+    prev = line["prev_hash"]
+    if prev is not None and (type(prev) is not str or not PATTERNS["digest"].fullmatch(prev)):
+        return f"prev_hash {prev!r} is not null or 'sha256:' + 64 hex"
+    salt = line["salt"]
+    if salt is not None and (type(salt) is not str or not PATTERNS["salt"].fullmatch(salt)):
+        return f"salt {salt!r} is not 32 lower-case hex characters"
+    payload = line["payload"]
+    if payload is not None:
+        if type(payload) is not dict:
+            return "payload must be an object or null"
+        try:
+            canonical(payload, "payload")
+        except ProfileError as exc:
+            return str(exc)
+    return None
+
+
+class LineChecker:
+    """Checks the lines of one run in order (SPEC section 8), keeping only constant state.
+
+    Feed lines with :meth:`feed`; read the report with :meth:`report`. Memory does not grow with
+    the run except for the lists of failures (capped) and erased seqs.
+    """
+
+    def __init__(self, *, source: str | None = None, max_failures: int = 100) -> None:
+        self.source = source
+        self.max_failures = max_failures
+        self.position = 0
+        self.run_id: str | None = None
+        self.tenant: str | None = None
+        self.prev_recomputed: str | None = None
+        self.failures: list[Failure] = []
+        self.erased: list[int] = []
+        self.head: str | None = None
+
+    def _fail(self, check: Check, message: str, line: int | None) -> None:
+        if len(self.failures) < self.max_failures:
+            self.failures.append(Failure(self.position, check, message, line))
+
+    def feed_malformed(self, message: str, line: int | None = None) -> None:
+        """Record a line that could not even be parsed (check 1)."""
+        self._fail(Check.FORMAT, message, line)
+        self.prev_recomputed = None
+        self.position += 1
+
+    def feed(self, data: dict[str, Any], line: int | None = None) -> None:
+        """Check one parsed line."""
+        pos = self.position
+        self.position += 1
+        problem = _check_line_format(data)
+        if problem is not None:
+            self._fail_at(pos, Check.FORMAT, problem, line)
+            self.prev_recomputed = None
+            return
+        if self.run_id is None:
+            self.run_id, self.tenant = data["run_id"], data["tenant"]
+        self._check_rest(
+            pos,
+            line,
+            data["seq"],
+            data["run_id"],
+            data["tenant"],
+            envelope_bytes(*(data[k] for k in ENVELOPE_KEYS)),
+            data["hash"],
+            data["prev_hash"],
+            data["payload_digest"],
+            data["payload"],
+            data["salt"],
+            None,
+        )
+
+    def _fail_at(self, pos: int, check: Check, message: str, line: int | None) -> None:
+        if len(self.failures) < self.max_failures:
+            self.failures.append(Failure(pos, check, message, line))
+
+    def _check_rest(
+        self,
+        pos: int,
+        line: int | None,
+        seq: int,
+        run_id: str,
+        tenant: str,
+        env_jcs: bytes,
+        stored_hash: str,
+        prev_hash: str | None,
+        payload_digest: str,
+        payload: Any,
+        salt: str | None,
+        payload_bytes: bytes | None,
+    ) -> None:
+        recomputed = "sha256:" + hashlib.sha256(env_jcs).hexdigest()
+        if seq != pos:
+            self._fail_at(pos, Check.SEQUENCE, f"seq is {seq}, expected {pos}", line)
+        elif run_id != self.run_id:
+            self._fail_at(
+                pos, Check.SEQUENCE, f"run_id is {run_id!r}, not the run's {self.run_id!r}", line
+            )
+        elif tenant != self.tenant:
+            self._fail_at(
+                pos, Check.SEQUENCE, f"tenant is {tenant!r}, not the run's {self.tenant!r}", line
+            )
+        elif stored_hash != recomputed:
+            self._fail_at(
+                pos,
+                Check.HASH,
+                f"hash is {stored_hash}, but the envelope hashes to {recomputed}",
+                line,
+            )
+        elif prev_hash != self.prev_recomputed or (pos == 0 and prev_hash is not None):
+            expected = self.prev_recomputed if pos else None
+            self._fail_at(pos, Check.LINK, f"prev_hash is {prev_hash}, expected {expected}", line)
+        elif payload is None and salt is None:
+            self.erased.append(pos)
+        elif payload is None or salt is None:
+            which = "payload" if payload is None else "salt"
+            self._fail_at(
+                pos,
+                Check.PAYLOAD,
+                f"{which} is null but the other is not: erasure must remove both",
+                line,
+            )
+        else:
+            body = payload_bytes if payload_bytes is not None else canonical(payload, "payload")
+            h = hashlib.sha256(bytes.fromhex(salt))
+            h.update(body)
+            actual = "sha256:" + h.hexdigest()
+            if actual != payload_digest and payload_bytes is not None:
+                # Stored bytes may be non-canonical; recompute from the value before failing.
+                from .canonical import loads
+
+                try:
+                    h = hashlib.sha256(bytes.fromhex(salt))
+                    h.update(canonical(loads(payload_bytes), "payload"))
+                    actual = "sha256:" + h.hexdigest()
+                except Exception:  # malformed stored bytes: the mismatch stands
+                    pass
+            if actual != payload_digest:
+                self._fail_at(
+                    pos,
+                    Check.PAYLOAD,
+                    f"payload and salt digest to {actual}, but payload_digest is {payload_digest}",
+                    line,
+                )
+        self.prev_recomputed = recomputed
+        self.head = recomputed
+
+    def feed_event(self, event: Event) -> None:
+        """Check one event from a store. The store's columns are typed, so check 1 is light."""
+        pos = self.position
+        self.position += 1
+        if self.run_id is None:
+            self.run_id, self.tenant = event.run_id, event.tenant
+        self._check_rest(
+            pos,
+            None,
+            event.seq,
+            event.run_id,
+            event.tenant,
+            event.envelope_jcs(),
+            event.hash,
+            event.prev_hash,
+            event.payload_digest,
+            event.payload_bytes if event.payload_bytes is not None else event.payload,
+            event.salt,
+            event.payload_bytes,
+        )
+
+    def report(self) -> VerifyReport:
+        """The report so far."""
+        return VerifyReport(
+            run_id=self.run_id,
+            tenant=self.tenant,
+            events=self.position,
+            failures=tuple(self.failures),
+            erased=tuple(self.erased),
+            head=self.head if not self.failures else None,
+            source=self.source,
+        )
+
+
+def verify_lines(lines: Iterable[dict[str, Any]], *, source: str | None = None) -> VerifyReport:
+    """Verify one run given as parsed interchange lines in order."""
+    checker = LineChecker(source=source)
+    for number, line in enumerate(lines, 1):
+        checker.feed(line, number)
+    return checker.report()
+
+
+def verify_events(events: Iterable[Event], *, source: str | None = None) -> VerifyReport:
+    """Verify one run given as :class:`Event` values in seq order (e.g. streamed from a store)."""
+    checker = LineChecker(source=source)
+    for event in events:
+        checker.feed_event(event)
+    return checker.report()
+
+
+def _parse_line(raw: bytes | str) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        data = loads_strict(raw)
+    except DuplicateKeyError as exc:
+        return None, f"duplicate key {exc.key!r} in line"
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"not valid JSON: {exc}"
+    if type(data) is not dict:
+        return None, "a line must be a JSON object"
+    return data, None
+
+
+def iter_jsonl_runs(
+    raw_lines: Iterable[bytes | str], *, source: str | None = None
+) -> Iterator[tuple[LineChecker, list[dict[str, Any] | None]]]:
+    """Split a JSONL stream into runs and check each; yields (checker, parsed lines).
+
+    A new run begins at a line whose ``seq`` is 0 and whose run id differs from the current
+    run's (an export may hold several runs one after the other). Blank lines are skipped.
+    """
+    checker: LineChecker | None = None
+    parsed: list[dict[str, Any] | None] = []
+    for number, raw in enumerate(raw_lines, 1):
+        if not raw.strip():
+            continue
+        data, problem = _parse_line(raw)
+        starts_new = (
+            data is not None
+            and data.get("seq") == 0
+            and checker is not None
+            and checker.run_id is not None
+            and data.get("run_id") != checker.run_id
+        )
+        if checker is None or starts_new:
+            if checker is not None:
+                yield checker, parsed
+            checker = LineChecker(source=source)
+            parsed = []
+        if data is None:
+            checker.feed_malformed(problem or "malformed line", number)
+            parsed.append(None)
+        else:
+            checker.feed(data, number)
+            parsed.append(data)
+    if checker is not None:
+        yield checker, parsed

@@ -1,0 +1,546 @@
+"""The embedded default store: one SQLite file, WAL, ``synchronous=FULL``, append-only.
+
+Envelope fields live in ``events`` (one column each); payloads and salts live beside them in
+``payloads``, keyed by the event's row, so that a payload can later be erased without touching
+the hashed envelope. Triggers refuse UPDATE and DELETE of events, and any change to a payload
+other than erasing it (setting both body and salt to NULL).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..canonical import loads
+from ..errors import (
+    DuplicateConflict,
+    SchemaVersionError,
+    SequenceConflict,
+    StoreError,
+    StoreNotFound,
+    StoreUnavailable,
+)
+from ..events import Event
+from .base import Receipt, RunInfo, Store, not_found
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    event_id TEXT NOT NULL UNIQUE,
+    ts TEXT NOT NULL,
+    type TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    trace_id TEXT,
+    span_id TEXT,
+    idempotency_key TEXT,
+    model TEXT,
+    seed INTEGER,
+    payload_digest TEXT NOT NULL,
+    prev_hash TEXT,
+    hash TEXT NOT NULL,
+    UNIQUE (tenant, run_id, seq)
+);
+CREATE TABLE payloads (
+    id INTEGER PRIMARY KEY REFERENCES events (id),
+    salt TEXT,
+    body BLOB
+);
+CREATE TABLE runs (
+    tenant TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    actor TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    last_at TEXT NOT NULL,
+    events INTEGER NOT NULL,
+    head_hash TEXT NOT NULL,
+    status TEXT,
+    PRIMARY KEY (tenant, run_id)
+) WITHOUT ROWID;
+CREATE INDEX runs_started ON runs (started_at);
+CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'tachograph: events are append-only'); END;
+CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'tachograph: events are append-only'); END;
+CREATE TRIGGER payloads_erase_only BEFORE UPDATE ON payloads
+WHEN NEW.id IS NOT OLD.id OR NEW.body IS NOT NULL OR NEW.salt IS NOT NULL
+BEGIN SELECT RAISE(ABORT, 'tachograph: a payload can only be erased, never changed'); END;
+CREATE TRIGGER payloads_no_delete BEFORE DELETE ON payloads
+BEGIN SELECT RAISE(ABORT, 'tachograph: payload rows are never deleted; erase instead'); END;
+"""
+
+# Migrations from version N to N+1, in order. Each runs inside one transaction.
+MIGRATIONS: dict[int, str] = {}
+
+_COLUMNS = (
+    "e.tenant, e.run_id, e.seq, e.event_id, e.ts, e.type, e.actor, e.trace_id, e.span_id, "
+    "e.idempotency_key, e.model, e.seed, e.payload_digest, e.prev_hash, e.hash, p.body, p.salt"
+)
+_PAGE = 2000
+_LOCK_DEADLINE = 120.0  # seconds a writer keeps retrying a locked database before giving up
+
+
+def _parse_url(url: str) -> tuple[str, dict[str, str]]:
+    """``sqlite:///rel/path.db``, ``sqlite:////abs/path.db``, ``sqlite:///:memory:``, or a path."""
+    query: dict[str, str] = {}
+    if "?" in url:
+        url, _, qs = url.partition("?")
+        for part in qs.split("&"):
+            if part:
+                key, _, value = part.partition("=")
+                query[key] = value
+    if url.startswith("sqlite://"):
+        path = url[len("sqlite://") :]
+        if path.startswith("/"):
+            path = path[1:]
+        if not path:
+            raise StoreError(f"store URL {url!r} names no file", location=url)
+        return path, query
+    return url, query
+
+
+class SQLiteStore(Store):
+    """A store in one SQLite file.
+
+    ``synchronous="full"`` (the default) makes every committed batch survive power loss;
+    ``"normal"`` is faster and may lose the last transactions on power loss (never on a
+    process crash): an explicit opt-in, as the URL ``sqlite:///x.db?synchronous=normal``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        synchronous: str = "full",
+        busy_timeout: float = 30.0,
+    ) -> None:
+        self.path = str(path)
+        self.url = f"sqlite:///{self.path}"
+        sync = synchronous.upper()
+        if sync not in ("FULL", "NORMAL", "EXTRA"):
+            raise StoreError(
+                f"synchronous={synchronous!r}: expected 'full', 'normal' or 'extra'",
+                location=self.url,
+            )
+        self.synchronous = sync.lower()
+        memory = self.path == ":memory:"
+        if not memory:
+            target = Path(self.path)
+            if not target.exists():
+                if not create:
+                    raise StoreNotFound(
+                        f"no tachograph store at {target.resolve()} (looked there because of "
+                        "--store, TACHOGRAPH_STORE or the default ./.tachograph/tachograph.db)",
+                        location=str(target.resolve()),
+                    )
+                target.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        try:
+            self._db = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=busy_timeout,
+            )
+            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            if not memory:
+                self._retry(lambda: self._db.execute("PRAGMA journal_mode = WAL"))
+            self._db.execute(f"PRAGMA synchronous = {sync}")
+            self._retry(self._migrate)
+        except sqlite3.DatabaseError as exc:
+            raise StoreUnavailable(f"cannot open {self.path}: {exc}", location=self.path) from exc
+
+    @classmethod
+    def from_url(cls, url: str, *, create: bool = True) -> SQLiteStore:
+        """Open the store a ``sqlite:`` URL names."""
+        path, query = _parse_url(url)
+        return cls(path, create=create, synchronous=query.get("synchronous", "full"))
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _retry(self, action: Any) -> Any:
+        """Run ``action`` and retry while the database is locked (busy_timeout covers most)."""
+        deadline = time.monotonic() + _LOCK_DEADLINE
+        delay = 0.001
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                text = str(exc).lower()
+                if "locked" not in text and "busy" not in text:
+                    raise
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(
+                        f"{self.path} stayed locked for {_LOCK_DEADLINE:.0f}s: {exc}",
+                        location=self.path,
+                    ) from exc
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 0.05)
+
+    def _migrate(self) -> None:
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                has_meta = db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+                ).fetchone()
+                version = 0
+                if has_meta:
+                    row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+                    version = int(row[0]) if row else 0
+                if version > SCHEMA_VERSION:
+                    raise SchemaVersionError(
+                        f"{self.path} has schema version {version}; this tachograph reads up to "
+                        f"{SCHEMA_VERSION}: upgrade tachograph",
+                        location=self.path,
+                        expected=SCHEMA_VERSION,
+                        actual=version,
+                    )
+                if version == 0:
+                    db.executescript(_SCHEMA_V1.replace("BEGIN;", ""))  # executescript commits
+                    db.execute("BEGIN IMMEDIATE")
+                    db.execute(
+                        "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?), "
+                        "('format_version', '1')",
+                        (str(SCHEMA_VERSION),),
+                    )
+                    version = SCHEMA_VERSION
+                while version < SCHEMA_VERSION:
+                    db.executescript(MIGRATIONS[version])
+                    version += 1
+                    db.execute(
+                        "UPDATE meta SET value=? WHERE key='schema_version'", (str(version),)
+                    )
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version recorded in the database."""
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
+        """Append a batch atomically (see :meth:`Store.append`)."""
+        if not events:
+            return []
+        try:
+            return list(self._retry(lambda: self._append(events)))
+        except sqlite3.DatabaseError as exc:
+            raise StoreUnavailable(
+                f"append to {self.path} failed: {exc}", location=self.path
+            ) from exc
+
+    def _append(self, events: Sequence[Event]) -> list[Receipt]:
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                receipts = self._append_locked(db, events)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            return receipts
+
+    def _append_locked(self, db: sqlite3.Connection, events: Sequence[Event]) -> list[Receipt]:
+        heads: dict[tuple[str, str], list[Any]] = {}
+        receipts: list[Receipt] = []
+        for ev in events:
+            key = (ev.tenant, ev.run_id)
+            state = heads.get(key)
+            if state is None:
+                row = db.execute(
+                    "SELECT events, head_hash, actor, started_at, status FROM runs "
+                    "WHERE tenant=? AND run_id=?",
+                    key,
+                ).fetchone()
+                if row is None:
+                    state = [0, None, ev.actor, ev.ts, None, False]
+                else:
+                    state = [row[0], row[1], row[2], row[3], row[4], True]
+                heads[key] = state
+            count, head_hash = state[0], state[1]
+            if ev.seq < count:
+                stored = db.execute(
+                    "SELECT event_id, hash FROM events WHERE tenant=? AND run_id=? AND seq=?",
+                    (ev.tenant, ev.run_id, ev.seq),
+                ).fetchone()
+                if stored is not None and stored[0] == ev.event_id and stored[1] == ev.hash:
+                    receipts.append(
+                        Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True)
+                    )
+                    continue
+                raise DuplicateConflict(
+                    f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
+                    run_id=ev.run_id,
+                    seq=ev.seq,
+                    expected=stored[1] if stored else None,
+                    actual=ev.hash,
+                )
+            if ev.seq != count or ev.prev_hash != head_hash:
+                raise SequenceConflict(
+                    f"run {ev.run_id!r}: event expected at seq {count} after head "
+                    f"{head_hash}, got seq {ev.seq} after {ev.prev_hash}",
+                    run_id=ev.run_id,
+                    seq=ev.seq,
+                    expected={"seq": count, "prev_hash": head_hash},
+                    actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
+                )
+            try:
+                cur = db.execute(
+                    "INSERT INTO events (tenant, run_id, seq, event_id, ts, type, actor, "
+                    "trace_id, span_id, idempotency_key, model, seed, payload_digest, "
+                    "prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        ev.tenant,
+                        ev.run_id,
+                        ev.seq,
+                        ev.event_id,
+                        ev.ts,
+                        ev.type,
+                        ev.actor,
+                        ev.trace_id,
+                        ev.span_id,
+                        ev.idempotency_key,
+                        ev.model,
+                        ev.seed,
+                        ev.payload_digest,
+                        ev.prev_hash,
+                        ev.hash,
+                    ),
+                )
+            except sqlite3.IntegrityError as exc:
+                other = db.execute(
+                    "SELECT tenant, run_id, seq, hash FROM events WHERE event_id=?",
+                    (ev.event_id,),
+                ).fetchone()
+                raise DuplicateConflict(
+                    f"event_id {ev.event_id} is already stored"
+                    + (f" at {other[1]!r} seq {other[2]}" if other else f": {exc}"),
+                    run_id=ev.run_id,
+                    seq=ev.seq,
+                    expected=other[3] if other else None,
+                    actual=ev.hash,
+                ) from exc
+            body = ev.payload_bytes
+            if body is None and ev.payload is not None:
+                from ..canonical import canonical
+
+                body = canonical(ev.payload, "payload")
+            db.execute(
+                "INSERT INTO payloads (id, salt, body) VALUES (?,?,?)",
+                (cur.lastrowid, ev.salt, body),
+            )
+            state[0] = count + 1
+            state[1] = ev.hash
+            if ev.type == "run.finished" and isinstance(ev.payload, dict):
+                status = ev.payload.get("status")
+                state[4] = status if isinstance(status, str) else None
+            state.append(ev.ts)  # last_at, read below
+            receipts.append(Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash))
+        for (tenant, run_id), state in heads.items():
+            last_at = state[-1] if len(state) > 6 else None
+            if last_at is None:
+                continue  # only duplicates in this batch
+            if state[5]:
+                db.execute(
+                    "UPDATE runs SET events=?, head_hash=?, last_at=?, status=? "
+                    "WHERE tenant=? AND run_id=?",
+                    (state[0], state[1], last_at, state[4], tenant, run_id),
+                )
+            else:
+                db.execute(
+                    "INSERT INTO runs (tenant, run_id, actor, started_at, last_at, events, "
+                    "head_hash, status) VALUES (?,?,?,?,?,?,?,?)",
+                    (tenant, run_id, state[2], state[3], last_at, state[0], state[1], state[4]),
+                )
+        return receipts
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
+        """The last ``(seq, hash)`` of a run, from the events themselves."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT seq, hash FROM events WHERE tenant=? AND run_id=? ORDER BY seq DESC "
+                "LIMIT 1",
+                (tenant, run_id),
+            ).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def _resolve_tenant(self, run_id: str, tenant: str | None) -> str:
+        if tenant is not None:
+            return tenant
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT tenant FROM runs WHERE run_id=? LIMIT 2", (run_id,)
+            ).fetchall()
+        if not rows:
+            with self._lock:  # an orphan run (events without a summary row) still resolves
+                rows = self._db.execute(
+                    "SELECT DISTINCT tenant FROM events WHERE run_id=? LIMIT 2", (run_id,)
+                ).fetchall()
+        if not rows:
+            raise self._not_found(run_id)
+        if len(rows) > 1:
+            raise StoreError(
+                f"run id {run_id!r} exists under several tenants; name one with tenant=",
+                run_id=run_id,
+            )
+        return str(rows[0][0])
+
+    def _not_found(self, run_id: str) -> Exception:
+        with self._lock:
+            ids = [r[0] for r in self._db.execute("SELECT run_id FROM runs")]
+        return not_found(run_id, ids, self.path)
+
+    def read(
+        self,
+        run_id: str,
+        *,
+        tenant: str | None = None,
+        from_seq: int = 0,
+        decode: bool = True,
+    ) -> Iterator[Event]:
+        """Stream events in pages (keyset pagination: constant memory, no long-lived cursor)."""
+        tenant = self._resolve_tenant(run_id, tenant)
+        seq = from_seq
+        while True:
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT {_COLUMNS} FROM events e JOIN payloads p ON p.id = e.id "
+                    "WHERE e.tenant=? AND e.run_id=? AND e.seq>=? ORDER BY e.seq LIMIT ?",
+                    (tenant, run_id, seq, _PAGE),
+                ).fetchall()
+            for r in rows:
+                body = r[15]
+                yield Event(
+                    1,
+                    r[0],
+                    r[1],
+                    r[2],
+                    r[3],
+                    r[4],
+                    r[5],
+                    r[6],
+                    r[7],
+                    r[8],
+                    r[9],
+                    r[10],
+                    r[11],
+                    r[12],
+                    r[13],
+                    r[14],
+                    loads(body) if decode and body is not None else None,
+                    r[16],
+                    body,
+                )
+            if len(rows) < _PAGE:
+                return
+            seq = rows[-1][2] + 1
+
+    def runs(
+        self,
+        *,
+        actor: str | None = None,
+        tenant: str | None = None,
+        status: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunInfo]:
+        """Runs, newest first, filtered."""
+        where, args = [], []
+        for column, value in (("actor", actor), ("tenant", tenant)):
+            if value is not None:
+                where.append(f"{column}=?")
+                args.append(value)
+        if status == "unfinished":
+            where.append("status IS NULL")
+        elif status is not None:
+            where.append("status=?")
+            args.append(status)
+        if since is not None:
+            where.append("started_at>=?")
+            args.append(since)
+        if until is not None:
+            where.append("started_at<?")
+            args.append(until)
+        sql = (
+            "SELECT tenant, run_id, actor, started_at, last_at, events, head_hash, status FROM runs"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, run_id"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [RunInfo(*row) for row in rows]
+
+    def run_info(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
+        """The summary of one run."""
+        tenant = self._resolve_tenant(run_id, tenant)
+        with self._lock:
+            row = self._db.execute(
+                "SELECT tenant, run_id, actor, started_at, last_at, events, head_hash, status "
+                "FROM runs WHERE tenant=? AND run_id=?",
+                (tenant, run_id),
+            ).fetchone()
+        if row is None:
+            raise self._not_found(run_id)
+        return RunInfo(*row)
+
+    def run_keys(self) -> list[tuple[str, str]]:
+        """Every ``(tenant, run_id)`` that has events or a summary row, including orphans."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT tenant, run_id FROM runs UNION SELECT DISTINCT tenant, run_id FROM events"
+            ).fetchall()
+        return [(str(t), str(r)) for t, r in rows]
+
+    def count_events(self) -> int:
+        """How many events the store holds."""
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM events").fetchone()[0])
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` result (``"ok"`` when sound)."""
+        with self._lock:
+            return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+    def raw_payload(self, event_id: str) -> bytes | None:
+        """The stored canonical payload bytes of one event."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT p.body FROM events e JOIN payloads p ON p.id=e.id WHERE e.event_id=?",
+                (event_id,),
+            ).fetchone()
+        return None if row is None else row[0]
