@@ -7,8 +7,10 @@ the agent's own code against it.
 
 from __future__ import annotations
 
+from .agent import Agent, Run, RunResult, agent, arecord_run, fingerprint, record, record_run
 from .canonical import canonical
 from .chain import Check, Failure, VerifyReport, verify_events, verify_lines
+from .diff import Change, RunDiff, diff_runs, diff_values
 from .errors import (
     AgentLoadError,
     AppendRefused,
@@ -32,18 +34,44 @@ from .errors import (
     WriteFailed,
 )
 from .events import Effect, Event, EventType, new_event
+from .fold import State, fold
 from .jsonl import ImportReport, export_run, import_jsonl, read_jsonl, verify_jsonl
+from .recorder import Durability
+from .replay import areplay, fork, replay, resume
+from .report import DivergenceItem, DivergenceKind, Drift, ReplayReport
+from .runtime import (
+    ModelAliasWarning,
+    accept_output,
+    decide,
+    emit,
+    external,
+    guardrail,
+    handoff,
+    model,
+    now,
+    reject_output,
+    rng,
+    select_plan,
+    tool,
+    uuid4,
+)
 from .store import Receipt, RunInfo, SQLiteStore, Store, open_store
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
     "AgentLoadError",
     "AppendRefused",
+    "Change",
     "Check",
     "ConfirmationRequired",
     "Divergence",
+    "DivergenceItem",
+    "DivergenceKind",
+    "Drift",
     "DuplicateConflict",
+    "Durability",
     "Effect",
     "Event",
     "EventError",
@@ -51,15 +79,21 @@ __all__ = [
     "Failure",
     "FormatError",
     "ImportReport",
+    "ModelAliasWarning",
     "ProfileError",
     "Receipt",
     "RecordingError",
     "ReplayError",
+    "ReplayReport",
+    "Run",
+    "RunDiff",
     "RunInfo",
     "RunNotFound",
+    "RunResult",
     "SQLiteStore",
     "SchemaVersionError",
     "SequenceConflict",
+    "State",
     "Store",
     "StoreError",
     "StoreNotFound",
@@ -70,12 +104,37 @@ __all__ = [
     "VerifyReport",
     "WriteFailed",
     "__version__",
+    "accept_output",
+    "agent",
+    "arecord_run",
+    "areplay",
     "canonical",
+    "decide",
+    "diff_runs",
+    "diff_values",
+    "emit",
     "export_run",
+    "external",
+    "fingerprint",
+    "fold",
+    "fork",
+    "guardrail",
+    "handoff",
     "import_jsonl",
+    "model",
     "new_event",
+    "now",
     "open_store",
     "read_jsonl",
+    "record",
+    "record_run",
+    "reject_output",
+    "replay",
+    "resume",
+    "rng",
+    "select_plan",
+    "tool",
+    "uuid4",
     "verify_events",
     "verify_jsonl",
     "verify_lines",

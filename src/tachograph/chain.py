@@ -12,7 +12,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .canonical import DuplicateKeyError, canonical, loads_strict
+import orjson
+
+from .canonical import DuplicateKeyError, canonical, loads, loads_strict
 from .errors import ProfileError
 from .events import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, envelope_bytes
 
@@ -165,6 +167,21 @@ def _check_line_format(line: Any) -> str | None:
         if unknown:
             parts.append("unknown key(s) " + ", ".join(unknown))
         return "; ".join(parts)
+    return _check_values(line)
+
+
+def _lone_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _check_values(line: dict[str, Any]) -> str | None:
+    """Check 1 on the values of a line (or of a stored event) that has all its keys."""
     if line["v"] != 1 or not _is_int(line["v"]):
         return f"v must be 1, not {line['v']!r}"
     for key in ("tenant", "run_id", "event_id", "ts", "type"):
@@ -179,6 +196,10 @@ def _check_line_format(line: Any) -> str | None:
     actor = line["actor"]
     if type(actor) is not str or not 1 <= len(actor) <= 128:
         return f"actor {actor!r} must be a string of 1-128 characters"
+    for key in ("actor", "idempotency_key", "model"):
+        value = line[key]
+        if type(value) is str and _lone_surrogate(value):
+            return f"{key} {value!r} contains a lone surrogate (not valid Unicode)"
     for key, pattern in (("trace_id", PATTERNS["trace_id"]), ("span_id", PATTERNS["span_id"])):
         value = line[key]
         if value is not None and (
@@ -317,20 +338,15 @@ class LineChecker:
                 line,
             )
         else:
-            body = payload_bytes if payload_bytes is not None else canonical(payload, "payload")
-            h = hashlib.sha256(bytes.fromhex(salt))
-            h.update(body)
-            actual = "sha256:" + h.hexdigest()
-            if actual != payload_digest and payload_bytes is not None:
-                # Stored bytes may be non-canonical; recompute from the value before failing.
-                from .canonical import loads
-
-                try:
-                    h = hashlib.sha256(bytes.fromhex(salt))
-                    h.update(canonical(loads(payload_bytes), "payload"))
-                    actual = "sha256:" + h.hexdigest()
-                except Exception:  # malformed stored bytes: the mismatch stands
-                    pass
+            salt_bytes = bytes.fromhex(salt)
+            if payload_bytes is not None:
+                actual = _stored_digest(salt_bytes, payload_bytes)
+                if actual != payload_digest:
+                    actual = _exact_stored_digest(salt_bytes, payload_bytes)
+            else:
+                h = hashlib.sha256(salt_bytes)
+                h.update(canonical(payload, "payload"))
+                actual = "sha256:" + h.hexdigest()
             if actual != payload_digest:
                 self._fail_at(
                     pos,
@@ -342,11 +358,20 @@ class LineChecker:
         self.head = recomputed
 
     def feed_event(self, event: Event) -> None:
-        """Check one event from a store. The store's columns are typed, so check 1 is light."""
+        """Check one event from a store.
+
+        Check 1 runs on stored values too: SQLite columns are not strictly typed, and a
+        tampered row must produce a report, never an exception.
+        """
         pos = self.position
         self.position += 1
         if self.run_id is None:
             self.run_id, self.tenant = event.run_id, event.tenant
+        problem = _check_event_format(event)
+        if problem is not None:
+            self._fail_at(pos, Check.FORMAT, problem, None)
+            self.prev_recomputed = None
+            return
         self._check_rest(
             pos,
             None,
@@ -373,6 +398,54 @@ class LineChecker:
             head=self.head if not self.failures else None,
             source=self.source,
         )
+
+
+def _check_event_format(event: Event) -> str | None:
+    """Check 1 for an :class:`Event` (from a store or built in memory)."""
+    line = {key: getattr(event, key) for key in ENVELOPE_KEYS}
+    line["hash"] = event.hash
+    line["salt"] = event.salt
+    line["payload"] = None
+    problem = _check_values(line)
+    if problem is not None:
+        return problem
+    body = event.payload_bytes
+    if body is not None:
+        if type(body) is not bytes:
+            return f"stored payload is {type(body).__name__}, not canonical JSON bytes"
+    elif event.payload is not None:
+        if type(event.payload) is not dict:
+            return "payload must be an object or null"
+        try:
+            canonical(event.payload, "payload")
+        except ProfileError as exc:
+            return str(exc)
+    return None
+
+
+def _stored_digest(salt: bytes, body: bytes) -> str:
+    """The payload digest of stored JSON bytes (any key order).
+
+    Fast path: orjson re-sorts the keys, which is JCS for most payloads. If that digest does
+    not match, the exact canonical form decides (integral floats, rare key orders).
+    """
+    try:
+        value = orjson.loads(body)
+        h = hashlib.sha256(salt)
+        h.update(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+        return "sha256:" + h.hexdigest()
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError, TypeError):
+        return "sha256:(stored payload is not valid JSON)"
+
+
+def _exact_stored_digest(salt: bytes, body: bytes) -> str:
+    try:
+        value = loads(body)
+        h = hashlib.sha256(salt)
+        h.update(canonical(value, "payload"))
+        return "sha256:" + h.hexdigest()
+    except Exception:
+        return "sha256:(stored payload is outside the JSON profile)"
 
 
 def verify_lines(lines: Iterable[dict[str, Any]], *, source: str | None = None) -> VerifyReport:
@@ -408,8 +481,8 @@ def iter_jsonl_runs(
 ) -> Iterator[tuple[LineChecker, list[dict[str, Any] | None]]]:
     """Split a JSONL stream into runs and check each; yields (checker, parsed lines).
 
-    A new run begins at a line whose ``seq`` is 0 and whose run id differs from the current
-    run's (an export may hold several runs one after the other). Blank lines are skipped.
+    A new run begins at a line whose ``seq`` is 0 and whose run id or tenant differs from the
+    current run's (an export may hold several runs one after the other). Blank lines are skipped.
     """
     checker: LineChecker | None = None
     parsed: list[dict[str, Any] | None] = []
@@ -422,7 +495,8 @@ def iter_jsonl_runs(
             and data.get("seq") == 0
             and checker is not None
             and checker.run_id is not None
-            and data.get("run_id") != checker.run_id
+            # the same run id may exist under several tenants: either one changing starts a run
+            and (data.get("run_id") != checker.run_id or data.get("tenant") != checker.tenant)
         )
         if checker is None or starts_new:
             if checker is not None:

@@ -118,7 +118,8 @@ _TENANT = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 _ULID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
-_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+# [0-9], not \d: \d also matches non-ASCII digits (e.g. fullwidth), which SPEC does not allow.
+_TS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 _TRACE = re.compile(r"[0-9a-f]{32}")
 _SPAN = re.compile(r"[0-9a-f]{16}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -167,7 +168,19 @@ def check_actor(actor: str) -> str:
     """Return ``actor`` if it is a string of 1-128 characters."""
     if type(actor) is not str or not 1 <= len(actor) <= 128:
         raise EventError(f"actor {actor!r} must be 1-128 characters", field="actor", value=actor)
+    _check_unicode("actor", actor)
     return actor
+
+
+def _check_unicode(name: str, text: str) -> None:
+    """Strings in the envelope must be valid Unicode (SPEC section 2: no lone surrogates)."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise EventError(
+                f"{name} {text!r} contains a lone surrogate", field=name, value=text
+            ) from None
 
 
 # -- ids and time -----------------------------------------------------------------------------
@@ -204,15 +217,19 @@ class _UlidSource:
 
 
 _ULIDS = _UlidSource()
-_ts_cache: list[Any] = [-1, ""]
+# (seconds, formatted seconds) as one tuple, replaced in a single assignment, so that a thread
+# never sees the seconds of one moment paired with the text of another.
+_ts_cache: tuple[int, str] = (-1, "")
 
 
 def _format_ts(ns: int) -> str:
+    global _ts_cache
     secs, rem = divmod(ns, 1_000_000_000)
-    if _ts_cache[0] != secs:
-        _ts_cache[0] = secs
-        _ts_cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
-    return f"{_ts_cache[1]}.{rem // 1000:06d}Z"
+    cached = _ts_cache
+    if cached[0] != secs:
+        cached = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
+        _ts_cache = cached
+    return f"{cached[1]}.{rem // 1000:06d}Z"
 
 
 def now_ts() -> str:
@@ -293,8 +310,9 @@ builtins_type = type  # new_event's parameter 'type' shadows the builtin
 class Event:
     """One recorded event: the 15 envelope fields, its hash, its payload and salt.
 
-    ``payload`` and ``salt`` are ``None`` once erased. ``payload_bytes`` caches the canonical
-    payload bytes where they are known; it is not part of the value's identity.
+    ``payload`` and ``salt`` are ``None`` once erased. ``payload_bytes`` is the payload as
+    stored (JSON in its original key order, not necessarily canonical) where known; it is not
+    part of the value's identity.
     """
 
     v: int
@@ -380,23 +398,48 @@ def new_event(
         raise EventError(
             "prev_hash must be null exactly when seq is 0", field="prev_hash", value=prev_hash
         )
-    if trace_id is not None and (not _TRACE.fullmatch(trace_id) or trace_id == "0" * 32):
+    if trace_id is not None and (
+        builtins_type(trace_id) is not str or not _TRACE.fullmatch(trace_id) or trace_id == "0" * 32
+    ):
         raise EventError(f"trace_id {trace_id!r} is not a W3C trace id", field="trace_id")
-    if span_id is not None and (not _SPAN.fullmatch(span_id) or span_id == "0" * 16):
+    if span_id is not None and (
+        builtins_type(span_id) is not str or not _SPAN.fullmatch(span_id) or span_id == "0" * 16
+    ):
         raise EventError(f"span_id {span_id!r} is not a W3C span id", field="span_id")
     if seed is not None and (builtins_type(seed) is not int or abs(seed) > 2**53 - 1):
         raise EventError(f"seed {seed!r} must be an integer within ±(2**53 - 1)", field="seed")
-    if idempotency_key is not None and builtins_type(idempotency_key) is not str:
-        raise EventError("idempotency_key must be a string", field="idempotency_key")
-    if model is not None and builtins_type(model) is not str:
-        raise EventError("model must be a string", field="model")
+    if idempotency_key is not None:
+        if builtins_type(idempotency_key) is not str:
+            raise EventError("idempotency_key must be a string", field="idempotency_key")
+        _check_unicode("idempotency_key", idempotency_key)
+    if model is not None:
+        if builtins_type(model) is not str:
+            raise EventError("model must be a string", field="model")
+        _check_unicode("model", model)
+    if ts is not None and (builtins_type(ts) is not str or not _TS.fullmatch(ts)):
+        raise EventError(
+            f"ts {ts!r} must be UTC 'YYYY-MM-DDTHH:MM:SS.ffffffZ'", field="ts", value=ts
+        )
+    if event_id is not None and (
+        builtins_type(event_id) is not str or not _ULID.fullmatch(event_id)
+    ):
+        raise EventError(
+            f"event_id {event_id!r} is not a ULID (26 Crockford base32 characters)",
+            field="event_id",
+            value=event_id,
+        )
+    if salt is not None and (builtins_type(salt) is not bytes or len(salt) != 16):
+        raise EventError("salt must be 16 bytes", field="salt")
     if builtins_type(payload) is not dict:
         raise EventError(
             f"payload must be a JSON object (dict), not {builtins_type(payload).__name__}",
             field="payload",
         )
+    jcs = canonical(payload, "payload")
     if payload_bytes is None:
-        payload_bytes = canonical(payload, "payload")
+        # Stored as given (key order kept), so a replay serves back what the world returned;
+        # the digest is over the canonical bytes.
+        payload_bytes = orjson.dumps(payload)
     if salt is None:
         salt = os.urandom(16)
     if ts is None or event_id is None:
@@ -405,7 +448,7 @@ def new_event(
             ts = _format_ts(ns)
         if event_id is None:
             event_id = _ULIDS.next(ns // 1_000_000)
-    digest = digest_payload(salt, payload_bytes)
+    digest = digest_payload(salt, jcs)
     env = envelope_bytes(
         FORMAT_VERSION,
         tenant,

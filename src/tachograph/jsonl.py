@@ -10,7 +10,6 @@ from typing import IO, Any
 
 import orjson
 
-from .canonical import canonical
 from .chain import VerifyReport, iter_jsonl_runs
 from .errors import FormatError, VerificationFailed
 from .events import Event, event_from_line
@@ -100,7 +99,7 @@ def read_jsonl(source: str | os.PathLike[str] | IO[bytes]) -> list[list[Event]]:
 def _to_event(line: dict[str, Any]) -> Event:
     event = event_from_line(line)
     if event.payload is not None:
-        object.__setattr__(event, "payload_bytes", canonical(event.payload, "payload"))
+        object.__setattr__(event, "payload_bytes", orjson.dumps(event.payload))
     return event
 
 

@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 import threading
 import traceback
 from collections import deque
@@ -39,7 +40,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Literal, NamedTuple, Self, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 __all__ = [
     "ANTHROPIC_SNAPSHOT_SUFFIX",
@@ -202,10 +203,14 @@ def default_script(request: ScriptRequest) -> Behaviour:
 
     amount = _amount_from(lookup.output) if lookup is not None else 42.0
     if "issue_refund" in offered and refund is None:
-        return Reply(tool_calls=[ToolCall("issue_refund", {"order_id": order_id, "amount": amount})])
+        return Reply(
+            tool_calls=[ToolCall("issue_refund", {"order_id": order_id, "amount": amount})]
+        )
 
     if refund is not None:
-        return Reply(text=f"Refund of {amount:.2f} issued for order {order_id}. Result: {refund.output}")
+        return Reply(
+            text=f"Refund of {amount:.2f} issued for order {order_id}. Result: {refund.output}"
+        )
     assert lookup is not None
     return Reply(text=f"Order {order_id}: {lookup.output}")
 
@@ -280,7 +285,9 @@ def _text_of(content: Any, text_types: tuple[str, ...]) -> str:
         texts = [
             part["text"]
             for part in content
-            if isinstance(part, dict) and part.get("type") in text_types and isinstance(part.get("text"), str)
+            if isinstance(part, dict)
+            and part.get("type") in text_types
+            and isinstance(part.get("text"), str)
         ]
         return "".join(texts)
     return ""
@@ -329,7 +336,9 @@ def _parse_chat(body: Mapping[str, Any]) -> tuple[tuple[str, ...], str, tuple[To
     tools = tuple(
         tool["function"]["name"]
         for tool in body.get("tools") or []
-        if isinstance(tool, dict) and isinstance(tool.get("function"), dict) and "name" in tool["function"]
+        if isinstance(tool, dict)
+        and isinstance(tool.get("function"), dict)
+        and "name" in tool["function"]
     )
     names: dict[str, str] = {}
     user_text = ""
@@ -348,11 +357,15 @@ def _parse_chat(body: Mapping[str, Any]) -> tuple[tuple[str, ...], str, tuple[To
                 names[str(call.get("id"))] = str(function.get("name", ""))
         elif role == "tool":
             call_id = str(message.get("tool_call_id", ""))
-            results.append(ToolResult(names.get(call_id, ""), call_id, _output_text(message.get("content"))))
+            results.append(
+                ToolResult(names.get(call_id, ""), call_id, _output_text(message.get("content")))
+            )
     return tools, user_text, tuple(results)
 
 
-def _parse_responses(body: Mapping[str, Any]) -> tuple[tuple[str, ...], str, tuple[ToolResult, ...]]:
+def _parse_responses(
+    body: Mapping[str, Any],
+) -> tuple[tuple[str, ...], str, tuple[ToolResult, ...]]:
     tools = tuple(
         str(tool["name"])
         for tool in body.get("tools") or []
@@ -376,12 +389,18 @@ def _parse_responses(body: Mapping[str, Any]) -> tuple[tuple[str, ...], str, tup
             names[str(item.get("call_id"))] = str(item.get("name", ""))
         elif kind == "function_call_output":
             call_id = str(item.get("call_id", ""))
-            results.append(ToolResult(names.get(call_id, ""), call_id, _output_text(item.get("output"))))
+            results.append(
+                ToolResult(names.get(call_id, ""), call_id, _output_text(item.get("output")))
+            )
     return tools, user_text, tuple(results)
 
 
 def _parse_messages(body: Mapping[str, Any]) -> tuple[tuple[str, ...], str, tuple[ToolResult, ...]]:
-    tools = tuple(str(tool["name"]) for tool in body.get("tools") or [] if isinstance(tool, dict) and "name" in tool)
+    tools = tuple(
+        str(tool["name"])
+        for tool in body.get("tools") or []
+        if isinstance(tool, dict) and "name" in tool
+    )
     names: dict[str, str] = {}
     user_text = ""
     results: list[ToolResult] = []
@@ -405,7 +424,9 @@ def _parse_messages(body: Mapping[str, Any]) -> tuple[tuple[str, ...], str, tupl
     return tools, user_text, tuple(results)
 
 
-_PARSERS: dict[Api, Callable[[Mapping[str, Any]], tuple[tuple[str, ...], str, tuple[ToolResult, ...]]]] = {
+_PARSERS: dict[
+    Api, Callable[[Mapping[str, Any]], tuple[tuple[str, ...], str, tuple[ToolResult, ...]]]
+] = {
     "chat.completions": _parse_chat,
     "responses": _parse_responses,
     "messages": _parse_messages,
@@ -418,17 +439,25 @@ _PARSERS: dict[Api, Callable[[Mapping[str, Any]], tuple[tuple[str, ...], str, tu
 
 
 def _json_reply(payload: Any, headers: Mapping[str, str], status: int = 200) -> _HttpReply:
-    return _HttpReply(status, {"content-type": "application/json", **headers}, body=_compact(payload).encode())
+    return _HttpReply(
+        status, {"content-type": "application/json", **headers}, body=_compact(payload).encode()
+    )
 
 
 def _stream_reply(chunks: list[bytes], headers: Mapping[str, str]) -> _HttpReply:
-    stream_headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", **headers}
+    stream_headers = {
+        "content-type": "text/event-stream; charset=utf-8",
+        "cache-control": "no-cache",
+        **headers,
+    }
     return _HttpReply(200, stream_headers, chunks=chunks)
 
 
-def _render_chat(req: ScriptRequest, reply: Reply, model: str, ids: _Ids, headers: Mapping[str, str]) -> _HttpReply:
+def _render_chat(
+    req: ScriptRequest, reply: Reply, model: str, ids: _Ids, headers: Mapping[str, str]
+) -> _HttpReply:
     completion_id = f"chatcmpl-{ids.digest[:24]}"
-    calls = [
+    calls: list[dict[str, Any]] = [
         {
             "id": ids.call_id(call, i, "call_"),
             "type": "function",
@@ -459,11 +488,18 @@ def _render_chat(req: ScriptRequest, reply: Reply, model: str, ids: _Ids, header
         "system_fingerprint": "fp_fake",
     }
     if not req.stream:
-        message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None, "annotations": []}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply.text,
+            "refusal": None,
+            "annotations": [],
+        }
         if calls:
             message["tool_calls"] = calls
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
-        return _json_reply({**base, "object": "chat.completion", "choices": [choice], "usage": usage}, headers)
+        return _json_reply(
+            {**base, "object": "chat.completion", "choices": [choice], "usage": usage}, headers
+        )
 
     stream_options = req.body.get("stream_options")
     include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
@@ -476,12 +512,17 @@ def _render_chat(req: ScriptRequest, reply: Reply, model: str, ids: _Ids, header
         return _sse({**chunk_base, "choices": [choice]})
 
     chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    chunks += [chunk({"content": piece}) for piece in _text_pieces(reply.text)] if reply.text else []
+    chunks += (
+        [chunk({"content": piece}) for piece in _text_pieces(reply.text)] if reply.text else []
+    )
     for index, call in enumerate(calls):
-        head = {"index": index, "id": call["id"], "type": "function"}
-        chunks.append(chunk({"tool_calls": [{**head, "function": {"name": call["function"]["name"], "arguments": ""}}]}))
-        for piece in _json_pieces(call["function"]["arguments"]):
-            chunks.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+        name, arguments = call["function"]["name"], call["function"]["arguments"]
+        opening = {"index": index, "id": call["id"], "type": "function"}
+        opening["function"] = {"name": name, "arguments": ""}
+        chunks.append(chunk({"tool_calls": [opening]}))
+        for piece in _json_pieces(arguments):
+            fragment = {"index": index, "function": {"arguments": piece}}
+            chunks.append(chunk({"tool_calls": [fragment]}))
     chunks.append(chunk({}, finish_reason))
     if include_usage:
         chunks.append(_sse({**chunk_base, "choices": [], "usage": usage}))
@@ -498,7 +539,13 @@ def _render_responses(
     if reply.text is not None:
         part = {"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}
         output.append(
-            {"type": "message", "id": message_id, "status": "completed", "role": "assistant", "content": [part]}
+            {
+                "type": "message",
+                "id": message_id,
+                "status": "completed",
+                "role": "assistant",
+                "content": [part],
+            }
         )
     for i, call in enumerate(reply.tool_calls):
         output.append(
@@ -553,7 +600,9 @@ def _render_responses(
     events: list[bytes] = []
 
     def emit(event_type: str, **fields: Any) -> None:
-        events.append(_sse({"type": event_type, "sequence_number": len(events), **fields}, event=event_type))
+        events.append(
+            _sse({"type": event_type, "sequence_number": len(events), **fields}, event=event_type)
+        )
 
     pending = {**response, "status": "in_progress", "output": [], "usage": None}
     emit("response.created", response=pending)
@@ -563,7 +612,11 @@ def _render_responses(
             part = item["content"][0]
             text = part["text"]
             where = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
             emit("response.content_part.added", **where, part={**part, "text": ""})
             for piece in _text_pieces(text) if text else []:
                 emit("response.output_text.delta", **where, delta=piece, logprobs=[])
@@ -571,10 +624,19 @@ def _render_responses(
             emit("response.content_part.done", **where, part=part)
         else:
             where = {"item_id": item["id"], "output_index": index}
-            emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "arguments": ""})
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
             for piece in _json_pieces(item["arguments"]):
                 emit("response.function_call_arguments.delta", **where, delta=piece)
-            emit("response.function_call_arguments.done", **where, name=item["name"], arguments=item["arguments"])
+            emit(
+                "response.function_call_arguments.done",
+                **where,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
         emit("response.output_item.done", output_index=index, item=item)
     emit("response.completed", response=response)
     return _stream_reply(events, headers)
@@ -588,7 +650,12 @@ def _render_messages(
         content.append({"type": "text", "text": reply.text, "citations": None})
     for i, call in enumerate(reply.tool_calls):
         content.append(
-            {"type": "tool_use", "id": ids.call_id(call, i, "toolu_"), "name": call.name, "input": dict(call.arguments)}
+            {
+                "type": "tool_use",
+                "id": ids.call_id(call, i, "toolu_"),
+                "name": call.name,
+                "input": dict(call.arguments),
+            }
         )
     stop_reason = "tool_use" if reply.tool_calls else "end_turn"
     input_tokens = _token_count([req.body.get("system"), req.body.get("messages")])
@@ -619,26 +686,42 @@ def _render_messages(
         events.append(_sse({"type": event_type, **fields}, event=event_type))
 
     start_usage = {**usage, "output_tokens": 1}
-    emit("message_start", message={**message, "content": [], "stop_reason": None, "usage": start_usage})
+    emit(
+        "message_start",
+        message={**message, "content": [], "stop_reason": None, "usage": start_usage},
+    )
     emit("ping")
     for index, block in enumerate(content):
         if block["type"] == "text":
             emit("content_block_start", index=index, content_block={**block, "text": ""})
             for piece in _text_pieces(block["text"]) if block["text"] else []:
-                emit("content_block_delta", index=index, delta={"type": "text_delta", "text": piece})
+                emit(
+                    "content_block_delta", index=index, delta={"type": "text_delta", "text": piece}
+                )
         else:
             emit("content_block_start", index=index, content_block={**block, "input": {}})
             for piece in _json_pieces(_compact(block["input"])):
-                emit("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": piece})
+                emit(
+                    "content_block_delta",
+                    index=index,
+                    delta={"type": "input_json_delta", "partial_json": piece},
+                )
         emit("content_block_stop", index=index)
-    delta = {"stop_reason": stop_reason, "stop_sequence": None, "stop_details": None, "container": None}
+    delta = {
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "stop_details": None,
+        "container": None,
+    }
     final_usage = {key: value for key, value in usage.items() if key != "service_tier"}
     emit("message_delta", delta=delta, usage=final_usage)
     emit("message_stop")
     return _stream_reply(events, headers)
 
 
-_RENDERERS: dict[Api, Callable[[ScriptRequest, Reply, str, _Ids, Mapping[str, str]], _HttpReply]] = {
+_RENDERERS: dict[
+    Api, Callable[[ScriptRequest, Reply, str, _Ids, Mapping[str, str]], _HttpReply]
+] = {
     "chat.completions": _render_chat,
     "responses": _render_responses,
     "messages": _render_messages,
@@ -674,12 +757,25 @@ def _render_error(error: ErrorReply, anthropic: bool, request_id: str) -> _HttpR
     headers.update({name.lower(): value for name, value in error.headers.items()})
     body = error.body
     if body is None and anthropic:
-        kind, message = _ANTHROPIC_ERRORS.get(error.status, ("api_error", f"HTTP {error.status} (fake)."))
-        body = {"type": "error", "error": {"type": kind, "message": error.message or message}, "request_id": request_id}
+        kind, message = _ANTHROPIC_ERRORS.get(
+            error.status, ("api_error", f"HTTP {error.status} (fake).")
+        )
+        body = {
+            "type": "error",
+            "error": {"type": kind, "message": error.message or message},
+            "request_id": request_id,
+        }
     elif body is None:
         fallback = ("server_error", None, f"HTTP {error.status} (fake).")
         kind, code, message = _OPENAI_ERRORS.get(error.status, fallback)
-        body = {"error": {"message": error.message or message, "type": kind, "param": None, "code": code}}
+        body = {
+            "error": {
+                "message": error.message or message,
+                "type": kind,
+                "param": None,
+                "code": code,
+            }
+        }
     return _json_reply(body, headers, status=error.status)
 
 
@@ -695,10 +791,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
     timeout = 10
 
-    def do_POST(self) -> None:  # noqa: N802 - name fixed by BaseHTTPRequestHandler
+    def do_POST(self) -> None:
         self._serve()
 
-    def do_GET(self) -> None:  # noqa: N802 - name fixed by BaseHTTPRequestHandler
+    def do_GET(self) -> None:
         self._serve()
 
     def _read_body(self) -> bytes:
@@ -731,7 +827,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Keep test output quiet."""
 
 
@@ -741,6 +837,12 @@ class _HTTPServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], fake: FakeLLMServer) -> None:
         self.fake = fake
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Ignore clients dropping idle keep-alive connections; report anything else."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class FakeLLMServer:
@@ -779,13 +881,16 @@ class FakeLLMServer:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def start(self) -> Self:
+    def start(self) -> FakeLLMServer:
         """Bind the socket and serve in a daemon thread; returns ``self``."""
         if self._httpd is not None:
             return self
         self._httpd = _HTTPServer(self._address, self)
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="FakeLLMServer", daemon=True
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.01},
+            name="FakeLLMServer",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -800,7 +905,7 @@ class FakeLLMServer:
         if thread is not None:
             thread.join(timeout=5)
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> FakeLLMServer:
         return self.start()
 
     def __exit__(
@@ -817,7 +922,9 @@ class FakeLLMServer:
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>`` (no trailing slash); use as the Anthropic base URL."""
         if self._httpd is None:
-            raise RuntimeError("FakeLLMServer is not running; call start() or use it as a context manager")
+            raise RuntimeError(
+                "FakeLLMServer is not running; call start() or use it as a context manager"
+            )
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
@@ -843,6 +950,12 @@ class FakeLLMServer:
         """Exceptions raised by the script (each was answered with HTTP 500)."""
         with self._lock:
             return list(self._script_errors)
+
+    def iter_requests(self, api: Api | None = None) -> Iterator[RecordedRequest]:
+        """Iterate recorded requests, optionally only those for one API."""
+        for recorded in self.requests:
+            if api is None or _PATHS.get(recorded.path.split("?", 1)[0]) == api:
+                yield recorded
 
     # -- control -----------------------------------------------------------------------
 
@@ -902,9 +1015,13 @@ class FakeLLMServer:
         if failure is not None:
             return _render_error(failure, anthropic, request_id)
         if api is None or method != "POST":
-            return _render_error(ErrorReply(404, f"No fake route for {method} {route}"), anthropic, request_id)
+            return _render_error(
+                ErrorReply(404, f"No fake route for {method} {route}"), anthropic, request_id
+            )
         if not isinstance(body, dict):
-            return _render_error(ErrorReply(400, "Request body must be a JSON object"), anthropic, request_id)
+            return _render_error(
+                ErrorReply(400, "Request body must be a JSON object"), anthropic, request_id
+            )
 
         try:
             request, behaviour = self._run_script(api, body, headers)
@@ -912,7 +1029,9 @@ class FakeLLMServer:
             with self._lock:
                 self._script_errors.append(exc)
             message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            error = ErrorReply(500, f"fake script failed: {message}", headers={"x-should-retry": "false"})
+            error = ErrorReply(
+                500, f"fake script failed: {message}", headers={"x-should-retry": "false"}
+            )
             return _render_error(error, anthropic, request_id)
 
         if isinstance(behaviour, ErrorReply):
@@ -950,9 +1069,3 @@ class FakeLLMServer:
         if not isinstance(behaviour, Reply | ErrorReply):
             raise TypeError(f"script returned {behaviour!r}; expected Reply or ErrorReply")
         return request, behaviour
-
-    def iter_requests(self, api: Api | None = None) -> Iterator[RecordedRequest]:
-        """Iterate recorded requests, optionally only those for one API."""
-        for recorded in self.requests:
-            if api is None or _PATHS.get(recorded.path.split("?", 1)[0]) == api:
-                yield recorded

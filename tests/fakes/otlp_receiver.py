@@ -46,13 +46,13 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 __all__ = [
+    "TRACES_PATH",
     "OTLPReceiver",
     "ReceivedEvent",
     "ReceivedLink",
     "ReceivedRequest",
     "ReceivedSpan",
     "ReceivedStatus",
-    "TRACES_PATH",
     "any_value_to_python",
     "attributes_to_dict",
     "decode_export_request",
@@ -320,7 +320,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 10  # seconds an idle keep-alive connection is kept open
     state: _State
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         """Keep test output quiet."""
 
     def do_GET(self) -> None:
@@ -415,9 +415,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.state.spans.extend(spans)
             self.state.lock.notify_all()
 
-    def _send_text(
-        self, status: int, text: str, headers: Mapping[str, str] | None = None
-    ) -> None:
+    def _send_text(self, status: int, text: str, headers: Mapping[str, str] | None = None) -> None:
         self._send(status, "text/plain; charset=utf-8", text.encode("utf-8"), headers)
 
     def _send(

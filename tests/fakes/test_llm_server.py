@@ -26,7 +26,11 @@ CHAT_TOOLS: list[Any] = [
         "function": {
             "name": "lookup_order",
             "description": "Look up an order.",
-            "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
+            "parameters": {
+                "type": "object",
+                "properties": {"order_id": {"type": "string"}},
+                "required": ["order_id"],
+            },
         },
     },
     {
@@ -44,7 +48,11 @@ CHAT_TOOLS: list[Any] = [
 ]
 RESPONSES_TOOLS: list[Any] = [{"type": "function", **tool["function"]} for tool in CHAT_TOOLS]
 ANTHROPIC_TOOLS: list[Any] = [
-    {"name": tool["function"]["name"], "description": tool["function"]["description"], "input_schema": tool["function"]["parameters"]}
+    {
+        "name": tool["function"]["name"],
+        "description": tool["function"]["description"],
+        "input_schema": tool["function"]["parameters"],
+    }
     for tool in CHAT_TOOLS
 ]
 
@@ -52,9 +60,13 @@ ANTHROPIC_TOOLS: list[Any] = [
 def run_tool(name: str, arguments: dict[str, Any]) -> str:
     """Deterministic local implementations of the two agent tools."""
     if name == "lookup_order":
-        return json.dumps({"order_id": arguments["order_id"], "status": "delivered", "total": 19.99})
+        return json.dumps(
+            {"order_id": arguments["order_id"], "status": "delivered", "total": 19.99}
+        )
     if name == "issue_refund":
-        return json.dumps({"refund_id": "rf_1", "order_id": arguments["order_id"], "amount": arguments["amount"]})
+        return json.dumps(
+            {"refund_id": "rf_1", "order_id": arguments["order_id"], "amount": arguments["amount"]}
+        )
     raise AssertionError(f"unexpected tool {name}")
 
 
@@ -88,10 +100,13 @@ def test_chat_completion_tool_agent_loop(srv: FakeLLMServer, oai: openai.OpenAI)
     messages: list[Any] = [{"role": "user", "content": PROMPT}]
     calls: list[tuple[str, dict[str, Any]]] = []
     for _ in range(5):
-        completion = oai.chat.completions.create(model=OPENAI_MODEL, messages=messages, tools=CHAT_TOOLS)
+        completion = oai.chat.completions.create(
+            model=OPENAI_MODEL, messages=messages, tools=CHAT_TOOLS
+        )
         assert completion.object == "chat.completion"
         assert completion.model == OPENAI_SNAPSHOT
-        assert completion.usage is not None and completion.usage.total_tokens > 0
+        assert completion.usage is not None
+        assert completion.usage.total_tokens > 0
         choice = completion.choices[0]
         if not choice.message.tool_calls:
             assert choice.finish_reason == "stop"
@@ -102,7 +117,13 @@ def test_chat_completion_tool_agent_loop(srv: FakeLLMServer, oai: openai.OpenAI)
             assert call.type == "function"
             arguments = json.loads(call.function.arguments)
             calls.append((call.function.name, arguments))
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": run_tool(call.function.name, arguments)})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call.id,
+                    "content": run_tool(call.function.name, arguments),
+                }
+            )
 
     assert calls == [
         ("lookup_order", {"order_id": "B-2002"}),
@@ -117,9 +138,15 @@ def test_chat_completion_tool_agent_loop(srv: FakeLLMServer, oai: openai.OpenAI)
 
 
 def test_chat_completion_is_a_deterministic_function_of_the_request(oai: openai.OpenAI) -> None:
-    first = oai.chat.completions.create(model=OPENAI_MODEL, messages=[{"role": "user", "content": "hi"}])
-    again = oai.chat.completions.create(model=OPENAI_MODEL, messages=[{"role": "user", "content": "hi"}])
-    other = oai.chat.completions.create(model=OPENAI_MODEL, messages=[{"role": "user", "content": "ho"}])
+    first = oai.chat.completions.create(
+        model=OPENAI_MODEL, messages=[{"role": "user", "content": "hi"}]
+    )
+    again = oai.chat.completions.create(
+        model=OPENAI_MODEL, messages=[{"role": "user", "content": "hi"}]
+    )
+    other = oai.chat.completions.create(
+        model=OPENAI_MODEL, messages=[{"role": "user", "content": "ho"}]
+    )
     assert first.to_dict() == again.to_dict()
     assert first.id != other.id
     assert first.choices[0].message.content == "Hello! You said: hi"
@@ -136,18 +163,28 @@ def test_chat_completion_stream_with_tool_call_deltas_and_usage(oai: openai.Open
     chunks = list(stream)
     assert all(chunk.object == "chat.completion.chunk" for chunk in chunks)
     assert {chunk.model for chunk in chunks} == {OPENAI_SNAPSHOT}
-    deltas = [call for chunk in chunks if chunk.choices for call in chunk.choices[0].delta.tool_calls or []]
-    assert deltas[0].id is not None and deltas[0].function is not None
+    deltas = [
+        call
+        for chunk in chunks
+        if chunk.choices
+        for call in chunk.choices[0].delta.tool_calls or []
+    ]
+    assert deltas[0].id is not None
+    assert deltas[0].function is not None
     assert deltas[0].function.name == "lookup_order"
     assert len(deltas) > 2
     arguments = "".join(d.function.arguments or "" for d in deltas if d.function is not None)
     assert json.loads(arguments) == {"order_id": "B-2002"}
     assert [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices][-1] == "tool_calls"
-    assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.total_tokens > 0
 
 
 def test_chat_completion_stream_helper_accumulates_text(oai: openai.OpenAI) -> None:
-    with oai.chat.completions.stream(model=OPENAI_MODEL, messages=[{"role": "user", "content": "hello world"}]) as stream:
+    with oai.chat.completions.stream(
+        model=OPENAI_MODEL, messages=[{"role": "user", "content": "hello world"}]
+    ) as stream:
         pieces = [event.delta for event in stream if event.type == "content.delta"]
         final = stream.get_final_completion()
     assert len(pieces) > 1
@@ -164,7 +201,8 @@ def test_responses_tool_agent_loop(srv: FakeLLMServer, oai: openai.OpenAI) -> No
     calls: list[tuple[str, dict[str, Any]]] = []
     for _ in range(5):
         response = oai.responses.create(model=OPENAI_MODEL, input=items, tools=RESPONSES_TOOLS)
-        assert response.object == "response" and response.status == "completed"
+        assert response.object == "response"
+        assert response.status == "completed"
         assert response.model == OPENAI_SNAPSHOT
         function_calls = [item for item in response.output if item.type == "function_call"]
         if not function_calls:
@@ -173,12 +211,19 @@ def test_responses_tool_agent_loop(srv: FakeLLMServer, oai: openai.OpenAI) -> No
             arguments = json.loads(call.arguments)
             calls.append((call.name, arguments))
             items.append(call.model_dump(exclude_none=True))
-            items.append({"type": "function_call_output", "call_id": call.call_id, "output": run_tool(call.name, arguments)})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": call.call_id,
+                    "output": run_tool(call.name, arguments),
+                }
+            )
 
     assert [name for name, _ in calls] == ["lookup_order", "issue_refund"]
     assert calls[1][1] == {"order_id": "B-2002", "amount": 19.99}
     assert response.output_text.startswith("Refund of 19.99 issued for order B-2002.")
-    assert response.usage is not None and response.usage.total_tokens > 0
+    assert response.usage is not None
+    assert response.usage.total_tokens > 0
     assert srv.request_count == 3
     assert {request.path for request in srv.requests} == {"/v1/responses"}
 
@@ -189,7 +234,8 @@ def test_responses_raw_stream_events(oai: openai.OpenAI) -> None:
     types = [event.type for event in events]
     assert types[:2] == ["response.created", "response.in_progress"]
     assert types[-1] == "response.completed"
-    assert "response.output_text.delta" in types and "response.output_text.done" in types
+    assert "response.output_text.delta" in types
+    assert "response.output_text.done" in types
     assert [event.sequence_number for event in events] == list(range(len(events)))
     text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
     assert text == "Hello! You said: stream me"
@@ -220,16 +266,25 @@ def test_messages_tool_agent_loop(srv: FakeLLMServer, claude: anthropic.Anthropi
     messages: list[Any] = [{"role": "user", "content": PROMPT}]
     calls: list[tuple[str, Any]] = []
     for _ in range(5):
-        message = claude.messages.create(model=ANTHROPIC_MODEL, max_tokens=256, messages=messages, tools=ANTHROPIC_TOOLS)
-        assert message.type == "message" and message.role == "assistant"
+        message = claude.messages.create(
+            model=ANTHROPIC_MODEL, max_tokens=256, messages=messages, tools=ANTHROPIC_TOOLS
+        )
+        assert message.type == "message"
+        assert message.role == "assistant"
         assert message.model == ANTHROPIC_SNAPSHOT
-        assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0
+        assert message.usage.input_tokens > 0
+        assert message.usage.output_tokens > 0
         tool_uses = [block for block in message.content if block.type == "tool_use"]
         if not tool_uses:
             assert message.stop_reason == "end_turn"
             break
         assert message.stop_reason == "tool_use"
-        messages.append({"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in message.content]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [block.model_dump(exclude_none=True) for block in message.content],
+            }
+        )
         results: list[Any] = []
         for block in tool_uses:
             calls.append((block.name, block.input))
@@ -243,7 +298,8 @@ def test_messages_tool_agent_loop(srv: FakeLLMServer, claude: anthropic.Anthropi
         ("issue_refund", {"order_id": "B-2002", "amount": 19.99}),
     ]
     text = message.content[0]
-    assert text.type == "text" and text.text.startswith("Refund of 19.99 issued for order B-2002.")
+    assert text.type == "text"
+    assert text.text.startswith("Refund of 19.99 issued for order B-2002.")
     assert srv.request_count == 3
     assert srv.requests[0].path == "/v1/messages"
     assert "anthropic-version" in srv.requests[0].headers
@@ -259,10 +315,12 @@ def test_messages_raw_stream_events(claude: anthropic.Anthropic) -> None:
     )
     events = list(stream)
     types = [event.type for event in events]
-    assert types[0] == "message_start" and types[-2:] == ["message_delta", "message_stop"]
+    assert types[0] == "message_start"
+    assert types[-2:] == ["message_delta", "message_stop"]
     assert types.count("content_block_start") == types.count("content_block_stop") == 1
     first = events[0]
-    assert first.type == "message_start" and first.message.model == ANTHROPIC_SNAPSHOT
+    assert first.type == "message_start"
+    assert first.message.model == ANTHROPIC_SNAPSHOT
     partial = "".join(
         event.delta.partial_json
         for event in events
@@ -270,7 +328,8 @@ def test_messages_raw_stream_events(claude: anthropic.Anthropic) -> None:
     )
     assert json.loads(partial) == {"order_id": "B-2002"}
     delta = events[-2]
-    assert delta.type == "message_delta" and delta.delta.stop_reason == "tool_use"
+    assert delta.type == "message_delta"
+    assert delta.delta.stop_reason == "tool_use"
 
 
 def test_messages_stream_helper_text_and_final_message(claude: anthropic.Anthropic) -> None:
@@ -287,7 +346,10 @@ def test_messages_stream_helper_text_and_final_message(claude: anthropic.Anthrop
 
 def test_messages_stream_helper_accumulates_tool_input(claude: anthropic.Anthropic) -> None:
     with claude.messages.stream(
-        model=ANTHROPIC_MODEL, max_tokens=256, messages=[{"role": "user", "content": PROMPT}], tools=ANTHROPIC_TOOLS
+        model=ANTHROPIC_MODEL,
+        max_tokens=256,
+        messages=[{"role": "user", "content": PROMPT}],
+        tools=ANTHROPIC_TOOLS,
     ) as stream:
         final = stream.get_final_message()
     (block,) = final.content
@@ -313,9 +375,13 @@ def test_async_openai_chat_and_responses(srv: FakeLLMServer) -> None:
             stream = await client.chat.completions.create(
                 model=OPENAI_MODEL, messages=[{"role": "user", "content": "async"}], stream=True
             )
-            text = "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
+            text = "".join(
+                [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
+            )
 
-            async with client.responses.stream(model=OPENAI_MODEL, input="async responses") as events:
+            async with client.responses.stream(
+                model=OPENAI_MODEL, input="async responses"
+            ) as events:
                 async for _ in events:
                     pass
                 final = await events.get_final_response()
@@ -333,10 +399,15 @@ def test_async_anthropic_messages(srv: FakeLLMServer) -> None:
     async def main() -> tuple[anthropic.types.Message, str]:
         async with anthropic.AsyncAnthropic(base_url=srv.base_url, api_key="test") as client:
             message = await client.messages.create(
-                model=ANTHROPIC_MODEL, max_tokens=64, messages=[{"role": "user", "content": PROMPT}], tools=ANTHROPIC_TOOLS
+                model=ANTHROPIC_MODEL,
+                max_tokens=64,
+                messages=[{"role": "user", "content": PROMPT}],
+                tools=ANTHROPIC_TOOLS,
             )
             async with client.messages.stream(
-                model=ANTHROPIC_MODEL, max_tokens=64, messages=[{"role": "user", "content": "async"}]
+                model=ANTHROPIC_MODEL,
+                max_tokens=64,
+                messages=[{"role": "user", "content": "async"}],
             ) as stream:
                 text = "".join([piece async for piece in stream.text_stream])
             return message, text
@@ -353,10 +424,14 @@ def test_async_anthropic_messages(srv: FakeLLMServer) -> None:
 
 
 @pytest.mark.parametrize("status", [429, 500])
-def test_openai_retries_injected_error_then_succeeds(srv: FakeLLMServer, oai: openai.OpenAI, status: int) -> None:
+def test_openai_retries_injected_error_then_succeeds(
+    srv: FakeLLMServer, oai: openai.OpenAI, status: int
+) -> None:
     srv.fail_next(1, status=status)
     started = time.monotonic()
-    completion = oai.chat.completions.create(model=OPENAI_MODEL, messages=[{"role": "user", "content": "retry"}])
+    completion = oai.chat.completions.create(
+        model=OPENAI_MODEL, messages=[{"role": "user", "content": "retry"}]
+    )
     assert time.monotonic() - started < 2
     assert completion.choices[0].message.content == "Hello! You said: retry"
     assert srv.request_count == 2
@@ -370,14 +445,18 @@ def test_anthropic_retries_injected_error_then_succeeds(
 ) -> None:
     srv.fail_next(1, status=status)
     started = time.monotonic()
-    message = claude.messages.create(model=ANTHROPIC_MODEL, max_tokens=64, messages=[{"role": "user", "content": "retry"}])
+    message = claude.messages.create(
+        model=ANTHROPIC_MODEL, max_tokens=64, messages=[{"role": "user", "content": "retry"}]
+    )
     assert time.monotonic() - started < 2
     assert message.stop_reason == "end_turn"
     assert srv.request_count == 2
     assert [request.headers["x-stainless-retry-count"] for request in srv.requests] == ["0", "1"]
 
 
-def test_openai_rate_limit_error_after_exhausting_retries(srv: FakeLLMServer, oai: openai.OpenAI) -> None:
+def test_openai_rate_limit_error_after_exhausting_retries(
+    srv: FakeLLMServer, oai: openai.OpenAI
+) -> None:
     srv.fail_next(3, status=429)
     with pytest.raises(openai.RateLimitError) as caught:
         oai.responses.create(model=OPENAI_MODEL, input="x")
@@ -392,7 +471,9 @@ def test_openai_rate_limit_error_after_exhausting_retries(srv: FakeLLMServer, oa
 def test_anthropic_error_classes(srv: FakeLLMServer, claude: anthropic.Anthropic) -> None:
     srv.fail_next(3, status=429)
     with pytest.raises(anthropic.RateLimitError) as rate_limited:
-        claude.messages.create(model=ANTHROPIC_MODEL, max_tokens=8, messages=[{"role": "user", "content": "x"}])
+        claude.messages.create(
+            model=ANTHROPIC_MODEL, max_tokens=8, messages=[{"role": "user", "content": "x"}]
+        )
     assert rate_limited.value.type == "rate_limit_error"
     assert srv.request_count == 3
 
@@ -410,9 +491,13 @@ def test_anthropic_error_classes(srv: FakeLLMServer, claude: anthropic.Anthropic
     assert internal.value.request_id == "req_fake_000005"
 
 
-def test_streaming_request_is_retried_before_the_stream_starts(srv: FakeLLMServer, oai: openai.OpenAI) -> None:
+def test_streaming_request_is_retried_before_the_stream_starts(
+    srv: FakeLLMServer, oai: openai.OpenAI
+) -> None:
     srv.fail_next(2, status=429)
-    stream = oai.chat.completions.create(model=OPENAI_MODEL, messages=[{"role": "user", "content": "s"}], stream=True)
+    stream = oai.chat.completions.create(
+        model=OPENAI_MODEL, messages=[{"role": "user", "content": "s"}], stream=True
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     assert text == "Hello! You said: s"
     assert srv.request_count == 3
@@ -423,23 +508,34 @@ def test_streaming_request_is_retried_before_the_stream_starts(srv: FakeLLMServe
 # --------------------------------------------------------------------------------------
 
 
-def test_list_script_is_consumed_in_order_and_renders_per_api(srv: FakeLLMServer, oai: openai.OpenAI) -> None:
+def test_list_script_is_consumed_in_order_and_renders_per_api(
+    srv: FakeLLMServer, oai: openai.OpenAI
+) -> None:
     srv.script = [
-        Reply(text="Let me check.", tool_calls=[ToolCall("lookup_order", {"order_id": "Z-1"}, call_id="call_fixed")]),
+        Reply(
+            text="Let me check.",
+            tool_calls=[ToolCall("lookup_order", {"order_id": "Z-1"}, call_id="call_fixed")],
+        ),
         ErrorReply(status=400, message="bad things"),
         Reply(text="done"),
     ]
-    first = oai.chat.completions.create(model=OPENAI_MODEL, messages=[{"role": "user", "content": "a"}])
+    first = oai.chat.completions.create(
+        model=OPENAI_MODEL, messages=[{"role": "user", "content": "a"}]
+    )
     message = first.choices[0].message
     assert message.content == "Let me check."
-    assert message.tool_calls is not None and message.tool_calls[0].id == "call_fixed"
+    assert message.tool_calls is not None
+    assert message.tool_calls[0].id == "call_fixed"
 
     with pytest.raises(openai.BadRequestError, match="bad things"):
         oai.chat.completions.create(model=OPENAI_MODEL, messages=[{"role": "user", "content": "b"}])
 
     with anthropic.Anthropic(base_url=srv.base_url, api_key="test") as claude:
-        last = claude.messages.create(model="claude-x-20250101", max_tokens=8, messages=[{"role": "user", "content": "c"}])
-    assert last.content[0].type == "text" and last.content[0].text == "done"
+        last = claude.messages.create(
+            model="claude-x-20250101", max_tokens=8, messages=[{"role": "user", "content": "c"}]
+        )
+    assert last.content[0].type == "text"
+    assert last.content[0].text == "done"
     assert last.model == "claude-x-20250101"
 
     with pytest.raises(openai.InternalServerError, match="fake script failed"):
@@ -455,12 +551,16 @@ def test_callable_script_sees_parsed_request() -> None:
         seen.append(request)
         return Reply(text=f"{request.api}:{request.index}:{','.join(request.tools)}")
 
-    with FakeLLMServer(script, model_aliases={"fast": "fast-model-2026-01-01"}) as server:
-        with openai.OpenAI(base_url=server.openai_base_url, api_key="test") as client:
-            response = client.responses.create(model="fast", input="hi", tools=RESPONSES_TOOLS[:1])
+    aliases = {"fast": "fast-model-2026-01-01"}
+    with (
+        FakeLLMServer(script, model_aliases=aliases) as server,
+        openai.OpenAI(base_url=server.openai_base_url, api_key="test") as client,
+    ):
+        response = client.responses.create(model="fast", input="hi", tools=RESPONSES_TOOLS[:1])
     assert response.output_text == "responses:0:lookup_order"
     assert response.model == "fast-model-2026-01-01"
-    assert seen[0].user_text == "hi" and seen[0].stream is False
+    assert seen[0].user_text == "hi"
+    assert seen[0].stream is False
 
 
 def test_resolve_model() -> None:

@@ -17,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ..canonical import loads
 from ..errors import (
     DuplicateConflict,
@@ -93,6 +95,25 @@ _PAGE = 2000
 _LOCK_DEADLINE = 120.0  # seconds a writer keeps retrying a locked database before giving up
 
 
+def _statements(script: str) -> list[str]:
+    """Split a schema script into single statements (triggers keep their inner ``;``)."""
+    statements: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        statements.append(pending.strip())
+    return statements
+
+
+def _lenient_text(raw: bytes) -> str:
+    """Decode a TEXT value that is not valid UTF-8 (only a tampered file has one)."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
 def _parse_url(url: str) -> tuple[str, dict[str, str]]:
     """``sqlite:///rel/path.db``, ``sqlite:////abs/path.db``, ``sqlite:///:memory:``, or a path."""
     query: dict[str, str] = {}
@@ -161,8 +182,14 @@ class SQLiteStore(Store):
                 self._retry(lambda: self._db.execute("PRAGMA journal_mode = WAL"))
             self._db.execute(f"PRAGMA synchronous = {sync}")
             self._retry(self._migrate)
-        except sqlite3.DatabaseError as exc:
-            raise StoreUnavailable(f"cannot open {self.path}: {exc}", location=self.path) from exc
+        except BaseException as exc:
+            if hasattr(self, "_db"):
+                self._db.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise StoreUnavailable(
+                    f"cannot open {self.path}: {exc}", location=self.path
+                ) from exc
+            raise
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> SQLiteStore:
@@ -211,9 +238,12 @@ class SQLiteStore(Store):
                         expected=SCHEMA_VERSION,
                         actual=version,
                     )
+                # Statement by statement inside this transaction, never executescript (which
+                # commits first): the schema appears whole or not at all, even when several
+                # processes open a new store at once or one is killed while creating it.
                 if version == 0:
-                    db.executescript(_SCHEMA_V1.replace("BEGIN;", ""))  # executescript commits
-                    db.execute("BEGIN IMMEDIATE")
+                    for statement in _statements(_SCHEMA_V1):
+                        db.execute(statement)
                     db.execute(
                         "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?), "
                         "('format_version', '1')",
@@ -221,7 +251,8 @@ class SQLiteStore(Store):
                     )
                     version = SCHEMA_VERSION
                 while version < SCHEMA_VERSION:
-                    db.executescript(MIGRATIONS[version])
+                    for statement in _statements(MIGRATIONS[version]):
+                        db.execute(statement)
                     version += 1
                     db.execute(
                         "UPDATE meta SET value=? WHERE key='schema_version'", (str(version),)
@@ -351,9 +382,7 @@ class SQLiteStore(Store):
                 ) from exc
             body = ev.payload_bytes
             if body is None and ev.payload is not None:
-                from ..canonical import canonical
-
-                body = canonical(ev.payload, "payload")
+                body = orjson.dumps(ev.payload)
             db.execute(
                 "INSERT INTO payloads (id, salt, body) VALUES (?,?,?)",
                 (cur.lastrowid, ev.salt, body),
@@ -433,12 +462,7 @@ class SQLiteStore(Store):
         tenant = self._resolve_tenant(run_id, tenant)
         seq = from_seq
         while True:
-            with self._lock:
-                rows = self._db.execute(
-                    f"SELECT {_COLUMNS} FROM events e JOIN payloads p ON p.id = e.id "
-                    "WHERE e.tenant=? AND e.run_id=? AND e.seq>=? ORDER BY e.seq LIMIT ?",
-                    (tenant, run_id, seq, _PAGE),
-                ).fetchall()
+            rows = self._page(tenant, run_id, seq)
             for r in rows:
                 body = r[15]
                 yield Event(
@@ -465,6 +489,33 @@ class SQLiteStore(Store):
             if len(rows) < _PAGE:
                 return
             seq = rows[-1][2] + 1
+
+    def _page(self, tenant: str, run_id: str, seq: int) -> list[Any]:
+        sql = (
+            f"SELECT {_COLUMNS} FROM events e JOIN payloads p ON p.id = e.id "
+            "WHERE e.tenant=? AND e.run_id=? AND e.seq>=? ORDER BY e.seq LIMIT ?"
+        )
+        args = (tenant, run_id, seq, _PAGE)
+        with self._lock:
+            try:
+                try:
+                    return self._db.execute(sql, args).fetchall()
+                except sqlite3.OperationalError as exc:
+                    if "decode" not in str(exc).lower():
+                        raise
+                # A TEXT value that is not UTF-8: read it with lone surrogates standing for the
+                # bad bytes, so that verification reports the row instead of failing to read it.
+                self._db.text_factory = _lenient_text
+                try:
+                    return self._db.execute(sql, args).fetchall()
+                finally:
+                    self._db.text_factory = str
+            except sqlite3.DatabaseError as exc:
+                raise StoreUnavailable(
+                    f"reading run {run_id!r} from {self.path} failed: {exc}",
+                    location=self.path,
+                    run_id=run_id,
+                ) from exc
 
     def runs(
         self,

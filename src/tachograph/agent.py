@@ -1,0 +1,452 @@
+"""Recording a run: the agent spec, the environment fingerprint, and ``record``.
+
+Two styles, one engine:
+
+* **decorator style**: the agent calls ``@tool`` and ``@model`` functions; wrap the run in
+  ``with tachograph.record(store, actor=..., input=...) as run`` or call
+  :func:`record_run` with the agent function.
+* **edge style**: the agent receives its edges as arguments, ``agent(input, model, tool)``;
+  declare them with :class:`Agent` (``model=``, ``tools=``, ``edges=True``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib.metadata
+import inspect
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, overload
+
+from .errors import RecordingError
+from .events import new_ulid
+from .recorder import Durability, Listener, Processor, Recorder
+from .runtime import ToolSpec, registered_models, registered_tools, sha256_text
+from .session import Session, error_info
+from .store import Store, open_store
+
+__all__ = ["Agent", "Run", "RunResult", "agent", "fingerprint", "record", "record_run"]
+
+RECORDER = "tachograph-0.1.0"
+
+
+def _runtime() -> str:
+    return f"{sys.implementation.name}-{platform.python_version()}"
+
+
+@functools.lru_cache(maxsize=64)
+def _git_version(directory: str) -> str | None:
+    try:
+        head = subprocess.run(
+            ["git", "-C", directory, "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", directory, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"git:{head}" + ("-dirty" if dirty else "") if head else None
+
+
+def code_version_of(fn: Callable[..., Any]) -> str | None:
+    """The agent's own version: its distribution's version, else its git commit, else None."""
+    module = inspect.getmodule(fn)
+    if module is None:
+        return None
+    top = module.__name__.split(".")[0]
+    try:
+        dists = importlib.metadata.packages_distributions().get(top)
+        if dists:
+            return f"{dists[0]}-{importlib.metadata.version(dists[0])}"
+    except Exception:
+        pass
+    path = getattr(module, "__file__", None)
+    if path:
+        return _git_version(str(Path(path).resolve().parent))
+    return None
+
+
+def _tool_spec(item: Any) -> ToolSpec:
+    spec = getattr(item, "__tachograph_tool__", None)
+    if isinstance(spec, ToolSpec):
+        return spec
+    if isinstance(item, ToolSpec):
+        return item
+    raise RecordingError(f"{item!r} is not a tachograph tool (decorate it with @tachograph.tool)")
+
+
+def _model_id(item: Any) -> str:
+    spec = getattr(item, "__tachograph_model__", None)
+    if spec is not None:
+        return str(spec.model)
+    if isinstance(item, str):
+        return item
+    raise RecordingError(f"{item!r} is not a model id or a @tachograph.model function")
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent with what it declares: models, prompts, tools, version.
+
+    Calling it calls the agent. With ``edges=True`` the function is called as
+    ``fn(input, model, tool)`` where ``model`` is the declared model function and ``tool`` is
+    ``tool(name, **args)`` dispatching to the declared tools.
+    """
+
+    fn: Callable[..., Any]
+    name: str
+    models: tuple[Any, ...] = ()
+    prompts: Mapping[str, str] = field(default_factory=dict)
+    tools: tuple[Any, ...] = ()
+    code_version: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    edges: bool = False
+
+    def __call__(self, input: Any) -> Any:
+        if not self.edges:
+            return self.fn(input)
+        by_name = {_tool_spec(t).name: t for t in self.tools}
+        model_fns = [m for m in self.models if not isinstance(m, str)]
+        model_fn = model_fns[0] if model_fns else None
+
+        def tool(name: str, /, **args: Any) -> Any:
+            try:
+                target = by_name[name]
+            except KeyError:
+                known = ", ".join(sorted(by_name)) or "none"
+                raise RecordingError(f"unknown tool {name!r}; declared tools: {known}") from None
+            return target(**args)
+
+        return self.fn(input, model_fn, tool)
+
+    @property
+    def is_async(self) -> bool:
+        """True when the agent function is a coroutine function."""
+        return inspect.iscoroutinefunction(self.fn)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The environment fingerprint of SPEC section 7 for this agent, now."""
+        return fingerprint(
+            code_version=self.code_version
+            if self.code_version is not None
+            else code_version_of(self.fn),
+            models=[_model_id(m) for m in self.models] if self.models else None,
+            prompts=self.prompts,
+            tools=self.tools if self.tools else None,
+        )
+
+
+@overload
+def agent(fn: Callable[..., Any]) -> Agent: ...
+
+
+@overload
+def agent(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    models: Sequence[Any] = (),
+    prompts: Mapping[str, str] | None = None,
+    tools: Sequence[Any] = (),
+    code_version: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    edges: bool = False,
+) -> Callable[[Callable[..., Any]], Agent]: ...
+
+
+def agent(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    models: Sequence[Any] = (),
+    prompts: Mapping[str, str] | None = None,
+    tools: Sequence[Any] = (),
+    code_version: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    edges: bool = False,
+) -> Agent | Callable[[Callable[..., Any]], Agent]:
+    """Declare an agent (decorator or call); see :class:`Agent`."""
+
+    def build(func: Callable[..., Any]) -> Agent:
+        return Agent(
+            fn=func,
+            name=name or func.__name__,
+            models=tuple(models),
+            prompts=dict(prompts or {}),
+            tools=tuple(tools),
+            code_version=code_version,
+            labels=dict(labels or {}),
+            edges=edges,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def fingerprint(
+    *,
+    code_version: str | None = None,
+    models: Iterable[str] | None = None,
+    prompts: Mapping[str, str] | None = None,
+    tools: Iterable[Any] | None = None,
+) -> dict[str, Any]:
+    """Build the ``env`` of ``run.started``. Undeclared models and tools default to every
+    ``@model`` and ``@tool`` declared in this process."""
+    model_ids = sorted(set(models)) if models is not None else sorted(registered_models())
+    specs = (
+        [_tool_spec(t) for t in tools] if tools is not None else list(registered_tools().values())
+    )
+    return {
+        "code_version": code_version,
+        "runtime": _runtime(),
+        "recorder": RECORDER,
+        "models": model_ids,
+        "prompts": {name: sha256_text(text) for name, text in sorted((prompts or {}).items())},
+        "tools": {spec.name: spec.fingerprint() for spec in sorted(specs, key=lambda s: s.name)},
+    }
+
+
+class Run:
+    """The handle of a run being recorded. Set :attr:`output` before the block ends."""
+
+    def __init__(self, session: Session, recorder: Recorder, store: Store) -> None:
+        self.session = session
+        self.recorder = recorder
+        self.store = store
+        self.output: Any = None
+        self.status: str | None = None
+        self.error: dict[str, Any] | None = None
+
+    @property
+    def run_id(self) -> str:
+        """The id of the run."""
+        return self.recorder.run_id
+
+    def flush(self) -> None:
+        """Wait until everything recorded so far is durable."""
+        self.recorder.flush()
+
+
+def _dry_run_default(dry_run: bool | None) -> bool:
+    if dry_run is not None:
+        return dry_run
+    return os.environ.get("TACHOGRAPH_DRY_RUN", "").lower() in ("1", "true", "yes", "on")
+
+
+class record:
+    """Record one run around any agent code (``with`` or ``async with``).
+
+    On a normal exit the run finishes ``ok`` with ``run.output``; an exception finishes it as
+    ``error`` (and propagates); ``KeyboardInterrupt`` and cancellation finish it ``aborted``.
+    """
+
+    def __init__(
+        self,
+        store: Store | str | os.PathLike[str] | None = None,
+        *,
+        actor: str,
+        input: Any = None,
+        run_id: str | None = None,
+        tenant: str = "default",
+        agent: Agent | None = None,
+        labels: Mapping[str, str] | None = None,
+        models: Iterable[str] | None = None,
+        prompts: Mapping[str, str] | None = None,
+        tools: Iterable[Any] | None = None,
+        code_version: str | None = None,
+        durability: Durability | str = Durability.EFFECTS,
+        processors: Sequence[Processor] = (),
+        listeners: Sequence[Listener] = (),
+        dry_run: bool | None = None,
+        seed: int | None = None,
+        parent: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._store = store if isinstance(store, Store) else open_store(store)
+        self._owns_store = not isinstance(store, Store)
+        self.actor = actor
+        self.input = input
+        self.run_id = run_id or f"run_{new_ulid()}"
+        self.tenant = tenant
+        self.labels = dict(agent.labels if agent else {})
+        self.labels.update(labels or {})
+        if agent is not None:
+            self.env = agent.fingerprint()
+        else:
+            self.env = fingerprint(
+                code_version=code_version, models=models, prompts=prompts, tools=tools
+            )
+        if agent is not None and code_version is not None:
+            self.env["code_version"] = code_version
+        self.durability = durability
+        self.processors = processors
+        self.listeners = listeners
+        self.dry_run = _dry_run_default(dry_run)
+        self.seed = seed
+        self.parent = dict(parent) if parent else None
+        self.run: Run | None = None
+
+    def _start(self) -> Run:
+        recorder = Recorder(
+            self._store,
+            run_id=self.run_id,
+            actor=self.actor,
+            tenant=self.tenant,
+            durability=self.durability,
+            processors=self.processors,
+            listeners=self.listeners,
+        )
+        if self._store.head(self.run_id, tenant=self.tenant) is not None:
+            raise RecordingError(
+                f"run {self.run_id!r} already exists in {self._store.url}; use resume to "
+                "continue it",
+                run_id=self.run_id,
+            )
+        session = Session(
+            mode="record",
+            run_id=self.run_id,
+            actor=self.actor,
+            recorder=recorder,
+            dry_run=self.dry_run,
+            seed=self.seed,
+        )
+        payload: dict[str, Any] = {"input": self.input, "env": self.env}
+        if self.parent is not None:
+            payload["parent"] = self.parent
+        labels = dict(self.labels)
+        if self.dry_run:
+            labels["tachograph.dry_run"] = "true"
+        if labels:
+            payload["labels"] = labels
+        recorder.append("run.started", payload)
+        session.activate()
+        self.run = Run(session, recorder, self._store)
+        return self.run
+
+    def _finish(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
+        run = self.run
+        assert run is not None
+        run.session.deactivate()
+        if exc is None:
+            body: dict[str, Any] = {"status": "ok", "output": run.output}
+        elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError, SystemExit)):
+            body = {"status": "aborted", "error": error_info(exc)}
+        elif isinstance(exc, Exception):
+            body = {"status": "error", "error": error_info(exc)}
+        else:  # GeneratorExit and other BaseExceptions: leave the run open, as a crash would
+            return
+        if run.session.used_dry_run and self.dry_run is False:
+            body.setdefault("labels", {})
+        run.status = body["status"]
+        run.error = body.get("error")
+        try:
+            run.recorder.append("run.finished", body)
+        except Exception:
+            if exc is None:
+                raise
+        run.recorder.flush()
+
+    def __enter__(self) -> Run:
+        return self._start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._finish(exc_type, exc)
+
+    async def __aenter__(self) -> Run:
+        return self._start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._finish(exc_type, exc)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`record_run` returns."""
+
+    run_id: str
+    status: str
+    output: Any = None
+    error: dict[str, Any] | None = None
+
+
+def _as_agent(target: Callable[..., Any] | Agent, actor: str | None) -> Agent:
+    if isinstance(target, Agent):
+        return target
+    return Agent(fn=target, name=actor or str(getattr(target, "__name__", "agent")))
+
+
+def record_run(
+    target: Callable[..., Any] | Agent,
+    input: Any = None,
+    *,
+    store: Store | str | os.PathLike[str] | None = None,
+    actor: str | None = None,
+    **options: Any,
+) -> RunResult:
+    """Record one call of an agent: ``agent(input)`` (sync or async) inside a run.
+
+    The output is the agent's return value. An exception is recorded and propagates.
+    Options are those of :class:`record`.
+    """
+    spec = _as_agent(target, actor)
+    rec = record(store, actor=actor or spec.name, input=input, agent=spec, **options)
+    with rec as run:
+        result = spec(input)
+        if inspect.isawaitable(result):
+            result = _run_coroutine(result)
+        run.output = result
+    return RunResult(run.run_id, run.status or "ok", run.output, run.error)
+
+
+async def arecord_run(
+    target: Callable[..., Any] | Agent,
+    input: Any = None,
+    *,
+    store: Store | str | os.PathLike[str] | None = None,
+    actor: str | None = None,
+    **options: Any,
+) -> RunResult:
+    """The async form of :func:`record_run`, for use inside a running event loop."""
+    spec = _as_agent(target, actor)
+    rec = record(store, actor=actor or spec.name, input=input, agent=spec, **options)
+    async with rec as run:
+        result = spec(input)
+        if inspect.isawaitable(result):
+            result = await result
+        run.output = result
+    return RunResult(run.run_id, run.status or "ok", run.output, run.error)
+
+
+def _run_coroutine(coro: Any) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        # asyncio.run copies the current context into its task, so the session is visible.
+        return asyncio.run(coro)
+    raise RecordingError(
+        "the agent is async and an event loop is already running: use 'await arecord_run(...)' "
+        "or 'await areplay(...)' instead"
+    )

@@ -1,0 +1,1 @@
+"""The example agent that ``tacho demo`` records and replays."""

@@ -1,0 +1,258 @@
+"""A run being recorded: the chain head, the writer behind it, and the durability policy.
+
+The caller's thread builds each event (canonical bytes, digest, hash: the chain must be
+extended in order) and hands it to a :class:`Writer`, whose thread appends batches to the store.
+``flush`` waits until everything handed over is durable. A write that fails is raised on the
+next append or flush as :class:`~tachograph.errors.WriteFailed`, never dropped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import enum
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import RecordingError, WriteFailed
+from .events import Event, check_actor, check_run_id, check_tenant, check_type, new_event
+from .store.base import Store
+
+__all__ = ["Durability", "Processor", "Recorder", "Writer", "writer_for"]
+
+Processor = Callable[[str, dict[str, Any]], dict[str, Any]]
+"""``processor(event_type, payload) -> payload``, applied in order before hashing."""
+
+
+class Durability(str, enum.Enum):
+    """When recorded events are made durable.
+
+    ``effects`` (default): before every ``write`` or ``irreversible`` tool runs, and at run end.
+    ``every``: each event before the recording call returns. ``batch``: at run end only (and
+    whenever the writer gets to it); fastest, loses the tail of a crashed run.
+    """
+
+    EFFECTS = "effects"
+    EVERY = "every"
+    BATCH = "batch"
+
+    @classmethod
+    def parse(cls, value: str | Durability) -> Durability:
+        """Return the policy named by ``value`` or fail listing the valid names."""
+        try:
+            return cls(value)
+        except ValueError:
+            valid = ", ".join(repr(d.value) for d in cls)
+            raise RecordingError(f"unknown durability {value!r}; expected one of {valid}") from None
+
+
+class Writer:
+    """Appends events to one store from a background thread, in batches."""
+
+    def __init__(self, store: Store, *, max_batch: int = 512) -> None:
+        self.store = store
+        self.max_batch = max_batch
+        self._cond = threading.Condition()
+        self._queue: list[Event] = []
+        self._submitted = 0
+        self._written = 0
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, event: Event) -> int:
+        """Queue one event; returns a ticket for :meth:`wait`."""
+        with self._cond:
+            if self._error is not None:
+                raise self._failure()
+            if self._closed:
+                raise WriteFailed("the writer is closed")
+            self._queue.append(event)
+            self._submitted += 1
+            ticket = self._submitted
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="tachograph-writer", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+            return ticket
+
+    def wait(self, ticket: int | None = None) -> None:
+        """Block until the event with ``ticket`` (default: everything submitted) is durable."""
+        with self._cond:
+            target = self._submitted if ticket is None else ticket
+            while self._written < target and self._error is None:
+                self._cond.wait()
+            if self._error is not None:
+                raise self._failure()
+
+    flush = wait
+
+    def _failure(self) -> WriteFailed:
+        error = self._error
+        return WriteFailed(
+            f"events could not be written to {self.store.url}: {error}; the run is incomplete",
+            cause=error,
+        )
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                batch = self._queue[: self.max_batch]
+            try:
+                self.store.append(batch)
+            except BaseException as exc:  # surfaced to the caller on its next call
+                with self._cond:
+                    self._error = exc
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                del self._queue[: len(batch)]
+                self._written += len(batch)
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Write what is queued, then stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+
+_writers: weakref.WeakKeyDictionary[Store, Writer] = weakref.WeakKeyDictionary()
+_writers_lock = threading.Lock()
+
+
+def writer_for(store: Store) -> Writer:
+    """The one writer of a store in this process."""
+    with _writers_lock:
+        writer = _writers.get(store)
+        if writer is None:
+            writer = _writers[store] = Writer(store)
+        return writer
+
+
+@atexit.register
+def _flush_all() -> None:  # pragma: no cover - runs at interpreter exit
+    for writer in list(_writers.values()):
+        try:
+            writer.wait()
+        except Exception as exc:
+            print(f"tachograph: events lost at exit: {exc}", file=sys.stderr)
+
+
+def _otel_context() -> tuple[str | None, str | None]:
+    """Trace and span ids of the current OpenTelemetry span, if OpenTelemetry is in use."""
+    trace_mod = sys.modules.get("opentelemetry.trace")
+    if trace_mod is None:
+        return None, None
+    try:
+        ctx = trace_mod.get_current_span().get_span_context()
+    except Exception:  # observability never breaks the host
+        return None, None
+    if not ctx.is_valid:
+        return None, None
+    return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
+
+
+Listener = Callable[[Event], None]
+
+
+class Recorder:
+    """Appends events to one run, extending its chain; thread-safe."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        run_id: str,
+        actor: str,
+        tenant: str = "default",
+        durability: Durability | str = Durability.EFFECTS,
+        processors: Sequence[Processor] = (),
+        listeners: Sequence[Listener] = (),
+        head: tuple[int, str] | None = None,
+    ) -> None:
+        self.store = store
+        self.run_id = check_run_id(run_id)
+        self.tenant = check_tenant(tenant)
+        self.actor = check_actor(actor)
+        self.durability = Durability.parse(durability)
+        self.processors = tuple(processors)
+        self.listeners = list(listeners)
+        self.writer = writer_for(store)
+        self._lock = threading.Lock()
+        self.next_seq = 0 if head is None else head[0] + 1
+        self.head_hash: str | None = None if head is None else head[1]
+        self.finished = False
+        self._last_ticket = 0
+        self._checked_types: set[str] = set()
+
+    def append(
+        self,
+        type: str,
+        payload: dict[str, Any],
+        *,
+        actor: str | None = None,
+        idempotency_key: str | None = None,
+        model: str | None = None,
+        seed: int | None = None,
+        durable: bool = False,
+        trace: tuple[str | None, str | None] | None = None,
+    ) -> Event:
+        """Append one event; with ``durable=True`` return only once it is on disk."""
+        if type not in self._checked_types:
+            check_type(type)
+            self._checked_types.add(type)
+        if actor is not None and actor != self.actor:
+            check_actor(actor)
+        for processor in self.processors:
+            payload = processor(type, payload)
+        trace_id, span_id = trace if trace is not None else _otel_context()
+        with self._lock:
+            if self.finished:
+                raise RecordingError(
+                    f"run {self.run_id!r} has finished; nothing more can be recorded in it",
+                    run_id=self.run_id,
+                )
+            event = new_event(
+                run_id=self.run_id,
+                seq=self.next_seq,
+                type=type,
+                actor=actor or self.actor,
+                payload=payload,
+                prev_hash=self.head_hash,
+                tenant=self.tenant,
+                trace_id=trace_id,
+                span_id=span_id,
+                idempotency_key=idempotency_key,
+                model=model,
+                seed=seed,
+                checked=True,
+            )
+            ticket = self.writer.submit(event)
+            self._last_ticket = ticket
+            self.next_seq += 1
+            self.head_hash = event.hash
+            if type == "run.finished":
+                self.finished = True
+        if durable or self.durability is Durability.EVERY:
+            self.writer.wait(ticket)
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception:  # a listener (e.g. tracing) never breaks recording
+                pass
+        return event
+
+    def flush(self) -> None:
+        """Wait until every event appended so far is durable."""
+        self.writer.wait(self._last_ticket)

@@ -1,0 +1,390 @@
+"""Replay, fork and resume: run the agent's own code against a recorded run.
+
+* :func:`replay` serves every model answer, tool result, clock reading, random value and
+  external read from the record; nothing runs live and nothing is written. It reports the
+  first divergence (or every one, with ``collect=True``), and whether the replay reproduces
+  or only simulates (environment drift).
+* :func:`fork` serves a run up to step N (optionally overriding the answer at N), then goes
+  on live in a new run whose ``run.started`` names its parent. Tools that write default to
+  dry run.
+* :func:`resume` continues a run that never finished (a crash) in the same run: recorded
+  steps are served, then the agent goes on live. A dangling intent is handled by its effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from .agent import Agent, Run, _as_agent, _dry_run_default, record
+from .chain import verify_events
+from .errors import Divergence, ReplayError, Unreplayable
+from .events import Event, new_ulid
+from .recorder import Recorder
+from .report import Drift, ReplayReport
+from .session import Session, _Stop, error_info
+from .store import Store, open_store
+
+__all__ = ["areplay", "fork", "replay", "resume"]
+
+
+def _load(store: Store | str | None, run_id: str, tenant: str | None) -> tuple[Store, list[Event]]:
+    st = store if isinstance(store, Store) else open_store(store, create=False)
+    events = st.events(run_id, tenant=tenant)
+    if not events or events[0].type != "run.started":
+        raise Unreplayable(
+            f"run {run_id!r} does not begin with run.started; it cannot be replayed",
+            run_id=run_id,
+        )
+    return st, events
+
+
+def _verify(events: list[Event], allow_unverified: bool) -> bool:
+    report = verify_events(events)
+    if report.ok:
+        return False
+    if not allow_unverified:
+        raise Unreplayable(
+            f"refusing to replay a run that does not verify: {report.render()} "
+            "(pass allow_unverified=True / --allow-unverified to replay it anyway, labelled "
+            "as such)",
+            run_id=report.run_id,
+            seq=report.first_failure.seq if report.first_failure else None,
+            report=report,
+        )
+    return True
+
+
+def drift(recorded: dict[str, Any] | None, current: dict[str, Any] | None) -> list[Drift]:
+    """What changed between two environment fingerprints (SPEC section 7).
+
+    Model ids, prompt hashes, tool schemas and versions, and the code version count; the
+    runtime and the recorder version are reported by :func:`runtime_notes`.
+    """
+    if recorded is None or current is None:
+        return []
+    out: list[Drift] = []
+    if recorded.get("code_version") != current.get("code_version"):
+        out.append(Drift("code_version", recorded.get("code_version"), current.get("code_version")))
+    if sorted(recorded.get("models") or []) != sorted(current.get("models") or []):
+        out.append(Drift("models", recorded.get("models"), current.get("models")))
+    for section in ("prompts", "tools"):
+        before = recorded.get(section) or {}
+        after = current.get(section) or {}
+        for name in sorted(set(before) | set(after)):
+            if before.get(name) != after.get(name):
+                out.append(Drift(f"{section}.{name}", before.get(name), after.get(name)))
+    return out
+
+
+def runtime_notes(recorded: dict[str, Any] | None, current: dict[str, Any] | None) -> list[str]:
+    """Differences in runtime and recorder, which do not make a simulation by themselves."""
+    notes = []
+    for key in ("runtime", "recorder"):
+        if recorded and current and recorded.get(key) != current.get(key):
+            notes.append(f"{key} was {recorded.get(key)!r}, is {current.get(key)!r}")
+    return notes
+
+
+def _call(spec: Agent, input: Any) -> Any:
+    result = spec(input)
+    if inspect.isawaitable(result):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(_await(result))
+        raise ReplayError("the agent is async and a loop is running: use 'await areplay(...)'")
+    return result
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _drive(session: Session, spec: Agent, input: Any) -> tuple[str, Any, dict[str, Any] | None]:
+    """Run the agent under ``session``; returns (status, output, error)."""
+    session.activate()
+    try:
+        try:
+            output = _call(spec, input)
+        except _Stop:
+            if session.fatal_error is not None:
+                raise session.fatal_error from None
+            return "stopped", None, None
+        except Exception as exc:
+            info = error_info(exc)
+            try:
+                session.check_end("error", None, info)
+            except _Stop:
+                pass
+            return "error", None, info
+        try:
+            session.check_end("ok", output, None)
+        except _Stop:
+            pass
+        return "ok", output, None
+    finally:
+        session.deactivate()
+
+
+def _env_of(events: list[Event]) -> dict[str, Any] | None:
+    payload = events[0].payload or {}
+    env = payload.get("env")
+    return env if isinstance(env, dict) else None
+
+
+def replay(
+    store: Store | str | None,
+    run_id: str,
+    agent: Callable[..., Any] | Agent,
+    *,
+    tenant: str | None = None,
+    match: str = "strict",
+    collect: bool = False,
+    raise_on_divergence: bool = False,
+    allow_unverified: bool = False,
+    rerun_pure: bool = False,
+    env: dict[str, Any] | None = None,
+) -> ReplayReport:
+    """Replay a recorded run against the agent's current code; nothing runs live.
+
+    ``match`` is ``strict`` (the next recorded step must be the one the agent takes) or
+    ``key`` (calls matched by idempotency key, for agents whose calls complete in varying
+    order). By default replay stops at the first divergence; ``collect=True`` goes on and
+    reports every divergence it can; ``raise_on_divergence=True`` raises
+    :class:`~tachograph.errors.Divergence` (carrying the report) instead of returning it.
+    ``rerun_pure=True`` re-executes ``pure`` tools and compares their results.
+    """
+    if match not in ("strict", "key"):
+        raise ReplayError(f"unknown match mode {match!r}; expected 'strict' or 'key'")
+    _, events = _load(store, run_id, tenant)
+    unverified = _verify(events, allow_unverified)
+    spec = _as_agent(agent, events[0].actor)
+    recorded_env = _env_of(events)
+    current_env = env if env is not None else spec.fingerprint()
+    session = Session(
+        mode="replay",
+        run_id=events[0].run_id,
+        actor=events[0].actor,
+        source=events,
+        match=match,
+        raise_on_divergence=not collect,
+        rerun_pure=rerun_pure,
+    )
+    _status, output, error = _drive(session, spec, (events[0].payload or {}).get("input"))
+    report = ReplayReport(
+        run_id=events[0].run_id,
+        mode="replay",
+        divergences=tuple(session.divergences),
+        drift=tuple(drift(recorded_env, current_env)),
+        events=len(events),
+        served=session.served + 1,  # run.started
+        unverified=unverified,
+        erased=tuple(e.seq for e in events if e.erased),
+        output=output,
+        error=error,
+        aborted=session.aborted,
+        notes=tuple(runtime_notes(recorded_env, current_env))
+        + (
+            ("the recorded run never finished (no run.finished)",)
+            if not any(e.type == "run.finished" for e in events)
+            else ()
+        ),
+    )
+    if raise_on_divergence and not report.reproduced:
+        raise Divergence(
+            report.render(),
+            report=report,
+            run_id=report.run_id,
+            seq=report.first.seq if report.first else None,
+        )
+    return report
+
+
+async def areplay(
+    store: Store | str | None, run_id: str, agent: Callable[..., Any] | Agent, **options: Any
+) -> ReplayReport:
+    """:func:`replay` for async agents, from inside a running event loop."""
+    return await asyncio.to_thread(replay, store, run_id, agent, **options)
+
+
+def _override_seq(events: list[Event], at: int) -> int:
+    target = events[at]
+    if target.type in ("model.response", "tool.completed"):
+        return at
+    if target.type in ("model.request", "tool.requested"):
+        for e in events[at + 1 :]:
+            if e.idempotency_key == target.idempotency_key and e.type in (
+                "model.response",
+                "tool.completed",
+            ):
+                return e.seq
+    raise ReplayError(
+        f"cannot override seq {at} ({target.type}): override the answer of a model or tool "
+        "call (model.response, tool.completed, or the request whose answer it is)",
+        seq=at,
+    )
+
+
+def fork(
+    store: Store | str | None,
+    run_id: str,
+    at: int,
+    agent: Callable[..., Any] | Agent,
+    *,
+    override: Any = ...,
+    new_run_id: str | None = None,
+    tenant: str | None = None,
+    to_store: Store | str | None = None,
+    match: str = "strict",
+    dry_run: bool | None = True,
+    allow_unverified: bool = False,
+    labels: dict[str, str] | None = None,
+) -> ReplayReport:
+    """Serve ``run_id`` up to step ``at``, then continue live in a new run.
+
+    ``override`` replaces the answer served at ``at`` ("what if the model had answered
+    this"). Tools that write run in dry run unless ``dry_run=False``. The report's
+    ``new_run_id`` names the fork; its ``run.started`` names the parent ``{run_id, seq}``.
+    """
+    source_store, events = _load(store, run_id, tenant)
+    if not 0 <= at < len(events):
+        raise ReplayError(f"seq {at} is outside run {run_id!r} (0..{len(events) - 1})", seq=at)
+    unverified = _verify(events, allow_unverified)
+    spec = _as_agent(agent, events[0].actor)
+    override_at = _override_seq(events, at) if override is not ... else None
+    cut = max(at, override_at or at)
+    prefix = [e for e in events[: cut + 1] if e.type != "run.finished"]
+    target_store = (
+        source_store
+        if to_store is None
+        else (to_store if isinstance(to_store, Store) else open_store(to_store))
+    )
+    rec = record(
+        target_store,
+        actor=events[0].actor,
+        input=(events[0].payload or {}).get("input"),
+        run_id=new_run_id or f"{events[0].run_id}.fork-{new_ulid()[-8:].lower()}",
+        tenant=events[0].tenant,
+        agent=spec,
+        labels={**(labels or {}), "tachograph.fork_of": events[0].run_id},
+        dry_run=_dry_run_default(dry_run),
+        parent={"run_id": events[0].run_id, "seq": at},
+    )
+    run = rec._start()
+    run.session.deactivate()
+    session = Session(
+        mode="fork",
+        run_id=run.run_id,
+        actor=events[0].actor,
+        recorder=run.recorder,
+        source=prefix,
+        match=match,
+        raise_on_divergence=True,
+        live_after_source=True,
+        copy_served=True,
+        dry_run=rec.dry_run,
+        override=(override_at, override) if override_at is not None else None,
+    )
+    session.source_run_id = events[0].run_id
+    run.session = session
+    return _finish_live(rec, run, session, spec, events, "fork", unverified)
+
+
+def _finish_live(
+    rec: record,
+    run: Run,
+    session: Session,
+    spec: Agent,
+    events: list[Event],
+    mode: str,
+    unverified: bool,
+) -> ReplayReport:
+    status, output, error = _drive(session, spec, (events[0].payload or {}).get("input"))
+    if status == "stopped":
+        body: dict[str, Any] = {
+            "status": "aborted",
+            "error": {
+                "type": "tachograph.Divergence",
+                "message": "the agent left the recorded path",
+            },
+        }
+    elif error is not None:
+        body = {"status": "error", "error": error}
+    else:
+        body = {"status": "ok", "output": output}
+    run.recorder.append("run.finished", body)
+    run.recorder.flush()
+    recorded_env = _env_of(events)
+    return ReplayReport(
+        run_id=events[0].run_id,
+        mode=mode,
+        divergences=tuple(session.divergences),
+        drift=tuple(drift(recorded_env, rec.env)),
+        events=len(events),
+        served=session.served,
+        unverified=unverified,
+        erased=tuple(e.seq for e in events if e.erased),
+        output=output,
+        error=error,
+        aborted=session.aborted or status == "stopped",
+        new_run_id=run.run_id,
+        notes=(
+            ("dry-run tools were used: simulated results are marked dry_run",)
+            if session.used_dry_run
+            else ()
+        ),
+    )
+
+
+def resume(
+    store: Store | str | None,
+    run_id: str,
+    agent: Callable[..., Any] | Agent,
+    *,
+    tenant: str | None = None,
+    confirm: bool = False,
+    match: str = "strict",
+    dry_run: bool | None = None,
+) -> ReplayReport:
+    """Continue a crashed run (no ``run.finished``) in the same run.
+
+    Recorded steps are served; then the agent continues live, appending to the run. A call
+    whose intent was recorded but never completed is handled by its effect: ``pure`` and
+    ``read`` run again; ``write`` runs again with the same idempotency key if ``confirm``,
+    else in dry run; ``irreversible`` raises :class:`~tachograph.errors.ConfirmationRequired`
+    unless ``confirm``.
+    """
+    st, events = _load(store, run_id, tenant)
+    if any(e.type == "run.finished" for e in events):
+        raise ReplayError(
+            f"run {run_id!r} has finished; fork it instead of resuming it", run_id=run_id
+        )
+    _verify(events, False)
+    spec = _as_agent(agent, events[0].actor)
+    last = events[-1]
+    recorder = Recorder(
+        st,
+        run_id=last.run_id,
+        actor=events[0].actor,
+        tenant=last.tenant,
+        head=(last.seq, last.hash),
+    )
+    session = Session(
+        mode="resume",
+        run_id=last.run_id,
+        actor=events[0].actor,
+        recorder=recorder,
+        source=events,
+        match=match,
+        raise_on_divergence=True,
+        live_after_source=True,
+        confirm=confirm,
+        dry_run=_dry_run_default(dry_run),
+    )
+    rec = record.__new__(record)
+    rec.env = spec.fingerprint()
+    run = Run(session, recorder, st)
+    return _finish_live(rec, run, session, spec, events, "resume", False)

@@ -1,0 +1,225 @@
+"""Replay reports: a divergence is a diagnosis, not a boolean.
+
+Each :class:`DivergenceItem` says what was expected and what came, which checks passed and
+failed, the nearest recorded candidates, and a paragraph a person can act on. A
+:class:`ReplayReport` adds the verdict (reproduced or diverged), whether the replay was a
+reproduction or a simulation (environment drift), and the steps that could not be replayed.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from .diff import Change
+
+__all__ = ["Candidate", "DivergenceItem", "DivergenceKind", "Drift", "ReplayReport"]
+
+
+class DivergenceKind(str, enum.Enum):
+    """What kind of difference a replay found."""
+
+    TYPE_CHANGED = "type_changed"
+    """The agent did another kind of thing than recorded (a tool call instead of a model call)."""
+    ARGS_CHANGED = "args_changed"
+    """The same tool, called with other arguments."""
+    REQUEST_CHANGED = "request_changed"
+    """A model request that differs (prompt, temperature, tool list, ...)."""
+    TOOL_CHANGED = "tool_changed"
+    """Another tool called than recorded (another choice)."""
+    DECISION_CHANGED = "decision_changed"
+    """A decision that differs: another plan, a guardrail now tripping or not, ..."""
+    EXTRA_CALL = "extra_call"
+    """A call or event with no recorded counterpart."""
+    MISSING_CALLS = "missing_calls"
+    """The agent finished while recorded events remained."""
+    OUTPUT_CHANGED = "output_changed"
+    """A different final output, status or error."""
+    TOOL_IMPLEMENTATION_CHANGED = "tool_implementation_changed"
+    """A pure tool re-executed during replay returned something else than recorded."""
+    UNREPLAYABLE = "unreplayable"
+    """The recording cannot serve this step (erased payload, or the call never completed)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A recorded event that could have been the counterpart, and how it compares."""
+
+    seq: int
+    type: str
+    passed: tuple[str, ...]
+    failed: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "seq": self.seq,
+            "type": self.type,
+            "passed": list(self.passed),
+            "failed": list(self.failed),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DivergenceItem:
+    """One divergence at recorded position ``seq``."""
+
+    kind: DivergenceKind
+    seq: int
+    expected: dict[str, Any] | None
+    """The recorded event (type, actor, key, model, payload), or None if there was none."""
+    actual: dict[str, Any] | None
+    """What the agent did now, in the same shape, or None if it did nothing."""
+    changes: tuple[Change, ...] = ()
+    candidates: tuple[Candidate, ...] = ()
+    explanation: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "kind": self.kind.value,
+            "seq": self.seq,
+            "expected": self.expected,
+            "actual": self.actual,
+            "changes": [c.to_dict() for c in self.changes],
+            "candidates": [c.to_dict() for c in self.candidates],
+            "explanation": self.explanation,
+        }
+
+    def render(self) -> str:
+        """Several lines for a terminal."""
+        lines = [f"seq {self.seq}: {self.kind.value}"]
+        if self.expected is not None:
+            lines.append(f"  expected: {_summary(self.expected)}")
+        if self.actual is not None:
+            lines.append(f"  actual:   {_summary(self.actual)}")
+        for change in self.changes[:20]:
+            lines.append(f"    {change.render()}")
+        for cand in self.candidates[:3]:
+            lines.append(
+                f"  candidate seq {cand.seq} ({cand.type}): "
+                f"passed {', '.join(cand.passed) or '-'}; failed {', '.join(cand.failed) or '-'}"
+            )
+        if self.explanation:
+            lines.append("  " + self.explanation)
+        return "\n".join(lines)
+
+
+def _summary(event: dict[str, Any]) -> str:
+    payload = event.get("payload") or {}
+    name = payload.get("tool") or payload.get("name") or payload.get("plan") or event.get("model")
+    text = str(event.get("type"))
+    if name:
+        text += f" {name}"
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """One element of the environment fingerprint that changed since recording."""
+
+    field: str
+    recorded: Any
+    current: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"field": self.field, "recorded": self.recorded, "current": self.current}
+
+    def render(self) -> str:
+        """``field: recorded -> current``."""
+        return f"{self.field}: {self.recorded!r} -> {self.current!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    """The outcome of a replay (or fork or resume) of one recorded run."""
+
+    run_id: str
+    mode: str
+    """``replay``, ``fork`` or ``resume``."""
+    divergences: tuple[DivergenceItem, ...]
+    drift: tuple[Drift, ...]
+    events: int
+    """How many recorded events the run has."""
+    served: int
+    """How many recorded events were matched and served."""
+    unverified: bool = False
+    """True when the run did not verify and the caller chose to replay it anyway."""
+    erased: tuple[int, ...] = ()
+    output: Any = None
+    error: dict[str, Any] | None = None
+    aborted: bool = False
+    """True when replay had to stop early (a step with nothing recorded to serve)."""
+    new_run_id: str | None = None
+    """For fork and resume: the run that was written."""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def reproduced(self) -> bool:
+        """True when the agent did exactly what was recorded."""
+        return not self.divergences and not self.aborted
+
+    @property
+    def verdict(self) -> str:
+        """``reproduced`` or ``diverged``."""
+        return "reproduced" if self.reproduced else "diverged"
+
+    @property
+    def simulation(self) -> bool:
+        """True when the environment drifted: the replay simulates, it does not reproduce."""
+        return bool(self.drift) or self.unverified
+
+    @property
+    def first(self) -> DivergenceItem | None:
+        """The first divergence, if any."""
+        return self.divergences[0] if self.divergences else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A stable JSON form (documented in docs/replay.md)."""
+        return {
+            "run_id": self.run_id,
+            "mode": self.mode,
+            "verdict": self.verdict,
+            "reproduced": self.reproduced,
+            "kind": "simulation" if self.simulation else "reproduction",
+            "first_divergence": self.first.to_dict() if self.first else None,
+            "divergences": [d.to_dict() for d in self.divergences],
+            "drift": [d.to_dict() for d in self.drift],
+            "events": self.events,
+            "served": self.served,
+            "unverified": self.unverified,
+            "erased": list(self.erased),
+            "aborted": self.aborted,
+            "new_run_id": self.new_run_id,
+            "notes": list(self.notes),
+        }
+
+    def render(self) -> str:
+        """The report for a person."""
+        kind = "simulation" if self.simulation else "reproduction"
+        head = f"{self.mode} of {self.run_id}: {self.verdict.upper()} ({kind})"
+        lines = [head]
+        if self.unverified:
+            lines.append("  WARNING: the run did not verify; replayed anyway on request")
+        for d in self.drift:
+            lines.append(f"  drift: {d.render()}")
+        if self.erased:
+            lines.append(f"  erased payloads at seq {', '.join(map(str, self.erased))}")
+        if self.reproduced:
+            lines.append(f"  {self.served} of {self.events} recorded events matched")
+        else:
+            first = self.first
+            if first is not None:
+                lines.append("first divergence:")
+                lines.append("  " + first.render().replace("\n", "\n  "))
+            if len(self.divergences) > 1:
+                lines.append(f"  ({len(self.divergences) - 1} more divergence(s) after it)")
+        if self.new_run_id:
+            lines.append(f"  recorded as {self.new_run_id}")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
