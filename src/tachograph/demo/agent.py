@@ -9,6 +9,7 @@ and the tests can show that replay never fires the refund again.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import tachograph as tg
@@ -127,7 +128,7 @@ def escalate_to_human(order_id: str) -> dict[str, Any]:
     return {"ticket": f"T-{order_id}", "order_id": order_id, "status": "open"}
 
 
-TOOLS = {
+TOOLS: dict[str, Callable[..., dict[str, Any]]] = {
     "lookup_order": lookup_order,
     "issue_refund": issue_refund,
     "escalate_to_human": escalate_to_human,
