@@ -27,7 +27,7 @@ from typing import Any, overload
 
 from .errors import RecordingError
 from .events import new_ulid
-from .recorder import Durability, Listener, Processor, Recorder
+from .recorder import Durability, Listener, Observer, Processor, Recorder
 from .runtime import ToolSpec, registered_models, registered_tools, sha256_text
 from .session import Session, error_info
 from .store import Store, open_store
@@ -271,6 +271,7 @@ class record:
         durability: Durability | str = Durability.EFFECTS,
         processors: Sequence[Processor] = (),
         listeners: Sequence[Listener] = (),
+        observers: Sequence[Observer] | None = None,
         dry_run: bool | None = None,
         seed: int | None = None,
         parent: Mapping[str, Any] | None = None,
@@ -294,6 +295,7 @@ class record:
         self.durability = durability
         self.processors = processors
         self.listeners = listeners
+        self.observers = observers
         self.dry_run = _dry_run_default(dry_run)
         self.seed = seed
         self.parent = dict(parent) if parent else None
@@ -308,6 +310,7 @@ class record:
             durability=self.durability,
             processors=self.processors,
             listeners=self.listeners,
+            observers=self.observers,
         )
         if self._store.head(self.run_id, tenant=self.tenant) is not None:
             raise RecordingError(

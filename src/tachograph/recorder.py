@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import enum
+import logging
 import sys
 import threading
 import weakref
@@ -20,7 +21,18 @@ from .errors import RecordingError, WriteFailed
 from .events import Event, check_actor, check_run_id, check_tenant, check_type, new_event
 from .store.base import Store
 
-__all__ = ["Durability", "Processor", "Recorder", "Writer", "writer_for"]
+__all__ = [
+    "Durability",
+    "Observer",
+    "Processor",
+    "Recorder",
+    "Writer",
+    "add_observer",
+    "remove_observer",
+    "writer_for",
+]
+
+_log = logging.getLogger("tachograph")
 
 Processor = Callable[[str, dict[str, Any]], dict[str, Any]]
 """``processor(event_type, payload) -> payload``, applied in order before hashing."""
@@ -166,6 +178,45 @@ def _otel_context() -> tuple[str | None, str | None]:
 Listener = Callable[[Event], None]
 
 
+class Observer:
+    """Sees every event of every run it is attached to: before it is built, and after.
+
+    ``before`` may return ``(trace_id, span_id)`` to put on the event (for example the ids of
+    a span it has just started); ``after`` sees the appended event. Subclass and override
+    either. Errors in an observer are logged and never reach the agent.
+    """
+
+    def before(
+        self,
+        recorder: Recorder,
+        type: str,
+        payload: dict[str, Any],
+        *,
+        idempotency_key: str | None,
+        model: str | None,
+    ) -> tuple[str | None, str | None] | None:
+        """Called before an event is built; may return trace context for it."""
+        return None
+
+    def after(self, recorder: Recorder, event: Event) -> None:
+        """Called after an event has been appended (not necessarily durable yet)."""
+
+
+_GLOBAL_OBSERVERS: list[Observer] = []
+
+
+def add_observer(observer: Observer) -> None:
+    """Attach an observer to every run recorded from now on in this process."""
+    if observer not in _GLOBAL_OBSERVERS:
+        _GLOBAL_OBSERVERS.append(observer)
+
+
+def remove_observer(observer: Observer) -> None:
+    """Detach an observer added with :func:`add_observer`."""
+    if observer in _GLOBAL_OBSERVERS:
+        _GLOBAL_OBSERVERS.remove(observer)
+
+
 class Recorder:
     """Appends events to one run, extending its chain; thread-safe."""
 
@@ -179,6 +230,7 @@ class Recorder:
         durability: Durability | str = Durability.EFFECTS,
         processors: Sequence[Processor] = (),
         listeners: Sequence[Listener] = (),
+        observers: Sequence[Observer] | None = None,
         head: tuple[int, str] | None = None,
     ) -> None:
         self.store = store
@@ -188,6 +240,7 @@ class Recorder:
         self.durability = Durability.parse(durability)
         self.processors = tuple(processors)
         self.listeners = list(listeners)
+        self.observers = list(_GLOBAL_OBSERVERS if observers is None else observers)
         self.writer = writer_for(store)
         self._lock = threading.Lock()
         self.next_seq = 0 if head is None else head[0] + 1
@@ -216,6 +269,16 @@ class Recorder:
             check_actor(actor)
         for processor in self.processors:
             payload = processor(type, payload)
+        for observer in self.observers:
+            try:
+                ctx = observer.before(
+                    self, type, payload, idempotency_key=idempotency_key, model=model
+                )
+            except Exception:
+                _log.exception("tachograph: observer %r failed before an event", observer)
+                ctx = None
+            if ctx is not None and trace is None:
+                trace = ctx
         trace_id, span_id = trace if trace is not None else _otel_context()
         with self._lock:
             if self.finished:
@@ -246,11 +309,16 @@ class Recorder:
                 self.finished = True
         if durable or self.durability is Durability.EVERY:
             self.writer.wait(ticket)
+        for observer in self.observers:
+            try:
+                observer.after(self, event)
+            except Exception:  # observability never breaks the host
+                _log.exception("tachograph: observer %r failed after an event", observer)
         for listener in self.listeners:
             try:
                 listener(event)
-            except Exception:  # a listener (e.g. tracing) never breaks recording
-                pass
+            except Exception:
+                _log.exception("tachograph: listener %r failed", listener)
         return event
 
     def flush(self) -> None:
