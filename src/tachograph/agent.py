@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
-from .errors import RecordingError
+from .errors import RecordingError, WriteFailed
 from .events import new_ulid
 from .recorder import Durability, Listener, Observer, Processor, Recorder
 from .runtime import ToolSpec, registered_models, registered_tools, sha256_text
@@ -242,9 +242,11 @@ class Run:
 
 
 def _dry_run_default(dry_run: bool | None) -> bool:
-    if dry_run is not None:
-        return dry_run
-    return os.environ.get("TACHOGRAPH_DRY_RUN", "").lower() in ("1", "true", "yes", "on")
+    # TACHOGRAPH_DRY_RUN is a process-wide safety switch: when it is on, no argument can
+    # turn dry run off.
+    if os.environ.get("TACHOGRAPH_DRY_RUN", "").lower() in ("1", "true", "yes", "on"):
+        return True
+    return bool(dry_run)
 
 
 class record:
@@ -252,6 +254,15 @@ class record:
 
     On a normal exit the run finishes ``ok`` with ``run.output``; an exception finishes it as
     ``error`` (and propagates); ``KeyboardInterrupt`` and cancellation finish it ``aborted``.
+
+    ``dry_run=True``, or ``TACHOGRAPH_DRY_RUN=1`` in the environment (which no argument
+    overrides), runs ``write`` and ``irreversible`` tools through their own ``dry_run``
+    function or a synthesized result instead of their body; each such ``tool.completed`` is
+    marked ``"dry_run": true`` and ``run.started`` is labelled ``tachograph.dry_run``.
+
+    The run is bound to the current context (a context variable): asyncio tasks created inside
+    it take part, a plain ``threading.Thread`` does not (hand work over with
+    ``asyncio.to_thread`` or ``contextvars.copy_context().run``).
     """
 
     def __init__(
@@ -292,7 +303,7 @@ class record:
             )
         if agent is not None and code_version is not None:
             self.env["code_version"] = code_version
-        self.durability = durability
+        self.durability = Durability.parse(durability)
         self.processors = processors
         self.listeners = listeners
         self.observers = observers
@@ -351,16 +362,17 @@ class record:
             body = {"status": "error", "error": error_info(exc)}
         else:  # GeneratorExit and other BaseExceptions: leave the run open, as a crash would
             return
-        if run.session.used_dry_run and self.dry_run is False:
-            body.setdefault("labels", {})
         run.status = body["status"]
         run.error = body.get("error")
         try:
             run.recorder.append("run.finished", body)
+            run.recorder.flush()
         except Exception:
-            if exc is None:
+            # Never silent: a run that could not be finished on disk says so, even over the
+            # agent's own exception (which stays attached as the context). Only a WriteFailed
+            # that already escaped the agent is not reported twice.
+            if not isinstance(exc, WriteFailed):
                 raise
-        run.recorder.flush()
 
     def __enter__(self) -> Run:
         return self._start()

@@ -261,6 +261,10 @@ class LineChecker:
         self.prev_recomputed = None
         self.position += 1
 
+    def feed_missing(self, message: str) -> None:
+        """Record that the event due at the current position is absent (check 2)."""
+        self._fail(Check.SEQUENCE, message, None)
+
     def feed(self, data: dict[str, Any], line: int | None = None) -> None:
         """Check one parsed line."""
         pos = self.position

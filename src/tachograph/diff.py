@@ -8,7 +8,7 @@ A difference is a JSON path with the old and the new value (``$.args.amount_cent
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,17 +121,30 @@ def _diff(old: Any, new: Any, path: str, out: list[Change], limit: int) -> None:
 _COMPARED = ("type", "actor", "idempotency_key", "model", "seed")
 
 
+def _key_part(event: Event) -> str | None:
+    """An idempotency key without its ``{run_id}:`` prefix: keys of two runs compare equal
+    when they name the same call (SPEC section 5)."""
+    key = event.idempotency_key
+    prefix = event.run_id + ":"
+    if key is not None and key.startswith(prefix):
+        return key[len(prefix) :]
+    return key
+
+
 def diff_events(old: Event, new: Event) -> list[Change]:
     """Differences between two events' meaningful fields and payloads.
 
     Ids, timestamps, hashes, salts, run ids and trace context are expected to differ between
-    runs and are not compared.
+    runs and are not compared; idempotency keys are compared without their run id prefix.
     """
-    changes = [
-        Change(f"$.{name}", getattr(old, name), getattr(new, name))
-        for name in _COMPARED
-        if getattr(old, name) != getattr(new, name)
-    ]
+    changes = []
+    for name in _COMPARED:
+        if name == "idempotency_key":
+            differs = _key_part(old) != _key_part(new)
+        else:
+            differs = getattr(old, name) != getattr(new, name)
+        if differs:
+            changes.append(Change(f"$.{name}", getattr(old, name), getattr(new, name)))
     if old.erased or new.erased:
         if old.erased != new.erased:
             changes.append(
@@ -189,8 +202,13 @@ class RunDiff:
         return "\n".join(lines)
 
 
-def _skip_start(events: Iterable[Event]) -> Iterator[Event]:
-    yield from events
+def _own_labels(payload: dict[str, Any]) -> Any:
+    """The caller's labels; ``tachograph.*`` labels say how a run was made (a fork, a dry
+    run), which the steps themselves show."""
+    labels = payload.get("labels", {})
+    if not isinstance(labels, dict):
+        return labels
+    return {k: v for k, v in labels.items() if not str(k).startswith("tachograph.")}
 
 
 def diff_runs(
@@ -198,8 +216,8 @@ def diff_runs(
 ) -> RunDiff:
     """Compare two runs step by step; report the first step that differs.
 
-    ``run.started`` is compared on its input and labels only (its fingerprint and parent differ
-    between any two runs by nature; replay reports environment drift separately).
+    ``run.started`` is compared on its input and the caller's labels only (its fingerprint and
+    parent differ between any two runs by nature; replay reports environment drift separately).
     """
     ia, ib = iter(a), iter(b)
     seq = 0
@@ -219,8 +237,8 @@ def diff_runs(
         if ea.type == "run.started" and eb.type == "run.started":
             pa, pb = ea.payload or {}, eb.payload or {}
             changes_list = diff_values(
-                {"input": pa.get("input"), "labels": pa.get("labels")},
-                {"input": pb.get("input"), "labels": pb.get("labels")},
+                {"input": pa.get("input"), "labels": _own_labels(pa)},
+                {"input": pb.get("input"), "labels": _own_labels(pb)},
                 "$.payload",
             )
         else:

@@ -112,21 +112,32 @@ def _model_request(state: State, e: Event) -> None:
         "key": e.idempotency_key,
     }
     state.model_exchanges.append(
-        {"seq": e.seq, "model": e.model, "request": _p(e).get("request"), "response": None}
+        {
+            "seq": e.seq,
+            "model": e.model,
+            "key": e.idempotency_key,
+            "request": _p(e).get("request"),
+            "response": None,
+        }
     )
 
 
 def _model_done(state: State, e: Event) -> None:
-    state.pending.pop(e.idempotency_key or "", None)
+    intent = state.pending.pop(e.idempotency_key or "", None)
+    # Concurrent calls complete in any order: the answer belongs to the request with its key
+    # (the latest open exchange only when the key names none).
     for exchange in reversed(state.model_exchanges):
-        if exchange["response"] is None and exchange.get("error") is None:
-            if e.type == "model.response":
-                exchange["response"] = _p(e).get("response")
-                exchange["answered_by"] = e.model
-            else:
-                exchange["error"] = _p(e).get("error")
-            exchange["response_seq"] = e.seq
-            break
+        if "response_seq" in exchange:
+            continue
+        if intent is not None and exchange["seq"] != intent["seq"]:
+            continue
+        if e.type == "model.response":
+            exchange["response"] = _p(e).get("response")
+            exchange["answered_by"] = e.model
+        else:
+            exchange["error"] = _p(e).get("error")
+        exchange["response_seq"] = e.seq
+        break
 
 
 def _tool_requested(state: State, e: Event) -> None:

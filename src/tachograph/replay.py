@@ -38,7 +38,28 @@ def _load(store: Store | str | None, run_id: str, tenant: str | None) -> tuple[S
             f"run {run_id!r} does not begin with run.started; it cannot be replayed",
             run_id=run_id,
         )
+    if events[0].erased:
+        raise Unreplayable(
+            f"the payload of run.started of {run_id!r} was erased: the agent's input is gone, "
+            "so the run cannot be replayed",
+            run_id=run_id,
+            seq=0,
+            seqs=(0,),
+        )
     return st, events
+
+
+def _dry_run_seqs(events: list[Event]) -> list[int]:
+    return [
+        e.seq
+        for e in events
+        if e.type == "tool.completed" and (e.payload or {}).get("dry_run") is True
+    ]
+
+
+def _recorded_in_dry_run(events: list[Event]) -> bool:
+    labels = (events[0].payload or {}).get("labels") or {}
+    return isinstance(labels, dict) and labels.get("tachograph.dry_run") == "true"
 
 
 def _verify(events: list[Event], allow_unverified: bool) -> bool:
@@ -191,7 +212,8 @@ def replay(
             ("the recorded run never finished (no run.finished)",)
             if not any(e.type == "run.finished" for e in events)
             else ()
-        ),
+        )
+        + _dry_run_note(events),
     )
     if raise_on_divergence and not report.reproduced:
         raise Divergence(
@@ -201,6 +223,17 @@ def replay(
             seq=report.first.seq if report.first else None,
         )
     return report
+
+
+def _dry_run_note(events: list[Event]) -> tuple[str, ...]:
+    seqs = _dry_run_seqs(events)
+    if not seqs:
+        return ()
+    return (
+        "the recording holds dry-run (simulated) tool results at seq "
+        + ", ".join(map(str, seqs))
+        + "; they were served as recorded, not as real effects",
+    )
 
 
 async def areplay(
@@ -303,6 +336,16 @@ def _finish_live(
     unverified: bool,
 ) -> ReplayReport:
     status, output, error = _drive(session, spec, (events[0].payload or {}).get("input"))
+    if status == "stopped" and mode == "resume":
+        # Nothing was appended while the record was being served: leave the crashed run
+        # open, so that it can be resumed again once the agent follows its recorded path.
+        report = _live_report(rec, run, session, events, mode, unverified, status, output, error)
+        raise Divergence(
+            report.render() + "\n  the run was left unfinished; nothing was appended",
+            report=report,
+            run_id=report.run_id,
+            seq=report.first.seq if report.first else None,
+        )
     if status == "stopped":
         body: dict[str, Any] = {
             "status": "aborted",
@@ -317,7 +360,24 @@ def _finish_live(
         body = {"status": "ok", "output": output}
     run.recorder.append("run.finished", body)
     run.recorder.flush()
+    return _live_report(rec, run, session, events, mode, unverified, status, output, error)
+
+
+def _live_report(
+    rec: record,
+    run: Run,
+    session: Session,
+    events: list[Event],
+    mode: str,
+    unverified: bool,
+    status: str,
+    output: Any,
+    error: dict[str, Any] | None,
+) -> ReplayReport:
     recorded_env = _env_of(events)
+    notes = list(session.notes)
+    if session.used_dry_run:
+        notes.append("dry-run tools were used: simulated results are marked dry_run")
     return ReplayReport(
         run_id=events[0].run_id,
         mode=mode,
@@ -331,11 +391,7 @@ def _finish_live(
         error=error,
         aborted=session.aborted or status == "stopped",
         new_run_id=run.run_id,
-        notes=(
-            ("dry-run tools were used: simulated results are marked dry_run",)
-            if session.used_dry_run
-            else ()
-        ),
+        notes=tuple(notes),
     )
 
 
@@ -355,7 +411,15 @@ def resume(
     whose intent was recorded but never completed is handled by its effect: ``pure`` and
     ``read`` run again; ``write`` runs again with the same idempotency key if ``confirm``,
     else in dry run; ``irreversible`` raises :class:`~tachograph.errors.ConfirmationRequired`
-    unless ``confirm``.
+    unless ``confirm`` (it escapes even an agent's ``except Exception``). The intent is not
+    recorded a second time: its completion follows the recorded intent, under its key.
+
+    A dry-run result is never taken for a real one: once the agent acts on a simulated
+    result (an unconfirmed write, or a recorded dry-run result), every later write or
+    irreversible tool of this resume runs in dry run too, and the report says so. A run
+    recorded in dry run resumes in dry run unless ``dry_run=False``. If the agent leaves the
+    recorded path before the crash point, :class:`~tachograph.errors.Divergence` is raised and
+    the run is left unfinished.
     """
     st, events = _load(store, run_id, tenant)
     if any(e.type == "run.finished" for e in events):
@@ -382,7 +446,8 @@ def resume(
         raise_on_divergence=True,
         live_after_source=True,
         confirm=confirm,
-        dry_run=_dry_run_default(dry_run),
+        # A run recorded in dry run goes on in dry run unless the caller says otherwise.
+        dry_run=_dry_run_default(dry_run) or (dry_run is None and _recorded_in_dry_run(events)),
     )
     rec = record.__new__(record)
     rec.env = spec.fingerprint()

@@ -20,6 +20,7 @@ share one engine: ``begin`` either serves the recorded answer or says "go live".
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import importlib
 import random
 import uuid
@@ -177,6 +178,7 @@ class Session:
         self.served = 0
         self.aborted = False
         self.used_dry_run = False
+        self.notes: list[str] = []
         self.fatal_error: BaseException | None = None
         self._key_counts: dict[str, int] = {}
         self.source_run_id = run_id
@@ -219,9 +221,12 @@ class Session:
     # -- keys ------------------------------------------------------------------------------
 
     def make_key(self, name: str, args: Any, custom: Callable[[dict[str, Any]], str] | None) -> str:
-        """SPEC section 5: ``{run_id}:{name}:{h}`` (or the tool's own), ``#n`` on repeats."""
-        import hashlib
+        """SPEC section 5: ``{run_id}:{name}:{h}`` (or the tool's own), ``#n`` on repeats.
 
+        While serving, keys are computed against the *source* run, so that they equal the
+        recorded ones; a call that goes live in another run (a fork) is re-based onto it by
+        :meth:`_live_key`.
+        """
         run_id = self.source_run_id if self._serving_possible() else self.run_id
         if custom is not None:
             part = str(custom(args))
@@ -247,27 +252,42 @@ class Session:
     def _remaining(self) -> bool:
         return any(e.seq not in self._consumed for e in self._stream[self._cursor :])
 
-    def _next_expected(self, type_: str, key: str | None, name: str | None) -> Event | None:
-        if self.match == "key":
-            if key is not None:
-                suffix = _key_suffix(key, self.source_run_id)
-                for e in self._stream:
-                    if (
-                        e.seq not in self._consumed
-                        and _key_suffix(e.idempotency_key, self.source_run_id) == suffix
-                    ):
-                        return e
-            for e in self._stream:
-                if (
-                    e.seq not in self._consumed
-                    and e.type == type_
-                    and (name is None or _name_of(e) == name)
-                ):
+    def _open(self) -> list[Event]:
+        return [e for e in self._stream if e.seq not in self._consumed]
+
+    def _next_expected(
+        self, type_: str, payload: dict[str, Any], key: str | None, name: str | None
+    ) -> Event | None:
+        """The recorded event to compare the agent's step with.
+
+        ``strict``: the next unconsumed event in recorded order. ``key``: the open event with
+        the same idempotency key; else, for steps without a key (decisions, values), an open
+        event of the same type that is identical, then one with the same name; else the first
+        open event of the same type (a changed call). None when no event of that type is open.
+        """
+        if self.match != "key":
+            while (
+                self._cursor < len(self._stream)
+                and self._stream[self._cursor].seq in self._consumed
+            ):
+                self._cursor += 1
+            return self._stream[self._cursor] if self._cursor < len(self._stream) else None
+        open_events = self._open()
+        if key is not None:
+            suffix = _key_suffix(key, self.source_run_id)
+            for e in open_events:
+                if _key_suffix(e.idempotency_key, self.source_run_id) == suffix:
                     return e
-            return None
-        while self._cursor < len(self._stream) and self._stream[self._cursor].seq in self._consumed:
-            self._cursor += 1
-        return self._stream[self._cursor] if self._cursor < len(self._stream) else None
+        same_type = [e for e in open_events if e.type == type_]
+        if key is None:
+            probe = _identity(type_, payload)
+            for e in same_type:
+                if e.payload is not None and _identity(type_, e.payload) == probe:
+                    return e
+        for e in same_type:
+            if name is not None and _name_of(e) == name:
+                return e
+        return same_type[0] if same_type else None
 
     def _consume(self, event: Event) -> None:
         self._consumed.add(event.seq)
@@ -345,25 +365,22 @@ class Session:
         self, type_: str, payload: dict[str, Any], key: str | None, name: str | None
     ) -> Event | None:
         """Match the agent's next step against the record. Returns the matched event, or None
-        when the step is to be done live. Records divergences."""
-        if not self._remaining():
-            if self.live_after_source:
+        when the step is to be done live (or, in collect mode, has no counterpart). Records
+        divergences; raises :class:`_Stop` when the replay cannot go on."""
+        if name is None:
+            name = _probe_name(type_, payload)
+        expected = self._next_expected(type_, payload, key, name) if self._remaining() else None
+        if expected is None:
+            if self.live_after_source and not self._remaining():
                 return None
-            actual = {"type": type_, "payload": payload}
-            self._diverge(
-                DivergenceKind.EXTRA_CALL,
-                self._position(),
-                None,
-                actual,
-                [],
-                f"The agent made a {type_} ({name or type_}) that the recorded run never made: "
-                "the recording has nothing to serve, so the replay stops here. The agent's "
-                "control flow changed before this point or the run was cut short.",
-                fatal=type_ in _SERVED,
-            )
+            self._extra(type_, payload, name)
             return None
-        expected = self._next_expected(type_, key, name)
-        assert expected is not None
+        if expected.type != type_:
+            self._type_changed(expected, type_, payload, key, name)
+            resynced = self._resync(type_, name, expected)
+            if resynced is None:
+                return None
+            expected = resynced
         if expected.erased:
             self._diverge(
                 DivergenceKind.UNREPLAYABLE,
@@ -375,9 +392,6 @@ class Session:
                 "this step cannot be compared or served.",
                 fatal=True,
             )
-        if expected.type != type_:
-            self._type_changed(expected, type_, payload, key, name)
-            return self._resync(type_, payload, key, name, expected)
         if type_ in _VALUE_TYPES:
             return self._check_value_event(expected, payload)
         changes = diff_values(expected.payload, payload, "$.payload")
@@ -385,6 +399,21 @@ class Session:
             self._payload_changed(expected, type_, payload, name, changes)
         self._consume(expected)
         return expected
+
+    def _extra(self, type_: str, payload: dict[str, Any], name: str | None) -> None:
+        """A step with no recorded counterpart: fatal when it needs a recorded answer."""
+        self._diverge(
+            DivergenceKind.EXTRA_CALL,
+            self._position(),
+            None,
+            {"type": type_, "payload": payload},
+            [],
+            f"The agent made a {type_} ({name or type_}) that the recorded run never made: "
+            "the recording has nothing to serve for it. The agent's control flow changed "
+            "before this point, or the run was cut short.",
+            candidates=self._candidates(type_, payload, name),
+            fatal=type_ in _SERVED,
+        )
 
     def _type_changed(
         self,
@@ -407,15 +436,19 @@ class Session:
             candidates=self._candidates(type_, payload, name),
         )
 
-    def _resync(
-        self, type_: str, payload: dict[str, Any], key: str | None, name: str | None, at: Event
-    ) -> Event | None:
-        """Collect mode after a type change: serve the nearest recorded event of the same kind."""
+    def _resync(self, type_: str, name: str | None, at: Event) -> Event | None:
+        """Collect mode, after a type change at ``at``: find the recorded step of the same
+        kind further on and continue from there. In strict mode the steps skipped over are
+        settled (the type change already reports them). Stops the replay when a call has no
+        counterpart left, since nothing could be served to it."""
         for e in self._stream:
             if e.seq in self._consumed or e.seq < at.seq:
                 continue
             if e.type == type_ and (name is None or _name_of(e) == name):
-                self._consume(e)
+                if self.match != "key":
+                    for skipped in self._stream:
+                        if at.seq <= skipped.seq < e.seq:
+                            self._consumed.add(skipped.seq)
                 return e
         if type_ not in _SERVED:
             return None
@@ -465,6 +498,8 @@ class Session:
             changes,
             text,
             candidates=self._candidates(type_, payload, name),
+            # The recorded answer belongs to another tool: serving it would be nonsense.
+            fatal=kind is DivergenceKind.TOOL_CHANGED,
         )
 
     def _check_value_event(self, expected: Event, payload: dict[str, Any]) -> Event:
@@ -524,6 +559,8 @@ class Session:
         self.served += 1
         if self.copy_served and self.recorder is not None:
             self._copy_completion(completion)
+        if (completion.payload or {}).get("dry_run") is True:
+            self._simulated(completion.seq, "holds a dry-run result")
         value, error = self._answer(completion)
         if kind == "tool" and effect is Effect.PURE and self.rerun_pure:
             ticket.compare_with = completion
@@ -564,10 +601,24 @@ class Session:
             return payload.get("response"), None
         return None, rebuild_error(payload.get("error") or {})
 
+    def _simulated(self, seq: int, why: str) -> None:
+        """The agent now acts on a simulated result. A dry-run result is never taken for a
+        real one: whatever this session does live from here on runs in dry run too."""
+        if self.recorder is None or self.dry_run:
+            return
+        self.dry_run = True
+        self.notes.append(
+            f"seq {seq} {why}: the agent acts on a simulated result, so every write and "
+            "irreversible tool after it ran in dry run"
+        )
+
     def _dangling(self, ticket: Served, request: Event) -> Served:
         """The recorded call never completed: the process died while it ran."""
         if self.mode != "resume":
             if self.live_after_source:  # a fork whose step N is an open intent: go live
+                # The intent was copied into the fork under the fork's own key; the parent may
+                # have done the effect already, so effects run in dry run here.
+                ticket.key = self._live_key(request.idempotency_key or ticket.key or "")
                 ticket.dry_run = self.dry_run or ticket.effect in (
                     Effect.WRITE,
                     Effect.IRREVERSIBLE,
@@ -597,8 +648,9 @@ class Session:
                 key=request.idempotency_key,
             )
             raise _Stop
-        if effect is Effect.WRITE and not self.confirm:
+        if effect in (Effect.WRITE, Effect.IRREVERSIBLE) and (self.dry_run or not self.confirm):
             ticket.dry_run = True
+            self._simulated(request.seq, f"(an unconfirmed {effect.value} intent) was dry-run")
         return ticket
 
     def _go_live(self, ticket: Served, request_type: str, payload: dict[str, Any]) -> Served:
@@ -650,11 +702,7 @@ class Session:
             try:
                 self.recorder.append("tool.completed", payload, idempotency_key=ticket.key)
             except ProfileError as exc:
-                raise ProfileError(
-                    f"tool {ticket.name!r} returned a value outside the JSON profile: "
-                    f"{str(exc).replace('payload.result', ticket.name + '.result')}",
-                    path=exc.fields.get("path"),
-                ) from None
+                self._unrecordable(ticket, exc, "result", "returned")
             return result
         if error is not None:
             self.recorder.append(
@@ -671,10 +719,39 @@ class Session:
         body: dict[str, Any] = {"response": result}
         if isinstance(result, dict) and isinstance(result.get("usage"), dict):
             body["usage"] = result["usage"]
-        self.recorder.append(
-            "model.response", body, idempotency_key=ticket.key, model=answered, seed=ticket.seed
-        )
+        try:
+            self.recorder.append(
+                "model.response", body, idempotency_key=ticket.key, model=answered, seed=ticket.seed
+            )
+        except ProfileError as exc:
+            self._unrecordable(ticket, exc, "response", "answered")
         return result
+
+    def _unrecordable(self, ticket: Served, exc: ProfileError, field: str, verb: str) -> None:
+        """The call ran but its answer cannot be recorded: close the intent with a failure
+        (so the record does not show a crash) and raise an error naming the call and path."""
+        path = str(exc.fields.get("path") or "")
+        path = path.replace(f"payload.{field}", f"{ticket.name}.{field}", 1)
+        message = str(exc).replace(f"payload.{field}", f"{ticket.name}.{field}")
+        what = "tool" if ticket.kind == "tool" else "model"
+        error = ProfileError(
+            f"{what} {ticket.name!r} {verb} a value outside the JSON profile: {message}",
+            path=path,
+            tool=ticket.name if ticket.kind == "tool" else None,
+            model=ticket.model,
+        )
+        assert self.recorder is not None
+        failed = "tool.failed" if ticket.kind == "tool" else "model.failed"
+        body: dict[str, Any] = {"error": error_info(error)}
+        if ticket.kind == "tool":
+            body = {"tool": ticket.name, **body}
+        self.recorder.append(
+            failed,
+            body,
+            idempotency_key=ticket.key,
+            model=ticket.model if ticket.kind == "model" else None,
+        )
+        raise error
 
     def _compare_rerun(self, ticket: Served, result: Any, error: BaseException | None) -> Any:
         recorded = ticket.compare_with
@@ -767,7 +844,7 @@ class Session:
 
     def check_end(self, status: str, output: Any, error: dict[str, Any] | None) -> None:
         """Compare the end of the agent with the recorded end (replay modes)."""
-        if self._remaining() and not self.live_after_source:
+        if self._remaining():
             first = next(e for e in self._stream[self._cursor :] if e.seq not in self._consumed)
             left = sum(1 for e in self._stream if e.seq not in self._consumed)
             self._diverge(
@@ -782,6 +859,17 @@ class Session:
             )
         recorded = self.finished_event
         if recorded is None or self.live_after_source:
+            return
+        if recorded.erased:
+            self._diverge(
+                DivergenceKind.UNREPLAYABLE,
+                recorded.seq,
+                recorded,
+                None,
+                [],
+                f"The payload of run.finished (seq {recorded.seq}) was erased: the final "
+                "output cannot be compared.",
+            )
             return
         now: dict[str, Any] = {"status": status}
         if error is not None:
@@ -833,3 +921,19 @@ def _name_of(event: Event) -> str | None:
     if event.type == "guardrail.tripwire":
         return payload.get("guardrail")
     return None
+
+
+def _probe_name(type_: str, payload: dict[str, Any]) -> str | None:
+    """The name of a step the agent takes now, as :func:`_name_of` reads a recorded one."""
+    if type_ == "decision":
+        return payload.get("name")
+    if type_ == "guardrail.tripwire":
+        return payload.get("guardrail")
+    return None
+
+
+def _identity(type_: str, payload: dict[str, Any]) -> Any:
+    """What identifies a step without a key: a value's source (not the value), else all."""
+    if type_ in _VALUE_TYPES:
+        return {k: v for k, v in payload.items() if k not in ("value", "seed")}
+    return _normalize(payload)

@@ -170,6 +170,10 @@ class ScriptRequest:
 
 
 ScriptStep: TypeAlias = Behaviour | Callable[[ScriptRequest], Behaviour]
+# A script is either one callable consulted for every request, or a sequence consumed one
+# step per request (a step is a behaviour or a callable returning one). Note that an
+# `ErrorReply` step with a retryable status makes the SDK retry, and the retry consumes
+# the next step; use `FakeLLMServer.fail_next` for errors that should not advance a list.
 Script: TypeAlias = Callable[[ScriptRequest], Behaviour] | Sequence[ScriptStep]
 
 

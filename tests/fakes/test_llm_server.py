@@ -392,6 +392,8 @@ def test_async_openai_chat_and_responses(srv: FakeLLMServer) -> None:
     assert output_text == "Hello! You said: async responses"
     assert names == ["lookup_order"]
     assert srv.request_count == 3
+    assert len(list(srv.iter_requests("chat.completions"))) == 2
+    assert len(list(srv.iter_requests("responses"))) == 1
     assert srv.requests[0].headers["x-stainless-async"].startswith("async:")
 
 

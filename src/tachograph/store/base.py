@@ -140,7 +140,7 @@ class Store(abc.ABC):
         checker = LineChecker(source=self.url)
         for event in self.read(run_id, tenant=tenant, decode=False):
             checker.feed_event(event)
-        return checker.report()
+        return _finish(checker, run_id, tenant)
 
     def verify_all(
         self,
@@ -165,7 +165,7 @@ class Store(abc.ABC):
                     pending = 0
             if progress is not None and pending:
                 progress(pending)
-            yield checker.report()
+            yield _finish(checker, run_id, run_tenant)
 
     def run_keys(self) -> list[tuple[str, str]]:
         """Every ``(tenant, run_id)`` in the store; engines also list orphaned events' runs."""
@@ -174,6 +174,15 @@ class Store(abc.ABC):
     def resolve(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
         """Alias of :meth:`run_info`, for readability at call sites."""
         return self.run_info(run_id, tenant=tenant)
+
+
+def _finish(checker: LineChecker, run_id: str, tenant: str | None) -> VerifyReport:
+    if checker.position == 0:
+        # A store lists a run only once an event of it was appended: a listed run with no
+        # events lost them behind the store's back. That must not read as "verified".
+        checker.run_id, checker.tenant = run_id, tenant
+        checker.feed_missing("the store lists this run but holds none of its events")
+    return checker.report()
 
 
 def suggest(run_id: str, candidates: Iterable[str]) -> list[str]:

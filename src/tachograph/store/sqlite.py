@@ -242,8 +242,8 @@ class SQLiteStore(Store):
                 # commits first): the schema appears whole or not at all, even when several
                 # processes open a new store at once or one is killed while creating it.
                 if version == 0:
-                    for statement in _statements(_SCHEMA_V1):
-                        db.execute(statement)
+                    db.executescript(_SCHEMA_V1)
+                    db.execute("BEGIN IMMEDIATE")
                     db.execute(
                         "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?), "
                         "('format_version', '1')",
@@ -461,8 +461,14 @@ class SQLiteStore(Store):
         """Stream events in pages (keyset pagination: constant memory, no long-lived cursor)."""
         tenant = self._resolve_tenant(run_id, tenant)
         seq = from_seq
+        first = True
         while True:
             rows = self._page(tenant, run_id, seq)
+            if first and not rows and not self._exists(tenant, run_id):
+                # With an explicit tenant nothing was resolved: a missing run must not read
+                # (and verify) as an empty one.
+                raise self._not_found(run_id)
+            first = False
             for r in rows:
                 body = r[15]
                 yield Event(
@@ -489,6 +495,15 @@ class SQLiteStore(Store):
             if len(rows) < _PAGE:
                 return
             seq = rows[-1][2] + 1
+
+    def _exists(self, tenant: str, run_id: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM runs WHERE tenant=? AND run_id=? "
+                "UNION ALL SELECT 1 FROM events WHERE tenant=? AND run_id=? LIMIT 1",
+                (tenant, run_id, tenant, run_id),
+            ).fetchone()
+        return row is not None
 
     def _page(self, tenant: str, run_id: str, seq: int) -> list[Any]:
         sql = (

@@ -1,0 +1,1 @@
+"""The tachograph benchmark suite; run it with ``python -m bench.run``."""

@@ -1,0 +1,290 @@
+"""Shared pieces of the benchmark suite: timing, figures, targets, synthetic events.
+
+Every figure is measured side by side with a baseline in the same process and the same run,
+with the two interleaved sample by sample, so that a noisy neighbour slows both alike. Medians
+are quoted, never means, and the verdict is taken on ratios wherever the target allows it.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tachograph.events import Event, new_event
+
+__all__ = [
+    "Figure",
+    "Measure",
+    "Settings",
+    "Target",
+    "build_run",
+    "interleaved",
+    "median_ns",
+    "payload_of_size",
+    "profile_call",
+    "scaled",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Options of one suite run."""
+
+    scale: float = 1.0
+    workdir: str = "."
+    profile: bool = True
+    repeats: int = 0
+    """Samples per measure; 0 means each figure's default."""
+
+
+def scaled(n: int, scale: float, *, minimum: int = 1) -> int:
+    """``n`` times ``scale``, never below ``minimum``."""
+    return max(minimum, round(n * scale))
+
+
+@dataclass(slots=True)
+class Measure:
+    """One measured quantity: the median of its samples, in ``unit``."""
+
+    name: str
+    median: float
+    unit: str
+    samples: int
+    spread: float = 0.0
+    """Half the interquartile range, in ``unit``: how noisy the samples were."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "name": self.name,
+            "median": self.median,
+            "unit": self.unit,
+            "samples": self.samples,
+            "spread": self.spread,
+        }
+
+
+def measure_of(name: str, values: list[float], unit: str) -> Measure:
+    """A :class:`Measure` from raw sample values."""
+    if len(values) >= 4:
+        q = statistics.quantiles(values, n=4)
+        spread = (q[2] - q[0]) / 2
+    else:
+        spread = (max(values) - min(values)) / 2 if values else 0.0
+    return Measure(name, statistics.median(values), unit, len(values), spread)
+
+
+@dataclass(slots=True)
+class Target:
+    """A target a figure must meet: ``value op limit``."""
+
+    label: str
+    value: float
+    op: str
+    limit: float
+
+    @property
+    def passed(self) -> bool:
+        """True when the value meets the limit."""
+        if self.op == "<":
+            return self.value < self.limit
+        if self.op == "<=":
+            return self.value <= self.limit
+        if self.op == ">=":
+            return self.value >= self.limit
+        if self.op == ">":
+            return self.value > self.limit
+        raise ValueError(f"unknown comparison {self.op!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "label": self.label,
+            "value": self.value,
+            "op": self.op,
+            "limit": self.limit,
+            "pass": self.passed,
+        }
+
+
+@dataclass(slots=True)
+class Figure:
+    """One row of the table: a subject, its baseline, their ratio, and the targets."""
+
+    key: str
+    title: str
+    subject: Measure
+    baseline: Measure
+    ratio: float
+    ratio_label: str
+    targets: list[Target]
+    extra: dict[str, Any] = field(default_factory=dict)
+    profile: list[dict[str, Any]] | None = None
+    profile_fn: Callable[[], object] | None = None
+    """Runs the subject's workload once, for cProfile, when a target is missed."""
+
+    @property
+    def passed(self) -> bool:
+        """True when every target is met."""
+        return all(t.passed for t in self.targets)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "key": self.key,
+            "title": self.title,
+            "subject": self.subject.to_dict(),
+            "baseline": self.baseline.to_dict(),
+            "ratio": self.ratio,
+            "ratio_label": self.ratio_label,
+            "targets": [t.to_dict() for t in self.targets],
+            "pass": self.passed,
+            "extra": self.extra,
+            "profile": self.profile,
+        }
+
+
+def median_ns(fn: Callable[[], object], *, inner: int, repeats: int) -> list[float]:
+    """Per-call nanoseconds of ``fn``: ``repeats`` samples of ``inner`` calls each."""
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        for _ in range(inner):
+            fn()
+        out.append((time.perf_counter_ns() - t0) / inner)
+    return out
+
+
+def interleaved(
+    subject: Callable[[], float],
+    baseline: Callable[[], float],
+    *,
+    repeats: int,
+    warmup: int = 1,
+) -> tuple[list[float], list[float]]:
+    """Alternate baseline and subject samples (each callable returns one sample value)."""
+    for _ in range(warmup):
+        baseline()
+        subject()
+    subj: list[float] = []
+    base: list[float] = []
+    for i in range(repeats):
+        # alternate which goes first, so that neither always runs on a warmer cache
+        if i % 2:
+            subj.append(subject())
+            base.append(baseline())
+        else:
+            base.append(baseline())
+            subj.append(subject())
+    return subj, base
+
+
+def loop_sample(fn: Callable[[], object], inner: int) -> Callable[[], float]:
+    """A sampler: the mean nanoseconds per call over ``inner`` calls."""
+
+    def sample() -> float:
+        t0 = time.perf_counter_ns()
+        for _ in range(inner):
+            fn()
+        return (time.perf_counter_ns() - t0) / inner
+
+    return sample
+
+
+# -- synthetic events -------------------------------------------------------------------------
+
+_WORDS = (
+    "the refund for order was approved after the customer reported a damaged parcel and the "
+    "agent checked the carrier tracking history before deciding on the amount to return "
+)
+
+
+def payload_of_size(target: int, *, index: int = 0) -> dict[str, Any]:
+    """A model-response-like payload whose canonical JSON is about ``target`` bytes."""
+    text_len = max(16, target - 260)
+    text = (_WORDS * (text_len // len(_WORDS) + 1))[:text_len]
+    return {
+        "response": {
+            "id": f"msg_{index:012d}",
+            "model": "claude-sonnet-4-5-20250929",
+            "role": "assistant",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 1200 + index % 97, "output_tokens": 300},
+        },
+        "usage": {"input_tokens": 1200 + index % 97, "output_tokens": 300},
+    }
+
+
+def build_run(
+    run_id: str, n: int, *, payload_bytes: int = 1000, tenant: str = "default"
+) -> Iterator[Event]:
+    """The events of a synthetic run of ``n`` events, chained, built in order."""
+    prev: str | None = None
+    for seq in range(n):
+        if seq == 0:
+            etype, payload = "run.started", {"input": {"task": "bench"}, "env": {}}
+        elif seq == n - 1:
+            etype, payload = "run.finished", {"status": "ok", "output": None}
+        else:
+            etype, payload = "model.response", payload_of_size(payload_bytes, index=seq)
+        event = new_event(
+            run_id=run_id,
+            seq=seq,
+            type=etype,
+            actor="bench",
+            payload=payload,
+            prev_hash=prev,
+            tenant=tenant,
+            checked=True,
+        )
+        prev = event.hash
+        yield event
+
+
+# -- profiles ---------------------------------------------------------------------------------
+
+
+def _short(path: str) -> str:
+    """A file path without this machine's directories: from the package or library name."""
+    parts = path.replace(os.sep, "/").split("/")
+    for anchor in ("tachograph", "bench", "opentelemetry", "sqlite3", "json"):
+        if anchor in parts:
+            return "/".join(parts[parts.index(anchor) :])
+    return parts[-1]
+
+
+def profile_call(fn: Callable[[], object], *, top: int = 14) -> list[dict[str, Any]]:
+    """Run ``fn`` under cProfile; the functions with the most own time, as rows."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        fn()
+    finally:
+        profiler.disable()
+    stats = pstats.Stats(profiler, stream=io.StringIO())
+    total = sum(row[2] for row in stats.stats.values())  # type: ignore[attr-defined]
+    rows = []
+    for (filename, line, name), (_cc, ncalls, tottime, cumtime, _callers) in sorted(
+        stats.stats.items(),  # type: ignore[attr-defined]
+        key=lambda item: item[1][2],
+        reverse=True,
+    )[:top]:
+        where = name if filename == "~" else f"{_short(filename)}:{line}({name})"
+        rows.append(
+            {
+                "function": where,
+                "calls": ncalls,
+                "own_s": round(tottime, 4),
+                "cum_s": round(cumtime, 4),
+                "own_share": round(tottime / total, 3) if total else 0.0,
+            }
+        )
+    return rows

@@ -1,0 +1,216 @@
+"""The cost of recording: one event in memory against an OpenTelemetry span; a decorated tool
+called outside any run against a plain call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import orjson
+
+import tachograph
+from tachograph.events import Event, new_event
+from tachograph.recorder import Recorder
+from tachograph.store.base import Receipt, RunInfo, Store
+
+from .common import Figure, Settings, Target, interleaved, loop_sample, measure_of, payload_of_size
+
+__all__ = ["NullStore", "figures"]
+
+PAYLOAD_BYTES = 1500
+PREV = "sha256:" + "ab" * 32
+
+
+class NullStore(Store):
+    """A store that keeps nothing: isolates the recording path from any disk."""
+
+    url = "null://"
+
+    def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
+        return []
+
+    def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
+        return None
+
+    def read(
+        self,
+        run_id: str,
+        *,
+        tenant: str | None = None,
+        from_seq: int = 0,
+        decode: bool = True,
+    ) -> Iterator[Event]:
+        return iter(())
+
+    def runs(
+        self,
+        *,
+        actor: str | None = None,
+        tenant: str | None = None,
+        status: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunInfo]:
+        return []
+
+    def run_info(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
+        raise tachograph.RunNotFound(run_id)
+
+    def count_events(self) -> int:
+        return 0
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    """OpenTelemetry attributes take primitives: flatten objects, keep lists of text as JSON."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flatten(item, f"{prefix}.{key}" if prefix else key, out)
+    elif isinstance(value, (str, int, float, bool)):
+        out[prefix] = value
+    else:
+        out[prefix] = orjson.dumps(value).decode()
+
+
+def _otel_span_fn(payload: dict[str, Any]) -> tuple[Any, Any]:
+    """A function that records one SDK span carrying the payload, and the exporter to clear."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tachograph.bench")
+    attributes: dict[str, Any] = {
+        "tachograph.run_id": "bench-run",
+        "tachograph.seq": 1,
+        "tachograph.type": "model.response",
+        "tachograph.actor": "bench",
+        "gen_ai.request.model": "claude-sonnet-4-5-20250929",
+        "tachograph.idempotency_key": "bench-run:claude:0123456789abcdef",
+    }
+    _flatten(payload, "gen_ai", attributes)
+    usage = payload["response"]["usage"]
+    content = payload["response"]["content"][0]["text"]
+
+    def span() -> None:
+        s = tracer.start_span("chat claude-sonnet-4-5-20250929", attributes=attributes)
+        s.add_event("gen_ai.usage", {"input_tokens": usage["input_tokens"], "output": 300})
+        s.add_event("gen_ai.choice", {"index": 0, "finish_reason": "end_turn", "text": content})
+        s.end()
+
+    return span, exporter
+
+
+def _record_event_figure(settings: Settings) -> Figure:
+    payload = payload_of_size(PAYLOAD_BYTES, index=7)
+    size = len(tachograph.canonical(payload))
+
+    def event() -> Event:
+        return new_event(
+            run_id="bench-run",
+            seq=1,
+            type="model.response",
+            actor="bench",
+            payload=payload,
+            prev_hash=PREV,
+            idempotency_key="bench-run:claude:0123456789abcdef",
+            model="claude-sonnet-4-5-20250929",
+            checked=True,
+        )
+
+    span, exporter = _otel_span_fn(payload)
+    inner = 400
+    repeats = settings.repeats or 31
+
+    def span_sample() -> float:
+        sample = loop_sample(span, inner)()
+        exporter.clear()
+        return sample
+
+    subj, base = interleaved(loop_sample(event, inner), span_sample, repeats=repeats)
+    subject = measure_of("new_event (canonical bytes, digest, hash, ULID, ts)", subj, "ns")
+    baseline = measure_of("OpenTelemetry SDK span: attributes + 2 events", base, "ns")
+
+    # The whole recording call, as agent code pays it: Recorder.append with the writer behind
+    # it (the store discards, so no disk is involved).
+    recorder = Recorder(NullStore(), run_id="bench-run", actor="bench", durability="batch")
+    seq_event = recorder.append("run.started", {"input": None, "env": {}})
+    del seq_event
+
+    def append() -> None:
+        recorder.append(
+            "model.response",
+            payload,
+            idempotency_key="bench-run:claude:0123456789abcdef",
+            model="claude-sonnet-4-5-20250929",
+        )
+
+    rec, base2 = interleaved(loop_sample(append, inner), span_sample, repeats=repeats)
+    recorder.flush()
+    rec_m = measure_of("Recorder.append", rec, "ns")
+    span2 = measure_of("span", base2, "ns")
+    ratio = baseline.median / subject.median
+    return Figure(
+        key="record_event",
+        title=f"record one event ({size} B payload, in memory)",
+        subject=subject,
+        baseline=baseline,
+        ratio=ratio,
+        ratio_label="span cost / event cost",
+        targets=[
+            Target("median event cost (us)", subject.median / 1000, "<", 12.0),
+            Target("times cheaper than the span", ratio, ">=", 4.0),
+        ],
+        extra={
+            "payload_canonical_bytes": size,
+            "recorder_append_ns": rec_m.to_dict(),
+            "span_ns_beside_recorder_append": span2.to_dict(),
+            "recorder_append_span_ratio": span2.median / rec_m.median,
+        },
+        profile_fn=lambda: [event() for _ in range(20_000)],
+    )
+
+
+@tachograph.tool(effect="pure")
+def _decorated(x: int) -> int:
+    return x
+
+
+def _plain(x: int) -> int:
+    return x
+
+
+def _tool_overhead_figure(settings: Settings) -> Figure:
+    inner = 20_000
+    repeats = settings.repeats or 31
+    subj, base = interleaved(
+        loop_sample(lambda: _decorated(3), inner),
+        loop_sample(lambda: _plain(3), inner),
+        repeats=repeats,
+    )
+    subject = measure_of("@tool(effect='pure') call, no run active", subj, "ns")
+    baseline = measure_of("plain function call", base, "ns")
+    overhead = subject.median - baseline.median
+    return Figure(
+        key="tool_overhead",
+        title="decorated tool call outside any run",
+        subject=subject,
+        baseline=baseline,
+        ratio=subject.median / baseline.median,
+        ratio_label="decorated / plain",
+        targets=[Target("overhead per call (us)", overhead / 1000, "<", 1.0)],
+        extra={"overhead_ns": overhead},
+        profile_fn=lambda: [_decorated(3) for _ in range(200_000)],
+    )
+
+
+def figures(settings: Settings) -> list[Figure]:
+    """The recording-cost figures."""
+    started = time.perf_counter()
+    out = [_record_event_figure(settings), _tool_overhead_figure(settings)]
+    for fig in out:
+        fig.extra.setdefault("seconds", round(time.perf_counter() - started, 2))
+    return out

@@ -1,0 +1,107 @@
+"""Replay of a synthetic agent (N calls of a pure tool) against reading and decoding the same
+events from the store, at three run lengths."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import tachograph
+from tachograph.store import SQLiteStore
+
+from .common import Figure, Settings, Target, interleaved, measure_of, scaled
+
+__all__ = ["figures"]
+
+LENGTHS = (1_000, 10_000, 100_000)
+"""Run lengths in events (each tool call is two events, plus run.started and run.finished)."""
+
+
+@tachograph.tool(effect="pure", name="bench_lookup")
+def _lookup(i: int) -> dict[str, Any]:
+    return {"item": i, "price_cents": (i * 37) % 10_000, "currency": "EUR"}
+
+
+def _synthetic(calls: int) -> int:
+    total = 0
+    for i in range(calls):
+        total += _lookup(i)["price_cents"]
+    return total
+
+
+AGENT = tachograph.agent(
+    _synthetic, name="bench_replay_agent", tools=[_lookup], code_version="bench"
+)
+
+
+def figures(settings: Settings) -> list[Figure]:
+    """The replay figure: rate against reading at the middle length, and linearity."""
+    started = time.perf_counter()
+    workdir = Path(settings.workdir) / "replay"
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "replay.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    store = SQLiteStore(path)
+    lengths = [scaled(n, settings.scale, minimum=20) for n in LENGTHS]
+    per_length: list[dict[str, Any]] = []
+    measures = {}
+    for length in lengths:
+        calls = max(1, (length - 2) // 2)
+        result = tachograph.record_run(AGENT, calls, store=store, actor="bench")
+        run_id = result.run_id
+        events = store.run_info(run_id).events
+        repeats = settings.repeats or (5 if length <= 20_000 else 3)
+
+        def replay_sample(run_id: str = run_id, events: int = events) -> float:
+            t0 = time.perf_counter_ns()
+            report = tachograph.replay(store, run_id, AGENT)
+            elapsed = time.perf_counter_ns() - t0
+            if not report.reproduced:
+                raise RuntimeError(f"benchmark replay diverged: {report.render()}")
+            return events / (elapsed / 1e9)
+
+        def read_sample(run_id: str = run_id, events: int = events) -> float:
+            t0 = time.perf_counter_ns()
+            decoded = list(store.read(run_id))
+            elapsed = time.perf_counter_ns() - t0
+            assert len(decoded) == events
+            return events / (elapsed / 1e9)
+
+        subj, base = interleaved(replay_sample, read_sample, repeats=repeats)
+        replay_m = measure_of(f"tachograph.replay, {events} events", subj, "events/s")
+        read_m = measure_of(f"store.read + decode, {events} events", base, "events/s")
+        measures[length] = (replay_m, read_m, run_id)
+        per_length.append(
+            {
+                "events": events,
+                "replay": replay_m.to_dict(),
+                "read": read_m.to_dict(),
+                "ratio": replay_m.median / read_m.median,
+                "replay_us_per_event": 1e6 / replay_m.median,
+            }
+        )
+    middle = lengths[1]
+    subject, baseline, middle_run = measures[middle]
+    # Linearity: the cost per event may not grow as the run gets ten times longer.
+    costs = [row["replay_us_per_event"] for row in per_length]
+    growth = max(later / earlier for earlier, later in itertools.pairwise(costs))
+    ratio = subject.median / baseline.median
+    return [
+        Figure(
+            key="replay",
+            title=f"replay a {subject.name.split(', ')[1]} run (pure tool calls)",
+            subject=subject,
+            baseline=baseline,
+            ratio=ratio,
+            ratio_label="replay rate / read rate",
+            targets=[
+                Target("share of the read rate", ratio, ">=", 0.5),
+                Target("per-event cost growth per 10x length", growth, "<=", 1.25),
+            ],
+            extra={"lengths": per_length, "seconds": round(time.perf_counter() - started, 2)},
+            profile_fn=lambda: tachograph.replay(store, middle_run, AGENT),
+        )
+    ]

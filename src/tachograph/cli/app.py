@@ -1,0 +1,268 @@
+"""The root ``tacho`` command group and the conventions every command follows.
+
+Conventions (for every command module, built in or plugged in):
+
+- The global ``--store URL`` (or ``TACHOGRAPH_STORE``) lives on the context object, a
+  :class:`CliState`; a command opens the store with :func:`open_store`, which turns a missing
+  or broken store into an error that says where it looked (exit :data:`EXIT_STORE`).
+- Every read command takes ``--json`` (the :func:`json_option` decorator, parameter
+  ``as_json``) and then writes exactly one JSON document to stdout with :func:`emit_json`.
+  Errors always go to stderr, as text.
+- Exit codes: :data:`EXIT_OK` (0) success; :data:`EXIT_FAILED` (1) a verification failure, a
+  divergence or failing tests; :data:`EXIT_USAGE` (2) a usage error (bad option, an agent that
+  does not import, a confirmation that is required); :data:`EXIT_STORE` (3) the store cannot be
+  opened or read, or the run is not in it. A :class:`~tachograph.errors.TachographError` that
+  escapes a command is mapped to one of these by :class:`TachoGroup`.
+- Optional command modules ``tachograph.cli.<name>`` for the names in :data:`PLUGGED` are
+  loaded at import time and their ``register(cli)`` is called, when the module exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, TypeVar
+
+import click
+import orjson
+
+from ..errors import (
+    AgentLoadError,
+    ConfirmationRequired,
+    Divergence,
+    FormatError,
+    ProfileError,
+    RunNotFound,
+    StoreError,
+    StoreNotFound,
+    TachographError,
+    Unreplayable,
+    VerificationFailed,
+)
+from ..store import RunInfo, Store, store_url
+from ..store import open_store as _open_store
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_STORE",
+    "EXIT_USAGE",
+    "PLUGGED",
+    "CliError",
+    "CliState",
+    "TachoGroup",
+    "cli",
+    "emit_json",
+    "exit_code_for",
+    "json_option",
+    "load_plugged",
+    "open_store",
+    "resolve_run",
+    "state",
+]
+
+EXIT_OK = 0
+"""Success: the command did what was asked (a run verified, a replay reproduced)."""
+EXIT_FAILED = 1
+"""A verification failure, a divergence, or failing tests."""
+EXIT_USAGE = 2
+"""A usage error: a bad option or argument, an agent path that does not import."""
+EXIT_STORE = 3
+"""The store cannot be opened or read, or the named run is not in it."""
+
+PLUGGED = ("corpus", "otel")
+"""Command modules loaded when present: each defines ``register(cli: click.Group)``."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CliError(click.ClickException):
+    """An error a person can act on: a message, optional hint lines, and an exit code."""
+
+    def __init__(self, message: str, *, exit_code: int = EXIT_FAILED, hints: Sequence[str] = ()):
+        super().__init__(message)
+        # click reads exit_code from the instance when it exits; one class per code is overkill.
+        self.exit_code = exit_code  # type: ignore[misc]
+        self.hints = tuple(hints)
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        """Print ``Error: message`` and the hints to stderr."""
+        out = file if file is not None else sys.stderr
+        click.echo(f"Error: {self.format_message()}", file=out)
+        for hint in self.hints:
+            click.echo(f"  {hint}", file=out)
+
+
+@dataclass
+class CliState:
+    """What the root group hands to every command (``ctx.obj``)."""
+
+    store: str | None = None
+    """The ``--store`` URL as given; ``None`` means ``TACHOGRAPH_STORE`` or the default."""
+
+    @property
+    def store_url(self) -> str:
+        """The store URL in force."""
+        return store_url(self.store)
+
+
+def state(ctx: click.Context | None = None) -> CliState:
+    """The :class:`CliState` of the current invocation (a default one outside the root group)."""
+    ctx = ctx if ctx is not None else click.get_current_context()
+    found = ctx.find_object(CliState)
+    if found is None:
+        found = ctx.ensure_object(CliState)
+    return found
+
+
+def open_store(ctx: click.Context | None = None, *, create: bool = False) -> Store:
+    """Open the store in force, or raise a :class:`CliError` that says where it looked.
+
+    Read commands pass ``create=False`` (the default) so that a typo in ``--store`` is an error
+    and not a new empty store; commands that record or import pass ``create=True``.
+    """
+    url = state(ctx).store_url
+    try:
+        return _open_store(url, create=create)
+    except StoreNotFound as exc:
+        raise CliError(
+            str(exc),
+            exit_code=EXIT_STORE,
+            hints=(
+                "Record a run first (try: tacho demo), or point at a store with "
+                "--store URL or TACHOGRAPH_STORE.",
+            ),
+        ) from exc
+    except StoreError as exc:
+        raise CliError(f"cannot open store {url}: {exc}", exit_code=EXIT_STORE) from exc
+
+
+def resolve_run(store: Store, run_id: str, *, tenant: str | None = None) -> RunInfo:
+    """The run ``run_id`` names: its exact id, or else a unique prefix of at least 6 chars.
+
+    Otherwise :class:`~tachograph.errors.RunNotFound` propagates, with close matches.
+    """
+    try:
+        return store.run_info(run_id, tenant=tenant)
+    except RunNotFound as exc:
+        matches = [s for s in getattr(exc, "suggestions", []) or [] if s.startswith(run_id)]
+        if len(run_id) >= 6 and len(matches) == 1:
+            return store.run_info(matches[0], tenant=tenant)
+        raise
+
+
+def json_option(fn: F) -> F:
+    """Add ``--json`` (parameter ``as_json``): one stable JSON document on stdout."""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print one JSON document (stable, documented in docs/cli.md) instead of text.",
+    )(fn)
+
+
+def emit_json(data: Any) -> None:
+    """Write ``data`` as indented JSON with sorted keys, and a newline, to stdout."""
+    raw = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    # Text may have been written through sys.stdout before: flush it so the order holds.
+    sys.stdout.flush()
+    sys.stdout.buffer.write(raw + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def exit_code_for(exc: TachographError) -> int:
+    """The documented exit code for an error that escaped a command."""
+    if isinstance(exc, (AgentLoadError, ConfirmationRequired, ProfileError)):
+        return EXIT_USAGE
+    if isinstance(exc, StoreError):
+        return EXIT_STORE
+    if isinstance(exc, (VerificationFailed, Divergence, Unreplayable, FormatError)):
+        return EXIT_FAILED
+    return EXIT_FAILED
+
+
+def _hints_for(exc: TachographError) -> list[str]:
+    if isinstance(exc, RunNotFound):
+        suggestions = list(getattr(exc, "suggestions", []) or [])
+        if suggestions:
+            return []  # already named in the message
+        return ["List the runs in this store with: tacho runs"]
+    if isinstance(exc, ConfirmationRequired):
+        return ["Pass --confirm to allow it."]
+    return []
+
+
+class TachoGroup(click.Group):
+    """A group that turns tachograph errors into :class:`CliError` with the right exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; map a :class:`TachographError` to its documented exit code."""
+        try:
+            return super().invoke(ctx)
+        except TachographError as exc:
+            raise CliError(str(exc), exit_code=exit_code_for(exc), hints=_hints_for(exc)) from exc
+
+
+@click.group(cls=TachoGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--store",
+    "store",
+    envvar="TACHOGRAPH_STORE",
+    metavar="URL",
+    default=None,
+    help="Store URL (sqlite:///path.db or a path). Default: TACHOGRAPH_STORE, "
+    "else ./.tachograph/tachograph.db.",
+)
+@click.version_option(None, "-V", "--version", package_name="tachograph", prog_name="tacho")
+@click.pass_context
+def cli(ctx: click.Context, store: str | None) -> None:
+    """tacho: record, verify, inspect and replay AI agent runs.
+
+    Start with `tacho demo`, then `tacho runs` and `tacho show RUN`.
+    """
+    ctx.ensure_object(CliState).store = store
+
+
+def load_plugged(group: click.Group, names: Sequence[str], package: str) -> list[str]:
+    """Import ``package.name`` for each name and call its ``register(group)``.
+
+    A module that does not exist is skipped; any other error (including a missing dependency
+    inside a module that does exist) propagates, so that a broken command is never silently
+    absent. Returns the names that were loaded.
+    """
+    loaded = []
+    for name in names:
+        qualified = f"{package}.{name}"
+        try:
+            plugged = importlib.import_module(qualified)
+        except ModuleNotFoundError as exc:
+            if exc.name != qualified:
+                raise
+            continue
+        plugged.register(group)
+        loaded.append(name)
+    return loaded
+
+
+def _register(group: click.Group) -> None:
+    # Imported here, after everything above exists, because the command modules import
+    # the conventions from this module.
+    from . import commands_inspect, commands_io, commands_replay, demo
+
+    for module in (commands_inspect, commands_replay, commands_io, demo):
+        module.register(group)
+    load_plugged(group, PLUGGED, __package__ or "tachograph.cli")
+
+
+_register(cli)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``tacho`` console script."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="tacho")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv[1:])

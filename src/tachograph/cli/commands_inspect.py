@@ -1,0 +1,354 @@
+"""Read commands: ``runs``, ``show``, ``state``, ``verify``, ``diff``, ``version``."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..chain import VerifyReport
+from ..diff import RunDiff, diff_runs
+from ..errors import FormatError
+from ..events import FORMAT_VERSION, Event
+from ..fold import fold
+from ..jsonl import verify_jsonl
+from ..store import DEFAULT_STORE, RunInfo, Store
+from .app import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CliError,
+    emit_json,
+    json_option,
+    open_store,
+    resolve_run,
+    state,
+)
+from .render import Output, event_style, is_dry_run, summarize
+
+__all__ = ["register", "run_header", "show_timeline"]
+
+_STATUS_STYLES = {"ok": "green", "error": "bold red", "aborted": "yellow", None: "dim"}
+
+
+def _time(ts: str) -> str:
+    # ts is YYYY-MM-DDTHH:MM:SS.ffffffZ; a timeline reads best at millisecond precision.
+    return ts[11:23] if len(ts) >= 23 else ts
+
+
+def _event_row(event: Event) -> dict[str, Any]:
+    return {
+        "seq": event.seq,
+        "ts": event.ts,
+        "actor": event.actor,
+        "type": event.type,
+        "summary": summarize(event),
+        "idempotency_key": event.idempotency_key,
+        "model": event.model,
+        "dry_run": is_dry_run(event),
+        "erased": event.erased,
+    }
+
+
+def run_header(out: Output, info: RunInfo, first: Event | None) -> None:
+    """The lines above a timeline: id, actor, status, events, parent and dry-run marks."""
+    status = info.status or "unfinished"
+    out.line(f"run {info.run_id}", style="bold")
+    out.line(
+        f"  actor {info.actor}  tenant {info.tenant}  status {status}  "
+        f"events {info.events}  started {info.started_at}"
+    )
+    payload = first.payload if first is not None and isinstance(first.payload, dict) else {}
+    parent = payload.get("parent")
+    if isinstance(parent, dict):
+        out.line(f"  fork of {parent.get('run_id')} at seq {parent.get('seq')}")
+    if first is not None and is_dry_run(first):
+        out.line("  DRY RUN: tools that write were simulated in this run", style="bold yellow")
+
+
+def show_timeline(out: Output, events: list[Event], *, full: bool = False) -> None:
+    """Print a run's events as an aligned timeline (and payloads with ``full``)."""
+    headers = ("SEQ", "TIME", "ACTOR", "TYPE", "SUMMARY")
+    if full:
+        for event in events:
+            mark = "  DRY RUN" if is_dry_run(event) else ""
+            out.line(
+                f"{event.seq:>4}  {_time(event.ts)}  {event.actor}  {event.type}{mark}",
+                style=event_style(event),
+            )
+            extras = {
+                k: v
+                for k, v in (
+                    ("idempotency_key", event.idempotency_key),
+                    ("model", event.model),
+                    ("seed", event.seed),
+                )
+                if v is not None
+            }
+            for key, value in extras.items():
+                out.line(f"      {key}: {value}", style="dim")
+            if event.erased:
+                out.line("      (payload erased)", style="dim")
+            else:
+                out.json(event.payload)
+        return
+    rows: list[tuple[str, ...]] = []
+    styles: list[str | None] = []
+    cells: list[tuple[str | None, ...]] = []
+    for event in events:
+        summary = summarize(event)
+        dry = is_dry_run(event)
+        if dry:
+            summary = "DRY RUN  " + summary
+        rows.append((str(event.seq), _time(event.ts), event.actor, event.type, summary))
+        styles.append(None)
+        style = event_style(event)
+        cells.append(("dim", "dim", None, style, "bold yellow" if dry else None))
+    out.table(headers, rows, styles=styles, cell_styles=cells)
+
+
+@click.command("runs", short_help="List runs, newest first.")
+@click.option("--actor", help="Only runs by this actor.")
+@click.option(
+    "--status",
+    type=click.Choice(["ok", "error", "aborted", "unfinished"]),
+    help="Only runs that finished so, or have not finished.",
+)
+@click.option("--since", metavar="TIME", help="Only runs started at or after this ISO 8601 time.")
+@click.option("--until", metavar="TIME", help="Only runs started before this ISO 8601 time.")
+@click.option("--tenant", help="Only runs of this tenant.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="At most this many runs, newest first (0: all).",
+)
+@json_option
+def runs_cmd(
+    actor: str | None,
+    status: str | None,
+    since: str | None,
+    until: str | None,
+    tenant: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List runs, newest first, with filters."""
+    with open_store() as store:
+        found = store.runs(
+            actor=actor,
+            status=status,
+            since=since,
+            until=until,
+            tenant=tenant,
+            limit=None if limit == 0 else limit + 1,
+        )
+        more = limit != 0 and len(found) > limit
+        found = found[:limit] if limit else found
+        if as_json:
+            emit_json({"store": store.url, "runs": [r.to_dict() for r in found], "more": more})
+            return
+        out = Output()
+        if not found:
+            out.line(f"no runs in {store.url}" + (" match" if actor or status else ""))
+            return
+        rows = [
+            (
+                r.run_id,
+                r.actor,
+                r.started_at[:19].replace("T", " "),
+                str(r.events),
+                r.status or "unfinished",
+            )
+            for r in found
+        ]
+        cells = [(None, None, "dim", None, _STATUS_STYLES.get(r.status, "")) for r in found]
+        out.table(("RUN", "ACTOR", "STARTED", "EVENTS", "STATUS"), rows, cell_styles=cells)
+        if more:
+            out.line(f"(showing the newest {limit}; --limit 0 for all)", style="dim")
+
+
+@click.command("show", short_help="Show a run's timeline.")
+@click.argument("run_id", metavar="RUN")
+@click.option("--full", is_flag=True, help="Print every payload, pretty-printed.")
+@click.option("--tenant", help="The run's tenant, if its id exists under several.")
+@json_option
+def show_cmd(run_id: str, full: bool, tenant: str | None, as_json: bool) -> None:
+    """Show a run as a timeline: seq, time, actor, type and a one-line summary."""
+    with open_store() as store:
+        info = resolve_run(store, run_id, tenant=tenant)
+        events = store.events(info.run_id, tenant=info.tenant)
+    if as_json:
+        rows = []
+        for event in events:
+            row = _event_row(event)
+            if full:
+                row["payload"] = event.payload
+                row["hash"] = event.hash
+            rows.append(row)
+        emit_json({"run": info.to_dict(), "events": rows})
+        return
+    out = Output()
+    run_header(out, info, events[0] if events else None)
+    out.line()
+    show_timeline(out, events, full=full)
+
+
+@click.command("state", short_help="Print the state at step N (the fold).")
+@click.argument("run_id", metavar="RUN")
+@click.option(
+    "--at", "at", type=int, default=None, metavar="N", help="Fold up to seq N (default: the end)."
+)
+@click.option("--tenant", help="The run's tenant, if its id exists under several.")
+@json_option
+def state_cmd(run_id: str, at: int | None, tenant: str | None, as_json: bool) -> None:
+    """Print the state the agent had reached at step N (the fold of events 0..N)."""
+    with open_store() as store:
+        info = resolve_run(store, run_id, tenant=tenant)
+        run_id = info.run_id
+        if at is not None and not 0 <= at < info.events:
+            raise CliError(
+                f"--at {at} is outside run {run_id} (seq 0..{info.events - 1})",
+                exit_code=EXIT_USAGE,
+            )
+        result = fold(store.read(run_id, tenant=info.tenant), at)
+    data = result.to_dict()
+    if as_json:
+        emit_json(data)
+        return
+    out = Output()
+    out.line(f"state of {run_id} after seq {result.last_seq} ({result.status})", style="bold")
+    out.json(data)
+
+
+def _verify_reports(
+    store: Store, out: Output, run_id: str | None, as_json: bool
+) -> list[VerifyReport]:
+    if run_id is not None:
+        info = resolve_run(store, run_id)
+        return [store.verify(info.run_id, tenant=info.tenant)]
+    total = store.count_events()
+    with out.progress(total, "verifying") as advance:
+        return list(store.verify_all(progress=advance))
+
+
+def _verify_file(path: Path, out: Output) -> list[VerifyReport]:
+    with out.progress(None, f"verifying {path.name}") as advance:
+        try:
+            return verify_jsonl(path, progress=advance)
+        except FormatError as exc:
+            raise CliError(str(exc), exit_code=EXIT_FAILED) from exc
+
+
+def _looks_like_file(target: str) -> bool:
+    return os.sep in target or "/" in target or target.endswith((".jsonl", ".json"))
+
+
+@click.command("verify", short_help="Verify runs or a JSONL file.")
+@click.argument("target", metavar="[RUN|FILE]", required=False)
+@click.option("--all", "all_runs", is_flag=True, help="Verify every run in the store (default).")
+@json_option
+def verify_cmd(target: str | None, all_runs: bool, as_json: bool) -> None:
+    """Verify the hash chain of a run, of every run, or of a JSONL file (SPEC section 8).
+
+    With no argument every run in the store is verified. A FILE is a JSONL export. Exits 1
+    if anything fails, naming the run, the seq and the check that failed.
+    """
+    if target is not None and all_runs:
+        raise click.UsageError("give a RUN or FILE, or --all, not both")
+    out = Output()
+    if target is not None and (Path(target).is_file() or _looks_like_file(target)):
+        path = Path(target)
+        if not path.is_file():
+            raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)
+        source = str(path)
+        reports = _verify_file(path, out)
+    else:
+        with open_store() as store:
+            source = store.url
+            reports = _verify_reports(store, out, target, as_json)
+    failed = [r for r in reports if not r.ok]
+    if as_json:
+        emit_json(
+            {
+                "source": source,
+                "ok": not failed,
+                "runs": [r.to_dict() for r in reports],
+                "verified": len(reports) - len(failed),
+                "failed": len(failed),
+            }
+        )
+    else:
+        for report in reports:
+            out.line(
+                report.render(),
+                style="green" if report.ok else "bold red",
+            )
+        if not reports:
+            out.line(f"no runs in {source}")
+        elif target is None or len(reports) > 1:
+            out.line(
+                f"{len(reports) - len(failed)} of {len(reports)} run(s) verified"
+                + (f", {len(failed)} FAILED" if failed else ""),
+                style="bold red" if failed else "bold green",
+            )
+    if failed:
+        sys.exit(EXIT_FAILED)
+
+
+@click.command("diff", short_help="Show where two runs first differ.")
+@click.argument("run_a", metavar="RUN_A")
+@click.argument("run_b", metavar="RUN_B")
+@json_option
+def diff_cmd(run_a: str, run_b: str, as_json: bool) -> None:
+    """Show the first step where two runs differ. Exits 1 when they differ, like diff(1)."""
+    with open_store() as store:
+        a = resolve_run(store, run_a)
+        b = resolve_run(store, run_b)
+        result: RunDiff = diff_runs(
+            store.read(a.run_id, tenant=a.tenant),
+            store.read(b.run_id, tenant=b.tenant),
+            names=(a.run_id, b.run_id),
+        )
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        out = Output()
+        lines = result.render().splitlines()
+        out.line(lines[0], style="bold green" if result.same else "bold red")
+        for line in lines[1:]:
+            out.line(line)
+    if not result.same:
+        sys.exit(EXIT_FAILED)
+
+
+@click.command("version", short_help="Print versions and the store in use.")
+@json_option
+def version_cmd(as_json: bool) -> None:
+    """Print the versions of tachograph, its record format and Python, and the store in use."""
+    from .. import __version__
+
+    data = {
+        "tachograph": __version__,
+        "format_version": FORMAT_VERSION,
+        "python": platform.python_version(),
+        "store": state().store_url,
+        "default_store": DEFAULT_STORE,
+    }
+    if as_json:
+        emit_json(data)
+        return
+    out = Output()
+    out.line(f"tachograph {__version__} (record format v{FORMAT_VERSION})")
+    out.line(f"python {data['python']}")
+    out.line(f"store {data['store']}")
+
+
+def register(group: click.Group) -> None:
+    """Add the read commands to ``group``."""
+    for command in (runs_cmd, show_cmd, state_cmd, verify_cmd, diff_cmd, version_cmd):
+        group.add_command(command)

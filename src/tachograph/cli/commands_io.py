@@ -1,0 +1,132 @@
+"""Moving runs in and out of a store: ``export`` and ``import`` (JSONL, SPEC section 4)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import click
+
+from ..errors import FormatError, VerificationFailed
+from ..jsonl import export_run, import_jsonl
+from .app import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CliError,
+    emit_json,
+    json_option,
+    open_store,
+    resolve_run,
+)
+from .render import Output
+
+__all__ = ["register"]
+
+
+@contextlib.contextmanager
+def _destination(path: str | None) -> Iterator[IO[bytes]]:
+    if path is None or path == "-":
+        sys.stdout.flush()
+        stream = sys.stdout.buffer
+        yield stream
+        stream.flush()
+        return
+    target = Path(path)
+    tmp = target.with_name(target.name + ".partial")
+    try:
+        with tmp.open("wb") as handle:
+            yield handle
+        # Only a complete export gets the real name: a half-written file would not verify.
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@click.command("export", short_help="Export runs as JSONL.")
+@click.argument("run_ids", metavar="[RUN]...", nargs=-1)
+@click.option("--all", "all_runs", is_flag=True, help="Export every run in the store.")
+@click.option(
+    "-o", "--output", metavar="FILE", help="Write to FILE instead of stdout ('-' for stdout)."
+)
+def export_cmd(run_ids: tuple[str, ...], all_runs: bool, output: str | None) -> None:
+    """Export runs as JSON Lines (SPEC section 4), one event per line, in seq order."""
+    if bool(run_ids) == all_runs:
+        raise click.UsageError("name one or more runs, or give --all")
+    with open_store() as store:
+        keys = (
+            store.run_keys()
+            if all_runs
+            else [(i.tenant, i.run_id) for i in (resolve_run(store, r) for r in run_ids)]
+        )
+        total = 0
+        with _destination(output) as out:
+            for tenant, run_id in keys:
+                total += export_run(store, run_id, out, tenant=tenant)
+    if output not in (None, "-"):
+        click.echo(f"exported {len(keys)} run(s), {total} events to {output}", err=True)
+
+
+def _count_lines(path: Path) -> int:
+    count = 0
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            count += block.count(b"\n")
+    return count
+
+
+@click.command("import", short_help="Import a JSONL file (verified first).")
+@click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
+@json_option
+def import_cmd(file: str, as_json: bool) -> None:
+    """Import runs from a JSONL file, after verifying every one of them.
+
+    A file with any run that does not verify is refused whole (exit 1) and nothing is stored;
+    events already in the store are skipped, so importing twice is harmless.
+    """
+    path = Path(file)
+    if not path.is_file():
+        raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)
+    out = Output()
+    with open_store(create=True) as store:
+        total = _count_lines(path) if out.err.is_terminal else None
+        try:
+            with out.progress(total, f"importing {path.name}") as advance:
+                report = import_jsonl(store, path, progress=advance)
+        except VerificationFailed as exc:
+            failed = list(getattr(exc, "reports", []) or [])
+            if as_json:
+                emit_json(
+                    {
+                        "ok": False,
+                        "runs": [r.to_dict() for r in failed],
+                        "events": 0,
+                        "written": 0,
+                        "duplicates": 0,
+                    }
+                )
+            else:
+                click.echo(f"Error: import refused, nothing stored ({path})", err=True)
+                for r in failed:
+                    click.echo(f"  {r.render()}", err=True)
+            sys.exit(EXIT_FAILED)
+        except FormatError as exc:
+            raise CliError(f"import refused, nothing stored: {exc}", exit_code=EXIT_FAILED) from exc
+    if as_json:
+        emit_json({"ok": True, **report.to_dict()})
+        return
+    out.line(
+        f"imported {len(report.runs)} run(s) from {path.name}: {report.written} events written, "
+        f"{report.duplicates} already present",
+        style="bold green",
+    )
+    for r in report.runs:
+        out.line(f"  {r.run_id}  {r.events} events  verified", style="green")
+
+
+def register(group: click.Group) -> None:
+    """Add ``export`` and ``import`` to ``group``."""
+    group.add_command(export_cmd)
+    group.add_command(import_cmd)

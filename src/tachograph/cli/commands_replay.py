@@ -1,0 +1,205 @@
+"""Commands that run agent code against a record: ``replay``, ``fork``, ``resume``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import orjson
+
+from ..replay import fork, replay, resume
+from ..report import ReplayReport
+from .app import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CliError,
+    emit_json,
+    json_option,
+    open_store,
+    resolve_run,
+)
+from .loader import load_agent
+from .render import Output
+
+__all__ = ["print_report", "register"]
+
+_AGENT_HELP = (
+    "The agent, as module:function (imported like an ASGI app; the current directory first)."
+)
+
+
+def print_report(out: Output, report: ReplayReport) -> None:
+    """Print a replay report with its verdict coloured."""
+    lines = report.render().splitlines()
+    out.line(lines[0], style="bold green" if report.reproduced else "bold red")
+    for line in lines[1:]:
+        stripped = line.strip()
+        if stripped.startswith(("drift:", "WARNING")):
+            style = "yellow"
+        elif stripped.startswith(("first divergence", "seq ")):
+            style = "bold red"
+        elif stripped.startswith("$"):
+            style = "red"
+        elif stripped.startswith(("candidate", "note:")):
+            style = "dim"
+        else:
+            style = None
+        out.line(line, style=style)
+
+
+def _finish(report: ReplayReport, as_json: bool) -> None:
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        print_report(Output(), report)
+    if not report.reproduced:
+        sys.exit(EXIT_FAILED)
+
+
+def _parse_override(text: str | None) -> Any:
+    if text is None:
+        return ...
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--override") from exc
+
+
+@click.command("replay", short_help="Replay a run against the agent's code.")
+@click.argument("run_id", metavar="RUN")
+@click.option("--agent", "agent_path", required=True, metavar="MODULE:FUNCTION", help=_AGENT_HELP)
+@click.option(
+    "--match",
+    type=click.Choice(["strict", "key"]),
+    default="strict",
+    show_default=True,
+    help="strict: steps in recorded order; key: calls matched by idempotency key.",
+)
+@click.option("--collect", is_flag=True, help="Go on after the first divergence; report all.")
+@click.option(
+    "--allow-unverified", is_flag=True, help="Replay a run that does not verify (labelled so)."
+)
+@click.option("--rerun-pure", is_flag=True, help="Re-execute pure tools and compare results.")
+@json_option
+def replay_cmd(
+    run_id: str,
+    agent_path: str,
+    match: str,
+    collect: bool,
+    allow_unverified: bool,
+    rerun_pure: bool,
+    as_json: bool,
+) -> None:
+    """Replay a run against the agent's current code; nothing runs live, nothing is written.
+
+    Exits 0 when the agent reproduces the run, 1 at a divergence (the report names the step).
+    """
+    agent = load_agent(agent_path)
+    with open_store() as store:
+        info = resolve_run(store, run_id)
+        report = replay(
+            store,
+            info.run_id,
+            agent,
+            tenant=info.tenant,
+            match=match,
+            collect=collect,
+            allow_unverified=allow_unverified,
+            rerun_pure=rerun_pure,
+        )
+    _finish(report, as_json)
+
+
+@click.command("fork", short_help="Continue a run live from step N, as a new run.")
+@click.argument("run_id", metavar="RUN")
+@click.option("--at", "at", type=int, required=True, metavar="N", help="Go live after seq N.")
+@click.option("--agent", "agent_path", required=True, metavar="MODULE:FUNCTION", help=_AGENT_HELP)
+@click.option(
+    "--override",
+    metavar="JSON",
+    help="Serve this answer at seq N instead of the recorded one (a model or tool answer).",
+)
+@click.option(
+    "--live", is_flag=True, help="Run write and irreversible tools for real (default: dry run)."
+)
+@click.option("--allow-unverified", is_flag=True, help="Fork a run that does not verify.")
+@json_option
+def fork_cmd(
+    run_id: str,
+    at: int,
+    agent_path: str,
+    override: str | None,
+    live: bool,
+    allow_unverified: bool,
+    as_json: bool,
+) -> None:
+    """Serve a run up to seq N, then continue live in a new run (printed at the end).
+
+    Tools that write or cannot be undone run in dry run unless --live is given.
+    """
+    agent = load_agent(agent_path)
+    value = _parse_override(override)
+    with open_store() as store:
+        info = resolve_run(store, run_id)
+        run_id = info.run_id
+        if not 0 <= at < info.events:
+            raise CliError(
+                f"--at {at} is outside run {run_id} (seq 0..{info.events - 1})",
+                exit_code=EXIT_USAGE,
+            )
+        report = fork(
+            store,
+            run_id,
+            at,
+            agent,
+            tenant=info.tenant,
+            override=value,
+            dry_run=not live,
+            allow_unverified=allow_unverified,
+        )
+    if not as_json:
+        out = Output()
+        print_report(out, report)
+        out.line(f"new run: {report.new_run_id}", style="bold")
+    else:
+        emit_json(report.to_dict())
+    if not report.reproduced:
+        sys.exit(EXIT_FAILED)
+
+
+@click.command("resume", short_help="Continue a crashed run where it stopped.")
+@click.argument("run_id", metavar="RUN")
+@click.option("--agent", "agent_path", required=True, metavar="MODULE:FUNCTION", help=_AGENT_HELP)
+@click.option(
+    "--confirm",
+    is_flag=True,
+    help="Allow repeating a side effect whose outcome was never recorded.",
+)
+@json_option
+def resume_cmd(run_id: str, agent_path: str, confirm: bool, as_json: bool) -> None:
+    """Continue a run that never finished (a crash), in the same run.
+
+    Recorded steps are served; then the agent goes on live. A call whose intent was recorded
+    but never completed is repeated only for pure and read tools, or with --confirm.
+    """
+    agent = load_agent(agent_path)
+    with open_store() as store:
+        info = resolve_run(store, run_id)
+        run_id = info.run_id
+        if info.status is not None:
+            raise CliError(
+                f"run {run_id} has finished ({info.status}); only an unfinished run resumes",
+                exit_code=EXIT_USAGE,
+                hints=(
+                    f"To continue from a step, fork it: tacho fork {run_id} --at N --agent ...",
+                ),
+            )
+        report = resume(store, run_id, agent, tenant=info.tenant, confirm=confirm)
+    _finish(report, as_json)
+
+
+def register(group: click.Group) -> None:
+    """Add the replay commands to ``group``."""
+    for command in (replay_cmd, fork_cmd, resume_cmd):
+        group.add_command(command)

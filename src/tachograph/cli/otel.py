@@ -1,0 +1,185 @@
+"""``tacho otel export`` and ``tacho otel import``: runs to and from OpenTelemetry traces.
+
+OpenTelemetry is imported only when one of these commands runs, so that every other command
+starts without it; without the ``otel`` extra the commands say how to install it (exit 2).
+See docs/otel.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import FormatError
+from .app import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CliError,
+    emit_json,
+    json_option,
+    open_store,
+    resolve_run,
+)
+
+__all__ = ["register"]
+
+_INSTALL_HINT = "Install the extra: pip install 'tachograph[otel]'"
+
+
+def _require_otel() -> None:
+    try:
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError as exc:
+        raise CliError(
+            f"OpenTelemetry is not installed ({exc.name})",
+            exit_code=EXIT_USAGE,
+            hints=(_INSTALL_HINT,),
+        ) from exc
+
+
+@click.group("otel", short_help="Export runs as OpenTelemetry traces; import GenAI traces.")
+def otel_group() -> None:
+    """Runs to and from OpenTelemetry traces (needs the 'otel' extra)."""
+
+
+@otel_group.command("export", short_help="Send a recorded run to an OTLP/HTTP endpoint.")
+@click.argument("run_id", metavar="RUN")
+@click.option(
+    "--endpoint",
+    metavar="URL",
+    default=None,
+    help="The OTLP/HTTP traces URL, used as given (include /v1/traces). Default: "
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, else OTEL_EXPORTER_OTLP_ENDPOINT + "
+    "/v1/traces, else http://localhost:4318/v1/traces.",
+)
+@click.option("--tenant", default=None, help="The run's tenant (default: any).")
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An HTTP header to send (repeatable). Default: OTEL_EXPORTER_OTLP_HEADERS.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the endpoint, retries included.",
+)
+@click.option(
+    "--content/--no-content",
+    "content",
+    default=None,
+    help="Put message content (requests, responses, tool arguments and results) on the "
+    "spans. Default: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, else no.",
+)
+@click.option(
+    "--service-name",
+    default="tachograph",
+    show_default=True,
+    help="The service.name resource attribute of the spans.",
+)
+@json_option
+def export_command(
+    run_id: str,
+    endpoint: str | None,
+    tenant: str | None,
+    headers: tuple[str, ...],
+    timeout: float,
+    content: bool | None,
+    service_name: str,
+    as_json: bool,
+) -> None:
+    """Turn a recorded run into spans (its recorded timestamps and ids) and send them over
+    OTLP/HTTP, so that a run recorded without tracing can be looked at in a tracing backend.
+
+    Exit 0 when the endpoint accepted the spans, 1 when it did not (the exporter's error is
+    printed), 3 when the run is not in the store.
+    """
+    _require_otel()
+    from ..otel.export import export_run, parse_headers
+
+    try:
+        header_map = parse_headers(headers)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--header") from None
+    with open_store() as store:
+        info = resolve_run(store, run_id, tenant=tenant)
+        result = export_run(
+            store,
+            info.run_id,
+            endpoint=endpoint,
+            tenant=info.tenant,
+            headers=header_map or None,
+            timeout=timeout,
+            capture_content=content,
+            service_name=service_name,
+        )
+    if as_json:
+        emit_json(result.to_dict())
+    elif result.ok:
+        click.echo(
+            f"exported {result.run_id}: {result.spans} spans, {result.span_events} span events "
+            f"to {result.endpoint} (trace {result.trace_id})"
+        )
+    if not result.ok:
+        if not as_json:
+            click.echo(
+                f"Error: {result.endpoint} did not accept the spans of {result.run_id} "
+                "(see the exporter's message above)",
+                err=True,
+            )
+        sys.exit(EXIT_FAILED)
+
+
+@otel_group.command("import", short_help="Record GenAI traces (OTLP/JSON) as runs.")
+@click.argument("file", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--tenant", default="default", show_default=True, help="Tenant of the new runs.")
+@json_option
+def import_command(file: str, tenant: str, as_json: bool) -> None:
+    """Read OTLP/JSON traces of GenAI spans (current or older OpenTelemetry GenAI conventions,
+    OpenInference, OpenLLMetry) from FILE ('-' for stdin) and record each trace as a run,
+    labelled as imported. Runs already imported are skipped.
+
+    Exit 0 when at least one run was found, 1 when the file holds no GenAI trace or is not
+    OTLP/JSON.
+    """
+    from ..otel.importer import import_otlp
+
+    source: Any
+    if file == "-":
+        with click.open_file("-", "rb") as stdin:
+            source = stdin.read()
+    else:
+        path = Path(file)
+        if not path.is_file():
+            raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)
+        source = path
+    with open_store(create=True) as store:
+        try:
+            result = import_otlp(store, source, tenant=tenant)
+        except FormatError as exc:
+            raise CliError(f"not an OTLP/JSON traces file: {exc}", exit_code=EXIT_FAILED) from exc
+    if as_json:
+        emit_json({"ok": bool(result.runs), **result.to_dict()})
+    else:
+        for run in result.runs:
+            what = "already present, skipped" if run.skipped else f"{len(run.events)} events"
+            click.echo(f"{run.run_id}  {run.dialect}  {what}")
+        click.echo(
+            f"imported {sum(not r.skipped for r in result.runs)} run(s) from {result.source} "
+            f"({result.spans} spans, {result.written} events written)"
+        )
+    if not result.runs:
+        if not as_json:
+            click.echo(f"Error: no GenAI spans found in {result.source}", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+def register(cli: click.Group) -> None:
+    """Add the ``otel`` group to ``cli``."""
+    cli.add_command(otel_group)

@@ -1,0 +1,256 @@
+"""Output a person enjoys reading: colour by event type on a terminal, plain text elsewhere.
+
+Every text output goes through :class:`Output`: on a terminal it uses rich (colours, aligned
+tables, pretty JSON, progress bars on stderr); when stdout is a pipe or a file it prints plain,
+aligned text with no escape codes and no box drawing, so ``grep`` and ``diff`` work. rich's
+usual switches apply: ``NO_COLOR`` turns colour off, ``FORCE_COLOR`` forces the terminal form.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import orjson
+from rich import box
+from rich.console import Console
+from rich.json import JSON
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+
+from ..events import Event
+
+__all__ = ["Output", "event_style", "is_dry_run", "summarize", "type_style"]
+
+_TYPE_STYLES = {
+    "run": "bold magenta",
+    "model": "cyan",
+    "tool": "yellow",
+    "plan": "blue",
+    "decision": "blue",
+    "handoff": "blue",
+    "guardrail": "green",
+    "output": "green",
+    "clock": "dim",
+    "random": "dim",
+    "external": "dim",
+}
+
+
+def type_style(event_type: str) -> str:
+    """The rich style for an event type: one colour per family, red for failures."""
+    if event_type.endswith(".failed") or event_type == "output.rejected":
+        return "bold red"
+    return _TYPE_STYLES.get(event_type.split(".", 1)[0], "white")
+
+
+def is_dry_run(event: Event) -> bool:
+    """True for a simulated tool result, or a run started in dry-run mode."""
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    if event.type == "tool.completed":
+        result = payload.get("result")
+        return payload.get("dry_run") is True or (
+            isinstance(result, dict) and result.get("dry_run") is True
+        )
+    if event.type == "run.started":
+        labels = payload.get("labels")
+        return isinstance(labels, dict) and labels.get("tachograph.dry_run") == "true"
+    return False
+
+
+def event_style(event: Event) -> str:
+    """The style of one event's row (a tripped guardrail is red, not green)."""
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    if event.type == "guardrail.tripwire" and payload.get("blocked"):
+        return "bold red"
+    return type_style(event.type)
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """A one-line rendering of a value, cut at ``limit`` characters."""
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _args(args: Any) -> str:
+    if not isinstance(args, dict):
+        return short(args, 50)
+    inner = ", ".join(f"{k}={short(v, 30)}" for k, v in args.items())
+    return short(inner, 60)
+
+
+def _message(request: Any) -> str:
+    messages = request.get("messages") if isinstance(request, dict) else None
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        last = messages[-1]
+        return f"{last.get('role', '?')}: {short(last.get('content'), 50)}"
+    return short(request, 60)
+
+
+def _answer(response: Any) -> str:
+    if not isinstance(response, dict):
+        return short(response, 60)
+    choices = response.get("choices")
+    message = None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        message = choices[0].get("message")
+    elif isinstance(response.get("content"), (list, str)):
+        message = response
+    if isinstance(message, dict):
+        calls = message.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            names = [
+                str(c.get("name") or (c.get("function") or {}).get("name") or "?")
+                for c in calls
+                if isinstance(c, dict)
+            ]
+            return "calls " + ", ".join(names)
+        return short(message.get("content"), 60)
+    return short(response, 60)
+
+
+def summarize(event: Event) -> str:
+    """A one-line summary of an event, for timelines."""
+    if event.erased:
+        return "(payload erased)"
+    p = event.payload if isinstance(event.payload, dict) else {}
+    t = event.type
+    if t == "run.started":
+        text = f"input {short(p.get('input'), 50)}"
+        parent = p.get("parent")
+        if isinstance(parent, dict):
+            text += f"  (fork of {parent.get('run_id')} at seq {parent.get('seq')})"
+        return text
+    if t == "run.finished":
+        if p.get("error"):
+            err = p["error"]
+            return f"{p.get('status')}: {err.get('type')}: {short(err.get('message'), 40)}"
+        return f"{p.get('status')}: {short(p.get('output'), 50)}"
+    if t == "model.request":
+        return _message(p.get("request"))
+    if t == "model.response":
+        text = _answer(p.get("response"))
+        usage = p.get("usage") or (p.get("response") or {}).get("usage")
+        if isinstance(usage, dict):
+            tokens = [v for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int)]
+            if tokens:
+                text += f"  [{sum(tokens)} tokens]"
+        return text
+    if t == "model.failed" or t == "tool.failed":
+        err = p.get("error") or {}
+        prefix = f"{p['tool']}: " if t == "tool.failed" and "tool" in p else ""
+        return f"{prefix}{err.get('type')}: {short(err.get('message'), 50)}"
+    if t == "tool.requested":
+        return f"{p.get('tool')}({_args(p.get('args'))})  [{p.get('effect')}]"
+    if t == "tool.completed":
+        return f"{p.get('tool')} -> {short(p.get('result'), 60)}"
+    if t == "plan.selected":
+        return f"{p.get('plan')}" + (f"  ({short(p['reason'], 50)})" if p.get("reason") else "")
+    if t == "decision":
+        return f"{p.get('name')} = {short(p.get('chosen'), 50)}"
+    if t == "guardrail.tripwire":
+        verdict = "BLOCKED" if p.get("blocked") else "passed"
+        return f"{p.get('guardrail')} ({p.get('stage')}): {verdict}"
+    if t in ("output.accepted", "output.rejected"):
+        return f"by {p.get('by')}" + (f": {short(p['reason'], 50)}" if p.get("reason") else "")
+    if t == "handoff":
+        return f"{p.get('from')} -> {p.get('to')}"
+    if t in ("clock.read", "random.value"):
+        return short(p.get("value"), 60)
+    if t == "random.seed":
+        return f"seed {p.get('seed')} ({p.get('source')})"
+    if t == "external.read":
+        key = f"[{p['key']}]" if p.get("key") is not None else ""
+        return f"{p.get('source')}{key} = {short(p.get('value'), 50)}"
+    return short(p, 70)
+
+
+class Output:
+    """Where a command writes: rich on a terminal, plain text otherwise."""
+
+    def __init__(self) -> None:
+        self.console = Console(highlight=False, soft_wrap=False)
+        self.err = Console(stderr=True, highlight=False)
+        self.rich = self.console.is_terminal
+
+    def line(self, text: str = "", style: str | None = None) -> None:
+        """Print one line (styled on a terminal)."""
+        if self.rich:
+            self.console.print(Text(text, style=style or ""))
+        else:
+            _write(text)
+
+    def heading(self, text: str) -> None:
+        """A section heading."""
+        if self.rich:
+            self.console.rule(Text(text, style="bold"), align="left")
+        else:
+            _write(f"== {text}")
+
+    def json(self, value: Any) -> None:
+        """Pretty-print a JSON value."""
+        raw = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+        if self.rich:
+            self.console.print(JSON(raw))
+        else:
+            _write(raw)
+
+    def table(
+        self,
+        headers: Sequence[str],
+        rows: Sequence[Sequence[str]],
+        *,
+        styles: Sequence[str | None] | None = None,
+        cell_styles: Sequence[Sequence[str | None]] | None = None,
+    ) -> None:
+        """An aligned table; ``styles`` per row, ``cell_styles`` per cell (terminal only)."""
+        if self.rich:
+            table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+            for h in headers:
+                table.add_column(
+                    h,
+                    overflow="ellipsis",
+                    no_wrap=True,
+                    justify="right" if h in ("SEQ", "EVENTS") else "left",
+                )
+            for r, row in enumerate(rows):
+                cells = []
+                for c, value in enumerate(row):
+                    style = cell_styles[r][c] if cell_styles else None
+                    cells.append(Text(value, style=style or ""))
+                table.add_row(*cells, style=styles[r] if styles else None)
+            self.console.print(table)
+            return
+        widths = [len(h) for h in headers]
+        for row in rows:
+            for i, cell in enumerate(row):
+                widths[i] = max(widths[i], len(cell))
+        for row in [list(headers), *rows]:
+            padded = [c.ljust(widths[i]) for i, c in enumerate(row)]
+            _write("  ".join(padded).rstrip())
+
+    @contextlib.contextmanager
+    def progress(self, total: int | None, description: str) -> Iterator[Callable[[int], None]]:
+        """A progress bar on stderr while the block runs (only when stderr is a terminal)."""
+        if not self.err.is_terminal:
+            yield lambda _n: None
+            return
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=self.err,
+            transient=True,
+        )
+        with bar:
+            task = bar.add_task(description, total=total)
+            yield lambda n: bar.advance(task, n)
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text + "\n")

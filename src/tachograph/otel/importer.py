@@ -1,0 +1,396 @@
+"""Import: GenAI traces (OTLP/JSON) recorded as tachograph runs.
+
+Each trace becomes one run (or one run per top-level agent span, when a trace holds several),
+so that traces from other instrumentations can be folded, diffed and kept beside native runs.
+The run is labelled as imported (``run.started`` labels ``tachograph.imported: "otlp"``,
+``tachograph.dialect``, ``tachograph.content_captured``, ``tachograph.imported_at``) and built
+with tachograph's own :func:`~tachograph.events.new_event`, so it hashes, chains and verifies
+like any run.
+
+Mapping (see docs/otel.md): the agent span gives ``run.started`` (at its start) and
+``run.finished`` (at its end); each model span ``model.request`` / ``model.response`` (or
+``model.failed``); each tool span ``tool.requested`` / ``tool.completed`` (or ``tool.failed``).
+Every event keeps the trace id and the span id it came from.
+
+Timestamps: the envelope ``ts`` is "the wall clock at recording", and a trace was recorded by
+its instrumentation when the spans happened, so ``ts`` is the span's start (requests) or end
+(completions) time, at microsecond precision; the moment of the import is the
+``tachograph.imported_at`` label. Events are in time order, so ``ts`` never goes backwards.
+
+Content is present only where the trace captured it: what is missing is listed in the payload's
+``not_captured`` (``["messages"]``, ``["message"]``, ``["args"]``, ``["result"]``,
+``["input"]``, ``["output"]``), never recorded as empty. Imported tools are of unknown effect
+and so are recorded as ``irreversible`` (tachograph's default for an unclassified tool).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ..canonical import canonical
+from ..errors import FormatError, ProfileError
+from ..events import Event, new_event, now_ts
+from ..store.base import Store
+from . import attributes as A
+from .dialects import Step, classify, detect_dialect, extract_steps
+from .otlp_json import OtlpSpan, parse_otlp_json
+
+__all__ = ["ImportResult", "ImportedRun", "import_otlp", "runs_from_spans"]
+
+_RECORDER = "tachograph-0.1.0"
+
+
+@dataclass(frozen=True)
+class ImportedRun:
+    """One run built from a trace (not yet stored)."""
+
+    run_id: str
+    trace_id: str
+    dialect: str
+    events: tuple[Event, ...]
+    skipped: bool = False
+    """True when the store already had this run (importing twice is harmless)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``tacho otel import --json``)."""
+        return {
+            "run_id": self.run_id,
+            "trace_id": self.trace_id,
+            "dialect": self.dialect,
+            "events": len(self.events),
+            "skipped": self.skipped,
+        }
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What :func:`import_otlp` did."""
+
+    source: str
+    spans: int
+    runs: tuple[ImportedRun, ...] = field(default_factory=tuple)
+
+    @property
+    def written(self) -> int:
+        """Events written (runs already present are skipped)."""
+        return sum(len(r.events) for r in self.runs if not r.skipped)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``tacho otel import --json``)."""
+        return {
+            "source": self.source,
+            "spans": self.spans,
+            "runs": [r.to_dict() for r in self.runs],
+            "written": self.written,
+        }
+
+
+def _ts(ns: int) -> str:
+    seconds, rest = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1000:06d}Z"
+
+
+def _json_safe(value: Any) -> Any:
+    """A trace value inside the record's JSON profile (bytes and odd numbers become text)."""
+    try:
+        canonical(value)
+        return value
+    except ProfileError:
+        if isinstance(value, bytes):
+            return value.hex()
+        if isinstance(value, dict):
+            return {str(k): _json_safe(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_json_safe(v) for v in value]
+        return str(value)
+
+
+def _roots(spans: Sequence[OtlpSpan]) -> list[list[OtlpSpan]]:
+    """Split one trace's spans into runs: one per top-level agent span (or the whole trace)."""
+    by_id = {s.span_id: s for s in spans}
+
+    def agent_ancestor(span: OtlpSpan) -> OtlpSpan | None:
+        top = None
+        seen: set[str] = set()
+        node: OtlpSpan | None = span
+        while node is not None and node.span_id not in seen:
+            seen.add(node.span_id)
+            if classify(node) == "agent":
+                top = node
+            node = by_id.get(node.parent_span_id or "")
+        return top
+
+    groups: dict[str, list[OtlpSpan]] = {}
+    loose: list[OtlpSpan] = []
+    for span in spans:
+        top = agent_ancestor(span)
+        if top is None:
+            loose.append(span)
+        else:
+            groups.setdefault(top.span_id, []).append(span)
+    if len(groups) <= 1:
+        return [list(spans)]
+    runs = list(groups.values())
+    if any(classify(s) in ("model", "tool") for s in loose):
+        runs.append(loose)
+    return runs
+
+
+class _Builder:
+    """Chains the events of one imported run."""
+
+    def __init__(self, run_id: str, actor: str, tenant: str, trace_id: str) -> None:
+        self.run_id, self.actor, self.tenant, self.trace_id = run_id, actor, tenant, trace_id
+        self.events: list[Event] = []
+        self._keys: dict[str, int] = {}
+
+    def key(self, name: str, args: Any) -> str:
+        """SPEC section 5's default key, ``#n`` on repeats."""
+        base = f"{self.run_id}:{name}:{hashlib.sha256(canonical(args)).hexdigest()[:16]}"
+        n = self._keys.get(base, 0)
+        self._keys[base] = n + 1
+        return base if n == 0 else f"{base}#{n}"
+
+    def add(self, type_: str, payload: dict[str, Any], ns: int, span_id: str, **kw: Any) -> None:
+        prev = self.events[-1] if self.events else None
+        self.events.append(
+            new_event(
+                run_id=self.run_id,
+                seq=len(self.events),
+                type=type_,
+                actor=self.actor,
+                payload=_json_safe(payload),
+                prev_hash=prev.hash if prev else None,
+                tenant=self.tenant,
+                trace_id=self.trace_id,
+                span_id=span_id,
+                ts=_ts(ns),
+                **kw,
+            )
+        )
+
+
+def _error(span: OtlpSpan) -> dict[str, Any]:
+    kind = span.attributes.get(A.ERROR_TYPE)
+    return {"type": str(kind or "Error"), "message": span.status_message}
+
+
+def _model_events(
+    b: _Builder, step: Step, span: OtlpSpan
+) -> list[tuple[int, int, str, dict[str, Any], dict[str, Any]]]:
+    model = step["request_model"] or step["model"] or "unknown"
+    request: dict[str, Any] = {"model": model}
+    request_payload: dict[str, Any] = {"request": request}
+    if step["provider"] is not None:
+        request_payload["provider"] = step["provider"]
+    if step["input_messages"] is not None:
+        request["messages"] = step["input_messages"]
+    else:
+        request_payload["not_captured"] = ["messages"]
+    key = b.key(model, request)
+    meta = {"idempotency_key": key, "model": model}
+    out = [(step["start_ns"], 1, "model.request", request_payload, meta)]
+    if span.status_code == 2:
+        out.append((step["end_ns"], 1, "model.failed", {"error": _error(span)}, meta))
+        return out
+    # The response in the OpenAI chat-completions shape, the one most tools read.
+    choice: dict[str, Any] = {"index": 0, "finish_reason": step["finish_reason"]}
+    response: dict[str, Any] = {
+        "id": step["response_id"],
+        "model": step["model"],
+        "choices": [choice],
+    }
+    done: dict[str, Any] = {"response": response}
+    if step["output_text"] is not None or step["tool_calls"] is not None:
+        message: dict[str, Any] = {"role": "assistant", "content": step["output_text"]}
+        if step["tool_calls"]:
+            message["tool_calls"] = step["tool_calls"]
+        choice["message"] = message
+    else:
+        done["not_captured"] = ["message"]
+    usage = {k: step[k] for k in ("input_tokens", "output_tokens") if isinstance(step[k], int)}
+    if usage:
+        response["usage"] = usage
+        done["usage"] = usage
+    answered = {"idempotency_key": key, "model": step["model"] or model}
+    out.append((step["end_ns"], 1, "model.response", done, answered))
+    return out
+
+
+def _tool_events(
+    b: _Builder, step: Step, span: OtlpSpan
+) -> list[tuple[int, int, str, dict[str, Any], dict[str, Any]]]:
+    tool = str(step["tool_name"])
+    args = step["tool_args"]
+    requested: dict[str, Any] = {"tool": tool, "effect": "irreversible"}
+    if isinstance(args, dict):
+        requested["args"] = args
+    else:
+        requested["args"] = {} if args is None else {"value": args}
+        if args is None:
+            requested["not_captured"] = ["args"]
+    if step["tool_call_id"] is not None:
+        requested["call_id"] = step["tool_call_id"]
+        key = f"{b.run_id}:{tool}:{step['tool_call_id']}"
+    else:
+        key = b.key(tool, requested["args"])
+    meta = {"idempotency_key": key}
+    out = [(step["start_ns"], 1, "tool.requested", requested, meta)]
+    if span.status_code == 2:
+        out.append((step["end_ns"], 1, "tool.failed", {"tool": tool, "error": _error(span)}, meta))
+        return out
+    done: dict[str, Any] = {"tool": tool, "result": step["tool_result"]}
+    if step["tool_result"] is None:
+        done["not_captured"] = ["result"]
+    out.append((step["end_ns"], 1, "tool.completed", done, meta))
+    return out
+
+
+def _run_id(trace_id: str, root: OtlpSpan | None, several: bool) -> str:
+    if several and root is not None:
+        return f"otel-{trace_id}-{root.span_id}"
+    return f"otel-{trace_id}"
+
+
+def _build_run(
+    spans: Sequence[OtlpSpan],
+    *,
+    several: bool,
+    tenant: str,
+    source: str | None,
+    imported_at: str,
+) -> ImportedRun:
+    dialect = detect_dialect(spans)
+    steps = extract_steps(spans)
+    by_id = {s.span_id: s for s in spans}
+    agents = [s for s in steps if s["kind"] == "agent"]
+    agent = next((s for s in agents if by_id[s["span_id"]].parent_span_id not in by_id), None)
+    agent = agent or (agents[0] if agents else None)
+    root = by_id[agent["span_id"]] if agent else None
+    trace_id = spans[0].trace_id
+    run_id = _run_id(trace_id, root, several)
+    resource_name = spans[0].resource.get("service.name")
+    actor = str((agent or {}).get("agent_name") or resource_name or "otel-import")[:128]
+    b = _Builder(run_id, actor, tenant, trace_id)
+
+    calls = [s for s in steps if s["kind"] in ("model", "tool")]
+    start = root.start_ns if root else min(s["start_ns"] for s in calls)
+    end = root.end_ns if root else max(s["end_ns"] for s in calls)
+    models = sorted(
+        {
+            m
+            for s in calls
+            if s["kind"] == "model"
+            for m in (s["request_model"], s["model"])
+            if isinstance(m, str)
+        }
+    )
+    labels = {
+        A.LABEL_IMPORTED: "otlp",
+        A.LABEL_DIALECT: dialect,
+        "tachograph.content_captured": "false" if dialect.endswith("no-content") else "true",
+        A.LABEL_IMPORTED_AT: imported_at,
+    }
+    if source:
+        labels[A.LABEL_SOURCE] = source
+    started: dict[str, Any] = {
+        "input": agent["input_text"] if agent else None,
+        "env": {
+            "code_version": None,
+            "runtime": None,
+            "recorder": _RECORDER,
+            "models": models,
+            "prompts": {},
+            "tools": {},
+        },
+        "labels": labels,
+    }
+    if started["input"] is None:
+        started["not_captured"] = ["input"]
+    root_span = root.span_id if root else calls[0]["span_id"]
+    b.add("run.started", started, start, root_span)
+
+    points: list[tuple[int, int, int, str, dict[str, Any], dict[str, Any], str]] = []
+    for step in calls:
+        span = by_id[step["span_id"]]
+        made = (
+            _model_events(b, step, span) if step["kind"] == "model" else _tool_events(b, step, span)
+        )
+        for ns, prio, type_, payload, meta in made:
+            points.append((ns, prio, len(points), type_, payload, meta, span.span_id))
+    for ns, _prio, _n, type_, payload, meta, span_id in sorted(points):
+        b.add(type_, payload, max(ns, start), span_id, **meta)
+
+    finished: dict[str, Any]
+    if root is not None and root.status_code == 2:
+        finished = {"status": "error", "error": _error(root)}
+    else:
+        finished = {"status": "ok", "output": agent["output_text"] if agent else None}
+        if finished["output"] is None:
+            finished["not_captured"] = ["output"]
+    last = max([end] + [p[0] for p in points])
+    b.add("run.finished", finished, last, root_span)
+    return ImportedRun(run_id, trace_id, dialect, tuple(b.events))
+
+
+def runs_from_spans(
+    spans: Sequence[OtlpSpan], *, tenant: str = "default", source: str | None = None
+) -> list[ImportedRun]:
+    """Build the runs (not stored) for every trace with GenAI spans among ``spans``."""
+    traces: dict[str, list[OtlpSpan]] = {}
+    for span in spans:
+        traces.setdefault(span.trace_id, []).append(span)
+    imported_at = now_ts()
+    runs: list[ImportedRun] = []
+    for trace_spans in traces.values():
+        groups = _roots(trace_spans)
+        for group in groups:
+            if not any(classify(s) for s in group):
+                continue  # no GenAI span in this trace: nothing to import
+            runs.append(
+                _build_run(
+                    group,
+                    several=len(groups) > 1,
+                    tenant=tenant,
+                    source=source,
+                    imported_at=imported_at,
+                )
+            )
+    return runs
+
+
+def import_otlp(
+    store: Store,
+    source: str | os.PathLike[str] | IO[bytes] | bytes | Mapping[str, Any],
+    *,
+    tenant: str = "default",
+) -> ImportResult:
+    """Read OTLP/JSON traces (a path, a binary stream, bytes, or a parsed document) and record
+    each GenAI trace as a tachograph run. Runs already in the store are skipped."""
+    name: str | None = None
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise FormatError(f"no such file: {path}", location=str(path))
+        data: Any = path.read_bytes()
+        name = path.name
+    elif isinstance(source, (bytes, Mapping)):
+        data = source
+    else:
+        data = source.read()
+    spans = parse_otlp_json(data)
+    runs = runs_from_spans(spans, tenant=tenant, source=name)
+    out: list[ImportedRun] = []
+    for run in runs:
+        if store.head(run.run_id, tenant=tenant) is not None:
+            out.append(ImportedRun(run.run_id, run.trace_id, run.dialect, run.events, True))
+            continue
+        store.append(list(run.events))
+        out.append(run)
+    return ImportResult(source=name or "<data>", spans=len(spans), runs=tuple(out))

@@ -1,0 +1,881 @@
+"""Regression replay for CI: a corpus of saved runs, their verdicts, and replaying them all.
+
+A *corpus* is a folder of runs kept as fixtures. Each run is one JSONL file in the interchange
+format of SPEC section 4 (``NAME.jsonl``), with a small sidecar beside it (``NAME.tacho.json``)
+that says whether the run was **good** or **bad**, why (a note), and for a bad run the ``seq``
+of the step that was wrong. Replaying the corpus against a build classifies every run:
+
+=================  ==========================================================  ======
+outcome            meaning                                                     passes
+=================  ==========================================================  ======
+``reproduced``     a good run: the agent makes the same decisions              yes
+``changed``        a good run whose decisions now differ: a regression         no
+``fixed``          a bad run that now diverges at or before its wrong step     yes
+``still_wrong``    a bad run whose wrong decision survives                     no
+``unreplayable``   erased payloads, a run that does not verify, a bad sidecar  no
+=================  ==========================================================  ======
+
+A reviewed change is accepted without editing the log: the acceptance (a digest of the
+divergences the new code produces) is appended to the sidecar, and from then on a replay that
+produces exactly those divergences counts as ``reproduced``.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .agent import Agent
+from .canonical import canonical
+from .cli.loader import load_agent
+from .errors import (
+    FormatError,
+    TachographError,
+    Unreplayable,
+    VerificationFailed,
+)
+from .events import ENVELOPE_KEYS, Event, envelope_bytes, hash_envelope, new_event, now_ts
+from .jsonl import read_jsonl, write_events
+from .recorder import Processor
+from .report import DivergenceKind, Drift, ReplayReport
+from .store import SQLiteStore, Store, open_store
+
+__all__ = [
+    "FIXTURE_VERSION",
+    "SIDECAR_SUFFIX",
+    "CaseResult",
+    "CorpusError",
+    "CorpusReport",
+    "CorpusRun",
+    "Outcome",
+    "Verdict",
+    "check_run",
+    "junit_xml",
+    "load_corpus",
+    "save_run",
+    "test_corpus",
+]
+
+FIXTURE_VERSION = 1
+"""Version of the sidecar format; a newer sidecar is reported, never guessed at."""
+
+SIDECAR_SUFFIX = ".tacho.json"
+"""The sidecar of ``NAME.jsonl`` is ``NAME.tacho.json``."""
+
+
+class CorpusError(TachographError, ValueError):
+    """A corpus that cannot be written or read as asked (``path``, ``run_id``)."""
+
+
+class Verdict(str, enum.Enum):
+    """What a person decided about a saved run."""
+
+    GOOD = "good"
+    BAD = "bad"
+
+    @classmethod
+    def parse(cls, value: str | Verdict) -> Verdict:
+        """The verdict named by ``value``, or fail listing the valid ones."""
+        try:
+            return cls(value)
+        except ValueError:
+            valid = ", ".join(repr(v.value) for v in cls)
+            raise CorpusError(f"unknown verdict {value!r}; expected one of {valid}") from None
+
+
+class Outcome(str, enum.Enum):
+    """How a saved run fared against the agent under test."""
+
+    REPRODUCED = "reproduced"
+    CHANGED = "changed"
+    FIXED = "fixed"
+    STILL_WRONG = "still_wrong"
+    UNREPLAYABLE = "unreplayable"
+
+    @property
+    def passed(self) -> bool:
+        """True for the outcomes that let a build pass."""
+        return self in (Outcome.REPRODUCED, Outcome.FIXED)
+
+    @property
+    def label(self) -> str:
+        """The outcome as a person reads it (``still wrong``)."""
+        return self.value.replace("_", " ")
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# -- the corpus on disk -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorpusRun:
+    """One saved run: its fixture file, its sidecar, and what the sidecar says.
+
+    ``problem`` is set when the entry cannot be used as it is (a broken sidecar, a sidecar
+    with no run file); such an entry is reported as ``unreplayable`` with that reason.
+    """
+
+    name: str
+    path: Path
+    sidecar: Path
+    run_id: str | None
+    verdict: Verdict
+    wrong_at: int | None = None
+    note: str | None = None
+    accepted: tuple[Mapping[str, Any], ...] = ()
+    problem: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "run_id": self.run_id,
+            "verdict": self.verdict.value,
+            "wrong_at": self.wrong_at,
+            "note": self.note,
+            "accepted": [dict(a) for a in self.accepted],
+            "problem": self.problem,
+        }
+
+
+def _file_stem(run_id: str) -> str:
+    # ':' is legal in a run id but not in a file name everywhere.
+    return run_id.replace(":", "_")
+
+
+def _sidecar_of(path: Path) -> Path:
+    return path.with_name(path.name[: -len(".jsonl")] + SIDECAR_SUFFIX)
+
+
+def _read_sidecar(path: Path) -> dict[str, Any]:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise CorpusError(f"sidecar {path.name} cannot be read: {exc}", path=str(path)) from None
+    if not isinstance(data, dict):
+        raise CorpusError(f"sidecar {path.name} is not a JSON object", path=str(path))
+    version = data.get("tachograph_fixture")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CorpusError(f"sidecar {path.name} has no tachograph_fixture version", path=str(path))
+    if version > FIXTURE_VERSION:
+        raise CorpusError(
+            f"sidecar {path.name} has format version {version}; this tachograph reads up to "
+            f"{FIXTURE_VERSION}: upgrade tachograph",
+            path=str(path),
+        )
+    return data
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    os.replace(tmp, path)
+
+
+def _entry(root: Path, path: Path) -> CorpusRun:
+    name = path.relative_to(root).as_posix()[: -len(".jsonl")]
+    sidecar = _sidecar_of(path)
+    if not sidecar.exists():
+        # A plain export dropped into the corpus is taken as a good run.
+        return CorpusRun(name, path, sidecar, None, Verdict.GOOD, note=None)
+    try:
+        data = _read_sidecar(sidecar)
+        verdict = Verdict.parse(str(data.get("verdict")))
+        wrong_at = data.get("wrong_at")
+        if verdict is Verdict.BAD and (
+            not isinstance(wrong_at, int) or isinstance(wrong_at, bool) or wrong_at < 0
+        ):
+            raise CorpusError(f"sidecar {sidecar.name}: a bad run needs wrong_at (a seq)")
+        if verdict is Verdict.GOOD and wrong_at is not None:
+            raise CorpusError(f"sidecar {sidecar.name}: a good run has no wrong_at")
+        accepted = data.get("accepted") or []
+        if not isinstance(accepted, list) or not all(isinstance(a, dict) for a in accepted):
+            raise CorpusError(f"sidecar {sidecar.name}: 'accepted' must be a list of objects")
+        run_id = data.get("run_id")
+        note = data.get("note")
+        return CorpusRun(
+            name,
+            path,
+            sidecar,
+            run_id if isinstance(run_id, str) else None,
+            verdict,
+            wrong_at,
+            note if isinstance(note, str) else None,
+            tuple(accepted),
+        )
+    except CorpusError as exc:
+        return CorpusRun(name, path, sidecar, None, Verdict.GOOD, problem=str(exc))
+
+
+def load_corpus(directory: str | os.PathLike[str]) -> tuple[CorpusRun, ...]:
+    """Every saved run under ``directory`` (recursively), sorted by name.
+
+    A ``.jsonl`` file without a sidecar is a good run. A sidecar without its run file, or one
+    that cannot be read, becomes an entry with a ``problem``; nothing here raises for a single
+    bad entry, so that one broken fixture does not hide the others.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise CorpusError(f"no corpus directory at {root}", path=str(root))
+    entries = [_entry(root, p) for p in root.rglob("*.jsonl") if p.is_file()]
+    for sidecar in root.rglob("*" + SIDECAR_SUFFIX):
+        run_file = sidecar.with_name(sidecar.name[: -len(SIDECAR_SUFFIX)] + ".jsonl")
+        if not run_file.exists():
+            name = run_file.relative_to(root).as_posix()[: -len(".jsonl")]
+            entries.append(
+                CorpusRun(
+                    name,
+                    run_file,
+                    sidecar,
+                    None,
+                    Verdict.GOOD,
+                    problem=f"sidecar {sidecar.name} has no run file {run_file.name}",
+                )
+            )
+    return tuple(sorted(entries, key=lambda e: e.name))
+
+
+# -- saving -----------------------------------------------------------------------------------
+
+
+def _rechain(events: Iterable[Event], processors: Sequence[Processor]) -> list[Event]:
+    """Apply processors to every payload and rebuild the chain over the new digests.
+
+    Envelope fields other than the digest and the links keep their recorded values, so the
+    fixture still reads as the same run; salts are drawn afresh.
+    """
+    out: list[Event] = []
+    prev: str | None = None
+    for event in events:
+        if event.erased:
+            fields: list[Any] = [
+                prev if k == "prev_hash" else getattr(event, k) for k in ENVELOPE_KEYS
+            ]
+            env = envelope_bytes(*fields)
+            rebuilt = replace(event, prev_hash=prev, hash=hash_envelope(env))
+        else:
+            payload = dict(event.payload)
+            for processor in processors:
+                payload = processor(event.type, payload)
+            rebuilt = new_event(
+                run_id=event.run_id,
+                seq=event.seq,
+                type=event.type,
+                actor=event.actor,
+                payload=payload,
+                prev_hash=prev,
+                tenant=event.tenant,
+                trace_id=event.trace_id,
+                span_id=event.span_id,
+                idempotency_key=event.idempotency_key,
+                model=event.model,
+                seed=event.seed,
+                ts=event.ts,
+                event_id=event.event_id,
+            )
+        out.append(rebuilt)
+        prev = rebuilt.hash
+    return out
+
+
+def _processor_name(processor: Processor) -> str:
+    module = getattr(processor, "__module__", None) or "?"
+    qual = getattr(processor, "__qualname__", None) or type(processor).__qualname__
+    return f"{module}:{qual}"
+
+
+def save_run(
+    store: Store | str | os.PathLike[str] | None,
+    run_id: str,
+    *,
+    to: str | os.PathLike[str],
+    verdict: Verdict | str,
+    note: str | None = None,
+    wrong_at: int | None = None,
+    processors: Sequence[Processor] = (),
+    name: str | None = None,
+    tenant: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Save one stored run into the corpus folder ``to``; returns the path of its JSONL file.
+
+    Without ``processors`` the run is exported byte for byte (its original chain). With
+    them, every payload passes through the processors (the recorder's hook: redaction,
+    trimming) and the chain is rebuilt over the new digests; the sidecar then names the
+    processors and the original head hash. A ``bad`` run needs ``wrong_at``, the seq of the
+    step that was wrong. The sidecar ``NAME.tacho.json`` holds verdict, note and provenance.
+    """
+    kind = Verdict.parse(verdict)
+    if kind is Verdict.BAD and wrong_at is None:
+        raise CorpusError("a bad run needs wrong_at: the seq of the step that was wrong")
+    if kind is Verdict.GOOD and wrong_at is not None:
+        raise CorpusError("wrong_at is only for bad runs")
+    st = open_store(store, create=False) if not isinstance(store, Store) else store
+    info = st.run_info(run_id, tenant=tenant)
+    events = list(st.read(run_id, tenant=info.tenant, decode=bool(processors)))
+    report = st.verify(run_id, tenant=info.tenant)
+    if not report.ok:
+        raise VerificationFailed(
+            f"refusing to save a run that does not verify: {report.render()}",
+            report=report,
+            run_id=run_id,
+        )
+    if wrong_at is not None and not 0 <= wrong_at < len(events):
+        raise CorpusError(
+            f"wrong_at {wrong_at} is outside run {run_id!r} (seq 0..{len(events) - 1})",
+            run_id=run_id,
+            seq=wrong_at,
+        )
+    folder = Path(to)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = name or _file_stem(run_id)
+    path = folder / f"{stem}.jsonl"
+    sidecar = _sidecar_of(path)
+    if not overwrite and (path.exists() or sidecar.exists()):
+        raise CorpusError(
+            f"{path} already exists; pass overwrite=True (--force) to replace it",
+            path=str(path),
+            run_id=run_id,
+        )
+    written = _rechain(events, processors) if processors else events
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as out:
+        write_events(written, out)
+    os.replace(tmp, path)
+    meta: dict[str, Any] = {
+        "tachograph_fixture": FIXTURE_VERSION,
+        "run_id": run_id,
+        "verdict": kind.value,
+        "note": note,
+        "wrong_at": wrong_at,
+        "saved_at": now_ts(),
+        "events": len(events),
+        "source_head": info.head_hash,
+        "processors": [_processor_name(p) for p in processors],
+        "accepted": [],
+    }
+    if wrong_at is not None:
+        meta["wrong_type"] = events[wrong_at].type
+    _write_json(sidecar, meta)
+    return path
+
+
+# -- loading agents ---------------------------------------------------------------------------
+
+
+def _spec_of(agent: Callable[..., Any] | Agent) -> str | None:
+    """``module:attr`` for an agent object defined at module level, so workers can load it."""
+    fn = agent.fn if isinstance(agent, Agent) else agent
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    if module is None or module.__name__ == "__main__":
+        return None
+    for attr, value in vars(module).items():
+        if value is agent:
+            return f"{module.__name__}:{attr}"
+    return None
+
+
+# -- replaying one run ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """The outcome of one saved run against the agent under test.
+
+    ``seq`` is the step that matters: the first divergence (``changed``, ``fixed``), or the
+    wrong step that is still taken (``still_wrong``). ``detail`` is the divergence report, or
+    the reason a run could not be replayed. ``drift`` lists what differs between the recorded
+    environment and the agent's: a drifted replay is a simulation, not a reproduction.
+    """
+
+    name: str
+    run_id: str | None
+    verdict: Verdict
+    outcome: Outcome
+    reason: str
+    seq: int | None = None
+    kind: str | None = None
+    wrong_at: int | None = None
+    note: str | None = None
+    events: int = 0
+    divergences: int = 0
+    digest: str | None = None
+    drift: tuple[Drift, ...] = ()
+    simulation: bool = False
+    accepted: bool = False
+    code_version: str | None = None
+    detail: str = ""
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0
+    replay: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def passed(self) -> bool:
+        """True when this run lets the build pass."""
+        return self.outcome.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (documented in docs/regression.md)."""
+        return {
+            "name": self.name,
+            "run_id": self.run_id,
+            "verdict": self.verdict.value,
+            "outcome": self.outcome.value,
+            "passed": self.passed,
+            "reason": self.reason,
+            "seq": self.seq,
+            "kind": self.kind,
+            "wrong_at": self.wrong_at,
+            "note": self.note,
+            "events": self.events,
+            "divergences": self.divergences,
+            "digest": self.digest,
+            "replay_kind": "simulation" if self.simulation else "reproduction",
+            "drift": [d.to_dict() for d in self.drift],
+            "accepted": self.accepted,
+            "notes": list(self.notes),
+            "seconds": round(self.seconds, 3),
+            "replay": self.replay,
+        }
+
+    def render(self) -> str:
+        """A paragraph: the verdict line, then the divergence report or the reason."""
+        head = (
+            f"{self.name}: {self.outcome.label.upper()} ({self.verdict.value} run): {self.reason}"
+        )
+        lines = [head]
+        if self.note:
+            lines.append(f"  note: {self.note}")
+        lines.extend(f"  {n}" for n in self.notes)
+        if self.detail:
+            lines.append("  " + self.detail.replace("\n", "\n  "))
+        return "\n".join(lines)
+
+
+def _unreplayable(entry: CorpusRun, reason: str, **fields: Any) -> CaseResult:
+    return CaseResult(
+        entry.name,
+        fields.pop("run_id", entry.run_id),
+        entry.verdict,
+        Outcome.UNREPLAYABLE,
+        reason,
+        wrong_at=entry.wrong_at,
+        note=entry.note,
+        detail=fields.pop("detail", ""),
+        **fields,
+    )
+
+
+def _load_events(entry: CorpusRun) -> list[Event] | str:
+    """The run's events, or why they cannot be used."""
+    if entry.problem:
+        return entry.problem
+    try:
+        runs = read_jsonl(entry.path)
+    except VerificationFailed as exc:
+        reports = getattr(exc, "reports", None) or [getattr(exc, "report", None)]
+        text = "; ".join(r.render() for r in reports if r is not None) or str(exc)
+        return f"the run does not verify: {text}"
+    except (FormatError, OSError) as exc:
+        return f"the file cannot be read as JSONL: {exc}"
+    if len(runs) != 1:
+        return f"the file holds {len(runs)} runs; a corpus file holds exactly one"
+    events = runs[0]
+    if entry.run_id is not None and events[0].run_id != entry.run_id:
+        return f"the sidecar names run {entry.run_id!r} but the file holds {events[0].run_id!r}"
+    if entry.wrong_at is not None and entry.wrong_at >= len(events):
+        return f"wrong_at {entry.wrong_at} is beyond the run's last seq {len(events) - 1}"
+    erased = [e.seq for e in events if e.erased]
+    if erased:
+        return (
+            f"payloads erased at seq {', '.join(map(str, erased))}: the recording cannot serve "
+            "or compare those steps"
+        )
+    return events
+
+
+def _expected_digest(entry: CorpusRun) -> tuple[str | None, Mapping[str, Any] | None]:
+    if not entry.accepted:
+        return None, None
+    last = entry.accepted[-1]
+    digest = last.get("digest")
+    return (digest if isinstance(digest, str) else None), last
+
+
+def check_run(
+    entry: CorpusRun, agent: Callable[..., Any] | Agent, *, match: str = "strict"
+) -> CaseResult:
+    """Replay one saved run against ``agent`` and classify it (see the module docstring).
+
+    The run is loaded into a private in-memory store; nothing is written anywhere.
+    """
+    from .replay import replay  # the replay engine imports the runtime: load it on use
+
+    started = time.perf_counter()
+    loaded = _load_events(entry)
+    if isinstance(loaded, str):
+        return _unreplayable(entry, loaded, seconds=time.perf_counter() - started)
+    events = loaded
+    run_id = events[0].run_id
+    store = SQLiteStore(":memory:")
+    try:
+        store.append(events)
+        report = replay(store, run_id, agent, tenant=events[0].tenant, match=match, collect=True)
+    except Unreplayable as exc:
+        return _unreplayable(entry, str(exc), run_id=run_id, seconds=time.perf_counter() - started)
+    except Exception as exc:  # the harness failed on this run: report it, go on with the rest
+        return _unreplayable(
+            entry,
+            f"replay failed: {type(exc).__name__}: {exc}",
+            run_id=run_id,
+            seconds=time.perf_counter() - started,
+        )
+    finally:
+        store.close()
+    result = _classify(entry, report)
+    current = agent.fingerprint().get("code_version") if isinstance(agent, Agent) else None
+    return replace(
+        result,
+        run_id=run_id,
+        events=len(events),
+        code_version=current,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _verdict_of(entry: CorpusRun, report: ReplayReport, digest: str) -> tuple[Outcome, str]:
+    first = report.first
+    if first is not None and first.kind is DivergenceKind.UNREPLAYABLE:
+        return Outcome.UNREPLAYABLE, f"seq {first.seq} cannot be served: {first.explanation}"
+    where = f"seq {first.seq} ({first.kind.value})" if first else "the end"
+    if entry.verdict is Verdict.BAD:
+        wrong_at = entry.wrong_at or 0
+        if first is not None and first.seq <= wrong_at:
+            return Outcome.FIXED, f"diverges at {where}, at or before the wrong step {wrong_at}"
+        later = f"; the replay first diverges later, at {where}" if first else ""
+        return Outcome.STILL_WRONG, f"the wrong step at seq {wrong_at} is reproduced{later}"
+    expected, record = _expected_digest(entry)
+    if expected is None:
+        if report.reproduced:
+            return Outcome.REPRODUCED, f"same decisions ({report.served} events matched)"
+        return Outcome.CHANGED, f"decisions differ from the recording at {where}"
+    when = (record or {}).get("accepted_at", "?")
+    if digest == expected:
+        return Outcome.REPRODUCED, f"the change accepted on {when} is reproduced"
+    if report.reproduced:
+        return Outcome.CHANGED, (
+            f"reproduces the original recording, but the change accepted on {when} is no "
+            "longer produced"
+        )
+    return Outcome.CHANGED, f"differs from the change accepted on {when}, first at {where}"
+
+
+def _classify(entry: CorpusRun, report: ReplayReport) -> CaseResult:
+    first = report.first
+    digest = _digest(report)
+    outcome, reason = _verdict_of(entry, report, digest)
+    seq = first.seq if first else None
+    if outcome is Outcome.STILL_WRONG:
+        seq = entry.wrong_at
+    return CaseResult(
+        entry.name,
+        report.run_id,
+        entry.verdict,
+        outcome,
+        reason,
+        seq=seq,
+        kind=first.kind.value if first else None,
+        wrong_at=entry.wrong_at,
+        note=entry.note,
+        divergences=len(report.divergences),
+        digest=digest,
+        drift=report.drift,
+        simulation=report.simulation,
+        accepted=bool(entry.accepted) and outcome is Outcome.REPRODUCED,
+        detail=report.render(),
+        replay=report.to_dict(),
+    )
+
+
+# -- the corpus report ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorpusReport:
+    """Every run's result, in corpus order, and the verdict of the whole corpus."""
+
+    corpus: str
+    agent: str
+    workers: int
+    results: tuple[CaseResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when every run passed (``reproduced`` or ``fixed``)."""
+        return all(r.passed for r in self.results)
+
+    @property
+    def failures(self) -> tuple[CaseResult, ...]:
+        """The runs that fail the build."""
+        return tuple(r for r in self.results if not r.passed)
+
+    def counts(self) -> dict[str, int]:
+        """How many runs per outcome (every outcome present, zero or not)."""
+        out = {o.value: 0 for o in Outcome}
+        for r in self.results:
+            out[r.outcome.value] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """A stable JSON form (documented in docs/regression.md)."""
+        return {
+            "corpus": self.corpus,
+            "agent": self.agent,
+            "workers": self.workers,
+            "ok": self.ok,
+            "runs": len(self.results),
+            "counts": self.counts(),
+            "results": [r.to_dict() for r in self.results],
+        }
+
+    def render(self) -> str:
+        """The summary table, then the report of every failing run."""
+        rows = [("RUN", "VERDICT", "OUTCOME", "STEP", "REPLAY", "WHY")]
+        for r in self.results:
+            rows.append(
+                (
+                    r.name,
+                    r.verdict.value,
+                    r.outcome.label + (" (accepted)" if r.accepted else ""),
+                    "-" if r.seq is None else str(r.seq),
+                    "simulation" if r.simulation else "-",
+                    r.reason if len(r.reason) <= 70 else r.reason[:67] + "...",
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        lines = [
+            "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5]
+            for row in rows
+        ]
+        counts = self.counts()
+        summary = ", ".join(f"{n} {Outcome(k).label}" for k, n in counts.items() if n)
+        verdict = "PASSED" if self.ok else f"FAILED ({len(self.failures)} failing)"
+        lines.append("")
+        lines.append(
+            f"{len(self.results)} runs against {self.agent}: {summary or 'none'}. {verdict}"
+        )
+        for r in self.failures:
+            lines.append("")
+            lines.append(r.render())
+        return "\n".join(lines)
+
+
+def _xml_text(text: str) -> str:
+    # XML 1.0 admits no control characters other than tab, newline and carriage return.
+    return "".join(
+        ch for ch in text if ch in "\t\n\r" or (ord(ch) >= 0x20 and not 0xD800 <= ord(ch) <= 0xDFFF)
+    )
+
+
+def junit_xml(report: CorpusReport) -> str:
+    """The report as JUnit XML: one ``testcase`` per run, failures carrying the report.
+
+    ``changed`` and ``still_wrong`` are ``failure`` elements, ``unreplayable`` an ``error``
+    (the test could not run); each message names the run, the outcome and the step.
+    """
+    from xml.etree import ElementTree as ET
+
+    failures = sum(1 for r in report.results if r.outcome in (Outcome.CHANGED, Outcome.STILL_WRONG))
+    errors = sum(1 for r in report.results if r.outcome is Outcome.UNREPLAYABLE)
+    total = f"{sum(r.seconds for r in report.results):.3f}"
+    attrs = {
+        "name": f"tacho test {report.corpus}",
+        "tests": str(len(report.results)),
+        "failures": str(failures),
+        "errors": str(errors),
+        "skipped": "0",
+        "time": total,
+    }
+    suites = ET.Element("testsuites", attrs)
+    suite = ET.SubElement(suites, "testsuite", attrs)
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", {"name": "agent", "value": _xml_text(report.agent)})
+    ET.SubElement(props, "property", {"name": "corpus", "value": _xml_text(report.corpus)})
+    classname = "tacho." + report.corpus.strip("/").replace("/", ".")
+    for r in report.results:
+        case = ET.SubElement(
+            suite, "testcase", {"classname": classname, "name": r.name, "time": f"{r.seconds:.3f}"}
+        )
+        step = f" at seq {r.seq}" if r.seq is not None else ""
+        message = _xml_text(f"{r.run_id or r.name}: {r.outcome.label}{step}: {r.reason}")
+        if r.outcome in (Outcome.CHANGED, Outcome.STILL_WRONG):
+            node = ET.SubElement(case, "failure", {"message": message, "type": r.outcome.value})
+            node.text = _xml_text(r.render())
+        elif r.outcome is Outcome.UNREPLAYABLE:
+            node = ET.SubElement(case, "error", {"message": message, "type": r.outcome.value})
+            node.text = _xml_text(r.render())
+        extra = [f"{r.outcome.label}: {r.reason}"]
+        extra += [f"drift (simulation, not reproduction): {d.render()}" for d in r.drift]
+        extra += list(r.notes)
+        ET.SubElement(case, "system-out").text = _xml_text("\n".join(extra))
+    ET.indent(suites)
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    )
+
+
+# -- the corpus against a build -------------------------------------------------------------
+
+
+def test_corpus(
+    directory: str | os.PathLike[str],
+    agent: str | Callable[..., Any] | Agent,
+    *,
+    workers: int | None = None,  # noqa: PT028
+    accept: Iterable[str] = (),  # noqa: PT028
+    match: str = "strict",  # noqa: PT028
+) -> CorpusReport:
+    """Replay every run of the corpus against ``agent`` and classify each.
+
+    ``agent`` is an agent object or ``module:attr``. Runs are replayed in a process pool
+    (spawned, so each worker imports the agent afresh) of ``workers`` processes, by default one
+    per CPU; ``workers=1`` replays in this process. Results keep the corpus order. ``accept``
+    names runs (by name or run id) whose current behaviour, if ``changed``, is recorded in
+    their sidecar as the new expectation; the log itself is never touched.
+    """
+    entries = load_corpus(directory)
+    wanted = set(accept)
+    known = {e.name for e in entries} | {e.run_id for e in entries if e.run_id}
+    missing = sorted(wanted - known)
+    if missing:
+        raise CorpusError(
+            f"--accept names run(s) not in the corpus: {', '.join(missing)}", path=str(directory)
+        )
+    if isinstance(agent, str):
+        spec: str | None = agent
+        loaded = load_agent(agent)
+    else:
+        spec, loaded = _spec_of(agent), agent
+    count = workers if workers is not None else (os.cpu_count() or 1)
+    count = max(1, min(count, len(entries)))
+    options = {"match": match}
+    if count == 1 or spec is None or not _spawn_safe():
+        count = 1
+        results = [check_run(e, loaded, **options) for e in entries]
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=count, mp_context=ctx) as pool:
+            results = list(
+                pool.map(_worker, entries, [spec] * len(entries), [options] * len(entries))
+            )
+    if wanted:
+        results = [
+            _accept(entry, result, spec or _agent_name(loaded))
+            if entry.name in wanted or (entry.run_id in wanted)
+            else result
+            for entry, result in zip(entries, results, strict=True)
+        ]
+    return CorpusReport(
+        corpus=str(directory),
+        agent=spec or _agent_name(loaded),
+        workers=count,
+        results=tuple(results),
+    )
+
+
+test_corpus.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+_LOADED: dict[str, Callable[..., Any] | Agent] = {}
+
+
+def _spawn_safe() -> bool:
+    """False when spawned workers could not re-import ``__main__`` (code read from stdin)."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None):
+        return True
+    path = getattr(main, "__file__", None)
+    return path is None or os.path.exists(path)
+
+
+def _worker(entry: CorpusRun, spec: str, options: dict[str, Any]) -> CaseResult:
+    agent = _LOADED.get(spec)
+    if agent is None:
+        agent = _LOADED[spec] = load_agent(spec)
+    return check_run(entry, agent, **options)
+
+
+def _agent_name(agent: Callable[..., Any] | Agent) -> str:
+    if isinstance(agent, Agent):
+        return agent.name
+    return str(getattr(agent, "__qualname__", None) or agent)
+
+
+def _accept(entry: CorpusRun, result: CaseResult, agent: str) -> CaseResult:
+    if result.verdict is not Verdict.GOOD or result.outcome is not Outcome.CHANGED:
+        why = (
+            "a bad run is not accepted: a fix is recognised without it"
+            if result.verdict is Verdict.BAD
+            else f"nothing to accept: the run is {result.outcome.label}"
+        )
+        return replace(result, notes=(*result.notes, f"--accept ignored: {why}"))
+    record = {
+        "accepted_at": now_ts(),
+        "agent": agent,
+        "digest": result.digest,
+        "divergences": result.divergences,
+        "first": {"seq": result.seq, "kind": result.kind} if result.seq is not None else None,
+        "code_version": result.code_version,
+    }
+    data = _read_sidecar(entry.sidecar) if entry.sidecar.exists() else None
+    if data is None:
+        data = {
+            "tachograph_fixture": FIXTURE_VERSION,
+            "run_id": result.run_id,
+            "verdict": Verdict.GOOD.value,
+            "note": None,
+            "wrong_at": None,
+            "accepted": [],
+        }
+    data["accepted"] = [*(data.get("accepted") or []), record]
+    _write_json(entry.sidecar, data)
+    return replace(
+        result,
+        outcome=Outcome.REPRODUCED,
+        accepted=True,
+        reason=f"change accepted now ({result.reason})",
+        notes=(*result.notes, f"accepted: recorded in {entry.sidecar.name}"),
+    )
+
+
+def _digest(report: ReplayReport) -> str:
+    items = [
+        {
+            "kind": d.kind.value,
+            "seq": d.seq,
+            "expected": d.expected,
+            "actual": d.actual,
+            "changes": [c.to_dict() for c in d.changes],
+        }
+        for d in report.divergences
+    ]
+    body: Any = {"aborted": report.aborted, "divergences": items}
+    try:
+        raw = canonical(body)
+    except TachographError:
+        raw = orjson.dumps(body, option=orjson.OPT_SORT_KEYS, default=str)
+    return "sha256:" + hashlib.sha256(raw).hexdigest()

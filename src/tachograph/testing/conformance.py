@@ -1,0 +1,453 @@
+"""The store conformance suite: the store contract (:mod:`tachograph.store.base`) as tests.
+
+Every engine runs the same suite, as eventsourcing's ``tests/persistence.py`` does for its
+recorders. Subclass :class:`StoreConformance` in a test module whose class name starts with
+``Test`` and implement :meth:`~StoreConformance.make_store`; pytest collects every ``test_*``
+method below for that engine::
+
+    class TestSQLiteStore(StoreConformance):
+        def make_store(self, tmp_path: Path) -> Store:
+            return SQLiteStore(tmp_path / "store.db")
+
+Engine-specific behaviour (pragmas, triggers, files, crash safety) is tested beside the engine.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import io
+import tracemalloc
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ..chain import VerifyReport
+from ..errors import DuplicateConflict, RunNotFound, SequenceConflict, StoreError
+from ..events import Event, new_event
+from ..jsonl import export_run, import_jsonl
+from ..store.base import Receipt, RunInfo, Store
+from . import build_run, fixed_ts
+
+__all__ = ["StoreConformance"]
+
+
+def _receipt(event: Event, *, duplicate: bool = False) -> Receipt:
+    return Receipt(event.event_id, event.tenant, event.run_id, event.seq, event.hash, duplicate)
+
+
+def _ids(infos: list[RunInfo]) -> list[str]:
+    return [info.run_id for info in infos]
+
+
+class StoreConformance(abc.ABC):
+    """What every store must do. Subclass it and implement :meth:`make_store`."""
+
+    persistent: bool = True
+    """Whether a store made again from the same ``tmp_path`` sees what the first one wrote."""
+
+    stream_events: int = 200_000
+    """Length of the run the constant-memory read test streams."""
+
+    @abc.abstractmethod
+    def make_store(self, tmp_path: Path) -> Store:
+        """Open a store kept under the existing directory ``tmp_path`` (empty on first call)."""
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[Store]:
+        """A fresh, empty store; closed after the test."""
+        store = self.make_store(tmp_path)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    # -- appending ------------------------------------------------------------------------
+
+    def test_a_new_store_is_empty(self, store: Store) -> None:
+        assert store.count_events() == 0
+        assert store.runs() == []
+        assert list(store.verify_all()) == []
+        assert store.head("run-a") is None
+        assert store.append([]) == []
+
+    def test_append_returns_receipts_and_moves_the_head(self, store: Store) -> None:
+        events = build_run("run-a", 4)
+        assert store.append(events[:1]) == [_receipt(events[0])]
+        assert store.head("run-a") == (0, events[0].hash)
+        assert store.append(events[1:]) == [_receipt(e) for e in events[1:]]
+        assert store.head("run-a") == (3, events[-1].hash)
+        assert store.count_events() == 4
+
+    def test_read_returns_the_events_in_order_as_appended(self, store: Store) -> None:
+        events = build_run("run-a", 7, status="ok")
+        store.append(events[:3])
+        store.append(events[3:])
+        read = list(store.read("run-a"))
+        assert [e.seq for e in read] == list(range(7))
+        assert read == events  # every envelope field, the hash, payload and salt
+        assert store.events("run-a") == events
+
+    def test_read_from_a_given_seq(self, store: Store) -> None:
+        events = build_run("run-a", 6)
+        store.append(events)
+        assert list(store.read("run-a", from_seq=4)) == events[4:]
+        assert list(store.read("run-a", from_seq=0)) == events
+        assert list(store.read("run-a", from_seq=6)) == []
+
+    def test_read_undecoded_leaves_the_stored_payload_bytes(self, store: Store) -> None:
+        events = build_run("run-a", 3)
+        store.append(events)
+        for stored, original in zip(store.read("run-a", decode=False), events):
+            assert stored.payload is None
+            assert isinstance(stored.payload_bytes, bytes)
+            assert stored.salt == original.salt
+            assert stored.hash == original.hash
+        decoded = [e.payload for e in store.read("run-a")]
+        assert decoded == [e.payload for e in events]
+
+    def test_numbers_and_text_at_the_edges_of_the_profile_survive(self, store: Store) -> None:
+        payload = {
+            "big": 2.0**60,
+            "huge": 1e300,
+            "tiny": 1e-7,
+            "negative_zero": -0.0,
+            "integral": 3.0,
+            "max_int": 2**53 - 1,
+            "min_int": -(2**53 - 1),
+            "text": "snowman \u2603, clef \U0001d11e, private \ue000, nul \x00",
+            "\U0001f600 key": [[[]], {}],
+        }
+        events = build_run("run-a", 3, payload=lambda seq: payload)
+        store.append(events)
+        read = list(store.read("run-a"))
+        assert read[1].payload == payload
+        assert store.verify("run-a").ok
+
+    def test_same_run_id_in_two_tenants_are_two_runs(self, store: Store) -> None:
+        in_a = build_run("shared", 2, tenant="tenant-a")
+        in_b = build_run("shared", 3, tenant="tenant-b")
+        store.append(in_a + in_b)
+        assert list(store.read("shared", tenant="tenant-a")) == in_a
+        assert list(store.read("shared", tenant="tenant-b")) == in_b
+        assert store.head("shared", tenant="tenant-a") == (1, in_a[-1].hash)
+        assert store.head("shared", tenant="tenant-b") == (2, in_b[-1].hash)
+        with pytest.raises(StoreError) as info:
+            list(store.read("shared"))  # ambiguous without a tenant
+        assert not isinstance(info.value, RunNotFound)
+        assert store.verify("shared", tenant="tenant-b").events == 3
+
+    # -- the chain is enforced ------------------------------------------------------------
+
+    def test_append_refuses_a_gap(self, store: Store) -> None:
+        events = build_run("run-a", 3)
+        store.append(events[:1])
+        with pytest.raises(SequenceConflict) as info:
+            store.append([events[2]])
+        err = info.value
+        assert (err.run_id, err.seq) == ("run-a", 2)
+        assert err.expected == {"seq": 1, "prev_hash": events[0].hash}
+        assert err.actual == {"seq": 2, "prev_hash": events[1].hash}
+        assert store.head("run-a") == (0, events[0].hash)
+
+    def test_append_refuses_a_wrong_prev_hash(self, store: Store) -> None:
+        events = build_run("run-a", 2)
+        store.append(events)
+        forged = new_event(
+            run_id="run-a",
+            seq=2,
+            type="decision",
+            actor="agent",
+            payload={"name": "x", "chosen": 1},
+            prev_hash=events[0].hash,  # not the head
+        )
+        with pytest.raises(SequenceConflict) as info:
+            store.append([forged])
+        assert info.value.expected == {"seq": 2, "prev_hash": events[1].hash}
+        assert info.value.actual == {"seq": 2, "prev_hash": events[0].hash}
+        assert store.count_events() == 2
+
+    def test_a_new_run_must_start_at_seq_0(self, store: Store) -> None:
+        events = build_run("run-a", 3)
+        with pytest.raises(SequenceConflict):
+            store.append(events[1:])
+        assert store.count_events() == 0
+
+    def test_a_partly_bad_batch_writes_nothing(self, store: Store) -> None:
+        events = build_run("run-a", 6)
+        store.append(events[:2])
+        other = build_run("run-b", 2)
+        # good, good, good (another run), then a gap: the whole batch is refused
+        with pytest.raises(SequenceConflict):
+            store.append([events[2], events[3], *other, events[5]])
+        assert store.count_events() == 2
+        assert store.head("run-a") == (1, events[1].hash)
+        assert store.head("run-b") is None
+        assert _ids(store.runs()) == ["run-a"]
+        assert store.runs()[0].events == 2
+        store.append(events[2:] + other)  # the same events, in order, are accepted
+        assert store.count_events() == 8
+
+    # -- dedupe and conflicts ---------------------------------------------------------------
+
+    def test_appending_stored_events_again_returns_the_original_receipts(
+        self, store: Store
+    ) -> None:
+        events = build_run("run-a", 4)
+        first = store.append(events)
+        again = store.append(events)
+        assert again == [dataclasses.replace(r, duplicate=True) for r in first]
+        assert store.count_events() == 4
+        assert store.runs()[0].events == 4
+        more = build_run("run-a", 2, after=(3, events[-1].hash))
+        mixed = store.append([events[-1], *more])
+        assert mixed == [_receipt(events[-1], duplicate=True)] + [_receipt(e) for e in more]
+        assert store.count_events() == 6
+
+    def test_a_duplicate_inside_one_batch_is_written_once(self, store: Store) -> None:
+        events = build_run("run-a", 2)
+        receipts = store.append([events[0], events[0], events[1]])
+        assert [r.duplicate for r in receipts] == [False, True, False]
+        assert store.count_events() == 2
+
+    def test_same_seq_with_other_content_is_a_conflict(self, store: Store) -> None:
+        events = build_run("run-a", 3)
+        store.append(events)
+        rival = build_run("run-a", 2)  # another recording under the same run id
+        with pytest.raises(DuplicateConflict) as info:
+            store.append(rival)
+        err = info.value
+        assert (err.run_id, err.seq) == ("run-a", 0)
+        assert err.expected == events[0].hash
+        assert err.actual == rival[0].hash
+        assert list(store.read("run-a")) == events
+
+    def test_same_event_id_with_other_content_is_a_conflict(self, store: Store) -> None:
+        events = build_run("run-a", 3)
+        store.append(events)
+        clash = new_event(
+            run_id="run-b",
+            seq=0,
+            type="run.started",
+            actor="agent",
+            payload={"input": "x"},
+            prev_hash=None,
+            event_id=events[1].event_id,
+        )
+        with pytest.raises(DuplicateConflict) as info:
+            store.append([*build_run("run-c", 2), clash])
+        assert info.value.run_id == "run-b"
+        assert info.value.expected == events[1].hash
+        assert info.value.actual == clash.hash
+        assert store.count_events() == 3
+        assert _ids(store.runs()) == ["run-a"]
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def _four_runs(self, store: Store) -> dict[str, list[Event]]:
+        plan = [
+            ("r1", "acme", "billing", "ok", 4, 100),
+            ("r2", "acme", "support", "error", 3, 200),
+            ("r3", "globex", "billing", None, 2, 300),
+            ("r4", "default", "billing", "aborted", 5, 400),
+        ]
+        runs: dict[str, list[Event]] = {}
+        for run_id, tenant, actor, status, length, base in plan:
+            events = build_run(
+                run_id,
+                length,
+                tenant=tenant,
+                actor=actor,
+                status=status,
+                ts=lambda seq, base=base: fixed_ts(base + seq),  # type: ignore[misc]
+            )
+            store.append(events)
+            runs[run_id] = events
+        return runs
+
+    def test_runs_lists_newest_first_with_counts(self, store: Store) -> None:
+        runs = self._four_runs(store)
+        infos = store.runs()
+        assert _ids(infos) == ["r4", "r3", "r2", "r1"]
+        by_id = {info.run_id: info for info in infos}
+        for run_id, events in runs.items():
+            info = by_id[run_id]
+            assert info.events == len(events)
+            assert info.head_hash == events[-1].hash
+            assert info.started_at == events[0].ts
+            assert info.last_at == events[-1].ts
+            assert info.tenant == events[0].tenant
+            assert info.actor == events[0].actor
+            assert store.run_info(run_id) == info
+        assert [by_id[r].status for r in ("r1", "r2", "r3", "r4")] == ["ok", "error", None, "aborted"]
+
+    def test_runs_filters(self, store: Store) -> None:
+        self._four_runs(store)
+        assert _ids(store.runs(actor="billing")) == ["r4", "r3", "r1"]
+        assert _ids(store.runs(tenant="acme")) == ["r2", "r1"]
+        assert _ids(store.runs(actor="billing", tenant="acme")) == ["r1"]
+        assert _ids(store.runs(status="ok")) == ["r1"]
+        assert _ids(store.runs(status="error")) == ["r2"]
+        assert _ids(store.runs(status="aborted")) == ["r4"]
+        assert _ids(store.runs(status="unfinished")) == ["r3"]
+        assert _ids(store.runs(since=fixed_ts(200), until=fixed_ts(400))) == ["r3", "r2"]
+        assert _ids(store.runs(since=fixed_ts(201))) == ["r4", "r3"]
+        assert _ids(store.runs(until=fixed_ts(200))) == ["r1"]
+        assert _ids(store.runs(limit=2)) == ["r4", "r3"]
+        assert store.runs(actor="nobody") == []
+
+    def test_a_missing_run_is_not_found_with_close_matches(self, store: Store) -> None:
+        for run_id in ("refund-0042", "refund-0043", "unrelated"):
+            store.append(build_run(run_id, 1))
+        with pytest.raises(RunNotFound) as info:
+            store.run_info("refund-004")
+        err = info.value
+        assert err.run_id == "refund-004"
+        assert set(err.suggestions) >= {"refund-0042", "refund-0043"}
+        assert "unrelated" not in err.suggestions
+        assert "refund-0042" in str(err)
+        with pytest.raises(RunNotFound) as typo:
+            list(store.read("refnud-0042"))
+        assert "refund-0042" in typo.value.suggestions
+        # naming the tenant must not turn a missing run into an empty, verified one
+        with pytest.raises(RunNotFound):
+            store.verify("refund-004", tenant="default")
+        with pytest.raises(RunNotFound):
+            list(store.read("refund-0042", tenant="other-tenant"))
+
+    # -- verification -------------------------------------------------------------------------
+
+    def test_verify_a_stored_run(self, store: Store) -> None:
+        events = build_run("run-a", 5, status="ok")
+        store.append(events)
+        report = store.verify("run-a")
+        assert isinstance(report, VerifyReport)
+        assert report.ok, report.render()
+        assert (report.run_id, report.tenant, report.events) == ("run-a", "default", 5)
+        assert report.head == events[-1].hash
+        assert report.erased == ()
+        assert not report.sealed
+
+    def test_verify_all_streams_every_run_with_progress(self, store: Store) -> None:
+        lengths = {"long": 2500, "short": 3, "single": 1}
+        for run_id, length in lengths.items():
+            events = build_run(run_id, length, tenant="t-" + run_id)
+            for start in range(0, length, 1000):
+                store.append(events[start : start + 1000])
+        ticks: list[int] = []
+        reports = list(store.verify_all(progress=ticks.append))
+        assert sorted((r.run_id, r.events, r.ok) for r in reports) == sorted(
+            (run_id, length, True) for run_id, length in lengths.items()
+        )
+        assert sum(ticks) == sum(lengths.values())
+        assert max(ticks) <= 1000  # reported as it goes, not once at the end
+        only = list(store.verify_all(tenant="t-short"))
+        assert [(r.run_id, r.events) for r in only] == [("short", 3)]
+
+    # -- interchange ----------------------------------------------------------------------
+
+    def test_export_then_import_elsewhere_reproduces_the_run(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        events = build_run("run-a", 12, status="ok")
+        store.append(events)
+        exported = io.BytesIO()
+        assert export_run(store, "run-a", exported) == 12
+        elsewhere_dir = tmp_path / "elsewhere"
+        elsewhere_dir.mkdir()
+        elsewhere = self.make_store(elsewhere_dir)
+        try:
+            report = import_jsonl(elsewhere, io.BytesIO(exported.getvalue()))
+            assert (report.events, report.written, report.duplicates) == (12, 12, 0)
+            assert list(elsewhere.read("run-a")) == events
+            again = io.BytesIO()
+            export_run(elsewhere, "run-a", again)
+            assert again.getvalue() == exported.getvalue()
+            report = import_jsonl(elsewhere, io.BytesIO(exported.getvalue()))
+            assert (report.written, report.duplicates) == (0, 12)
+        finally:
+            elsewhere.close()
+
+    # -- durability and memory --------------------------------------------------------------
+
+    def test_what_was_appended_is_there_after_reopening(self, tmp_path: Path) -> None:
+        if not self.persistent:
+            pytest.skip("engine does not persist across instances")
+        events = build_run("run-a", 5)
+        first = self.make_store(tmp_path)
+        try:
+            first.append(events)
+        finally:
+            first.close()
+        second = self.make_store(tmp_path)
+        try:
+            assert list(second.read("run-a")) == events
+            assert second.verify("run-a").ok
+        finally:
+            second.close()
+
+    def _fill(self, store: Store, run_id: str, tag: str, length: int) -> None:
+        """Append a long run quickly: chained by seq and prev_hash, hashes not recomputed.
+
+        Stores do not hash (the core does), so this is a valid append for any engine; the run
+        just does not verify, which the memory test does not need. ``tag`` (one Crockford
+        character) keeps event ids unique across runs.
+        """
+        t = build_run(run_id, 1)[0]
+        prev: str | None = None
+        batch: list[Event] = []
+        for seq in range(length):
+            digest = f"sha256:{seq:064x}"
+            batch.append(
+                Event(
+                    t.v,
+                    t.tenant,
+                    t.run_id,
+                    seq,
+                    f"01J9Z8Q2M{tag}{seq:016d}",
+                    t.ts,
+                    "decision" if seq else "run.started",
+                    t.actor,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    t.payload_digest,
+                    prev,
+                    digest,
+                    None,
+                    t.salt,
+                    b'{"n":%d}' % seq,
+                )
+            )
+            prev = digest
+            if len(batch) == 10_000:
+                store.append(batch)
+                batch = []
+        store.append(batch)
+
+    @staticmethod
+    def _peak(consume: Callable[[], int]) -> tuple[int, int]:
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            count = consume()
+            return count, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    def test_reads_stream_in_constant_memory(self, store: Store) -> None:
+        big, small = self.stream_events, self.stream_events // 10
+        self._fill(store, "big", "B", big)
+        self._fill(store, "small", "S", small)
+
+        def reader(run_id: str) -> Callable[[], int]:
+            return lambda: sum(1 for _ in store.read(run_id, decode=False))
+
+        small_count, small_peak = self._peak(reader("small"))
+        big_count, big_peak = self._peak(reader("big"))
+        assert (small_count, big_count) == (small, big)
+        # Ten times the events must not take (anywhere near) ten times the memory.
+        assert big_peak < 2 * small_peak + 512 * 1024, (small_peak, big_peak)

@@ -1,0 +1,1 @@
+"""Example agents the runtime, replay and dry-run tests record and replay."""

@@ -1,0 +1,134 @@
+"""The benchmark suite runs end to end at a tiny scale and reports every figure.
+
+No time is asserted here: speed is judged by the suite itself, as ratios, on a quiet machine.
+These tests prove that the suite produces what docs/performance.md quotes: every figure with
+a numeric median for subject and baseline, a ratio, and a verdict per target.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import run as bench_run  # noqa: E402
+from bench.common import Target  # noqa: E402
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, str]:
+    base = tmp_path_factory.mktemp("bench")
+    out = io.StringIO()
+    json_path = base / "results" / "latest.json"
+    document = bench_run.run_suite(
+        scale=0.002,
+        json_path=json_path,
+        repeats=3,
+        workdir=base / "work",
+        out=out,
+    )
+    return document, json_path, out.getvalue()
+
+
+def _expected_keys() -> set[str]:
+    keys = set(bench_run.FIGURE_KEYS)
+    if bench_run.bridge_available():
+        keys |= {"bridge_on_off", "bridge_off_free"}
+    return keys
+
+
+def test_json_is_written_and_matches_the_returned_document(
+    suite: tuple[dict[str, Any], Path, str],
+) -> None:
+    document, json_path, _ = suite
+    assert json.loads(json_path.read_text(encoding="utf-8")) == document
+    assert document["scale"] == 0.002
+    assert document["command"] == "python -m bench.run --scale 0.002"
+    machine = document["machine"]
+    assert machine["cpus"] >= 1
+    assert machine["python"].startswith(sys.implementation.name)
+
+
+def test_every_figure_has_numeric_medians_ratio_and_verdicts(
+    suite: tuple[dict[str, Any], Path, str],
+) -> None:
+    document, _, _ = suite
+    figures = document["figures"]
+    assert set(figures) == _expected_keys()
+    for key, fig in figures.items():
+        for side in ("subject", "baseline"):
+            assert _number(fig[side]["median"]), (key, side)
+            assert fig[side]["median"] > 0, (key, side)
+            assert fig[side]["unit"], (key, side)
+        assert _number(fig["ratio"]), key
+        assert fig["ratio"] > 0, key
+        assert fig["ratio_label"], key
+        for target in fig["targets"]:
+            assert _number(target["value"]), (key, target)
+            assert _number(target["limit"]), (key, target)
+            assert target["op"] in ("<", "<=", ">=", ">"), (key, target)
+            assert target["pass"] == Target(**{k: target[k] for k in ("label", "value", "op", "limit")}).passed
+        assert fig["pass"] == all(t["pass"] for t in fig["targets"]), key
+        if key != "bridge_on_off":
+            assert fig["targets"], f"{key} has no target"
+    assert document["passed"] == all(f["pass"] for f in figures.values())
+
+
+def test_missed_targets_come_with_a_profile(suite: tuple[dict[str, Any], Path, str]) -> None:
+    document, _, _ = suite
+    for key, fig in document["figures"].items():
+        if fig["pass"] or key == "verify_memory":  # memory is measured in a subprocess
+            continue
+        assert fig["profile"], f"{key} missed a target but has no profile"
+        for row in fig["profile"]:
+            assert set(row) == {"function", "calls", "own_s", "cum_s", "own_share"}
+            assert "/work/" not in row["function"]  # no machine paths in what docs quote
+
+
+def test_the_table_names_every_figure_and_verdict(suite: tuple[dict[str, Any], Path, str]) -> None:
+    document, _, printed = suite
+    table = printed.split("\n\n", 1)[1]
+    for key, fig in document["figures"].items():
+        assert key in table
+        for target in fig["targets"]:
+            assert target["label"] in table
+    verdicts = sum(len(f["targets"]) for f in document["figures"].values())
+    assert table.count(" pass") + table.count(" MISS") >= verdicts
+
+
+def test_memory_figure_comes_from_both_stores(suite: tuple[dict[str, Any], Path, str]) -> None:
+    fig = suite[0]["figures"]["verify_memory"]
+    small, large = fig["extra"]["small"], fig["extra"]["large"]
+    assert small["failed_runs"] == large["failed_runs"] == 0
+    assert large["events"] > small["events"] > 0
+    assert large["peak_rss_kb"] >= large["rss_before_kb"] > 0
+
+
+def test_target_comparisons() -> None:
+    assert Target("t", 1.0, "<", 2.0).passed
+    assert not Target("t", 2.0, "<", 2.0).passed
+    assert Target("t", 2.0, "<=", 2.0).passed
+    assert Target("t", 0.5, ">=", 0.5).passed
+    assert not Target("t", 0.49, ">=", 0.5).passed
+    with pytest.raises(ValueError, match="unknown comparison"):
+        _ = Target("t", 1.0, "~", 1.0).passed
+
+
+def test_unknown_module_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench_run.main(["--only", "nope", "--json", ""])
+    assert exc.value.code == 2
+    assert "unknown module(s) nope" in capsys.readouterr().err

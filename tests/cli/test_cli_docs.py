@@ -1,0 +1,171 @@
+"""The documentation is kept in step with the program.
+
+Every command registered at test time (including command groups plugged in by other
+modules) must have help and a section in docs/cli.md that names each of its options; the
+README's commands must be the ones CI runs; the docs' links must resolve.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from tachograph.cli.app import EXIT_OK, cli
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI_MD = ROOT / "docs" / "cli.md"
+README = ROOT / "README.md"
+
+READ_COMMANDS = (
+    "runs",
+    "show",
+    "state",
+    "verify",
+    "diff",
+    "version",
+    "replay",
+    "fork",
+    "resume",
+    "import",
+    "demo",
+)
+
+
+def _commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
+        path = f"{prefix}{name}"
+        if isinstance(command, click.Group):
+            yield path, command
+            yield from _commands(command, path + " ")
+        else:
+            yield path, command
+
+
+COMMANDS = dict(_commands(cli))
+# A group needs its own section only if it has options of its own; its subcommands always do.
+DOCUMENTED = sorted(
+    path
+    for path, command in COMMANDS.items()
+    if not isinstance(command, click.Group)
+    or any(isinstance(p, click.Option) and p.name != "help" for p in command.params)
+)
+
+
+def _sections() -> dict[str, str]:
+    """``### `tacho NAME` `` sections of docs/cli.md, by command path."""
+    text = CLI_MD.read_text()
+    found: dict[str, str] = {}
+    parts = re.split(r"^### `tacho ([a-z][a-z -]*)`\s*$", text, flags=re.MULTILINE)
+    for name, body in zip(parts[1::2], parts[2::2]):
+        found[name.strip()] = re.split(r"^#{1,3} ", body, maxsplit=1, flags=re.MULTILINE)[0]
+    return found
+
+
+def _long_options(command: click.Command) -> list[str]:
+    names = []
+    for param in command.params:
+        if isinstance(param, click.Option):
+            names.extend(o for o in param.opts if o.startswith("--") and o != "--help")
+    return names
+
+
+def test_every_command_has_a_section_in_the_cli_reference() -> None:
+    sections = _sections()
+    missing = sorted(set(DOCUMENTED) - set(sections))
+    assert not missing, f"commands missing from docs/cli.md: {', '.join(missing)}"
+    stale = sorted(set(sections) - set(COMMANDS))
+    assert not stale, f"docs/cli.md documents commands that do not exist: {', '.join(stale)}"
+
+
+@pytest.mark.parametrize("path", DOCUMENTED)
+def test_every_option_is_documented(path: str) -> None:
+    section = _sections().get(path)
+    if section is None:
+        pytest.fail(f"no section for `tacho {path}` in docs/cli.md")
+    undocumented = [o for o in _long_options(COMMANDS[path]) if f"`{o}" not in section]
+    assert not undocumented, f"tacho {path}: options not in docs/cli.md: {undocumented}"
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS))
+def test_every_command_has_help(path: str) -> None:
+    command = COMMANDS[path]
+    assert (command.help or "").strip(), f"tacho {path} has no help text"
+    assert command.get_short_help_str(limit=80).strip()
+    result = CliRunner().invoke(cli, [*path.split(), "--help"])
+    assert result.exit_code == EXIT_OK
+    assert result.stdout.startswith(f"Usage: cli {path}") or result.stdout.startswith(
+        f"Usage: tacho {path}"
+    )
+
+
+@pytest.mark.parametrize("name", READ_COMMANDS)
+def test_every_read_command_has_json(name: str) -> None:
+    assert "--json" in _long_options(COMMANDS[name])
+
+
+def test_the_exit_codes_are_documented() -> None:
+    text = CLI_MD.read_text()
+    for line in (
+        "| 0 | `EXIT_OK` |",
+        "| 1 | `EXIT_FAILED` |",
+        "| 2 | `EXIT_USAGE` |",
+        "| 3 | `EXIT_STORE` |",
+    ):
+        assert line in text
+
+
+def _readme_command(marker: str) -> str:
+    lines = [x for x in README.read_text().splitlines() if marker in x and "python3 -m venv" in x]
+    assert len(lines) == 1, f"the README should have one install line with {marker!r}"
+    return lines[0].strip()
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    line = _readme_command("pytest")
+    prefix = "python3 -m venv .venv && . .venv/bin/activate && "
+    assert line.startswith(prefix)
+    command = line.removeprefix(prefix)
+    assert command == "pip install -e '.[dev]' && python -m pytest -q -p no:cacheprovider"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert command in [x.strip() for x in ci]
+
+
+def test_the_readme_demo_command() -> None:
+    line = _readme_command("tacho demo")
+    assert line == "python3 -m venv .venv && . .venv/bin/activate && pip install . && tacho demo"
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [README, *sorted((ROOT / "docs").glob("*.md"))],
+    ids=lambda p: p.name,
+)
+def test_local_links_resolve(doc: Path) -> None:
+    for target in re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", doc.read_text()):
+        assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
+
+
+def test_the_docs_pages_exist_and_the_tour_was_recorded() -> None:
+    for name in ("index", "concepts", "format", "recording", "replay", "cli"):
+        assert (ROOT / "docs" / f"{name}.md").is_file()
+    tour = (ROOT / "docs" / "tour.txt").read_text()
+    for expected in (
+        "$ tacho demo",
+        "DIVERGED",
+        "check 5 (payload digest)",
+        "$ tacho runs",
+        "$ tacho show",
+        "$ tacho replay",
+        "$ tacho fork",
+        "$ tacho verify",
+    ):
+        assert expected in tour
+    assert "/work/" not in tour

@@ -1,0 +1,78 @@
+"""Variants of the demo billing agent that a corpus is recorded with or replayed against.
+
+``lenient_billing_agent`` carries the bug the example corpus keeps as bad runs: when the
+model escalates an order over the refund limit, it refunds the order anyway. It reuses the
+demo's model and tools (and declares none of its own), so it can be imported under two module
+names in one process without registering anything twice.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import tachograph as tg
+from tachograph.demo import agent as demo
+
+GOODWILL_LIMIT_CENTS = 50_000
+"""The bug: anything under 500 EUR is refunded, whatever the model said."""
+
+
+def _lenient_run(task: str) -> str:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": demo.SYSTEM},
+        {"role": "user", "content": task},
+    ]
+    tg.guardrail("input_length", stage="input", blocked=len(task) > 2000)
+    order: dict[str, Any] = {}
+    for _ in range(6):
+        response = demo.scripted_model(
+            {"model": demo.MODEL, "messages": messages, "temperature": 0}
+        )
+        message = response["choices"][0]["message"]
+        messages.append(message)
+        calls = message.get("tool_calls") or []
+        if not calls:
+            answer = str(message["content"])
+            tg.accept_output(
+                "evaluator:refund-policy-v3", output=answer, reason="policy checks pass"
+            )
+            return answer
+        name, args = calls[0]["name"], dict(calls[0]["args"])
+        if name == "escalate_to_human" and order.get("price_cents", 0) < GOODWILL_LIMIT_CENTS:
+            name, args = (
+                "issue_refund",
+                {
+                    "order_id": order["order_id"],
+                    "amount_cents": order["price_cents"],
+                },
+            )
+            tg.select_plan(
+                "refund", chosen_from=["refund", "escalate"], reason="goodwill under 500 EUR"
+            )
+        elif name == "issue_refund":
+            tg.select_plan(
+                "refund",
+                chosen_from=["refund", "escalate"],
+                reason="damaged on arrival, under 100 EUR",
+            )
+        elif name == "escalate_to_human":
+            tg.select_plan("escalate", chosen_from=["refund", "escalate"], reason="over the limit")
+        result = demo.TOOLS[name](**args)
+        if name == "lookup_order":
+            order = dict(result)
+        messages.append({"role": "tool", "content": json.dumps(result)})
+    tg.reject_output("evaluator:refund-policy-v3", reason="no answer after 6 turns")
+    return "I could not resolve this request."
+
+
+@tg.agent(
+    name="billing_agent",
+    models=[demo.MODEL],
+    prompts={"billing_system": demo.SYSTEM},
+    tools=[demo.lookup_order, demo.issue_refund, demo.escalate_to_human],
+    code_version="demo-1-lenient",
+)
+def lenient_billing_agent(task: str) -> str:
+    """The billing agent with the goodwill bug: refunds escalations under 500 EUR."""
+    return _lenient_run(task)

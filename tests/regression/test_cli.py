@@ -1,0 +1,202 @@
+"""``tacho save`` and ``tacho test`` as a user types them: real processes, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+
+import tachograph as tg
+from tachograph.cli.app import cli
+from tachograph.demo.agent import billing_agent
+
+from .conftest import EXPECTED, REFUND_A, REPO, UNDER_TEST
+
+
+def tacho_exe() -> list[str]:
+    """The installed ``tacho`` console script of this interpreter."""
+    beside = Path(sys.executable).with_name("tacho")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("tacho")
+    assert found, "the tacho console script is not installed"
+    return [found]
+
+
+def tacho(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TACHOGRAPH_STORE"}
+    return subprocess.run(
+        [*tacho_exe(), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+# -- tacho save ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.db"
+    with tg.SQLiteStore(str(path)) as st:
+        tg.record_run(billing_agent, REFUND_A, store=st, run_id="run-a4471")
+    return path
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_save_writes_run_and_sidecar(store_path: Path, tmp_path: Path) -> None:
+    code, out, _ = invoke(
+        "--store",
+        str(store_path),
+        "save",
+        "run-a4471",
+        "--to",
+        str(tmp_path / "c"),
+        "--verdict",
+        "bad",
+        "--wrong-at",
+        "9",
+        "--note",
+        "half refund",
+        "--json",
+    )
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["path"] == str(tmp_path / "c" / "run-a4471.jsonl")
+    meta = json.loads(Path(data["sidecar"]).read_text())
+    assert (meta["verdict"], meta["wrong_at"], meta["note"]) == ("bad", 9, "half refund")
+    assert [r.ok for r in tg.verify_jsonl(data["path"])] == [True]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--verdict", "bad"], 2, "needs --wrong-at"),
+        (["--verdict", "good", "--wrong-at", "3"], 2, "only for --verdict bad"),
+        (["--verdict", "bad", "--wrong-at", "99"], 2, "outside run"),
+        (["--verdict", "good", "--processor", "nowhere:fn"], 2, "--processor"),
+    ],
+)
+def test_save_usage_errors_exit_2(
+    store_path: Path, tmp_path: Path, args: list[str], code: int, message: str
+) -> None:
+    got, _, err = invoke(
+        "--store", str(store_path), "save", "run-a4471", "--to", str(tmp_path / "c"), *args
+    )
+    assert got == code
+    assert message in err
+
+
+def test_save_of_an_unknown_run_exits_3_and_names_close_runs(
+    store_path: Path, tmp_path: Path
+) -> None:
+    code, _, err = invoke(
+        "--store", str(store_path), "save", "run-a447", "--to", str(tmp_path), "--verdict", "good"
+    )
+    assert code == 3
+    assert "run-a4471" in err
+
+
+def test_save_then_test_round_trip(store_path: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "c"
+    code, _, _ = invoke(
+        "--store", str(store_path), "save", "run-a4471", "--to", str(corpus), "--verdict", "good"
+    )
+    assert code == 0
+    code, out, _ = invoke(
+        "test", str(corpus), "--agent", "tachograph.demo.agent:billing_agent", "--json"
+    )
+    assert code == 0
+    assert json.loads(out)["counts"]["reproduced"] == 1
+
+
+# -- tacho test ---------------------------------------------------------------------------------
+
+
+def test_test_exits_1_names_runs_and_steps_and_writes_junit(
+    corpus_master: Path, tmp_path: Path
+) -> None:
+    junit = tmp_path / "reports" / "corpus.xml"
+    proc = tacho("test", str(corpus_master), "--agent", UNDER_TEST, "--junit", str(junit))
+    assert proc.returncode == 1, proc.stderr
+    assert (
+        "good-refund-a4471: CHANGED (good run): decisions differ from the recording at seq 9"
+        in (proc.stdout)
+    )
+    assert "bad-half-a4471: STILL WRONG (bad run): the wrong step at seq 9 is reproduced" in (
+        proc.stdout
+    )
+    assert "14 runs against" in proc.stdout
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("14", "4", "4")
+    failed = {
+        c.get("name")
+        for c in suite.findall("testcase")
+        if c.find("failure") is not None or c.find("error") is not None
+    }
+    assert failed == {n for n, (o, _) in EXPECTED.items() if o not in ("reproduced", "fixed")}
+
+
+def test_test_json_is_one_document_with_every_run(corpus_master: Path) -> None:
+    proc = tacho("test", str(corpus_master), "--agent", UNDER_TEST, "--json", "--workers", "2")
+    assert proc.returncode == 1
+    data = json.loads(proc.stdout)
+    assert data["workers"] == 2
+    assert {r["name"]: (r["outcome"], r["seq"]) for r in data["results"]} == EXPECTED
+
+
+def test_test_accept_turns_a_reviewed_change_into_a_pass(
+    corpus_master: Path, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    for name in ("good-refund-a4471", "good-escalate-b1002"):
+        for suffix in (".jsonl", ".tacho.json"):
+            shutil.copy(corpus_master / (name + suffix), corpus / (name + suffix))
+    log = (corpus / "good-refund-a4471.jsonl").read_bytes()
+    assert tacho("test", str(corpus), "--agent", UNDER_TEST).returncode == 1
+    proc = tacho("test", str(corpus), "--agent", UNDER_TEST, "--accept", "good-refund-a4471")
+    assert proc.returncode == 0, proc.stdout
+    assert "reproduced (accepted)" in proc.stdout
+    assert tacho("test", str(corpus), "--agent", UNDER_TEST).returncode == 0
+    assert (corpus / "good-refund-a4471.jsonl").read_bytes() == log
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--agent", "no_such_module:agent"], "no module named 'no_such_module'"),
+        (["--agent", "tachograph.demo.agent:billing_agnet"], "did you mean billing_agent"),
+        (["--agent", "tachograph.demo.agent:billing_agent", "--accept", "nope"], "nope"),
+    ],
+)
+def test_test_usage_errors_exit_2(corpus_master: Path, args: list[str], message: str) -> None:
+    proc = tacho("test", str(corpus_master), *args)
+    assert proc.returncode == 2, proc.stdout
+    assert message in proc.stderr
+
+
+def test_test_of_an_empty_corpus_exits_2(tmp_path: Path) -> None:
+    proc = tacho("test", str(tmp_path), "--agent", "tachograph.demo.agent:billing_agent")
+    assert proc.returncode == 2
+    assert "no runs in" in proc.stderr
+
+
+def test_help_documents_outcomes_and_exit_codes() -> None:
+    code, out, _ = invoke("test", "--help")
+    assert code == 0
+    for word in ("reproduced", "changed", "fixed", "still wrong", "unreplayable", "Exit codes"):
+        assert word in out
+    code, out, _ = invoke("save", "--help")
+    assert code == 0
+    assert "--wrong-at" in out

@@ -1,0 +1,216 @@
+"""Fork ("what if the model had answered this") and resume after a real crash, on real
+SQLite files; the payments/notes ledger shows what reached the world."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tachograph as tg
+from agents import shop
+from agents.fixtures import run_child
+from agents.ledger import Ledger
+
+FIRST_RESPONSE, NOTE_REQUESTED, REFUND_REQUESTED, FINISHED = 5, 11, 13, 20
+
+
+@pytest.fixture
+def recorded(store: tg.SQLiteStore, ledger: Ledger) -> str:
+    tg.record_run(shop.build(), shop.TASK, store=store, run_id="shop-1")
+    shop.CALLS.clear()
+    return "shop-1"
+
+
+def other_order_answer(order_id: str) -> dict[str, Any]:
+    return {
+        "id": "resp-override",
+        "model": shop.MODEL_BUILD,
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "tool_calls": [{"name": "lookup_order", "args": {"order_id": order_id}}],
+                }
+            }
+        ],
+    }
+
+
+def test_fork_with_an_override_records_a_child_run(
+    store: tg.SQLiteStore, recorded: str, ledger: Ledger
+) -> None:
+    report = tg.fork(
+        store,
+        recorded,
+        FIRST_RESPONSE,
+        shop.build(),
+        override=other_order_answer("B-2"),
+        new_run_id="shop-1.what-if",
+    )
+    assert report.mode == "fork" and report.new_run_id == "shop-1.what-if"
+    parent, child = store.events(recorded), store.events("shop-1.what-if")
+    assert store.verify("shop-1.what-if").ok
+    started = child[0].payload
+    assert started["parent"] == {"run_id": recorded, "seq": FIRST_RESPONSE}
+    assert started["labels"]["tachograph.fork_of"] == recorded
+    assert started["labels"]["tachograph.dry_run"] == "true"
+    # steps 1..4 are copied as served, re-keyed to the child run
+    for a, b in zip(parent[1:FIRST_RESPONSE], child[1:FIRST_RESPONSE]):
+        assert (a.type, a.model) == (b.type, b.model)
+        if a.type != "clock.read":
+            assert a.payload == b.payload
+        if a.idempotency_key:
+            assert b.idempotency_key == a.idempotency_key.replace(recorded, "shop-1.what-if", 1)
+    answer = child[FIRST_RESPONSE]
+    assert answer.payload["response"] == other_order_answer("B-2")
+    assert answer.payload["overridden"] is True
+    assert answer.idempotency_key == child[FIRST_RESPONSE - 1].idempotency_key
+    # then it is live: the other order is looked up, the refund is simulated
+    lookup = child[FIRST_RESPONSE + 1]
+    assert lookup.payload["args"] == {"order_id": "B-2"}
+    assert lookup.idempotency_key is not None and lookup.idempotency_key.startswith(
+        "shop-1.what-if:lookup_order:"
+    )
+    refund = next(e for e in child if e.type == "tool.completed" and e.payload["tool"] == "issue_refund")
+    assert refund.payload["dry_run"] is True
+    assert refund.payload["result"]["dry_run"] is True
+    assert refund.idempotency_key == "shop-1.what-if:issue_refund:B-2"
+    assert child[-1].payload["status"] == "ok"
+    assert shop.CALLS["lookup_order"] == 1 and shop.CALLS["issue_refund"] == 0
+    assert ledger.calls() == 2  # only the recording's note and refund
+    assert "dry-run tools were used" in " ".join(report.notes)
+    # the child's steps are the parent's up to the override
+    diff = tg.diff_runs(parent, child)
+    assert diff.seq == FIRST_RESPONSE
+    assert ("$.payload.overridden", tg.diff.MISSING, True) in [
+        (c.path, c.old, c.new) for c in diff.changes
+    ]
+
+
+def test_fork_without_override_serves_then_goes_live(
+    store: tg.SQLiteStore, recorded: str, ledger: Ledger
+) -> None:
+    report = tg.fork(store, recorded, NOTE_REQUESTED - 1, shop.build())
+    assert report.new_run_id is not None and report.new_run_id.startswith(recorded + ".fork-")
+    child = store.events(report.new_run_id)
+    assert [e.type for e in child] == [e.type for e in store.events(recorded)]
+    # served up to the fork point: the pure tool did not run again; after it, live in dry run
+    assert shop.CALLS["compute_refund"] == 0 and shop.CALLS["model"] == 1
+    note = child[NOTE_REQUESTED + 1]
+    assert note.payload["dry_run"] is True
+    assert note.payload["result"] == {"note_id": "preview", "order_id": "A-1", "text": note.payload["result"]["text"]}
+    assert ledger.calls() == 2
+    diff = tg.diff_runs(store.events(recorded), child)
+    assert diff.seq == NOTE_REQUESTED + 1
+
+
+def test_fork_at_a_seq_outside_the_run_is_refused(store: tg.SQLiteStore, recorded: str) -> None:
+    with pytest.raises(tg.ReplayError, match="outside run"):
+        tg.fork(store, recorded, 99, shop.build())
+    with pytest.raises(tg.ReplayError, match="cannot override seq 8"):
+        tg.fork(store, recorded, 8, shop.build(), override={"x": 1})
+
+
+# -- resume after a real crash ------------------------------------------------------------------
+
+
+def crashed(tmp_path: Path, hang_in: str) -> tuple[tg.SQLiteStore, Ledger]:
+    db, books = tmp_path / "crash.db", tmp_path / "books.db"
+    run_child(db, "crash", hang_in=hang_in, books=books, tmp_path=tmp_path)
+    return tg.SQLiteStore(db, create=False), Ledger(str(books))
+
+
+def intents(store: tg.SQLiteStore, key: str) -> list[str]:
+    return [e.type for e in store.events("crash") if e.idempotency_key == key]
+
+
+def test_resume_after_a_crash_in_a_write_tool_unconfirmed_is_a_dry_run(
+    tmp_path: Path, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, books = crashed(tmp_path, "post_note")
+    monkeypatch.setattr(shop, "LEDGER", books)
+    dangling = store.events("crash")[-1]
+    assert dangling.type == "tool.requested" and dangling.payload["tool"] == "post_note"
+    assert books.calls("note") == 1  # the note reached the notes API before the crash
+
+    report = tg.resume(store, "crash", shop.build())
+    assert report.new_run_id == "crash"
+    events = store.events("crash")
+    assert store.verify("crash").ok
+    assert intents(store, dangling.idempotency_key) == ["tool.requested", "tool.completed"]
+    completion = events[NOTE_REQUESTED + 1]
+    assert completion.payload["dry_run"] is True
+    # the agent now acts on a simulated note, so the refund after it is simulated too
+    refund = events[REFUND_REQUESTED + 1]
+    assert refund.payload["dry_run"] is True
+    assert events[-1].type == "run.finished" and events[-1].payload["status"] == "ok"
+    assert books.calls() == 1 and books.calls("refund") == 0
+    assert any("dry run" in n for n in report.notes)
+    # served steps did not run again; the tail ran live
+    assert shop.CALLS["lookup_order"] == 0 and shop.CALLS["model"] == 1
+
+
+def test_resume_after_a_crash_in_a_write_tool_confirmed_reuses_its_key(
+    tmp_path: Path, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, books = crashed(tmp_path, "post_note")
+    monkeypatch.setattr(shop, "LEDGER", books)
+    key = store.events("crash")[-1].idempotency_key
+    assert key is not None and key.startswith("crash:post_note:")
+
+    report = tg.resume(store, "crash", shop.build(), confirm=True)
+    assert report.reproduced, report.render()
+    assert books.keys("note") == [key, key]  # called again, with the same key
+    assert len(books.applied("note")) == 1  # and the notes API applied it once
+    assert intents(store, key) == ["tool.requested", "tool.completed"]
+    events = store.events("crash")
+    assert events[NOTE_REQUESTED + 1].payload["result"]["id"] == "note_0001"
+    assert "dry_run" not in events[NOTE_REQUESTED + 1].payload
+    assert books.keys("refund") == ["crash:issue_refund:A-1"]  # the rest ran live
+    assert events[-1].payload["status"] == "ok"
+    assert store.verify("crash").ok
+    with pytest.raises(tg.ReplayError, match="has finished"):
+        tg.resume(store, "crash", shop.build())
+
+
+def test_resume_after_a_crash_in_an_irreversible_tool_needs_confirmation(
+    tmp_path: Path, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, books = crashed(tmp_path, "issue_refund")
+    monkeypatch.setattr(shop, "LEDGER", books)
+    before = store.events("crash")
+    key = "crash:issue_refund:A-1"
+    assert before[-1].idempotency_key == key
+
+    # even an agent that catches every Exception cannot swallow the refusal
+    careless = shop.build(shop.Variant(swallow_errors=True))
+    with pytest.raises(tg.ConfirmationRequired) as info:
+        tg.resume(store, "crash", careless)
+    assert (info.value.seq, info.value.key) == (REFUND_REQUESTED, key)
+    assert "confirm" in str(info.value)
+    assert store.events("crash") == before  # nothing appended: still resumable
+    assert books.calls("refund") == 1 and shop.CALLS["issue_refund"] == 0
+
+    report = tg.resume(store, "crash", shop.build(), confirm=True)
+    assert report.reproduced
+    assert books.keys("refund") == [key, key]
+    assert len(books.applied("refund")) == 1
+    assert intents(store, key) == ["tool.requested", "tool.completed"]
+    assert store.events("crash")[-1].payload["status"] == "ok"
+    assert store.verify("crash").ok
+
+
+def test_resume_refuses_an_agent_that_left_the_recorded_path(
+    tmp_path: Path, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, books = crashed(tmp_path, "issue_refund")
+    monkeypatch.setattr(shop, "LEDGER", books)
+    before = store.events("crash")
+    with pytest.raises(tg.Divergence) as info:
+        tg.resume(store, "crash", shop.build(shop.Variant(refund_share=0.5)), confirm=True)
+    assert info.value.seq == 9
+    assert "left unfinished" in str(info.value)
+    assert store.events("crash") == before
+    assert books.calls("refund") == 1

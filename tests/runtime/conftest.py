@@ -1,0 +1,3 @@
+from agents.fixtures import ledger, store
+
+__all__ = ["ledger", "store"]

@@ -1,0 +1,208 @@
+"""Intent before effect: durability policies proved from a second connection and a killed
+process; write failures surface; processors and trace context shape the stored event."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+import tachograph as tg
+from agents import shop
+from agents.fixtures import run_child
+from agents.ledger import Ledger
+from tachograph.testing import build_run
+
+
+def stored(path: Path, run_id: str) -> list[tuple[int, str, str | None]]:
+    """What an independent SQLite connection (not the recorder's) sees on disk."""
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute(
+            "SELECT seq, type, idempotency_key FROM events WHERE run_id=? ORDER BY seq", (run_id,)
+        ).fetchall()
+    finally:
+        db.close()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+seen_on_disk: list[list[tuple[int, str, str | None]]] = []
+DB_PATH: list[Path] = []
+
+
+@tg.tool(effect="irreversible")
+def wire_money(to: str, cents: int, idempotency_key: str | None = None) -> dict[str, Any]:
+    # Inside the tool body: look at the database through a connection of our own.
+    seen_on_disk.append(stored(DB_PATH[0], "dur"))
+    return {"wired": cents, "key": idempotency_key}
+
+
+@tg.tool(effect="write")
+def save_draft(text: str) -> str:
+    seen_on_disk.append(stored(DB_PATH[0], "dur"))
+    return "saved"
+
+
+def test_effects_intent_is_durable_before_the_tool_body_runs(tmp_path: Path) -> None:
+    DB_PATH[:] = [tmp_path / "runs.db"]
+    seen_on_disk.clear()
+    with tg.record(tg.SQLiteStore(DB_PATH[0]), actor="a", run_id="dur", durability="effects"):
+        save_draft("hello")
+        wire_money("acct-1", 500)
+    first, second = seen_on_disk
+    # the write tool's intent is on disk when its body runs
+    assert first[-1][1] == "tool.requested"
+    assert first[-1][2] is not None and first[-1][2].startswith("dur:save_draft:")
+    # and so is the irreversible one's, after the completion of the first call
+    assert [row[1] for row in second[-3:]] == ["tool.requested", "tool.completed", "tool.requested"]
+    assert second[-1][2] is not None and second[-1][2].startswith("dur:wire_money:")
+
+
+def test_every_makes_each_event_durable_before_returning(tmp_path: Path) -> None:
+    path = tmp_path / "every.db"
+    with tg.record(tg.SQLiteStore(path), actor="a", run_id="ev", durability="every"):
+        tg.decide("first", 1)
+        assert stored(path, "ev")[-1][1] == "decision"
+        tg.now()
+        assert stored(path, "ev")[-1][1] == "clock.read"
+        tg.select_plan("p")
+        assert len(stored(path, "ev")) == 4
+
+
+def test_batch_writes_everything_by_the_end_of_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "batch.db"
+    store = tg.SQLiteStore(path)
+    with tg.record(store, actor="a", run_id="b", durability=tg.Durability.BATCH):
+        for i in range(50):
+            tg.decide("step", i)
+    rows = stored(path, "b")
+    assert len(rows) == 52
+    assert rows[-1][1] == "run.finished"
+    assert store.verify("b").ok
+
+
+def test_a_store_that_refuses_surfaces_as_write_failed(tmp_path: Path) -> None:
+    """Someone else advances the run's head: the intent cannot be written, so the tool must
+    not run, and the agent hears about it."""
+    path = tmp_path / "refuse.db"
+    store = tg.SQLiteStore(path)
+    seen_on_disk.clear()
+    DB_PATH[:] = [path]
+    with pytest.raises(tg.WriteFailed) as info:
+        with tg.record(store, actor="a", run_id="dur") as run:
+            tg.decide("before", 1)
+            run.flush()
+            intruder = tg.SQLiteStore(path)
+            intruder.append(build_run("dur", 1, after=intruder.head("dur")))
+            intruder.close()
+            wire_money("acct-1", 500)
+    assert "dur" in str(info.value) and "incomplete" in str(info.value)
+    assert isinstance(info.value.cause, tg.AppendRefused)
+    assert seen_on_disk == []  # the irreversible body never ran
+    assert [row[1] for row in stored(path, "dur")] == ["run.started", "decision", "decision"]
+
+
+def test_a_closed_store_surfaces_as_write_failed(tmp_path: Path) -> None:
+    store = tg.SQLiteStore(tmp_path / "closed.db")
+    calls: list[str] = []
+
+    @tg.tool(effect="write")
+    def archive(name: str) -> str:
+        calls.append(name)
+        return name
+
+    with pytest.raises(tg.WriteFailed):
+        with tg.record(store, actor="a", run_id="closed"):
+            store.close()
+            archive("x")
+    assert calls == []
+
+
+def test_crash_while_an_irreversible_tool_runs_leaves_its_intent(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    """A real process is killed with SIGKILL inside issue_refund."""
+    db, books = tmp_path / "crash.db", tmp_path / "books.db"
+    run_child(db, "crash-1", hang_in="issue_refund", books=books, tmp_path=tmp_path)
+    store = tg.SQLiteStore(db, create=False)
+    events = store.events("crash-1")
+    assert store.verify("crash-1").ok
+    last = events[-1]
+    assert last.type == "tool.requested"
+    assert last.payload["tool"] == "issue_refund"
+    assert last.payload["effect"] == "irreversible"
+    assert last.idempotency_key == "crash-1:issue_refund:A-1"
+    assert not any(
+        e.type in ("tool.completed", "tool.failed") and e.idempotency_key == last.idempotency_key
+        for e in events
+    )
+    assert not any(e.type == "run.finished" for e in events)
+    assert store.run_info("crash-1").status is None
+    state = tg.fold(events)
+    assert list(state.pending) == ["crash-1:issue_refund:A-1"]
+    assert state.status == "running"
+    # the world did change: the intent is the evidence of it
+    assert Ledger(str(books)).keys("refund") == ["crash-1:issue_refund:A-1"]
+
+
+# -- processors and trace context ---------------------------------------------------------------
+
+
+def redact_emails(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def clean(value: Any) -> Any:
+        if isinstance(value, str) and "@" in value:
+            return "[email]"
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    return clean(payload)  # type: ignore[no-any-return]
+
+
+def tag(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+    # runs after redact_emails: it sees the redacted payload
+    if event_type == "tool.requested":
+        return {**payload, "tagged": "[email]" in str(payload)}
+    return payload
+
+
+@tg.tool(effect="read")
+def find_customer(email: str) -> dict[str, Any]:
+    return {"email": email, "id": 7}
+
+
+def test_processors_run_in_order_before_hashing(store: tg.SQLiteStore) -> None:
+    with tg.record(
+        store, actor="a", run_id="red", input="mail ann@example.com", processors=[redact_emails, tag]
+    ) as run:
+        run.output = find_customer("ann@example.com")
+    events = store.events("red")
+    assert events[0].payload["input"] == "[email]"
+    assert events[1].payload["args"] == {"email": "[email]"}
+    assert events[1].payload["tagged"] is True
+    assert events[2].payload["result"] == {"email": "[email]", "id": 7}
+    assert "example.com" not in store.raw_payload(events[2].event_id).decode()  # type: ignore[union-attr]
+    assert store.verify("red").ok
+    # the agent itself saw the real value
+    assert run.output == {"email": "ann@example.com", "id": 7}
+
+
+def test_the_current_opentelemetry_span_goes_on_the_event(store: tg.SQLiteStore) -> None:
+    tracer = TracerProvider().get_tracer("tests")
+    with tg.record(store, actor="a", run_id="otel"):
+        tg.decide("outside", 0)
+        with tracer.start_as_current_span("lookup") as span:
+            find_customer("x")
+            ctx = span.get_span_context()
+    events = store.events("otel")
+    assert events[1].trace_id is None and events[1].span_id is None
+    for event in events[2:4]:
+        assert event.trace_id == f"{ctx.trace_id:032x}"
+        assert event.span_id == f"{ctx.span_id:016x}"
+    assert events[-1].trace_id is None
+    assert store.verify("otel").ok

@@ -1,0 +1,290 @@
+"""Canonical bytes (SPEC section 2): RFC 8785 for the closed value profile, and nothing else."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import enum
+import json
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tachograph.canonical import (
+    MAX_DEPTH,
+    MAX_SAFE_INTEGER,
+    DuplicateKeyError,
+    canonical,
+    canonical_exact,
+    check_profile,
+    es6_number,
+    loads,
+    loads_strict,
+)
+from tachograph.errors import ProfileError, TachographError
+
+# -- the reference vectors ---------------------------------------------------------------------
+
+
+def test_jcs_vectors(vectors_dir: Path, jcs_case: str) -> None:
+    jcs = vectors_dir / "jcs"
+    value = loads_strict((jcs / "input" / f"{jcs_case}.json").read_bytes())
+    expected = (jcs / "output" / f"{jcs_case}.json").read_bytes()
+    hex_text = (jcs / "outhex" / f"{jcs_case}.txt").read_text()
+    assert bytes.fromhex("".join(hex_text.split())) == expected  # the vector agrees with itself
+    assert canonical(value) == expected
+    assert canonical_exact(value) == expected
+
+
+def _es6_lines(vectors_dir: Path) -> list[tuple[str, float, str]]:
+    rows = []
+    for line in (vectors_dir / "jcs" / "es6numbers.txt").read_text().splitlines():
+        bits, expected = line.split(",")
+        value = struct.unpack(">d", bytes.fromhex(bits.zfill(16)))[0]
+        rows.append((bits, value, expected))
+    return rows
+
+
+def test_every_es6_number_vector(vectors_dir: Path) -> None:
+    rows = _es6_lines(vectors_dir)
+    assert len(rows) > 20_000  # the whole file, not a sample
+    wrong = []
+    for bits, value, expected in rows:
+        assert math.isfinite(value), bits
+        got = (es6_number(value), canonical(value), canonical_exact(value), canonical([value]))
+        if got != (expected, expected.encode(), expected.encode(), f"[{expected}]".encode()):
+            wrong.append((bits, expected, got))
+    assert wrong == []
+
+
+def test_es6_number_refuses_non_finite() -> None:
+    for value in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError, match="no JSON form"):
+            es6_number(value)
+
+
+# -- generated values against the rfc8785 package ------------------------------------------------
+
+_texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+_high_keys = st.text(
+    st.characters(min_codepoint=0xE000, exclude_categories=("Cs",)), min_size=1, max_size=4
+)
+_astral = st.text(st.characters(min_codepoint=0x10000, max_codepoint=0x10FFFF), max_size=4)
+_keys = _texts | _high_keys | _astral
+_ints = st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER)
+_floats = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(-(2**70), 2**70).map(float),  # integral, printed without a fraction below 1e21
+    st.floats(1e-7, 1e-5) | st.floats(-1e-5, -1e-7),  # ECMAScript fixed notation down to 1e-6
+    st.floats(1e15, 1e300) | st.floats(-1e300, -1e15),
+    st.sampled_from([0.0, -0.0, 1e21, 1e-6, 1e-7, 5e-324, 1.7976931348623157e308, 0.1, 1.0]),
+)
+_scalars = st.none() | st.booleans() | _ints | _floats | _texts | _astral
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_keys, inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(_values)
+def test_canonical_matches_rfc8785(value: Any) -> None:
+    expected = rfc8785.dumps(value)
+    assert canonical(value) == expected
+    assert canonical_exact(value) == expected
+
+
+@given(_values)
+def test_fast_path_equals_exact_path(value: Any) -> None:
+    assert canonical(value) == canonical_exact(value)
+
+
+@given(st.dictionaries(_high_keys | _astral | _texts, _ints, min_size=2, max_size=8))
+def test_keys_sort_by_utf16_code_units(value: dict[str, int]) -> None:
+    assert canonical(value) == rfc8785.dumps(value)
+
+
+def _permuted(value: Any, data: st.DataObject) -> Any:
+    if type(value) is dict:
+        keys = data.draw(st.permutations(list(value)))
+        return {k: _permuted(value[k], data) for k in keys}
+    if type(value) is list:
+        return [_permuted(v, data) for v in value]
+    return value
+
+
+@given(_values, st.data())
+def test_key_order_does_not_matter(value: Any, data: st.DataObject) -> None:
+    assert canonical(_permuted(value, data)) == canonical(value)
+
+
+@given(_values)
+def test_canonical_bytes_read_back_to_the_same_bytes(value: Any) -> None:
+    data = canonical(value)
+    assert canonical(loads_strict(data)) == data
+    assert canonical(loads(data)) == data
+
+
+def test_integral_and_tiny_floats() -> None:
+    # ECMAScript prints the shortest round-trip digits, zero-padded: 2**60 as ...847000, as the
+    # es6numbers vectors do (2**68 -> 295147905179352830000). SPEC section 2's example
+    # "1152921504606846976" is the integer's digits, not the JCS form of the double.
+    assert canonical({"a": 1.0, "b": 2.0**60, "c": -0.0}) == b'{"a":1,"b":1152921504606847000,"c":0}'
+    assert canonical(2.0**60) == rfc8785.dumps(2.0**60)
+    assert canonical([1e-6, 1e-7, 1.5e-5, 1e21, 1e20]) == (
+        b"[0.000001,1e-7,0.000015,1e+21,100000000000000000000]"
+    )
+    assert canonical({"\ue000": 1, "\U0001f600": 2}) == rfc8785.dumps({"\ue000": 1, "\U0001f600": 2})
+    # U+1F600 is a surrogate pair D83D DE00 in UTF-16: it sorts before U+E000
+    assert canonical({"\ue000": 1, "\U0001f600": 2}).index("😀".encode()) < canonical(
+        {"\ue000": 1, "\U0001f600": 2}
+    ).index("\ue000".encode())
+
+
+def test_max_safe_integers_are_admitted() -> None:
+    assert canonical([MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER]) == b"[9007199254740991,-9007199254740991]"
+
+
+# -- values outside the profile -------------------------------------------------------------------
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+class _Label(str, enum.Enum):
+    SHIPPED = "shipped"
+
+
+def _nest(levels: int, kind: str) -> Any:
+    value: Any = 0
+    for _ in range(levels):
+        value = [value] if kind == "list" else {"k": value}
+    return value
+
+
+_REJECTED = [
+    pytest.param(math.nan, "payload.args.x", "float", id="nan"),
+    pytest.param(math.inf, "payload.args.x", "float", id="inf"),
+    pytest.param(-math.inf, "payload.args.x", "float", id="-inf"),
+    pytest.param(2**53, "payload.args.x", "integer", id="int-2^53"),
+    pytest.param(-(2**53), "payload.args.x", "integer", id="int--2^53"),
+    pytest.param(10**30, "payload.args.x", "integer", id="int-huge"),
+    pytest.param("ok \ud800", "payload.args.x", "surrogate", id="lone-high-surrogate"),
+    pytest.param("\udfff", "payload.args.x", "surrogate", id="lone-low-surrogate"),
+    pytest.param(datetime.datetime(2026, 1, 1), "payload.args.x", "type", id="datetime"),
+    pytest.param(datetime.date(2026, 1, 1), "payload.args.x", "type", id="date"),
+    pytest.param({1, 2}, "payload.args.x", "type", id="set"),
+    pytest.param(frozenset(), "payload.args.x", "type", id="frozenset"),
+    pytest.param(b"bytes", "payload.args.x", "type", id="bytes"),
+    pytest.param(bytearray(b"x"), "payload.args.x", "type", id="bytearray"),
+    pytest.param((1, 2), "payload.args.x", "type", id="tuple"),
+    pytest.param(decimal.Decimal("1.5"), "payload.args.x", "type", id="decimal"),
+    pytest.param(object(), "payload.args.x", "type", id="object"),
+    pytest.param(_Colour.RED, "payload.args.x", "type", id="enum"),
+    pytest.param(_Label.SHIPPED, "payload.args.x", "type", id="str-enum"),
+    pytest.param(complex(1, 2), "payload.args.x", "type", id="complex"),
+    pytest.param({1: "one"}, "payload.args.x[1]", "key", id="int-key"),
+    pytest.param({None: "none"}, "payload.args.x[None]", "key", id="none-key"),
+    pytest.param({("a",): 1}, "payload.args.x[('a',)]", "key", id="tuple-key"),
+    pytest.param({"\ud800": 1}, 'payload.args.x["\ud800"]', "surrogate", id="surrogate-key"),
+    pytest.param([0, [1, math.nan]], "payload.args.x[1][1]", "float", id="nan-in-list"),
+    pytest.param({"a b": {"c": {1}}}, 'payload.args.x["a b"].c', "type", id="quoted-key-path"),
+]
+
+
+@pytest.mark.parametrize(("bad", "path", "reason"), _REJECTED)
+def test_values_outside_the_profile_are_refused_naming_the_path(
+    bad: Any, path: str, reason: str
+) -> None:
+    value = {"tool": "t", "args": {"ok": [1, 2.5, "s"], "x": bad}}
+    for encode in (canonical, canonical_exact, check_profile):
+        with pytest.raises(ProfileError) as info:
+            encode(value, "payload")
+        err = info.value
+        assert err.path == path
+        assert err.reason == reason
+        assert str(err).startswith(f"{path}: ")
+        assert isinstance(err, TachographError)
+        assert isinstance(err, TypeError)
+
+
+def test_a_datetime_gets_a_message_that_says_what_to_do() -> None:
+    with pytest.raises(ProfileError) as info:
+        canonical({"args": {"when": datetime.datetime(2026, 10, 15)}}, "payload")
+    assert info.value.path == "payload.args.when"
+    assert str(info.value) == (
+        "payload.args.when: datetime.datetime is not a JSON value; convert it first"
+    )
+
+
+@pytest.mark.parametrize(
+    ("bad", "hint"),
+    [
+        ((1, 2), "convert it to a list first"),
+        (_Label.SHIPPED, "convert it to a plain str first"),
+        (decimal.Decimal(1), "convert it first"),
+        ({1}, "convert it first"),
+    ],
+)
+def test_rejections_carry_a_hint(bad: Any, hint: str) -> None:
+    with pytest.raises(ProfileError, match=hint):
+        canonical({"v": bad}, "payload")
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_nesting_is_limited_to_64_levels(kind: str) -> None:
+    assert MAX_DEPTH == 64
+    deepest = _nest(MAX_DEPTH, kind)
+    assert canonical(deepest) == canonical_exact(deepest) == rfc8785.dumps(deepest)
+    for too_deep in (_nest(MAX_DEPTH + 1, kind), _nest(5000, kind)):
+        for encode in (canonical, canonical_exact, check_profile):
+            with pytest.raises(ProfileError) as info:
+                encode(too_deep, "payload")
+            assert info.value.reason == "depth"
+            assert "deeper than 64" in str(info.value)
+
+
+def test_rejection_does_not_depend_on_the_fast_path() -> None:
+    # a value that needs the exact path (integral float, non-ASCII key) and is also bad
+    with pytest.raises(ProfileError) as info:
+        canonical({"é": 1.0, "z": [math.nan]}, "payload")
+    assert info.value.path == "payload.z[0]"
+
+
+def test_the_top_level_path_defaults_to_value() -> None:
+    with pytest.raises(ProfileError) as info:
+        canonical(math.nan)
+    assert info.value.path == "value"
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def test_loads_strict_refuses_duplicate_keys() -> None:
+    with pytest.raises(DuplicateKeyError) as info:
+        loads_strict('{"a": 1, "b": {"c": 1, "c": 2}}')
+    assert info.value.key == "c"
+
+
+def test_large_integers_read_as_doubles() -> None:
+    # SPEC section 2: a number beyond 2^53 - 1 is taken as the double of the same value
+    text = '{"n": 1152921504606846976, "m": -9007199254740993, "k": 9007199254740991}'
+    for parse in (loads, loads_strict):
+        value = parse(text)
+        assert value == {"n": 2.0**60, "m": -9007199254740992.0, "k": 9007199254740991}
+        assert type(value["n"]) is float
+        assert type(value["k"]) is int
+        assert canonical(value) == rfc8785.dumps(json.loads(text, parse_int=float))
+
+
+def test_loads_strict_parses_nan_so_the_profile_check_can_name_it() -> None:
+    value = loads_strict('{"x": NaN}')
+    with pytest.raises(ProfileError, match=r"payload\.x"):
+        canonical(value, "payload")
