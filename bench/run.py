@@ -66,6 +66,9 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(terse=True),
         "sqlite": sqlite3.sqlite_version,
     }
+    if hasattr(os, "getloadavg"):
+        # a shared machine: how busy it was is part of the figures' context
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -166,6 +169,7 @@ def run_suite(
     root.mkdir(parents=True, exist_ok=True)
     settings = Settings(scale=scale, workdir=str(root), profile=profile, repeats=repeats)
     started = time.perf_counter()
+    machine_at_start = machine()
     figures: list[Figure] = []
     timings: dict[str, float] = {}
     try:
@@ -187,10 +191,11 @@ def run_suite(
     finally:
         if owned:
             shutil.rmtree(root, ignore_errors=True)
+    load_at_end = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     document = {
         "command": "python -m bench.run" + (f" --scale {scale:g}" if scale != 1.0 else ""),
         "scale": scale,
-        "machine": machine(),
+        "machine": {**machine_at_start, "load_average_at_end": load_at_end},
         "seconds": round(time.perf_counter() - started, 1),
         "module_seconds": timings,
         "passed": all(f.passed for f in figures),
@@ -211,7 +216,7 @@ def run_suite(
         print(
             f"\n{sum(f.passed for f in figures)}/{len(figures)} figures meet every target; "
             f"{document['seconds']}s on {m.get('cpus')} CPUs, {m.get('python')}, "
-            f"{m.get('date_utc')}",
+            f"{m.get('date_utc')}, load average {m.get('load_average')} -> {load_at_end}",
             file=out,
         )
         if json_path is not None:

@@ -40,9 +40,13 @@ def _grow(path: Path, total: int, run_len: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     runs = max(1, total // run_len)
     for r in range(runs):
-        for event in build_run(f"grown-{r:07d}", run_len, payload_bytes=PAYLOAD_BYTES):
-            event_bytes += len(event.to_json()) + 1  # one JSONL line, with its newline
-            pending.append(event)
+        events = list(build_run(f"grown-{r:07d}", run_len, payload_bytes=PAYLOAD_BYTES))
+        if r == 0:
+            # Every run has the same shape and fixed-width ids and times, so every run's
+            # JSONL export has the same length: measure the first one.
+            run_bytes = sum(len(event.to_json()) + 1 for event in events)
+        event_bytes += run_bytes
+        pending.extend(events)
         if len(pending) >= 10 * run_len or r == runs - 1:
             store.append(pending)
             pending = []

@@ -17,9 +17,7 @@ VECTORS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "vectors"
 HELPERS_DIR = Path(__file__).resolve().parent / "helpers"
 
 # Tests never assert wall-clock time; hypothesis deadlines would be exactly that.
-settings.register_profile(
-    "tachograph", deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("tachograph", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "tachograph"))
 
 

@@ -135,12 +135,16 @@ def test_integral_and_tiny_floats() -> None:
     # ECMAScript prints the shortest round-trip digits, zero-padded: 2**60 as ...847000, as the
     # es6numbers vectors do (2**68 -> 295147905179352830000). SPEC section 2's example
     # "1152921504606846976" is the integer's digits, not the JCS form of the double.
-    assert canonical({"a": 1.0, "b": 2.0**60, "c": -0.0}) == b'{"a":1,"b":1152921504606847000,"c":0}'
+    assert (
+        canonical({"a": 1.0, "b": 2.0**60, "c": -0.0}) == b'{"a":1,"b":1152921504606847000,"c":0}'
+    )
     assert canonical(2.0**60) == rfc8785.dumps(2.0**60)
     assert canonical([1e-6, 1e-7, 1.5e-5, 1e21, 1e20]) == (
         b"[0.000001,1e-7,0.000015,1e+21,100000000000000000000]"
     )
-    assert canonical({"\ue000": 1, "\U0001f600": 2}) == rfc8785.dumps({"\ue000": 1, "\U0001f600": 2})
+    assert canonical({"\ue000": 1, "\U0001f600": 2}) == rfc8785.dumps(
+        {"\ue000": 1, "\U0001f600": 2}
+    )
     # U+1F600 is a surrogate pair D83D DE00 in UTF-16: it sorts before U+E000
     assert canonical({"\ue000": 1, "\U0001f600": 2}).index("😀".encode()) < canonical(
         {"\ue000": 1, "\U0001f600": 2}
@@ -148,7 +152,9 @@ def test_integral_and_tiny_floats() -> None:
 
 
 def test_max_safe_integers_are_admitted() -> None:
-    assert canonical([MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER]) == b"[9007199254740991,-9007199254740991]"
+    assert (
+        canonical([MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER]) == b"[9007199254740991,-9007199254740991]"
+    )
 
 
 # -- values outside the profile -------------------------------------------------------------------

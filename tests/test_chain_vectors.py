@@ -95,7 +95,8 @@ def test_verify_lines_and_verify_events_agree_on_the_refund_run(vectors_dir: Pat
     by_lines = verify_lines(_lines(path))
     [events] = read_jsonl(path)
     by_events = verify_events(events)
-    assert by_lines.ok and by_events.ok
+    assert by_lines.ok
+    assert by_events.ok
     assert by_lines.head == by_events.head
     assert by_lines.events == by_events.events == 11
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
@@ -64,7 +65,7 @@ def test_ulids_are_strictly_increasing_within_a_process() -> None:
     ids = [new_ulid() for _ in range(20_000)]
     after = time.time_ns() // 1_000_000
     assert all(CROCKFORD.fullmatch(i) for i in ids)
-    assert all(a < b for a, b in zip(ids, ids[1:]))
+    assert all(a < b for a, b in itertools.pairwise(ids))
     assert len(set(ids)) == len(ids)
     # the first 10 characters are the millisecond clock (ULID spec), not something else
     assert before <= _ulid_ms(ids[0]) <= _ulid_ms(ids[-1]) <= after + 1
@@ -271,7 +272,7 @@ def test_refund_run_hashes_reproduce_step_by_step(vectors_dir: Path) -> None:
     lines = _vector_lines(vectors_dir)
     expected = json.loads((vectors_dir / "events" / "refund_run.expected.json").read_text())
     assert [e["seq"] for e in expected] == [line["seq"] for line in lines] == list(range(11))
-    for line, want in zip(lines, expected):
+    for line, want in zip(lines, expected, strict=True):
         payload_jcs = canonical(line["payload"], "payload")
         assert payload_jcs.hex() == want["jcs_payload_hex"]
         assert payload_jcs == rfc8785.dumps(line["payload"])
@@ -329,7 +330,11 @@ def test_salt_is_fresh_per_event_and_hides_the_payload() -> None:
 
 
 def test_a_changed_field_changes_the_hash() -> None:
-    base = dict(salt=b"\x01" * 16, ts="2026-10-15T03:12:09.412000Z", event_id="0" * 26)
+    base: dict[str, Any] = {
+        "salt": b"\x01" * 16,
+        "ts": "2026-10-15T03:12:09.412000Z",
+        "event_id": "0" * 26,
+    }
     first = _event(**base)
     assert _event(**base).hash == first.hash  # deterministic given the same inputs
     for change in (

@@ -111,18 +111,16 @@ def test_a_tampered_file_stores_nothing_and_names_run_seq_and_check(
     assert f"check {want['check']}" in message
 
 
-def test_one_bad_run_among_good_ones_stores_nothing(
-    store: SQLiteStore, vectors_dir: Path
-) -> None:
+def test_one_bad_run_among_good_ones_stores_nothing(store: SQLiteStore, vectors_dir: Path) -> None:
     good = b"".join(e.to_json() + b"\n" for e in build_run("good-run", 5))
     bad = (vectors_dir / "events" / "invalid" / "payload_edited.jsonl").read_bytes()
     also_good = b"".join(e.to_json() + b"\n" for e in build_run("later-run", 3))
     with pytest.raises(VerificationFailed) as info:
         import_jsonl(store, io.BytesIO(good + bad + also_good))
     assert store.count_events() == 0
-    assert [(r.run_id, r.first_failure.seq if r.first_failure else None) for r in info.value.reports] == [
-        (RUN_ID, 6)
-    ]
+    assert [
+        (r.run_id, r.first_failure.seq if r.first_failure else None) for r in info.value.reports
+    ] == [(RUN_ID, 6)]
 
 
 def test_a_malformed_line_is_refused_with_check_1(store: SQLiteStore) -> None:

@@ -66,7 +66,8 @@ class Crew:
     def _finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
         out, err = proc.communicate(timeout=TIMEOUT)
         assert proc.returncode == 0, err
-        assert "locked" not in err.lower() and "busy" not in err.lower(), err
+        assert "locked" not in err.lower(), err
+        assert "busy" not in err.lower(), err
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return result
 

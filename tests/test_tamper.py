@@ -60,7 +60,7 @@ class Scene:
 
     def rehash(self, seq: int, /, **changes: object) -> None:
         """Change envelope fields of one event and store a hash that matches the new envelope."""
-        forged = dataclasses.replace(self.run[seq], **changes)  # type: ignore[arg-type]
+        forged = dataclasses.replace(self.run[seq], **changes)
         self.set(seq, **changes, hash=hash_envelope(forged.envelope_jcs()))
 
     def delete(self, seq: int) -> None:

@@ -30,6 +30,7 @@ are translated at the store boundary into :class:`StoreError` subclasses.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -64,6 +65,8 @@ class TachographError(Exception):
 
     run_id: str | None = None
     seq: int | None = None
+    expected: Any = None
+    actual: Any = None
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
@@ -100,6 +103,8 @@ class StoreNotFound(StoreError):
 
 class RunNotFound(StoreError, KeyError):
     """No run with that id (``run_id``); ``suggestions`` lists close matches."""
+
+    suggestions: Sequence[str] = ()
 
     def __str__(self) -> str:
         return self.message

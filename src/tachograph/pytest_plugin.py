@@ -185,7 +185,12 @@ def pytest_collection_modifyitems(
             agent=target,
             match=config.getoption("tacho_match"),
         )
-        items.extend(corpus.collect())
+        found = corpus.collect()
+        # Reported like a collected file, so "collected N items" counts the runs too.
+        config.hook.pytest_collectreport(
+            report=pytest.CollectReport(corpus.nodeid, "passed", None, list(found))
+        )
+        items.extend(found)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

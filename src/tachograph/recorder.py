@@ -42,8 +42,12 @@ class Durability(str, enum.Enum):
     """When recorded events are made durable.
 
     ``effects`` (default): before every ``write`` or ``irreversible`` tool runs, and at run end.
-    ``every``: each event before the recording call returns. ``batch``: at run end only (and
-    whenever the writer gets to it); fastest, loses the tail of a crashed run.
+    ``every``: each event before the recording call returns. ``batch``: whenever the writer
+    gets to it, and at run end; fastest, loses the tail of a crashed run.
+
+    Whatever the policy, the intent of a ``write`` or ``irreversible`` tool is durable before
+    the tool runs, because the record format requires it (SPEC section 6): ``batch`` adds
+    nothing beyond that, so today it behaves as ``effects``.
     """
 
     EFFECTS = "effects"
@@ -60,8 +64,18 @@ class Durability(str, enum.Enum):
             raise RecordingError(f"unknown durability {value!r}; expected one of {valid}") from None
 
 
+RunKey = tuple[str, str]
+"""``(tenant, run_id)``."""
+
+
 class Writer:
-    """Appends events to one store from a background thread, in batches."""
+    """Appends events to one store from a background thread, in batches.
+
+    A batch the store refuses is retried run by run, so that only the runs whose events were
+    refused fail: each of them raises :class:`~tachograph.errors.WriteFailed` on its next
+    append or flush (its chain in memory is ahead of the store for good), while other runs
+    recorded through the same store go on.
+    """
 
     def __init__(self, store: Store, *, max_batch: int = 512) -> None:
         self.store = store
@@ -70,15 +84,17 @@ class Writer:
         self._queue: list[Event] = []
         self._submitted = 0
         self._written = 0
-        self._error: BaseException | None = None
+        self._failed: dict[RunKey, BaseException] = {}
+        self._reported: set[RunKey] = set()
         self._thread: threading.Thread | None = None
         self._closed = False
 
     def submit(self, event: Event) -> int:
         """Queue one event; returns a ticket for :meth:`wait`."""
+        run = (event.tenant, event.run_id)
         with self._cond:
-            if self._error is not None:
-                raise self._failure()
+            if run in self._failed:
+                raise self._failure(run)
             if self._closed:
                 raise WriteFailed("the writer is closed")
             self._queue.append(event)
@@ -92,23 +108,35 @@ class Writer:
             self._cond.notify_all()
             return ticket
 
-    def wait(self, ticket: int | None = None) -> None:
-        """Block until the event with ``ticket`` (default: everything submitted) is durable."""
+    def wait(self, ticket: int | None = None, *, run: RunKey | None = None) -> None:
+        """Block until the event with ``ticket`` (default: everything submitted) is handled;
+        raise :class:`WriteFailed` if events of ``run`` (default: of any run) were lost."""
         with self._cond:
             target = self._submitted if ticket is None else ticket
-            while self._written < target and self._error is None:
+            while self._written < target:
                 self._cond.wait()
-            if self._error is not None:
-                raise self._failure()
+            failed = [run] if run is not None and run in self._failed else []
+            if run is None:
+                failed = list(self._failed)
+            if failed:
+                raise self._failure(failed[0])
 
     flush = wait
 
-    def _failure(self) -> WriteFailed:
-        error = self._error
+    def _failure(self, run: RunKey) -> WriteFailed:
+        error = self._failed[run]
+        self._reported.add(run)
         return WriteFailed(
-            f"events could not be written to {self.store.url}: {error}; the run is incomplete",
+            f"events of run {run[1]!r} could not be written to {self.store.url}: {error}; "
+            "the run is incomplete",
             cause=error,
+            run_id=run[1],
         )
+
+    def unreported(self) -> dict[RunKey, BaseException]:
+        """Failures no caller has been told about yet."""
+        with self._cond:
+            return {k: v for k, v in self._failed.items() if k not in self._reported}
 
     def _run(self) -> None:
         while True:
@@ -118,17 +146,37 @@ class Writer:
                 if not self._queue:
                     return
                 batch = self._queue[: self.max_batch]
-            try:
-                self.store.append(batch)
-            except BaseException as exc:  # surfaced to the caller on its next call
-                with self._cond:
-                    self._error = exc
-                    self._cond.notify_all()
-                return
+            failed = self._append(batch)
             with self._cond:
                 del self._queue[: len(batch)]
                 self._written += len(batch)
+                if failed:
+                    self._failed.update(failed)
+                    # Later events of a failed run would only be refused in turn.
+                    kept = [e for e in self._queue if (e.tenant, e.run_id) not in self._failed]
+                    self._written += len(self._queue) - len(kept)
+                    self._queue[:] = kept
                 self._cond.notify_all()
+
+    def _append(self, batch: list[Event]) -> dict[RunKey, BaseException]:
+        """Append a batch; on refusal retry it run by run. Returns the runs that failed."""
+        try:
+            self.store.append(batch)
+            return {}
+        except BaseException as exc:  # surfaced to the run's caller on its next call
+            first_error = exc
+        groups: dict[RunKey, list[Event]] = {}
+        for event in batch:
+            groups.setdefault((event.tenant, event.run_id), []).append(event)
+        if len(groups) == 1:
+            return {next(iter(groups)): first_error}
+        failed: dict[RunKey, BaseException] = {}
+        for run, events in groups.items():
+            try:
+                self.store.append(events)
+            except BaseException as exc:
+                failed[run] = exc
+        return failed
 
     def close(self) -> None:
         """Write what is queued, then stop the thread."""
@@ -157,8 +205,10 @@ def _flush_all() -> None:  # pragma: no cover - runs at interpreter exit
     for writer in list(_writers.values()):
         try:
             writer.wait()
-        except Exception as exc:
-            print(f"tachograph: events lost at exit: {exc}", file=sys.stderr)
+        except WriteFailed:
+            pass  # reported below, unless a caller was told already
+        for (_, run_id), error in writer.unreported().items():
+            print(f"tachograph: events of run {run_id!r} lost: {error}", file=sys.stderr)
 
 
 def _otel_context() -> tuple[str | None, str | None]:
@@ -308,7 +358,7 @@ class Recorder:
             if type == "run.finished":
                 self.finished = True
         if durable or self.durability is Durability.EVERY:
-            self.writer.wait(ticket)
+            self.writer.wait(ticket, run=(self.tenant, self.run_id))
         for observer in self.observers:
             try:
                 observer.after(self, event)
@@ -323,4 +373,4 @@ class Recorder:
 
     def flush(self) -> None:
         """Wait until every event appended so far is durable."""
-        self.writer.wait(self._last_ticket)
+        self.writer.wait(self._last_ticket, run=(self.tenant, self.run_id))

@@ -1,23 +1,13 @@
 """Regression replay for CI: a corpus of saved runs, their verdicts, and replaying them all.
 
-A *corpus* is a folder of runs kept as fixtures. Each run is one JSONL file in the interchange
-format of SPEC section 4 (``NAME.jsonl``), with a small sidecar beside it (``NAME.tacho.json``)
-that says whether the run was **good** or **bad**, why (a note), and for a bad run the ``seq``
-of the step that was wrong. Replaying the corpus against a build classifies every run:
-
-=================  ==========================================================  ======
-outcome            meaning                                                     passes
-=================  ==========================================================  ======
-``reproduced``     a good run: the agent makes the same decisions              yes
-``changed``        a good run whose decisions now differ: a regression         no
-``fixed``          a bad run that now diverges at or before its wrong step     yes
-``still_wrong``    a bad run whose wrong decision survives                     no
-``unreplayable``   erased payloads, a run that does not verify, a bad sidecar  no
-=================  ==========================================================  ======
-
-A reviewed change is accepted without editing the log: the acceptance (a digest of the
-divergences the new code produces) is appended to the sidecar, and from then on a replay that
-produces exactly those divergences counts as ``reproduced``.
+A *corpus* is a folder of runs kept as fixtures: each run is one JSONL file (SPEC section 4,
+``NAME.jsonl``) with a sidecar beside it (``NAME.tacho.json``) that says whether the run was
+**good** or **bad**, why, and for a bad run the ``seq`` of the step that was wrong. Replaying
+the corpus against a build gives each run an :class:`Outcome`: ``reproduced`` and ``fixed``
+pass; ``changed``, ``still_wrong`` and ``unreplayable`` fail. A reviewed change is accepted
+without editing the log: a digest of the divergences the new code produces is appended to the
+sidecar, and a replay that produces exactly those counts as ``reproduced``. The CLI is
+``tacho save`` / ``tacho test``; the pytest plugin is :mod:`tachograph.pytest_plugin`.
 """
 
 from __future__ import annotations
@@ -30,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +29,7 @@ import orjson
 from .agent import Agent
 from .canonical import canonical
 from .cli.loader import load_agent
-from .errors import (
-    FormatError,
-    TachographError,
-    Unreplayable,
-    VerificationFailed,
-)
+from .errors import FormatError, TachographError, Unreplayable, VerificationFailed
 from .events import ENVELOPE_KEYS, Event, envelope_bytes, hash_envelope, new_event, now_ts
 from .jsonl import read_jsonl, write_events
 from .recorder import Processor
@@ -138,19 +123,6 @@ class CorpusRun:
     accepted: tuple[Mapping[str, Any], ...] = ()
     problem: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {
-            "name": self.name,
-            "path": str(self.path),
-            "run_id": self.run_id,
-            "verdict": self.verdict.value,
-            "wrong_at": self.wrong_at,
-            "note": self.note,
-            "accepted": [dict(a) for a in self.accepted],
-            "problem": self.problem,
-        }
-
 
 def _file_stem(run_id: str) -> str:
     # ':' is legal in a run id but not in a file name everywhere.
@@ -236,20 +208,18 @@ def load_corpus(directory: str | os.PathLike[str]) -> tuple[CorpusRun, ...]:
         run_file = sidecar.with_name(sidecar.name[: -len(SIDECAR_SUFFIX)] + ".jsonl")
         if not run_file.exists():
             name = run_file.relative_to(root).as_posix()[: -len(".jsonl")]
-            entries.append(
-                CorpusRun(
-                    name,
-                    run_file,
-                    sidecar,
-                    None,
-                    Verdict.GOOD,
-                    problem=f"sidecar {sidecar.name} has no run file {run_file.name}",
-                )
-            )
+            problem = f"sidecar {sidecar.name} has no run file {run_file.name}"
+            entries.append(CorpusRun(name, run_file, sidecar, None, Verdict.GOOD, problem=problem))
     return tuple(sorted(entries, key=lambda e: e.name))
 
 
 # -- saving -----------------------------------------------------------------------------------
+
+
+_KEPT = (
+    "run_id", "seq", "type", "actor", "tenant", "trace_id", "span_id", "idempotency_key",
+    "model", "seed", "ts", "event_id",
+)  # fmt: skip
 
 
 def _rechain(events: Iterable[Event], processors: Sequence[Processor]) -> list[Event]:
@@ -262,31 +232,16 @@ def _rechain(events: Iterable[Event], processors: Sequence[Processor]) -> list[E
     prev: str | None = None
     for event in events:
         if event.erased:
-            fields: list[Any] = [
+            values: list[Any] = [
                 prev if k == "prev_hash" else getattr(event, k) for k in ENVELOPE_KEYS
             ]
-            env = envelope_bytes(*fields)
-            rebuilt = replace(event, prev_hash=prev, hash=hash_envelope(env))
+            rebuilt = replace(event, prev_hash=prev, hash=hash_envelope(envelope_bytes(*values)))
         else:
             payload = dict(event.payload)
             for processor in processors:
                 payload = processor(event.type, payload)
-            rebuilt = new_event(
-                run_id=event.run_id,
-                seq=event.seq,
-                type=event.type,
-                actor=event.actor,
-                payload=payload,
-                prev_hash=prev,
-                tenant=event.tenant,
-                trace_id=event.trace_id,
-                span_id=event.span_id,
-                idempotency_key=event.idempotency_key,
-                model=event.model,
-                seed=event.seed,
-                ts=event.ts,
-                event_id=event.event_id,
-            )
+            kept = {k: getattr(event, k) for k in _KEPT}
+            rebuilt = new_event(payload=payload, prev_hash=prev, **kept)
         out.append(rebuilt)
         prev = rebuilt.hash
     return out
@@ -325,9 +280,13 @@ def save_run(
     if kind is Verdict.GOOD and wrong_at is not None:
         raise CorpusError("wrong_at is only for bad runs")
     st = open_store(store, create=False) if not isinstance(store, Store) else store
-    info = st.run_info(run_id, tenant=tenant)
-    events = list(st.read(run_id, tenant=info.tenant, decode=bool(processors)))
-    report = st.verify(run_id, tenant=info.tenant)
+    try:
+        info = st.run_info(run_id, tenant=tenant)
+        events = list(st.read(run_id, tenant=info.tenant, decode=bool(processors)))
+        report = st.verify(run_id, tenant=info.tenant)
+    finally:
+        if st is not store:
+            st.close()
     if not report.ok:
         raise VerificationFailed(
             f"refusing to save a run that does not verify: {report.render()}",
@@ -430,27 +389,19 @@ class CaseResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (documented in docs/regression.md)."""
-        return {
-            "name": self.name,
-            "run_id": self.run_id,
-            "verdict": self.verdict.value,
-            "outcome": self.outcome.value,
-            "passed": self.passed,
-            "reason": self.reason,
-            "seq": self.seq,
-            "kind": self.kind,
-            "wrong_at": self.wrong_at,
-            "note": self.note,
-            "events": self.events,
-            "divergences": self.divergences,
-            "digest": self.digest,
-            "replay_kind": "simulation" if self.simulation else "reproduction",
-            "drift": [d.to_dict() for d in self.drift],
-            "accepted": self.accepted,
-            "notes": list(self.notes),
-            "seconds": round(self.seconds, 3),
-            "replay": self.replay,
-        }
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(
+            verdict=self.verdict.value,
+            outcome=self.outcome.value,
+            passed=self.passed,
+            replay_kind="simulation" if self.simulation else "reproduction",
+            drift=[d.to_dict() for d in self.drift],
+            notes=list(self.notes),
+            seconds=round(self.seconds, 3),
+        )
+        for internal in ("simulation", "detail", "code_version"):
+            del data[internal]
+        return data
 
     def render(self) -> str:
         """A paragraph: the verdict line, then the divergence report or the reason."""
@@ -466,17 +417,17 @@ class CaseResult:
         return "\n".join(lines)
 
 
-def _unreplayable(entry: CorpusRun, reason: str, **fields: Any) -> CaseResult:
+def _unreplayable(entry: CorpusRun, reason: str, **extra: Any) -> CaseResult:
+    run_id = extra.pop("run_id", entry.run_id)
     return CaseResult(
         entry.name,
-        fields.pop("run_id", entry.run_id),
+        run_id,
         entry.verdict,
         Outcome.UNREPLAYABLE,
         reason,
         wrong_at=entry.wrong_at,
         note=entry.note,
-        detail=fields.pop("detail", ""),
-        **fields,
+        **extra,
     )
 
 
@@ -559,11 +510,15 @@ def check_run(
 
 def _verdict_of(entry: CorpusRun, report: ReplayReport, digest: str) -> tuple[Outcome, str]:
     first = report.first
+    wrong_at = entry.wrong_at or 0
     if first is not None and first.kind is DivergenceKind.UNREPLAYABLE:
-        return Outcome.UNREPLAYABLE, f"seq {first.seq} cannot be served: {first.explanation}"
+        why = f"seq {first.seq} cannot be served: {first.explanation}"
+        if entry.verdict is Verdict.BAD and first.seq > wrong_at:
+            # Everything through the wrong step was reproduced before the record ran out.
+            return Outcome.STILL_WRONG, f"the wrong step at seq {wrong_at} is reproduced; {why}"
+        return Outcome.UNREPLAYABLE, why
     where = f"seq {first.seq} ({first.kind.value})" if first else "the end"
     if entry.verdict is Verdict.BAD:
-        wrong_at = entry.wrong_at or 0
         if first is not None and first.seq <= wrong_at:
             return Outcome.FIXED, f"diverges at {where}, at or before the wrong step {wrong_at}"
         later = f"; the replay first diverges later, at {where}" if first else ""
@@ -757,6 +712,8 @@ def test_corpus(
     names runs (by name or run id) whose current behaviour, if ``changed``, is recorded in
     their sidecar as the new expectation; the log itself is never touched.
     """
+    if match not in ("strict", "key"):
+        raise CorpusError(f"unknown match mode {match!r}; expected 'strict' or 'key'")
     entries = load_corpus(directory)
     wanted = set(accept)
     known = {e.name for e in entries} | {e.run_id for e in entries if e.run_id}

@@ -22,9 +22,10 @@ from .agent import Agent, Run, _as_agent, _dry_run_default, record
 from .chain import verify_events
 from .errors import Divergence, ReplayError, Unreplayable
 from .events import Event, new_ulid
+from .matching import _Stop
 from .recorder import Recorder
 from .report import Drift, ReplayReport
-from .session import Session, _Stop, error_info
+from .session import Session, error_info
 from .store import Store, open_store
 
 __all__ = ["areplay", "fork", "replay", "resume"]

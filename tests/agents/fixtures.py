@@ -71,7 +71,7 @@ def run_child(
         deadline = time.monotonic() + 60
         while not marker.exists():
             if child.poll() is not None:
-                out, err = child.communicate()
+                _, err = child.communicate()
                 raise AssertionError(f"the child exited early ({child.returncode}): {err!r}")
             if time.monotonic() > deadline:
                 raise AssertionError("the child never reached the tool")

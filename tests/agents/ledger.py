@@ -30,9 +30,7 @@ class Ledger:
         with self._lock:
             self._db.execute("INSERT INTO calls VALUES (?, ?)", (kind, key))
             if key is not None:
-                row = self._db.execute(
-                    "SELECT result FROM applied WHERE key=?", (key,)
-                ).fetchone()
+                row = self._db.execute("SELECT result FROM applied WHERE key=?", (key,)).fetchone()
                 if row is not None:
                     return dict(json.loads(row[0]))
             count = self._db.execute(
@@ -62,7 +60,9 @@ class Ledger:
     def applied(self, kind: str) -> list[dict[str, Any]]:
         """The effects that took place, once each."""
         with self._lock:
-            rows = self._db.execute("SELECT result FROM applied WHERE kind=? ORDER BY rowid", (kind,))
+            rows = self._db.execute(
+                "SELECT result FROM applied WHERE kind=? ORDER BY rowid", (kind,)
+            )
             return [json.loads(r[0]) for r in rows]
 
     def close(self) -> None:

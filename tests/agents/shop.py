@@ -45,7 +45,7 @@ HANG_IN: str | None = os.environ.get("SHOP_HANG_IN")
 
 def _maybe_hang(name: str) -> None:
     """Signal the parent through a marker file, then sleep until killed."""
-    if HANG_IN == name:
+    if name == HANG_IN:
         marker = os.environ.get("SHOP_MARKER")
         if marker:
             Path(marker).write_text(name)

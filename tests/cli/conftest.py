@@ -147,7 +147,8 @@ def crash_run(
         (tmp_path / f"{module}.py").write_text(CRASHY)
         code = (
             f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import tachograph as tg; "
-            f"import {module}; tg.record_run({module}.agent, 21, store={str(store_path)!r}, durability='every')"
+            f"import {module}; tg.record_run({module}.agent, 21, "
+            f"store={str(store_path)!r}, durability='every')"
         )
         proc = subprocess.run(
             [python, "-c", code],

@@ -98,9 +98,7 @@ def test_import_refuses_a_tampered_file_and_stores_nothing(
     assert other.json("runs")["runs"] == []
 
 
-def test_import_of_a_malformed_file_is_refused(
-    tmp_path: Path, runner: CliRunner
-) -> None:
+def test_import_of_a_malformed_file_is_refused(tmp_path: Path, runner: CliRunner) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"not": "an event"}\n')
     result = Tacho(tmp_path / "s.db", runner)("import", str(bad))

@@ -173,9 +173,7 @@ def _tamper_store(path: Path, run_id: str, seq: int) -> None:
     """Rewrite one stored payload the way someone with the file could (triggers dropped)."""
     db = sqlite3.connect(path)
     db.execute("DROP TRIGGER payloads_erase_only")
-    (pid,) = db.execute(
-        "SELECT id FROM events WHERE run_id=? AND seq=?", (run_id, seq)
-    ).fetchone()
+    (pid,) = db.execute("SELECT id FROM events WHERE run_id=? AND seq=?", (run_id, seq)).fetchone()
     (body,) = db.execute("SELECT body FROM payloads WHERE id=?", (pid,)).fetchone()
     edited = bytes(body).replace(b'"amount_cents":2500', b'"amount_cents":25000')
     assert edited != bytes(body)

@@ -35,9 +35,7 @@ def test_replay_of_the_same_agent_reproduces_without_firing_the_refund(
     assert text.stdout.startswith(f"replay of {run_id}: REPRODUCED (reproduction)")
 
 
-def test_replay_of_a_changed_agent_reports_the_step_and_exits_1(
-    tacho: Tacho, run_id: str
-) -> None:
+def test_replay_of_a_changed_agent_reports_the_step_and_exits_1(tacho: Tacho, run_id: str) -> None:
     data = tacho.json("replay", run_id, "--agent", V2, code=EXIT_FAILED)
     assert data["verdict"] == "diverged"
     assert data["kind"] == "simulation"

@@ -19,9 +19,7 @@ NOTE_DONE, REFUND_DONE, COMPUTE_DONE = 12, 14, 10
 
 
 def completions(store: tg.SQLiteStore, run_id: str) -> dict[str, tg.Event]:
-    return {
-        e.payload["tool"]: e for e in store.events(run_id) if e.type == "tool.completed"
-    }
+    return {e.payload["tool"]: e for e in store.events(run_id) if e.type == "tool.completed"}
 
 
 def assert_recorded_dry(store: tg.SQLiteStore, run_id: str) -> None:
@@ -30,7 +28,11 @@ def assert_recorded_dry(store: tg.SQLiteStore, run_id: str) -> None:
     # the tool's own dry_run function synthesized the note
     assert done["post_note"].payload == {
         "tool": "post_note",
-        "result": {"note_id": "preview", "order_id": "A-1", "text": done["post_note"].payload["result"]["text"]},
+        "result": {
+            "note_id": "preview",
+            "order_id": "A-1",
+            "text": done["post_note"].payload["result"]["text"],
+        },
         "dry_run": True,
     }
     # issue_refund has none: a result is synthesized, and says so
@@ -44,8 +46,10 @@ def assert_recorded_dry(store: tg.SQLiteStore, run_id: str) -> None:
     # reads and pure tools are not effects: they ran, and are not marked
     assert "dry_run" not in done["lookup_order"].payload
     assert "dry_run" not in done["compute_refund"].payload
-    assert shop.CALLS["lookup_order"] == 1 and shop.CALLS["compute_refund"] == 1
-    assert shop.CALLS["post_note"] == 0 and shop.CALLS["issue_refund"] == 0
+    assert shop.CALLS["lookup_order"] == 1
+    assert shop.CALLS["compute_refund"] == 1
+    assert shop.CALLS["post_note"] == 0
+    assert shop.CALLS["issue_refund"] == 0
     assert store.verify(run_id).ok
 
 
@@ -53,7 +57,8 @@ def test_dry_run_argument(store: tg.SQLiteStore, ledger: Ledger) -> None:
     result = tg.record_run(shop.build(), shop.TASK, store=store, run_id="dry", dry_run=True)
     assert_recorded_dry(store, "dry")
     assert ledger.calls() == 0
-    assert result.output["note"] == "preview" and result.output["refund"] is None
+    assert result.output["note"] == "preview"
+    assert result.output["refund"] is None
     state = tg.fold(store.events("dry"))
     assert state.dry_run_results == [NOTE_DONE, REFUND_DONE]
 
@@ -75,9 +80,7 @@ def test_a_live_run_is_not_labelled(store: tg.SQLiteStore, ledger: Ledger) -> No
     assert ledger.calls() == 2
 
 
-def test_replay_and_fork_never_call_the_payments_api(
-    store: tg.SQLiteStore, ledger: Ledger
-) -> None:
+def test_replay_and_fork_never_call_the_payments_api(store: tg.SQLiteStore, ledger: Ledger) -> None:
     tg.record_run(shop.build(), shop.TASK, store=store, run_id="r")
     assert ledger.calls() == 2
     assert tg.replay(store, "r", shop.build()).reproduced
@@ -104,7 +107,9 @@ def test_a_dry_run_result_is_never_taken_for_a_real_one_by_a_fork(
     # since the agent now acts on a note that was never written
     report = tg.fork(store, "dry", NOTE_DONE, shop.build(), dry_run=False)
     child = store.events(report.new_run_id or "")
-    assert "labels" not in child[0].payload or "tachograph.dry_run" not in child[0].payload["labels"]
+    assert (
+        "labels" not in child[0].payload or "tachograph.dry_run" not in child[0].payload["labels"]
+    )
     assert completions(store, report.new_run_id or "")["issue_refund"].payload["dry_run"] is True
     assert ledger.calls() == 0
     assert any(f"seq {NOTE_DONE} holds a dry-run result" in n for n in report.notes)

@@ -90,6 +90,11 @@ def declared(fn: Callable[[str], Any], name: str) -> tachograph.Agent:
     )
 
 
+def plain(fn: Callable[[str], Any]) -> tachograph.Agent:
+    """A bare agent function with a fixed code version (no package or git lookup)."""
+    return tachograph.Agent(fn=fn, name=fn.__name__, code_version="test-agent-1")
+
+
 # -- OpenAI chat completions ------------------------------------------------------------------
 
 

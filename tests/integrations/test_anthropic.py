@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import anthropic
+import httpx2
 import pytest
 
 import tachograph
@@ -22,6 +23,7 @@ from .agents import (
     async_messages_agent,
     declared,
     messages_agent,
+    plain,
 )
 from .conftest import change_paths, events, payload_text, seqs, stop, types
 
@@ -175,7 +177,7 @@ def test_an_error_then_retry_replays_the_same_attempts(
         return block.text
 
     srv.fail_next(1, status)
-    result = tachograph.record_run(run, "hi", store=db)
+    result = tachograph.record_run(plain(run), "hi", store=db)
     live = list(attempts)
     assert live == [(0, status), (1, 200)]
     recorded = events(db, result.run_id)
@@ -185,7 +187,7 @@ def test_an_error_then_retry_replays_the_same_attempts(
     count = stop(srv)
 
     attempts.clear()
-    report = tachograph.replay(db, result.run_id, run)
+    report = tachograph.replay(db, result.run_id, plain(run))
 
     assert report.reproduced, report.render()
     assert report.output == result.output == "Hello! You said: hi"
@@ -208,11 +210,11 @@ def test_an_error_the_agent_handles_is_the_same_exception_in_replay(
         return []
 
     srv.fail_next(1, 529)
-    result = tachograph.record_run(run, "hi", store=db)
+    result = tachograph.record_run(plain(run), "hi", store=db)
     assert result.output[:3] == ["OverloadedError", 529, "req_fake_000001"]
     stop(srv)
 
-    report = tachograph.replay(db, result.run_id, run)
+    report = tachograph.replay(db, result.run_id, plain(run))
     assert report.reproduced, report.render()
     assert report.output == result.output
 
@@ -244,3 +246,54 @@ def test_beta_headers_are_part_of_the_request(srv: FakeLLMServer, db: str) -> No
     assert change_paths(report) == {
         '$.payload.http.headers["anthropic-beta"]': ("tools-2026-01-01", "tools-2026-06-01")
     }
+
+
+def test_an_error_event_inside_a_stream_is_a_failure_replayed_as_the_same_exception(
+    db: str,
+) -> None:
+    # The fake server cannot send an error event inside a 200 stream; this provider can.
+    sent: list[int] = []
+    stream = (
+        b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1",'
+        b'"type":"message","role":"assistant","model":"claude-sonnet-5-20260930",'
+        b'"content":[],"stop_reason":null,"stop_sequence":null,'
+        b'"usage":{"input_tokens":5,"output_tokens":1}}}\n\n'
+        b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error",'
+        b'"message":"Overloaded"}}\n\n'
+    )
+
+    def provider(request: httpx2.Request) -> httpx2.Response:
+        sent.append(1)
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=stream)
+
+    http = httpx2.Client(transport=httpx2.MockTransport(provider))
+    client = instrument(
+        anthropic.Anthropic(base_url="http://provider.test", api_key="k", http_client=http)
+    )
+
+    def run(prompt: str) -> list[Any]:
+        try:
+            with client.messages.stream(
+                model=ANTHROPIC_MODEL, max_tokens=64, messages=[{"role": "user", "content": prompt}]
+            ) as live:
+                return [event.type for event in live]
+        except anthropic.APIStatusError as exc:
+            return [type(exc).__name__, exc.status_code, exc.type]
+
+    result = tachograph.record_run(plain(run), "hi", store=db)
+    assert result.output == ["APIStatusError", 200, "overloaded_error"]
+    recorded = events(db, result.run_id)
+    (failed,) = [e for e in recorded if e.type == "model.failed"]
+    assert failed.payload["error"] == {
+        "type": "anthropic.APIStatusError",
+        "message": "Overloaded",
+        "status": 200,
+    }
+    assert failed.model == ANTHROPIC_SNAPSHOT
+    assert "incomplete" not in failed.payload["response"]
+    assert [e["event"] for e in failed.payload["response"]["events"]] == ["message_start", "error"]
+
+    report = tachograph.replay(db, result.run_id, plain(run))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert sent == [1]

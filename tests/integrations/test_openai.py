@@ -32,6 +32,7 @@ from .agents import (
     async_chat_agent,
     chat_agent,
     declared,
+    plain,
     responses_agent,
     streaming_chat_agent,
 )
@@ -212,6 +213,30 @@ def test_async_replay_inside_a_running_loop(srv: FakeLLMServer, db: str) -> None
     assert srv.request_count == count
 
 
+def test_fork_overrides_a_recorded_answer_in_its_recorded_shape(
+    srv: FakeLLMServer, db: str
+) -> None:
+    client = _client(srv)
+    agent = declared(chat_agent(client), "billing")
+    result = tachograph.record_run(agent, PROMPT, store=db)
+    recorded = events(db, result.run_id)
+    second = recorded[6]
+    assert second.type == "model.response"
+    answer = json.loads(json.dumps(second.payload["response"]))
+    answer["body"]["choices"][0]["message"] = {"role": "assistant", "content": "No refund."}
+    answer["body"]["choices"][0]["finish_reason"] = "stop"
+    count = srv.request_count
+
+    report = tachograph.fork(db, result.run_id, second.seq, agent, override=answer)
+
+    assert report.output["answer"] == "No refund."
+    assert srv.request_count == count  # everything up to the override was served
+    forked = events(db, report.new_run_id or "")
+    assert types(forked) == [*LOOP[:7], "run.finished"]
+    assert forked[6].payload["overridden"] is True
+    assert len(REFUNDS) == 1  # only the recording refunded
+
+
 # -- streaming -------------------------------------------------------------------------------
 
 
@@ -249,6 +274,21 @@ def test_a_stream_is_recorded_chunk_by_chunk_and_replayed_as_the_same_stream(
     assert srv.request_count == count
 
 
+def test_a_stream_read_after_its_run_finished_warns_and_does_not_break(
+    srv: FakeLLMServer, db: str
+) -> None:
+    client = _client(srv)
+    with tachograph.record(db, actor="lazy") as run:
+        stream = client.chat.completions.create(
+            model=OPENAI_MODEL, messages=[{"role": "user", "content": "later"}], stream=True
+        )
+        run.output = "returned before reading"
+    with pytest.warns(RuntimeWarning, match="after its run"):
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == "Hello! You said: later"
+    assert types(events(db, run.run_id)) == ["run.started", "model.request", "run.finished"]
+
+
 def test_a_stream_abandoned_early_replays_the_same_prefix(srv: FakeLLMServer, db: str) -> None:
     client = _client(srv)
 
@@ -263,16 +303,81 @@ def test_a_stream_abandoned_early_replays_the_same_prefix(srv: FakeLLMServer, db
                     break
         return words
 
-    result = tachograph.record_run(first_words, "one two three four five six", store=db)
+    result = tachograph.record_run(plain(first_words), "one two three four five six", store=db)
     recorded = events(db, result.run_id)
     answer = recorded[2].payload["response"]
     assert answer["incomplete"] is True
     assert len(answer["events"]) < 8
     stop(srv)
 
-    report = tachograph.replay(db, result.run_id, first_words)
+    report = tachograph.replay(db, result.run_id, plain(first_words))
     assert report.reproduced, report.render()
     assert report.output == result.output == ["", "Hello! ", "You "]
+
+
+def test_the_chat_stream_helper_replays(srv: FakeLLMServer, db: str) -> None:
+    client = _client(srv)
+
+    def run(prompt: str) -> dict[str, Any]:
+        with client.chat.completions.stream(
+            model=OPENAI_MODEL, messages=[{"role": "user", "content": prompt}]
+        ) as stream:
+            pieces = [event.delta for event in stream if event.type == "content.delta"]
+            final = stream.get_final_completion()
+        return {"pieces": pieces, "final": final.choices[0].message.content}
+
+    result = tachograph.record_run(plain(run), "hello stream helper", store=db)
+    assert len(result.output["pieces"]) > 1
+    count = stop(srv)
+    report = tachograph.replay(db, result.run_id, plain(run))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert srv.request_count == count
+
+
+def test_concurrent_calls_replay_by_key(srv: FakeLLMServer, db: str) -> None:
+    client = _async_client(srv)
+
+    async def fan_out(prompt: str) -> list[str]:
+        async def ask(text: str) -> str:
+            completion = await client.chat.completions.create(
+                model=OPENAI_MODEL, messages=[{"role": "user", "content": text}]
+            )
+            return completion.choices[0].message.content or ""
+
+        return list(await asyncio.gather(*(ask(f"{prompt} {i}") for i in range(4))))
+
+    result = tachograph.record_run(plain(fan_out), "part", store=db)
+    assert result.output == [f"Hello! You said: part {i}" for i in range(4)]
+    count = stop(srv)
+    report = tachograph.replay(db, result.run_id, plain(fan_out), match="key")
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert srv.request_count == count
+
+
+def test_a_call_the_recording_never_made_stops_the_replay_without_network(
+    srv: FakeLLMServer, db: str
+) -> None:
+    client = _client(srv)
+
+    def once(prompt: str) -> str:
+        completion = client.chat.completions.create(
+            model=OPENAI_MODEL, messages=[{"role": "user", "content": prompt}]
+        )
+        return completion.choices[0].message.content or ""
+
+    def twice(prompt: str) -> str:
+        once(prompt)
+        return once(prompt + "!")
+
+    result = tachograph.record_run(plain(once), "hi", store=db)
+    count = stop(srv)
+    report = tachograph.replay(db, result.run_id, plain(twice))
+    assert report.first is not None
+    assert report.first.kind is tachograph.DivergenceKind.EXTRA_CALL
+    assert report.first.seq == 3  # where run.finished was recorded
+    assert srv.request_count == count
 
 
 # -- the responses API ----------------------------------------------------------------------
@@ -337,7 +442,7 @@ def test_a_rate_limit_then_retry_inside_the_sdk_replays_identically(
 ) -> None:
     client = _client(srv, max_retries=2)
     srv.fail_next(1, 429)
-    result = tachograph.record_run(_raw_agent(client), "hi", store=db)
+    result = tachograph.record_run(plain(_raw_agent(client)), "hi", store=db)
     assert result.output == {
         "answer": "Hello! You said: hi",
         "retries": 1,
@@ -362,7 +467,7 @@ def test_a_rate_limit_then_retry_inside_the_sdk_replays_identically(
     assert recorded[1].payload == recorded[3].payload  # the retry count header is not in it
     count = stop(srv)
 
-    report = tachograph.replay(db, result.run_id, _raw_agent(client))
+    report = tachograph.replay(db, result.run_id, plain(_raw_agent(client)))
     assert report.reproduced, report.render()
     assert report.output == result.output
     assert srv.request_count == count == 2
@@ -386,7 +491,7 @@ def test_agent_retry_logic_sees_the_same_exceptions_in_replay(srv: FakeLLMServer
 
     srv.fail_next(1, 500)
     srv.fail_next(1, 429)
-    result = tachograph.record_run(patient, "hi", store=db)
+    result = tachograph.record_run(plain(patient), "hi", store=db)
     errors = result.output["errors"]
     assert [e[:3] for e in errors] == [
         ["InternalServerError", 500, "req_fake_000001"],
@@ -397,7 +502,7 @@ def test_agent_retry_logic_sees_the_same_exceptions_in_replay(srv: FakeLLMServer
     assert failures == ["openai.InternalServerError", "openai.RateLimitError"]
     count = stop(srv)
 
-    report = tachograph.replay(db, result.run_id, patient)
+    report = tachograph.replay(db, result.run_id, plain(patient))
     assert report.reproduced, report.render()
     assert report.output == result.output
     assert srv.request_count == count == 3
@@ -413,13 +518,13 @@ def test_replayed_retry_delays_are_shortened_only_when_asked(srv: FakeLLMServer,
     client = _client(srv, max_retries=1)
     client._client.event_hooks["response"].append(hook)
     srv.fail_next(1, 429, headers={"retry-after-ms": "20"})
-    result = tachograph.record_run(_raw_agent(client), "hi", store=db)
+    result = tachograph.record_run(plain(_raw_agent(client)), "hi", store=db)
     stop(srv)
 
-    fast = tachograph.replay(db, result.run_id, _raw_agent(client))
+    fast = tachograph.replay(db, result.run_id, plain(_raw_agent(client)))
     uninstrument(client)
     instrument(client, fast_retries=False)
-    slow = tachograph.replay(db, result.run_id, _raw_agent(client))
+    slow = tachograph.replay(db, result.run_id, plain(_raw_agent(client)))
 
     assert fast.reproduced
     assert slow.reproduced
@@ -440,13 +545,13 @@ def test_async_rate_limit_then_retry_replays(srv: FakeLLMServer, db: str) -> Non
         return {"answer": text, "retries": raw.retries_taken}
 
     srv.fail_next(2, 503)
-    result = tachograph.record_run(run, "hi", store=db)
+    result = tachograph.record_run(plain(run), "hi", store=db)
     assert result.output == {"answer": "Hello! You said: hi", "retries": 2}
     recorded = events(db, result.run_id)
     assert types(recorded).count("model.failed") == 2
     count = stop(srv)
 
-    report = tachograph.replay(db, result.run_id, run)
+    report = tachograph.replay(db, result.run_id, plain(run))
     assert report.reproduced, report.render()
     assert report.output == result.output
     assert srv.request_count == count == 3
@@ -466,14 +571,60 @@ def test_a_connection_failure_is_recorded_and_raised_again(db: str) -> None:
             return type(exc).__name__
         return "connected"
 
-    result = tachograph.record_run(run, "hi", store=db)
+    result = tachograph.record_run(plain(run), "hi", store=db)
     assert result.output == "APIConnectionError"
     recorded = events(db, result.run_id)
     failures = [e.payload["error"]["type"] for e in recorded if e.type == "model.failed"]
     assert failures == ["httpx2.ConnectError", "httpx2.ConnectError"]  # two attempts
-    report = tachograph.replay(db, result.run_id, run)
+    report = tachograph.replay(db, result.run_id, plain(run))
     assert report.reproduced, report.render()
     assert report.output == "APIConnectionError"
+
+
+def test_an_error_chunk_inside_a_stream_is_a_failure_replayed_as_the_same_exception(
+    db: str,
+) -> None:
+    # The fake server cannot send an error inside a 200 stream; this provider can.
+    sent: list[int] = []
+    chunk = (
+        '{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-5.6-2026-09-30",'
+        '"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}'
+    )
+    body = f'data: {chunk}\n\ndata: {{"error":{{"message":"boom","type":"server_error"}}}}\n\n'
+
+    def provider(request: httpx2.Request) -> httpx2.Response:
+        sent.append(1)
+        return httpx2.Response(
+            200, headers={"content-type": "text/event-stream"}, content=body.encode()
+        )
+
+    http = httpx2.Client(transport=httpx2.MockTransport(provider))
+    client = instrument(
+        openai.OpenAI(base_url="http://provider.test/v1", api_key="k", http_client=http)
+    )
+
+    def run(prompt: str) -> list[Any]:
+        seen: list[Any] = []
+        try:
+            for part in client.chat.completions.create(
+                model=OPENAI_MODEL, messages=[{"role": "user", "content": prompt}], stream=True
+            ):
+                seen.append(part.choices[0].delta.content)
+        except openai.APIError as exc:
+            seen.append([type(exc).__name__, str(exc)])
+        return seen
+
+    result = tachograph.record_run(plain(run), "hi", store=db)
+    assert result.output == ["Hel", ["APIError", "boom"]]
+    recorded = events(db, result.run_id)
+    (failed,) = [e for e in recorded if e.type == "model.failed"]
+    assert failed.payload["error"] == {"type": "openai.APIError", "message": "boom", "status": 200}
+    assert failed.model == OPENAI_SNAPSHOT
+
+    report = tachograph.replay(db, result.run_id, plain(run))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert sent == [1]
 
 
 # -- the client itself -----------------------------------------------------------------------
@@ -490,10 +641,10 @@ def test_outside_a_run_the_client_is_untouched(srv: FakeLLMServer, db: str) -> N
 
 
 def test_instrument_is_in_place_idempotent_and_covers_copies(srv: FakeLLMServer, db: str) -> None:
-    plain = openai.OpenAI(base_url=srv.openai_base_url, api_key="sk-test")
-    copy_before = plain.with_options(timeout=30)
-    client = instrument(plain)
-    assert client is plain
+    original = openai.OpenAI(base_url=srv.openai_base_url, api_key="sk-test")
+    copy_before = original.with_options(timeout=30)
+    client = instrument(original)
+    assert client is original
     assert instrument(client) is client
     assert is_instrumented(client)
     assert is_instrumented(copy_before)
@@ -506,7 +657,7 @@ def test_instrument_is_in_place_idempotent_and_covers_copies(srv: FakeLLMServer,
         )
         return completion.choices[0].message.content or ""
 
-    result = tachograph.record_run(run, "hi", store=db)
+    result = tachograph.record_run(plain(run), "hi", store=db)
     assert types(events(db, result.run_id)).count("model.response") == 1
 
     uninstrument(client)

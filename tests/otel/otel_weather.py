@@ -87,3 +87,7 @@ def weather_agent(question: str) -> str:
 def failing_agent(question: str) -> str:
     """Calls the tool with a city it does not know; the tool failure ends the run in error."""
     return str(get_weather("Atlantis"))
+
+
+declared_agent = tg.agent(name="weather_agent", models=[MODEL], tools=[get_weather])(weather_agent)
+"""The weather agent with what it declares (so its fingerprint names only its own model)."""

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from otel_weather import MODEL, failing_agent, weather_agent
+from otel_weather import MODEL, declared_agent, failing_agent, weather_agent
 
 import tachograph as tg
 import tachograph.otel as tgo
@@ -33,7 +33,7 @@ def _hex_ids(span: ReadableSpan) -> tuple[str, str]:
     return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
 
 
-def _record(store: SQLiteStore, agent: Any = weather_agent, **options: Any) -> tg.RunResult:
+def _record(store: SQLiteStore, agent: Any = declared_agent, **options: Any) -> tg.RunResult:
     return tg.record_run(
         agent, "What's the weather in Paris?", store=store, actor="weather_agent", **options
     )
@@ -313,7 +313,7 @@ def test_replay_emits_nothing(
 ) -> None:
     result = _record(store)
     tgo.instrument(provider)
-    report = tg.replay(store, result.run_id, weather_agent)
+    report = tg.replay(store, result.run_id, declared_agent)
     assert report.reproduced
     assert exporter.get_finished_spans() == ()
 
@@ -326,7 +326,7 @@ def test_fork_emits_only_its_live_steps_unless_asked(
     # Fork at the tool's completion: the first model call and the tool are served.
     at = next(e.seq for e in events if e.type == "tool.completed")
     tgo.instrument(provider, capture_content=False)
-    report = tg.fork(store, result.run_id, at, weather_agent)
+    report = tg.fork(store, result.run_id, at, declared_agent)
     fork_events = store.events(report.new_run_id or "")
     spans = _by_name(exporter.get_finished_spans())
     assert sorted(spans) == ["chat " + MODEL, "invoke_agent weather_agent"]
@@ -346,7 +346,7 @@ def test_fork_emits_only_its_live_steps_unless_asked(
 
     exporter.clear()
     tgo.instrument(provider, capture_content=False, replayed=True)
-    again = tg.fork(store, result.run_id, at, weather_agent)
+    again = tg.fork(store, result.run_id, at, declared_agent)
     spans = _by_name(exporter.get_finished_spans())
     assert len(spans["chat " + MODEL]) == 2
     assert len(spans["execute_tool get_weather"]) == 1
@@ -412,3 +412,78 @@ def test_a_broken_bridge_never_breaks_the_agent(
     assert (
         sum("could not trace" in r.getMessage() for r in caplog.records) == 18
     )  # 9 events, before and after
+
+
+def test_resume_emits_its_live_steps_under_a_resumed_root(
+    provider: TracerProvider, exporter: InMemorySpanExporter, store: SQLiteStore
+) -> None:
+    from otel_weather import SYSTEM, chat
+
+    question = "What's the weather in Paris?"
+    # A run that stops without run.finished (as if the process had died after the first call).
+    with (
+        pytest.raises(GeneratorExit),
+        tg.record(store, actor="weather_agent", input=question, models=[MODEL]) as run,
+    ):
+        messages = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": question},
+        ]
+        chat({"model": MODEL, "messages": messages, "temperature": 0, "seed": 7})
+        run.flush()  # durable, as a crashed run's events are once written
+        raise GeneratorExit
+    (info,) = store.runs()
+    before = len(store.events(info.run_id))
+    tgo.instrument(provider, capture_content=False)
+    report = tg.resume(store, info.run_id, declared_agent)
+    assert report.output == "It's 14 °C in Paris."
+    spans = _by_name(exporter.get_finished_spans())
+    (root,) = spans["invoke_agent weather_agent"]
+    assert root.attributes["tachograph.resumed"] is True
+    assert root.attributes["tachograph.resumed_at_seq"] == before
+    assert len(spans["chat " + MODEL]) == 1  # the served first call is not emitted again
+    assert len(spans["execute_tool get_weather"]) == 1
+    live = [e for e in store.events(info.run_id) if e.seq >= before]
+    emitted = sorted(
+        ev.attributes["tachograph.seq"] for g in spans.values() for s in g for ev in s.events
+    )
+    assert emitted == [e.seq for e in live]
+    assert {e.trace_id for e in live} == {_hex_ids(root)[0]}
+
+
+@tg.tool(effect="read", name="otel_slow_echo")
+async def slow_echo(value: int, delay: float) -> int:
+    """Completes in the reverse order of its calls when the first delay is longer."""
+    import asyncio
+
+    await asyncio.sleep(delay)
+    return value
+
+
+def test_concurrent_calls_are_matched_to_their_own_spans(
+    provider: TracerProvider, exporter: InMemorySpanExporter, store: SQLiteStore
+) -> None:
+    import asyncio
+
+    async def agent(question: str) -> list[int]:
+        return list(await asyncio.gather(slow_echo(1, 0.05), slow_echo(2, 0.0)))
+
+    tgo.instrument(provider, capture_content=True)
+    result = tg.record_run(agent, "go", store=store, actor="gatherer")
+    assert result.output == [1, 2]
+    events = store.events(result.run_id)
+    completions = [e for e in events if e.type == "tool.completed"]
+    assert [e.payload["result"] for e in completions] == [2, 1]  # out of call order
+    spans = _by_name(exporter.get_finished_spans())
+    tools = spans["execute_tool otel_slow_echo"]
+    assert len(tools) == 2
+    for span in tools:
+        attrs = dict(span.attributes or {})
+        args = json.loads(str(attrs["gen_ai.tool.call.arguments"]))
+        assert json.loads(str(attrs["gen_ai.tool.call.result"])) == args["value"]
+        names = [ev.name for ev in span.events]
+        assert names == ["tool.requested", "tool.completed"]
+        seqs = [ev.attributes["tachograph.seq"] for ev in span.events]
+        keys = {events[s].idempotency_key for s in seqs}
+        assert len(keys) == 1
+        assert {events[s].span_id for s in seqs} == {_hex_ids(span)[1]}

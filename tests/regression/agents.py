@@ -9,6 +9,7 @@ names in one process without registering anything twice.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import tachograph as tg
@@ -76,3 +77,21 @@ def _lenient_run(task: str) -> str:
 def lenient_billing_agent(task: str) -> str:
     """The billing agent with the goodwill bug: refunds escalations under 500 EUR."""
     return _lenient_run(task)
+
+
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+
+
+def mask_emails(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A processor for ``save``: every e-mail address in any string becomes ``<email>``."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return _EMAIL.sub("<email>", value)
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        return value
+
+    return walk(payload)  # type: ignore[no-any-return]

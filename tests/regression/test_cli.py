@@ -100,10 +100,46 @@ def test_save_of_an_unknown_run_exits_3_and_names_close_runs(
     store_path: Path, tmp_path: Path
 ) -> None:
     code, _, err = invoke(
-        "--store", str(store_path), "save", "run-a447", "--to", str(tmp_path), "--verdict", "good"
+        "--store", str(store_path), "save", "run-a4472", "--to", str(tmp_path), "--verdict", "good"
     )
     assert code == 3
     assert "run-a4471" in err
+
+
+def test_save_applies_processors(
+    store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO))
+    with tg.SQLiteStore(str(store_path)) as st:
+        tg.record_run(
+            billing_agent, "Order C-0007 is broken, mail bo@example.org", store=st, run_id="r2"
+        )
+    code, out, err = invoke(
+        "--store",
+        str(store_path),
+        "save",
+        "r2",
+        "--to",
+        str(tmp_path / "c"),
+        "--verdict",
+        "good",
+        "--processor",
+        "tests.regression.agents:mask_emails",
+        "--json",
+    )
+    assert code == 0, err
+    saved = Path(json.loads(out)["path"]).read_bytes()
+    assert b"bo@example.org" not in saved
+    assert b"<email>" in saved
+
+
+def test_save_takes_a_unique_prefix_of_a_run_id(store_path: Path, tmp_path: Path) -> None:
+    code, out, _ = invoke(
+        "--store", str(store_path), "save", "run-a44", "--to", str(tmp_path), "--verdict", "good"
+    )
+    assert code == 0
+    assert out.startswith("saved run-a4471 (good) to ")
+    assert (tmp_path / "run-a4471.jsonl").exists()
 
 
 def test_save_then_test_round_trip(store_path: Path, tmp_path: Path) -> None:
@@ -164,11 +200,11 @@ def test_test_accept_turns_a_reviewed_change_into_a_pass(
         for suffix in (".jsonl", ".tacho.json"):
             shutil.copy(corpus_master / (name + suffix), corpus / (name + suffix))
     log = (corpus / "good-refund-a4471.jsonl").read_bytes()
-    assert tacho("test", str(corpus), "--agent", UNDER_TEST).returncode == 1
+    assert tacho("test", str(corpus), "--agent", UNDER_TEST, "--workers", "1").returncode == 1
     proc = tacho("test", str(corpus), "--agent", UNDER_TEST, "--accept", "good-refund-a4471")
     assert proc.returncode == 0, proc.stdout
     assert "reproduced (accepted)" in proc.stdout
-    assert tacho("test", str(corpus), "--agent", UNDER_TEST).returncode == 0
+    assert tacho("test", str(corpus), "--agent", UNDER_TEST, "--workers", "1").returncode == 0
     assert (corpus / "good-refund-a4471.jsonl").read_bytes() == log
 
 

@@ -25,6 +25,7 @@ from tachograph.regression import (
     test_corpus,
 )
 
+from .agents import mask_emails
 from .conftest import EXPECTED, REFUND_A, REPO, UNDER_TEST
 
 
@@ -105,27 +106,11 @@ def test_save_names_close_runs_when_the_run_is_unknown(
     assert "run:a4471" in info.value.suggestions
 
 
-EMAIL = re.compile(r"[\w.]+@[\w.]+")
-
-
-def _redact(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
-    def walk(value: Any) -> Any:
-        if isinstance(value, str):
-            return EMAIL.sub("<email>", value)
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        if isinstance(value, dict):
-            return {k: walk(v) for k, v in value.items()}
-        return value
-
-    return walk(payload)  # type: ignore[no-any-return]
-
-
 def test_processors_trim_the_fixture_and_it_still_verifies_and_replays(tmp_path: Path) -> None:
     st = tg.SQLiteStore(str(tmp_path / "runs.db"))
     task = "Order A-4471 arrived damaged. Write to ann.lee@example.com please."
     tg.record_run(billing_agent, task, store=st, run_id="run-email")
-    path = save_run(st, "run-email", to=tmp_path / "c", verdict="good", processors=[_redact])
+    path = save_run(st, "run-email", to=tmp_path / "c", verdict="good", processors=[mask_emails])
     st.close()
     raw = path.read_bytes()
     assert b"ann.lee@example.com" not in raw
@@ -133,7 +118,7 @@ def test_processors_trim_the_fixture_and_it_still_verifies_and_replays(tmp_path:
     [report] = tg.verify_jsonl(path)
     assert report.ok, report.render()
     meta = json.loads(path.with_name("run-email.tacho.json").read_text())
-    assert meta["processors"] == [f"{__name__}:_redact"]
+    assert meta["processors"] == [f"{mask_emails.__module__}:mask_emails"]
     result = test_corpus(tmp_path / "c", billing_agent, workers=1)
     assert _outcomes(result) == {"run-email": ("reproduced", None)}
 
@@ -332,3 +317,26 @@ def test_a_sidecar_without_its_run_is_an_entry_that_fails(corpus: Path) -> None:
     (corpus / "good-no-order.jsonl").unlink()
     entry = {e.name: e for e in load_corpus(corpus)}["good-no-order"]
     assert entry.problem == "sidecar good-no-order.tacho.json has no run file good-no-order.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("wrong_at", "outcome"),
+    [(8, Outcome.STILL_WRONG), (9, Outcome.UNREPLAYABLE)],
+)
+def test_a_crashed_bad_run_is_judged_on_what_it_recorded(
+    corpus: Path, wrong_at: int, outcome: Outcome
+) -> None:
+    # crashed-b1002 ends inside the call at seq 9; the agent under test reproduces 0..8.
+    sidecar = corpus / "crashed-b1002.tacho.json"
+    meta = json.loads(sidecar.read_text())
+    meta.update(verdict="bad", wrong_at=wrong_at)
+    sidecar.write_text(json.dumps(meta))
+    result = {r.name: r for r in test_corpus(corpus, UNDER_TEST, workers=1).results}
+    crashed = result["crashed-b1002"]
+    assert crashed.outcome is outcome
+    assert "seq 9 cannot be served" in crashed.reason
+
+
+def test_an_unknown_match_mode_fails_loudly(corpus_master: Path) -> None:
+    with pytest.raises(CorpusError, match="expected 'strict' or 'key'"):
+        test_corpus(corpus_master, UNDER_TEST, match="fuzzy")

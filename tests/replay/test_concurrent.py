@@ -56,7 +56,8 @@ def test_a_different_order_breaks_strict_matching_but_not_key_matching(
     calls = dict(fanout.CALLS)
     strict = tg.replay(store, "fan", fanout.triage)
     assert not strict.reproduced
-    assert strict.first is not None and strict.first.kind in (
+    assert strict.first is not None
+    assert strict.first.kind in (
         tg.DivergenceKind.ARGS_CHANGED,
         tg.DivergenceKind.TYPE_CHANGED,
     )
@@ -70,7 +71,9 @@ def test_key_matching_still_finds_a_changed_decision(store: tg.SQLiteStore) -> N
     fanout.JITTER = lambda order_id: 0.0
     asyncio.run(tg.arecord_run(fanout.triage, fanout.TASK, store=store, run_id="fan"))
     recorded = store.events("fan")
-    decision = next(e for e in recorded if e.type == "decision" and e.payload["name"] == "route:C-3")
+    decision = next(
+        e for e in recorded if e.type == "decision" and e.payload["name"] == "route:C-3"
+    )
 
     async def _branch(order_id: str) -> dict[str, str]:
         order = await fanout.fetch_order(order_id)

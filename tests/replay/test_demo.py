@@ -16,12 +16,12 @@ FIRST_REQUEST, REFUND_REQUESTED = 2, 9
 
 
 @pytest.fixture
-def refund_run(store: tg.SQLiteStore) -> Iterator[str]:
+def refund_run(store: tg.SQLiteStore) -> str:
     before = demo.PAYMENTS.calls
     result = tg.record_run(demo.billing_agent, TASK, store=store, run_id="refund-1")
     assert result.output == "Refund of 25.00 EUR issued for A-4471."
     assert demo.PAYMENTS.calls == before + 1
-    yield "refund-1"
+    return "refund-1"
 
 
 @pytest.fixture
@@ -44,7 +44,8 @@ def test_the_unchanged_agent_reproduces(
     store: tg.SQLiteStore, refund_run: str, payments_untouched: None
 ) -> None:
     report = tg.replay(store, refund_run, demo.billing_agent)
-    assert report.reproduced and not report.simulation
+    assert report.reproduced
+    assert not report.simulation
     assert report.output == "Refund of 25.00 EUR issued for A-4471."
 
 
@@ -58,7 +59,8 @@ def test_a_changed_refund_amount_is_caught_at_the_refund(
     assert [(c.path, c.old, c.new) for c in first.changes] == [
         ("$.payload.args.amount_cents", 2500, 1250)
     ]
-    assert first.expected is not None and first.expected["payload"]["tool"] == "issue_refund"
+    assert first.expected is not None
+    assert first.expected["payload"]["tool"] == "issue_refund"
     assert [d.field for d in report.drift] == ["code_version"]  # demo-1 -> demo-2
     assert report.simulation
 
@@ -98,7 +100,9 @@ def test_diff_runs_finds_the_first_differing_step(store: tg.SQLiteStore, refund_
     tg.record_run(demo.billing_agent_v2, TASK, store=store, run_id="refund-2")
     tg.record_run(demo.billing_agent, TASK, store=store, run_id="refund-3")
     same = tg.diff_runs(store.events(refund_run), store.events(refund_run))
-    assert same.same and same.seq is None and same.events_a == same.events_b == 15
+    assert same.same
+    assert same.seq is None
+    assert same.events_a == same.events_b == 15
     # the same agent twice: the steps match (keys compared without their run id) until the
     # payments API answers with another refund id
     again = tg.diff_runs(store.events(refund_run), store.events("refund-3"))
@@ -108,7 +112,8 @@ def test_diff_runs_finds_the_first_differing_step(store: tg.SQLiteStore, refund_
         store.events(refund_run), store.events("refund-2"), names=(refund_run, "refund-2")
     )
     assert diff.seq == REFUND_REQUESTED
-    assert diff.event_a is not None and diff.event_a.type == "tool.requested"
+    assert diff.event_a is not None
+    assert diff.event_a.type == "tool.requested"
     assert [(c.path, c.old, c.new) for c in diff.changes] == [
         ("$.payload.args.amount_cents", 2500, 1250)
     ]

@@ -20,8 +20,10 @@ def test_state_at_each_step_of_the_shop_run(store: tg.SQLiteStore, ledger: Ledge
     events = store.events("f")
 
     at_start = tg.fold(events, upto=0)
-    assert at_start.status == "running" and at_start.input == shop.TASK
-    assert at_start.last_seq == 0 and at_start.events == 1
+    assert at_start.status == "running"
+    assert at_start.input == shop.TASK
+    assert at_start.last_seq == 0
+    assert at_start.events == 1
 
     asked = tg.fold(events, upto=4)  # the first model.request, not yet answered
     assert [x["seq"] for x in asked.model_exchanges] == [4]
@@ -40,7 +42,8 @@ def test_state_at_each_step_of_the_shop_run(store: tg.SQLiteStore, ledger: Ledge
     paying = tg.fold(events, upto=13)  # issue_refund requested, not completed
     assert [p["tool"] for p in paying.pending.values()] == ["issue_refund"]
     assert next(iter(paying.pending.values()))["effect"] == "irreversible"
-    assert paying.status == "running" and paying.last_seq == 13
+    assert paying.status == "running"
+    assert paying.last_seq == 13
 
     end = tg.fold(events)
     assert end.status == "ok"
@@ -48,8 +51,10 @@ def test_state_at_each_step_of_the_shop_run(store: tg.SQLiteStore, ledger: Ledge
     assert [a["by"] for a in end.accepted] == ["evaluator:policy-v1"]
     assert [d["name"] for d in end.decisions] == ["priority"]
     assert [v["type"] for v in end.values] == ["clock.read", "random.value", "random.seed"]
-    assert len(end.model_exchanges) == 2 and end.pending == {}
-    assert end.last_seq == len(events) - 1 and end.events == len(events)
+    assert len(end.model_exchanges) == 2
+    assert end.pending == {}
+    assert end.last_seq == len(events) - 1
+    assert end.events == len(events)
     assert end.actor == "support"
 
 
@@ -149,7 +154,11 @@ def build_events(steps: list[str], finish: str | None) -> list[tg.Event]:
         elif step == "tool":
             key = f"prop:t:{i}"
             open_calls.append(("tool", key))
-            add("tool.requested", {"tool": "t", "args": {"i": i}, "effect": "read"}, idempotency_key=key)
+            add(
+                "tool.requested",
+                {"tool": "t", "args": {"i": i}, "effect": "read"},
+                idempotency_key=key,
+            )
         elif step == "model":
             key = f"prop:m:{i}"
             open_calls.append(("model", key))
@@ -207,10 +216,7 @@ def test_fold_of_a_prefix_equals_fold_upto(
 
 def test_erased_events_are_listed_not_reduced() -> None:
     events = build_events(["tool", "complete", "decision"], "ok")
-    erased = [
-        e if e.seq != 2 else dataclasses.replace(e, payload=None, salt=None)
-        for e in events
-    ]
+    erased = [e if e.seq != 2 else dataclasses.replace(e, payload=None, salt=None) for e in events]
     state = tg.fold(erased)
     assert state.erased == [2]
     assert state.observations == []  # the completion was erased

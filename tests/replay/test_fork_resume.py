@@ -49,7 +49,8 @@ def test_fork_with_an_override_records_a_child_run(
         override=other_order_answer("B-2"),
         new_run_id="shop-1.what-if",
     )
-    assert report.mode == "fork" and report.new_run_id == "shop-1.what-if"
+    assert report.mode == "fork"
+    assert report.new_run_id == "shop-1.what-if"
     parent, child = store.events(recorded), store.events("shop-1.what-if")
     assert store.verify("shop-1.what-if").ok
     started = child[0].payload
@@ -57,7 +58,7 @@ def test_fork_with_an_override_records_a_child_run(
     assert started["labels"]["tachograph.fork_of"] == recorded
     assert started["labels"]["tachograph.dry_run"] == "true"
     # steps 1..4 are copied as served, re-keyed to the child run
-    for a, b in zip(parent[1:FIRST_RESPONSE], child[1:FIRST_RESPONSE]):
+    for a, b in zip(parent[1:FIRST_RESPONSE], child[1:FIRST_RESPONSE], strict=True):
         assert (a.type, a.model) == (b.type, b.model)
         if a.type != "clock.read":
             assert a.payload == b.payload
@@ -70,15 +71,17 @@ def test_fork_with_an_override_records_a_child_run(
     # then it is live: the other order is looked up, the refund is simulated
     lookup = child[FIRST_RESPONSE + 1]
     assert lookup.payload["args"] == {"order_id": "B-2"}
-    assert lookup.idempotency_key is not None and lookup.idempotency_key.startswith(
-        "shop-1.what-if:lookup_order:"
+    assert lookup.idempotency_key is not None
+    assert lookup.idempotency_key.startswith("shop-1.what-if:lookup_order:")
+    refund = next(
+        e for e in child if e.type == "tool.completed" and e.payload["tool"] == "issue_refund"
     )
-    refund = next(e for e in child if e.type == "tool.completed" and e.payload["tool"] == "issue_refund")
     assert refund.payload["dry_run"] is True
     assert refund.payload["result"]["dry_run"] is True
     assert refund.idempotency_key == "shop-1.what-if:issue_refund:B-2"
     assert child[-1].payload["status"] == "ok"
-    assert shop.CALLS["lookup_order"] == 1 and shop.CALLS["issue_refund"] == 0
+    assert shop.CALLS["lookup_order"] == 1
+    assert shop.CALLS["issue_refund"] == 0
     assert ledger.calls() == 2  # only the recording's note and refund
     assert "dry-run tools were used" in " ".join(report.notes)
     # the child's steps are the parent's up to the override
@@ -93,14 +96,20 @@ def test_fork_without_override_serves_then_goes_live(
     store: tg.SQLiteStore, recorded: str, ledger: Ledger
 ) -> None:
     report = tg.fork(store, recorded, NOTE_REQUESTED - 1, shop.build())
-    assert report.new_run_id is not None and report.new_run_id.startswith(recorded + ".fork-")
+    assert report.new_run_id is not None
+    assert report.new_run_id.startswith(recorded + ".fork-")
     child = store.events(report.new_run_id)
     assert [e.type for e in child] == [e.type for e in store.events(recorded)]
     # served up to the fork point: the pure tool did not run again; after it, live in dry run
-    assert shop.CALLS["compute_refund"] == 0 and shop.CALLS["model"] == 1
+    assert shop.CALLS["compute_refund"] == 0
+    assert shop.CALLS["model"] == 1
     note = child[NOTE_REQUESTED + 1]
     assert note.payload["dry_run"] is True
-    assert note.payload["result"] == {"note_id": "preview", "order_id": "A-1", "text": note.payload["result"]["text"]}
+    assert note.payload["result"] == {
+        "note_id": "preview",
+        "order_id": "A-1",
+        "text": note.payload["result"]["text"],
+    }
     assert ledger.calls() == 2
     diff = tg.diff_runs(store.events(recorded), child)
     assert diff.seq == NOTE_REQUESTED + 1
@@ -132,7 +141,8 @@ def test_resume_after_a_crash_in_a_write_tool_unconfirmed_is_a_dry_run(
     store, books = crashed(tmp_path, "post_note")
     monkeypatch.setattr(shop, "LEDGER", books)
     dangling = store.events("crash")[-1]
-    assert dangling.type == "tool.requested" and dangling.payload["tool"] == "post_note"
+    assert dangling.type == "tool.requested"
+    assert dangling.payload["tool"] == "post_note"
     assert books.calls("note") == 1  # the note reached the notes API before the crash
 
     report = tg.resume(store, "crash", shop.build())
@@ -145,11 +155,14 @@ def test_resume_after_a_crash_in_a_write_tool_unconfirmed_is_a_dry_run(
     # the agent now acts on a simulated note, so the refund after it is simulated too
     refund = events[REFUND_REQUESTED + 1]
     assert refund.payload["dry_run"] is True
-    assert events[-1].type == "run.finished" and events[-1].payload["status"] == "ok"
-    assert books.calls() == 1 and books.calls("refund") == 0
+    assert events[-1].type == "run.finished"
+    assert events[-1].payload["status"] == "ok"
+    assert books.calls() == 1
+    assert books.calls("refund") == 0
     assert any("dry run" in n for n in report.notes)
     # served steps did not run again; the tail ran live
-    assert shop.CALLS["lookup_order"] == 0 and shop.CALLS["model"] == 1
+    assert shop.CALLS["lookup_order"] == 0
+    assert shop.CALLS["model"] == 1
 
 
 def test_resume_after_a_crash_in_a_write_tool_confirmed_reuses_its_key(
@@ -158,7 +171,8 @@ def test_resume_after_a_crash_in_a_write_tool_confirmed_reuses_its_key(
     store, books = crashed(tmp_path, "post_note")
     monkeypatch.setattr(shop, "LEDGER", books)
     key = store.events("crash")[-1].idempotency_key
-    assert key is not None and key.startswith("crash:post_note:")
+    assert key is not None
+    assert key.startswith("crash:post_note:")
 
     report = tg.resume(store, "crash", shop.build(), confirm=True)
     assert report.reproduced, report.render()
@@ -191,7 +205,8 @@ def test_resume_after_a_crash_in_an_irreversible_tool_needs_confirmation(
     assert (info.value.seq, info.value.key) == (REFUND_REQUESTED, key)
     assert "confirm" in str(info.value)
     assert store.events("crash") == before  # nothing appended: still resumable
-    assert books.calls("refund") == 1 and shop.CALLS["issue_refund"] == 0
+    assert books.calls("refund") == 1
+    assert shop.CALLS["issue_refund"] == 0
 
     report = tg.resume(store, "crash", shop.build(), confirm=True)
     assert report.reproduced

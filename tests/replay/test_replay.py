@@ -32,10 +32,14 @@ def nothing_ran(ledger: Ledger) -> None:
     assert ledger.calls() == 2  # the note and the refund of the recording, nothing since
 
 
-def test_an_unchanged_agent_reproduces(store: tg.SQLiteStore, recorded: str, ledger: Ledger) -> None:
+def test_an_unchanged_agent_reproduces(
+    store: tg.SQLiteStore, recorded: str, ledger: Ledger
+) -> None:
     report = tg.replay(store, recorded, shop.build())
-    assert report.reproduced and report.verdict == "reproduced"
-    assert not report.simulation and report.drift == ()
+    assert report.reproduced
+    assert report.verdict == "reproduced"
+    assert not report.simulation
+    assert report.drift == ()
     assert report.served == report.events == 21
     assert report.output == store.events(recorded)[-1].payload["output"]
     nothing_ran(ledger)
@@ -141,7 +145,11 @@ def expected_changes(name: str, store: tg.SQLiteStore, run_id: str) -> list[tupl
         "extra call": [],
         "finishes early": [],
         "other output": [
-            ("$.payload.output.reply", output["reply"], output["reply"].replace("Kind regards", "Bye"))
+            (
+                "$.payload.output.reply",
+                output["reply"],
+                output["reply"].replace("Kind regards", "Bye"),
+            )
         ],
         "error instead of output": [
             ("$.payload.status", "ok", "error"),
@@ -173,7 +181,8 @@ def test_each_divergence_is_reported_where_it_happens(
         assert first.expected["type"] == expected_type
         assert first.expected["seq"] == seq
         assert first.expected["payload"] == store.events(recorded)[seq].payload
-    assert first.actual is not None and first.actual["type"] == actual_type
+    assert first.actual is not None
+    assert first.actual["type"] == actual_type
     changes = [(c.path, c.old, c.new) for c in first.changes]
     for change in expected_changes(name, store, recorded):
         assert change in changes, (change, changes)
@@ -226,7 +235,8 @@ def test_collect_after_a_type_change_reports_it_once(
         (tg.DivergenceKind.TYPE_CHANGED, GUARDRAIL)
     ]
     assert report.first is not None
-    assert report.first.actual is not None and report.first.actual["type"] == "clock.read"
+    assert report.first.actual is not None
+    assert report.first.actual["type"] == "clock.read"
     # replay resynchronised on the clock read and served everything after it
     assert not report.aborted
     assert report.output == store.events(recorded)[FINISHED].payload["output"]
@@ -239,17 +249,23 @@ def test_collect_stops_when_a_call_has_no_counterpart(
     report = tg.replay(
         store, recorded, shop.build(shop.Variant(check_stock_first=True)), collect=True
     )
-    assert report.first is not None and report.first.kind is tg.DivergenceKind.TYPE_CHANGED
+    assert report.first is not None
+    assert report.first.kind is tg.DivergenceKind.TYPE_CHANGED
     # check_stock has no recorded counterpart: nothing can be served to it, so replay stops
-    assert report.aborted and len(report.divergences) == 1
+    assert report.aborted
+    assert len(report.divergences) == 1
     nothing_ran(ledger)
 
 
 def test_a_tool_changed_in_collect_mode_stops(
     store: tg.SQLiteStore, recorded: str, ledger: Ledger
 ) -> None:
-    report = tg.replay(store, recorded, shop.build(shop.Variant(refund_tool="issue_credit")), collect=True)
-    assert [(d.kind, d.seq) for d in report.divergences] == [(tg.DivergenceKind.TOOL_CHANGED, REFUND)]
+    report = tg.replay(
+        store, recorded, shop.build(shop.Variant(refund_tool="issue_credit")), collect=True
+    )
+    assert [(d.kind, d.seq) for d in report.divergences] == [
+        (tg.DivergenceKind.TOOL_CHANGED, REFUND)
+    ]
     assert report.aborted  # the refund's answer is not served as the credit's
     nothing_ran(ledger)
 
@@ -283,7 +299,8 @@ def test_a_run_that_does_not_verify_is_refused_unless_allowed(
     # whoever holds the file rewrites the order's price
     raw(Path(store.path), "DROP TRIGGER payloads_erase_only")
     body = store.raw_payload(store.events(recorded)[LOOKUP_DONE].event_id)
-    assert body is not None and b'"price_cents":2500' in body
+    assert body is not None
+    assert b'"price_cents":2500' in body
     raw(
         Path(store.path),
         "UPDATE payloads SET body=? WHERE id=(SELECT id FROM events WHERE run_id=? AND seq=?)",
@@ -297,11 +314,13 @@ def test_a_run_that_does_not_verify_is_refused_unless_allowed(
     assert "allow_unverified" in str(info.value)
 
     report = tg.replay(store, recorded, shop.build(), allow_unverified=True, collect=True)
-    assert report.unverified and report.simulation
+    assert report.unverified
+    assert report.simulation
     assert "WARNING: the run did not verify" in report.render()
     assert report.to_dict()["unverified"] is True
     # the tampered price flows into the agent's next call
-    assert report.first is not None and report.first.seq == COMPUTE
+    assert report.first is not None
+    assert report.first.seq == COMPUTE
     assert ("$.payload.args.price_cents", 2500, 250) in [
         (c.path, c.old, c.new) for c in report.first.changes
     ]
@@ -318,7 +337,8 @@ def test_erased_steps_are_unreplayable_by_seq(
     assert report.erased == (seq,)
     assert report.first is not None
     assert (report.first.kind, report.first.seq) == (tg.DivergenceKind.UNREPLAYABLE, seq)
-    assert report.aborted and not report.reproduced
+    assert report.aborted
+    assert not report.reproduced
     assert "erased" in report.first.explanation
     assert f"erased payloads at seq {seq}" in report.render()
     nothing_ran(ledger)
@@ -361,4 +381,5 @@ def test_a_crashed_run_replays_up_to_the_crash(
     assert (report.first.kind, report.first.seq) == (tg.DivergenceKind.UNREPLAYABLE, REFUND)
     assert "resume" in report.first.explanation
     assert "never finished" in report.render()
-    assert sum(shop.CALLS.values()) == 0 and ledger.calls() == 0
+    assert sum(shop.CALLS.values()) == 0
+    assert ledger.calls() == 0

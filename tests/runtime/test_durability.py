@@ -3,6 +3,7 @@ process; write failures surface; processors and trace context shape the stored e
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,6 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 import tachograph as tg
-from agents import shop
 from agents.fixtures import run_child
 from agents.ledger import Ledger
 from tachograph.testing import build_run
@@ -55,10 +55,12 @@ def test_effects_intent_is_durable_before_the_tool_body_runs(tmp_path: Path) -> 
     first, second = seen_on_disk
     # the write tool's intent is on disk when its body runs
     assert first[-1][1] == "tool.requested"
-    assert first[-1][2] is not None and first[-1][2].startswith("dur:save_draft:")
+    assert first[-1][2] is not None
+    assert first[-1][2].startswith("dur:save_draft:")
     # and so is the irreversible one's, after the completion of the first call
     assert [row[1] for row in second[-3:]] == ["tool.requested", "tool.completed", "tool.requested"]
-    assert second[-1][2] is not None and second[-1][2].startswith("dur:wire_money:")
+    assert second[-1][2] is not None
+    assert second[-1][2].startswith("dur:wire_money:")
 
 
 def test_every_makes_each_event_durable_before_returning(tmp_path: Path) -> None:
@@ -91,15 +93,18 @@ def test_a_store_that_refuses_surfaces_as_write_failed(tmp_path: Path) -> None:
     store = tg.SQLiteStore(path)
     seen_on_disk.clear()
     DB_PATH[:] = [path]
-    with pytest.raises(tg.WriteFailed) as info:
-        with tg.record(store, actor="a", run_id="dur") as run:
-            tg.decide("before", 1)
-            run.flush()
-            intruder = tg.SQLiteStore(path)
-            intruder.append(build_run("dur", 1, after=intruder.head("dur")))
-            intruder.close()
-            wire_money("acct-1", 500)
-    assert "dur" in str(info.value) and "incomplete" in str(info.value)
+    with (
+        pytest.raises(tg.WriteFailed) as info,
+        tg.record(store, actor="a", run_id="dur") as run,
+    ):
+        tg.decide("before", 1)
+        run.flush()
+        intruder = tg.SQLiteStore(path)
+        intruder.append(build_run("dur", 1, after=intruder.head("dur")))
+        intruder.close()
+        wire_money("acct-1", 500)
+    assert "dur" in str(info.value)
+    assert "incomplete" in str(info.value)
     assert isinstance(info.value.cause, tg.AppendRefused)
     assert seen_on_disk == []  # the irreversible body never ran
     assert [row[1] for row in stored(path, "dur")] == ["run.started", "decision", "decision"]
@@ -114,10 +119,9 @@ def test_a_closed_store_surfaces_as_write_failed(tmp_path: Path) -> None:
         calls.append(name)
         return name
 
-    with pytest.raises(tg.WriteFailed):
-        with tg.record(store, actor="a", run_id="closed"):
-            store.close()
-            archive("x")
+    with pytest.raises(tg.WriteFailed), tg.record(store, actor="a", run_id="closed"):
+        store.close()
+        archive("x")
     assert calls == []
 
 
@@ -178,7 +182,11 @@ def find_customer(email: str) -> dict[str, Any]:
 
 def test_processors_run_in_order_before_hashing(store: tg.SQLiteStore) -> None:
     with tg.record(
-        store, actor="a", run_id="red", input="mail ann@example.com", processors=[redact_emails, tag]
+        store,
+        actor="a",
+        run_id="red",
+        input="mail ann@example.com",
+        processors=[redact_emails, tag],
     ) as run:
         run.output = find_customer("ann@example.com")
     events = store.events("red")
@@ -200,9 +208,61 @@ def test_the_current_opentelemetry_span_goes_on_the_event(store: tg.SQLiteStore)
             find_customer("x")
             ctx = span.get_span_context()
     events = store.events("otel")
-    assert events[1].trace_id is None and events[1].span_id is None
+    assert events[1].trace_id is None
+    assert events[1].span_id is None
     for event in events[2:4]:
         assert event.trace_id == f"{ctx.trace_id:032x}"
         assert event.span_id == f"{ctx.span_id:016x}"
     assert events[-1].trace_id is None
     assert store.verify("otel").ok
+
+
+def test_a_refused_run_does_not_break_other_runs_of_the_store(tmp_path: Path) -> None:
+    """One store, one writer: run A's events are refused, run B recorded beside it and run C
+    recorded after it are written in full."""
+    path = tmp_path / "shared.db"
+    store = tg.SQLiteStore(path)
+
+    @tg.tool(effect="write")
+    def archive(name: str) -> str:
+        return name
+
+    async def run_b(started: asyncio.Event, go: asyncio.Event) -> None:
+        async with tg.record(store, actor="b", run_id="B", durability="batch"):
+            started.set()
+            await go.wait()
+            for i in range(20):
+                tg.decide("b", i)
+
+    async def main() -> None:
+        started, go = asyncio.Event(), asyncio.Event()
+        other = asyncio.create_task(run_b(started, go))
+        await started.wait()
+        with pytest.raises(tg.WriteFailed) as info:
+            async with tg.record(store, actor="a", run_id="A") as run:
+                tg.decide("a", 0)
+                run.flush()
+                intruder = tg.SQLiteStore(path)
+                intruder.append(build_run("A", 1, after=intruder.head("A")))
+                intruder.close()
+                go.set()
+                await asyncio.sleep(0)
+                for i in range(20):
+                    tg.decide("a", i)  # queued beside B's events, then refused
+                archive("x")
+        assert info.value.run_id == "A"
+        await other
+
+    asyncio.run(main())
+    assert not tg.recorder.writer_for(store).unreported()  # the caller was told
+    assert [row[1] for row in stored(path, "B")][-1] == "run.finished"
+    assert len(stored(path, "B")) == 22
+    assert store.verify("B").ok
+    with tg.record(store, actor="c", run_id="C"):
+        archive("y")
+    assert [row[1] for row in stored(path, "C")] == [
+        "run.started",
+        "tool.requested",
+        "tool.completed",
+        "run.finished",
+    ]

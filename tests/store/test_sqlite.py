@@ -1,13 +1,388 @@
-"""The SQLite store: the conformance suite, then what only SQLite does (pragmas, triggers, files)."""
+"""The SQLite store: the conformance suite, then what only SQLite does (pragmas, triggers)."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
-from tachograph.store import SQLiteStore, Store
+import pytest
+
+from tachograph.errors import (
+    RunNotFound,
+    SchemaVersionError,
+    StoreError,
+    StoreNotFound,
+    StoreUnavailable,
+    TachographError,
+)
+from tachograph.store import DEFAULT_STORE, SQLiteStore, Store, open_store
+from tachograph.store import sqlite as sqlite_module
+from tachograph.store.sqlite import SCHEMA_VERSION
+from tachograph.testing import build_run
 from tachograph.testing.conformance import StoreConformance
 
 
 class TestSQLiteStore(StoreConformance):
     def make_store(self, tmp_path: Path) -> Store:
         return SQLiteStore(tmp_path / "store.db")
+
+
+class TestSQLiteStoreInMemory(StoreConformance):
+    persistent = False
+    stream_events = 20_000
+
+    def make_store(self, tmp_path: Path) -> Store:
+        return open_store("sqlite:///:memory:")
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "store.db"
+
+
+@pytest.fixture
+def store(path: Path) -> Iterator[SQLiteStore]:
+    store = SQLiteStore(path)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _pragma(store: SQLiteStore, name: str) -> object:
+    return store._db.execute(f"PRAGMA {name}").fetchone()[0]
+
+
+# -- durability settings -------------------------------------------------------------------------
+
+
+def test_wal_and_synchronous_full_by_default(store: SQLiteStore, path: Path) -> None:
+    assert _pragma(store, "journal_mode") == "wal"
+    assert _pragma(store, "synchronous") == 2  # FULL
+    assert _pragma(store, "busy_timeout") == 30_000
+    assert store.synchronous == "full"
+    raw = sqlite3.connect(path)
+    try:  # WAL is a property of the file: every other connection sees it too
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        raw.close()
+
+
+def test_synchronous_normal_is_an_explicit_opt_in_by_url(path: Path) -> None:
+    store = open_store(f"sqlite:///{path}?synchronous=normal")
+    try:
+        assert isinstance(store, SQLiteStore)
+        assert _pragma(store, "synchronous") == 1  # NORMAL
+        assert _pragma(store, "journal_mode") == "wal"
+    finally:
+        store.close()
+    store = open_store(f"sqlite:///{path}")
+    try:
+        assert isinstance(store, SQLiteStore)
+        assert _pragma(store, "synchronous") == 2
+    finally:
+        store.close()
+
+
+def test_an_unknown_synchronous_value_is_refused_listing_the_valid_ones(path: Path) -> None:
+    with pytest.raises(StoreError, match="'full', 'normal' or 'extra'"):
+        open_store(f"sqlite:///{path}?synchronous=off")
+    assert not path.exists()
+
+
+def test_a_writer_waits_for_a_held_lock_instead_of_failing(store: SQLiteStore, path: Path) -> None:
+    events = build_run("run-a", 3)
+    store.append(events[:1])
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another connection holds the write lock
+    waiting = threading.Event()
+    released = threading.Event()
+
+    def release_later() -> None:
+        waiting.wait()
+        released.wait(0.3)
+        other.execute("COMMIT")
+        other.close()
+
+    thread = threading.Thread(target=release_later)
+    thread.start()
+    waiting.set()
+    try:
+        receipts = store.append(events[1:])  # blocks until COMMIT above, then succeeds
+    finally:
+        released.set()
+        thread.join()
+    assert [r.seq for r in receipts] == [1, 2]
+
+
+def test_a_lock_held_too_long_becomes_store_unavailable(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "_LOCK_DEADLINE", 0.2)
+    store = SQLiteStore(path, busy_timeout=0.05)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailable) as info:
+            store.append(build_run("run-a", 1))
+        assert "locked" in str(info.value)
+        assert not isinstance(info.value, sqlite3.Error)
+        other.execute("ROLLBACK")
+        assert store.append(build_run("run-a", 1))[0].seq == 0  # fine once released
+    finally:
+        other.close()
+        store.close()
+
+
+# -- append-only, in the database itself ----------------------------------------------------------
+
+
+@pytest.fixture
+def populated(store: SQLiteStore, path: Path) -> Iterator[sqlite3.Connection]:
+    store.append(build_run("run-a", 4))
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:
+        yield raw
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE events SET actor='mallory' WHERE seq=1",
+        "UPDATE events SET seq=seq WHERE seq=1",  # even a no-op update
+        "UPDATE events SET hash=hash",
+        "DELETE FROM events WHERE seq=3",
+        "DELETE FROM events",
+    ],
+)
+def test_events_cannot_be_updated_or_deleted(
+    store: SQLiteStore, populated: sqlite3.Connection, sql: str
+) -> None:
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        populated.execute(sql)
+    assert store.verify("run-a").ok
+    assert store.count_events() == 4
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE payloads SET body=X'7b7d' WHERE id=2",
+        "UPDATE payloads SET salt='00000000000000000000000000000000' WHERE id=2",
+        "UPDATE payloads SET body=NULL WHERE id=2",  # half an erasure
+        "UPDATE payloads SET salt=NULL WHERE id=2",
+        "UPDATE payloads SET id=99, body=NULL, salt=NULL WHERE id=2",
+        "DELETE FROM payloads WHERE id=2",
+    ],
+)
+def test_payloads_can_only_be_erased(
+    store: SQLiteStore, populated: sqlite3.Connection, sql: str
+) -> None:
+    with pytest.raises(sqlite3.DatabaseError, match="tachograph: "):
+        populated.execute(sql)
+    assert store.verify("run-a").ok
+    assert store.verify("run-a").erased == ()
+
+
+def test_erasure_sets_body_and_salt_to_null_and_cannot_be_undone(
+    store: SQLiteStore, populated: sqlite3.Connection
+) -> None:
+    populated.execute("UPDATE payloads SET body=NULL, salt=NULL WHERE id=2")
+    report = store.verify("run-a")
+    assert report.ok
+    assert report.erased == (1,)
+    with pytest.raises(sqlite3.DatabaseError, match="only be erased"):
+        populated.execute("UPDATE payloads SET body=X'7b7d', salt='00' WHERE id=2")
+    assert store.verify("run-a").erased == (1,)
+
+
+def test_appends_are_not_blocked_by_the_triggers(store: SQLiteStore) -> None:
+    events = build_run("run-a", 6, status="ok")
+    store.append(events[:3])
+    store.append(events[3:])  # updates the run summary, inserts events and payloads
+    assert store.run_info("run-a").events == 6
+    assert store.run_info("run-a").status == "ok"
+
+
+# -- schema version and migrations ----------------------------------------------------------------
+
+
+def test_the_schema_version_is_recorded(store: SQLiteStore, path: Path) -> None:
+    assert store.schema_version == SCHEMA_VERSION == 1
+    raw = sqlite3.connect(path)
+    try:
+        meta = dict(raw.execute("SELECT key, value FROM meta").fetchall())
+    finally:
+        raw.close()
+    assert meta == {"schema_version": "1", "format_version": "1"}
+
+
+def test_a_newer_schema_is_refused(path: Path) -> None:
+    SQLiteStore(path).close()
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    raw.close()
+    for opener in (lambda: SQLiteStore(path), lambda: open_store(str(path), create=False)):
+        with pytest.raises(SchemaVersionError) as info:
+            opener()
+        err = info.value
+        assert (err.expected, err.actual) == (1, 2)
+        assert "upgrade tachograph" in str(err)
+        assert err.location == str(path)
+
+
+def test_an_older_schema_is_migrated_forward(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SQLiteStore(path)
+    events = build_run("run-a", 3)
+    store.append(events)
+    store.close()
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(
+        sqlite_module,
+        "MIGRATIONS",
+        {1: "ALTER TABLE runs ADD COLUMN note TEXT;\nCREATE INDEX runs_actor ON runs (actor);\n"},
+    )
+    store = SQLiteStore(path)
+    try:
+        assert store.schema_version == 2
+        columns = [r[1] for r in store._db.execute("PRAGMA table_info(runs)")]
+        assert "note" in columns
+        assert list(store.read("run-a")) == events
+    finally:
+        store.close()
+    fresh = SQLiteStore(path.with_name("fresh.db"))  # a new store is created at the newest
+    try:
+        assert fresh.schema_version == 2
+    finally:
+        fresh.close()
+
+
+def test_a_failing_migration_changes_nothing(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    SQLiteStore(path).close()
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(
+        sqlite_module,
+        "MIGRATIONS",
+        {1: "ALTER TABLE runs ADD COLUMN note TEXT;\nTHIS IS NOT SQL;\n"},
+    )
+    with pytest.raises(StoreUnavailable):
+        SQLiteStore(path)
+    monkeypatch.undo()
+    store = SQLiteStore(path)
+    try:
+        assert store.schema_version == 1
+        columns = [r[1] for r in store._db.execute("PRAGMA table_info(runs)")]
+        assert "note" not in columns  # the first statement was rolled back with the second
+    finally:
+        store.close()
+
+
+def test_a_file_that_is_not_a_database_is_store_unavailable(path: Path) -> None:
+    path.write_bytes(b"this is not an SQLite database, just some bytes " * 100)
+    with pytest.raises(StoreUnavailable) as info:
+        SQLiteStore(path)
+    assert isinstance(info.value, TachographError)
+    assert info.value.location == str(path)
+
+
+# -- where the store is ---------------------------------------------------------------------------
+
+
+def test_default_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TACHOGRAPH_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert DEFAULT_STORE == "sqlite:///.tachograph/tachograph.db"
+    store = open_store()
+    try:
+        assert isinstance(store, SQLiteStore)
+        store.append(build_run("run-a", 1))
+        assert Path(store.path).resolve() == tmp_path / ".tachograph" / "tachograph.db"
+    finally:
+        store.close()
+    assert (tmp_path / ".tachograph" / "tachograph.db").is_file()
+
+
+@pytest.mark.parametrize("form", ["url", "plain path"])
+def test_tachograph_store_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    target = tmp_path / "from-env" / "runs.db"
+    monkeypatch.setenv("TACHOGRAPH_STORE", f"sqlite:///{target}" if form == "url" else str(target))
+    monkeypatch.chdir(tmp_path)
+    store = open_store()
+    try:
+        assert isinstance(store, SQLiteStore)
+        assert Path(store.path).resolve() == target
+    finally:
+        store.close()
+    assert target.is_file()
+    assert not (tmp_path / ".tachograph").exists()
+    explicit = open_store(tmp_path / "explicit.db")  # an argument beats the environment
+    try:
+        assert isinstance(explicit, SQLiteStore)
+        assert Path(explicit.path) == tmp_path / "explicit.db"
+    finally:
+        explicit.close()
+
+
+def test_create_false_on_a_missing_store_says_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TACHOGRAPH_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    expected = tmp_path / ".tachograph" / "tachograph.db"
+    with pytest.raises(StoreNotFound) as info:
+        open_store(create=False)
+    assert info.value.location == str(expected)
+    assert str(expected) in str(info.value)
+    assert not (tmp_path / ".tachograph").exists()  # looking created nothing
+    elsewhere = tmp_path / "nested" / "missing.db"
+    with pytest.raises(StoreNotFound) as info:
+        open_store(f"sqlite:///{elsewhere}", create=False)
+    assert str(elsewhere) in str(info.value)
+    assert not elsewhere.parent.exists()
+
+
+def test_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = open_store("sqlite:///rel/runs.db")
+    absolute = open_store(f"sqlite:///{tmp_path / 'abs.db'}")
+    memory = open_store("sqlite:///:memory:")
+    try:
+        assert isinstance(relative, SQLiteStore)
+        assert isinstance(absolute, SQLiteStore)
+        assert (tmp_path / "rel" / "runs.db").is_file()
+        assert (tmp_path / "abs.db").is_file()
+        memory.append(build_run("run-a", 2))
+        assert memory.verify("run-a").ok
+        assert open_store(memory) is memory
+    finally:
+        relative.close()
+        absolute.close()
+        memory.close()
+    with pytest.raises(StoreError, match="supported: sqlite:///"):
+        open_store("postgres://localhost/runs")
+
+
+def test_run_not_found_names_the_file_and_suggests(store: SQLiteStore, path: Path) -> None:
+    store.append(build_run("refund-0042", 1))
+    with pytest.raises(RunNotFound) as info:
+        store.run_info("refund-0024")
+    message = str(info.value)
+    assert "did you mean refund-0042?" in message
+    assert str(path) in message
+    assert isinstance(info.value, KeyError)
+
+
+def test_integrity_check_and_raw_payload(store: SQLiteStore) -> None:
+    events = build_run("run-a", 2)
+    store.append(events)
+    assert store.integrity_check() == "ok"
+    raw = store.raw_payload(events[1].event_id)
+    assert raw is not None
+    assert sqlite_module.loads(raw) == events[1].payload
+    assert store.raw_payload("0" * 26) is None

@@ -14,7 +14,16 @@ import click
 from ..errors import AgentLoadError
 from ..recorder import Processor
 from ..regression import CorpusError, load_corpus, save_run, test_corpus
-from .app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, emit_json, json_option, open_store
+from .app import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    emit_json,
+    json_option,
+    open_store,
+    resolve_run,
+)
 from .loader import load_agent
 
 __all__ = ["register"]
@@ -75,7 +84,7 @@ def save_command(
 ) -> None:
     """Save RUN from the store into a corpus folder, with its verdict.
 
-    Writes DIR/NAME.jsonl (the run, SPEC section 4) and DIR/NAME.tacho.json (verdict, note,
+    RUN is a run id or a unique prefix of one (at least 6 characters). Writes DIR/NAME.jsonl (the run, SPEC section 4) and DIR/NAME.tacho.json (verdict, note,
     wrong step, provenance).
 
     \b
@@ -87,7 +96,9 @@ def save_command(
     Exit codes: 0 saved; 1 the run does not verify; 2 usage error; 3 store or run not found.
     """
     if verdict == "bad" and wrong_at is None:
-        raise CliError("a bad run needs --wrong-at SEQ (the step that was wrong)", exit_code=2)
+        raise CliError(
+            "a bad run needs --wrong-at SEQ (the step that was wrong)", exit_code=EXIT_USAGE
+        )
     if verdict == "good" and wrong_at is not None:
         raise CliError("--wrong-at is only for --verdict bad", exit_code=EXIT_USAGE)
     loaded: list[Processor] = []
@@ -98,6 +109,8 @@ def save_command(
             raise CliError(f"--processor: {exc}", exit_code=EXIT_USAGE) from exc
     store = open_store(ctx)
     try:
+        info = resolve_run(store, run_id, tenant=tenant)
+        run_id = info.run_id
         path = save_run(
             store,
             run_id,
@@ -107,7 +120,7 @@ def save_command(
             wrong_at=wrong_at,
             processors=loaded,
             name=name,
-            tenant=tenant,
+            tenant=info.tenant,
             overwrite=force,
         )
     except CorpusError as exc:

@@ -26,6 +26,7 @@ exactly as it did live. A recorded error the SDK would retry is served with
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -42,6 +43,7 @@ from ._wire import (
     is_sse,
     json_or_none,
     sse_bytes,
+    stream_error,
     summary,
     terminated,
 )
@@ -70,6 +72,8 @@ class Provider:
     name: str
     make_error: Callable[[httpx2.Response], BaseException] | None = None
     should_retry: Callable[[httpx2.Response], bool] | None = None
+    stream_error_type: str = ""
+    """The exception the SDK raises for an error event inside a stream."""
 
     def error_for(self, response: httpx2.Response) -> dict[str, Any]:
         """``{type, message, status}`` of the exception the SDK raises for ``response``."""
@@ -181,8 +185,9 @@ class _Call:
         events = record.get("events")
         if isinstance(events, list):
             chunks = [sse_bytes(e) for e in events if isinstance(e, dict)]
-            # A stream that broke mid-way breaks at the same point again.
-            raise_after = error if status < 400 else None
+            # A stream that broke mid-way breaks at the same point again. (An error event
+            # the provider sent is in the events: the SDK raises on it by itself.)
+            raise_after = error if status < 400 and record.get("incomplete") else None
             return httpx2.Response(
                 status,
                 headers=headers,
@@ -230,6 +235,22 @@ class _Call:
             )
             return
         model, usage = summary(record)
+        failure = stream_error(record)
+        if failure is not None:
+            provider = self.options.provider
+            info = {
+                "type": provider.stream_error_type or f"{provider.name}.APIError",
+                "message": failure,
+                "status": response.status_code,
+            }
+            session.recorder.append(
+                "model.failed",
+                {"error": info, "response": record},
+                idempotency_key=ticket.key,
+                model=model or ticket.model,
+                seed=ticket.seed,
+            )
+            return
         payload: dict[str, Any] = {"response": record}
         if usage is not None:
             payload["usage"] = usage
@@ -320,6 +341,17 @@ class _Tee:
         if self.done:
             return
         self.done = True
+        recorder = self.session.recorder
+        if recorder is not None and getattr(recorder, "finished", False):
+            # Raising here would break the SDK's close() outside the run; the request stays
+            # recorded without an answer, as a call cut short would.
+            warnings.warn(
+                f"a streamed answer to {self.call.name!r} was read after its run "
+                f"{recorder.run_id!r} finished; the answer is not recorded",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
         data = b"".join(self.chunks)
         self.call.answered(
             self.session,

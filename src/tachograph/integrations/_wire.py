@@ -33,6 +33,7 @@ __all__ = [
     "json_or_none",
     "parse_sse",
     "sse_bytes",
+    "stream_error",
     "summary",
     "terminated",
 ]
@@ -203,9 +204,33 @@ _TERMINAL = frozenset(
 
 def terminated(data: bytes) -> bool:
     """Whether a stream read up to here had ended by its own protocol: the SDKs stop
-    reading at ``[DONE]`` or at the final event, before the connection's end."""
+    reading at ``[DONE]``, at the final event or at an error event, before the connection's
+    end."""
     events = parse_sse(data)
     if not events:
         return False
     last = events[-1]
-    return last.get("data") == "[DONE]" or last.get("event") in _TERMINAL
+    return (
+        last.get("data") == "[DONE]"
+        or last.get("event") in _TERMINAL
+        or stream_error({"events": events}) is not None
+    )
+
+
+def stream_error(record: dict[str, Any]) -> str | None:
+    """The message of an error the provider sent inside a stream (HTTP 200), if it did.
+
+    Anthropic sends ``event: error``; OpenAI a chunk whose data is ``{"error": {...}}``. The
+    SDKs raise on it while reading the stream.
+    """
+    events = [e for e in record.get("events") or () if e.get("data") != "[DONE]"]
+    if not events:
+        return None
+    last = events[-1]
+    data = last.get("data")
+    error = data.get("error") if isinstance(data, dict) else None
+    if last.get("event") != "error" and not isinstance(error, dict):
+        return None
+    detail = error if isinstance(error, dict) else data
+    message = detail.get("message") if isinstance(detail, dict) else None
+    return str(message) if message else "an error event in the stream"

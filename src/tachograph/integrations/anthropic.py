@@ -68,6 +68,8 @@ def instrument(
         name="anthropic",
         make_error=getattr(client, "_make_status_error_from_response", None),
         should_retry=getattr(client, "_should_retry", None),
+        # An ``event: error`` arrives with HTTP 200, so the SDK raises the generic status error.
+        stream_error_type="anthropic.APIStatusError",
     )
     return install(client, provider, request_headers=request_headers, fast_retries=fast_retries)
 

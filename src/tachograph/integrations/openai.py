@@ -63,6 +63,7 @@ def instrument(
         name="openai",
         make_error=getattr(client, "_make_status_error_from_response", None),
         should_retry=getattr(client, "_should_retry", None),
+        stream_error_type="openai.APIError",
     )
     return install(client, provider, request_headers=request_headers, fast_retries=fast_retries)
 

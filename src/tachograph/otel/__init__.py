@@ -22,7 +22,15 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..recorder import add_observer, remove_observer
-from .bridge import TachographSpanObserver
+
+try:
+    from .bridge import TachographSpanObserver
+except ImportError as exc:  # pragma: no cover - only without the extra
+    if (exc.name or "").startswith("opentelemetry"):
+        raise ImportError(
+            "tachograph.otel needs OpenTelemetry: pip install 'tachograph[otel]'", name=exc.name
+        ) from exc
+    raise
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider

@@ -165,7 +165,7 @@ class TachographSpanObserver(Observer):
                 A.GEN_AI_CONVERSATION_ID: recorder.run_id,
                 A.TACHO_RUN_ID: recorder.run_id,
                 A.TACHO_RESUMED: True,
-                A.TACHO_PARENT_SEQ: recorder.next_seq,
+                A.TACHO_RESUMED_AT: recorder.next_seq,
             },
         )
         state.root = span

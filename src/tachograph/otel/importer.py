@@ -294,7 +294,7 @@ def _build_run(
     labels = {
         A.LABEL_IMPORTED: "otlp",
         A.LABEL_DIALECT: dialect,
-        "tachograph.content_captured": "false" if dialect.endswith("no-content") else "true",
+        A.LABEL_CONTENT_CAPTURED: "false" if dialect.endswith("no-content") else "true",
         A.LABEL_IMPORTED_AT: imported_at,
     }
     if source:

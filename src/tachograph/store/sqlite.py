@@ -242,8 +242,8 @@ class SQLiteStore(Store):
                 # commits first): the schema appears whole or not at all, even when several
                 # processes open a new store at once or one is killed while creating it.
                 if version == 0:
-                    db.executescript(_SCHEMA_V1)
-                    db.execute("BEGIN IMMEDIATE")
+                    for statement in _statements(_SCHEMA_V1):
+                        db.execute(statement)
                     db.execute(
                         "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?), "
                         "('format_version', '1')",

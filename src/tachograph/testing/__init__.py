@@ -62,7 +62,10 @@ def build_run(
     for index in range(length):
         last = index == length - 1
         if seq == 0:
-            kind, body = "run.started", {"input": f"input of {run_id}", "env": {"code_version": None}}
+            kind, body = (
+                "run.started",
+                {"input": f"input of {run_id}", "env": {"code_version": None}},
+            )
         elif last and status is not None:
             kind, body = "run.finished", {"status": status}
         else:

@@ -37,6 +37,10 @@ def _receipt(event: Event, *, duplicate: bool = False) -> Receipt:
     return Receipt(event.event_id, event.tenant, event.run_id, event.seq, event.hash, duplicate)
 
 
+def _seconds_after(base: int) -> Callable[[int], str]:
+    return lambda seq: fixed_ts(base + seq)
+
+
 def _ids(infos: list[RunInfo]) -> list[str]:
     return [info.run_id for info in infos]
 
@@ -99,7 +103,7 @@ class StoreConformance(abc.ABC):
     def test_read_undecoded_leaves_the_stored_payload_bytes(self, store: Store) -> None:
         events = build_run("run-a", 3)
         store.append(events)
-        for stored, original in zip(store.read("run-a", decode=False), events):
+        for stored, original in zip(store.read("run-a", decode=False), events, strict=True):
             assert stored.payload is None
             assert isinstance(stored.payload_bytes, bytes)
             assert stored.salt == original.salt
@@ -260,7 +264,7 @@ class StoreConformance(abc.ABC):
                 tenant=tenant,
                 actor=actor,
                 status=status,
-                ts=lambda seq, base=base: fixed_ts(base + seq),  # type: ignore[misc]
+                ts=_seconds_after(base),
             )
             store.append(events)
             runs[run_id] = events
@@ -280,7 +284,12 @@ class StoreConformance(abc.ABC):
             assert info.tenant == events[0].tenant
             assert info.actor == events[0].actor
             assert store.run_info(run_id) == info
-        assert [by_id[r].status for r in ("r1", "r2", "r3", "r4")] == ["ok", "error", None, "aborted"]
+        assert [by_id[r].status for r in ("r1", "r2", "r3", "r4")] == [
+            "ok",
+            "error",
+            None,
+            "aborted",
+        ]
 
     def test_runs_filters(self, store: Store) -> None:
         self._four_runs(store)

@@ -1,0 +1,121 @@
+"""One error tree under TachographError, drawn in errors.py's docstring, carrying data."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import tachograph
+from tachograph import errors
+from tachograph.errors import (
+    DuplicateConflict,
+    EventError,
+    ProfileError,
+    RunNotFound,
+    SequenceConflict,
+    StoreNotFound,
+    TachographError,
+)
+from tachograph.events import new_event
+from tachograph.store import SQLiteStore
+from tachograph.testing import build_run
+
+_TREE_LINE = re.compile(r"^(?P<indent>[│ ]*)(?:├── |└── )?(?P<name>[A-Z]\w+)\b")
+
+
+def _drawn_tree() -> dict[str, str | None]:
+    """``{class name: parent name}`` as drawn in the module docstring."""
+    doc = errors.__doc__ or ""
+    block = doc[doc.index("TachographError\n") :].split("\n\n")[0]
+    parents: dict[str, str | None] = {}
+    stack: list[tuple[int, str]] = []
+    for line in block.splitlines():
+        match = _TREE_LINE.match(line.strip("\n").removeprefix("    "))
+        assert match, f"unreadable line in the drawing: {line!r}"
+        depth = len(match["indent"]) // 4 + (1 if ("├──" in line or "└──" in line) else 0)
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        parents[match["name"]] = stack[-1][1] if stack else None
+        stack.append((depth, match["name"]))
+    return parents
+
+
+def test_every_error_is_drawn_in_the_docstring_and_is_a_tachograph_error() -> None:
+    drawn = _drawn_tree()
+    assert set(drawn) == set(errors.__all__)
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        assert isinstance(cls, type)
+        assert issubclass(cls, TachographError), name
+        assert issubclass(cls, Exception)
+
+
+def test_the_drawing_matches_the_class_hierarchy() -> None:
+    for name, parent in _drawn_tree().items():
+        cls = getattr(errors, name)
+        nearest = next(
+            b for b in cls.__mro__[1:] if b.__module__ == errors.__name__ or b is Exception
+        )
+        if parent is None:
+            assert cls is TachographError
+        else:
+            assert nearest.__name__ == parent, f"{name} is drawn under {parent}, not {nearest}"
+
+
+def test_every_exception_the_package_exports_is_in_the_tree() -> None:
+    exported = {
+        name
+        for name in tachograph.__all__
+        if isinstance(getattr(tachograph, name), type)
+        and issubclass(getattr(tachograph, name), BaseException)
+        and not issubclass(getattr(tachograph, name), Warning)
+    }
+    assert exported <= set(errors.__all__)
+
+
+def test_fields_become_attributes() -> None:
+    err = SequenceConflict("nope", run_id="r", seq=3, expected={"seq": 2}, actual={"seq": 3})
+    assert (err.run_id, err.seq, err.expected, err.actual) == ("r", 3, {"seq": 2}, {"seq": 3})
+    assert err.fields == {"run_id": "r", "seq": 3, "expected": {"seq": 2}, "actual": {"seq": 3}}
+    assert str(err) == "nope"
+    assert TachographError("plain").run_id is None
+    assert TachographError("plain").seq is None
+
+
+def test_errors_are_also_the_builtin_kind_callers_expect() -> None:
+    assert issubclass(ProfileError, TypeError)
+    assert issubclass(EventError, ValueError)
+    assert issubclass(RunNotFound, KeyError)
+    assert str(RunNotFound("no run 'x'", run_id="x")) == "no run 'x'"  # not KeyError's repr
+
+
+def test_raised_errors_carry_their_data(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "store.db")
+    try:
+        events = build_run("run-a", 3)
+        store.append(events[:2])
+        with pytest.raises(SequenceConflict) as seq_info:
+            store.append(build_run("run-a", 1, after=(2, events[2].hash)))
+        assert (seq_info.value.run_id, seq_info.value.seq) == ("run-a", 3)
+        assert seq_info.value.expected == {"seq": 2, "prev_hash": events[1].hash}
+        with pytest.raises(DuplicateConflict) as dup_info:
+            store.append(build_run("run-a", 1))
+        assert (dup_info.value.run_id, dup_info.value.seq) == ("run-a", 0)
+        assert (dup_info.value.expected, dup_info.value.actual) != (None, None)
+        with pytest.raises(RunNotFound) as missing:
+            store.run_info("run-b")
+        assert missing.value.run_id == "run-b"
+        assert missing.value.suggestions == ["run-a"]
+    finally:
+        store.close()
+    with pytest.raises(StoreNotFound) as where:
+        SQLiteStore(tmp_path / "none.db", create=False)
+    assert where.value.location == str(tmp_path / "none.db")
+    with pytest.raises(EventError) as field:
+        new_event(run_id="bad id", seq=0, type="a.b", actor="x", payload={}, prev_hash=None)
+    assert (field.value.field, field.value.value) == ("run_id", "bad id")
+    with pytest.raises(ProfileError) as path:
+        new_event(run_id="r", seq=0, type="a.b", actor="x", payload={"a": [{1}]}, prev_hash=None)
+    assert path.value.path == "payload.a[0]"

@@ -1,0 +1,70 @@
+"""Importing tachograph stays light: no CLI, OpenTelemetry, database driver, SDK or web stack."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+FORBIDDEN = {
+    "click",
+    "rich",
+    "opentelemetry",
+    "psycopg",
+    "psycopg2",
+    "openai",
+    "anthropic",
+    "httpx",
+    "httpx2",
+    # web frameworks and servers
+    "aiohttp",
+    "bottle",
+    "django",
+    "falcon",
+    "fastapi",
+    "flask",
+    "litestar",
+    "pyramid",
+    "quart",
+    "sanic",
+    "starlette",
+    "tornado",
+    "uvicorn",
+    "werkzeug",
+}
+
+_PROBE = """
+import json, sys
+before = set(sys.modules)
+import {module}
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def _imported_by(module: str, python: str, env: dict[str, str]) -> set[str]:
+    out = subprocess.run(
+        [python, "-c", _PROBE.format(module=module)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
+    ).stdout
+    return {name.split(".")[0] for name in json.loads(out)}
+
+
+@pytest.mark.parametrize(
+    "module", ["tachograph", "tachograph.store", "tachograph.jsonl", "tachograph.testing"]
+)
+def test_import_does_not_pull_in_heavy_or_optional_packages(
+    module: str, python: str, child_env: dict[str, str]
+) -> None:
+    roots = _imported_by(module, python, child_env)
+    assert "tachograph" in roots  # the probe sees what it imports
+    assert "orjson" in roots
+    assert sorted(roots & FORBIDDEN) == []
+
+
+def test_the_probe_would_notice(python: str, child_env: dict[str, str]) -> None:
+    assert "click" in _imported_by("click", python, child_env)
