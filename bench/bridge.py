@@ -18,7 +18,8 @@ MODEL = "claude-sonnet-4-5-20250929"
 
 @tachograph.model(MODEL, provider="anthropic")
 def _ask(request: dict[str, Any]) -> dict[str, Any]:
-    return payload_of_size(900, index=len(request["messages"]))["response"]
+    response: dict[str, Any] = payload_of_size(900, index=len(request["messages"]))["response"]
+    return response
 
 
 @tachograph.tool(effect="pure", name="bench_quote")

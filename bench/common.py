@@ -228,6 +228,7 @@ def build_run(
 ) -> Iterator[Event]:
     """The events of a synthetic run of ``n`` events, chained, built in order."""
     prev: str | None = None
+    payload: dict[str, Any]
     for seq in range(n):
         if seq == 0:
             etype, payload = "run.started", {"input": {"task": "bench"}, "env": {}}

@@ -31,8 +31,8 @@ def _synthetic(calls: int) -> int:
     return total
 
 
-AGENT = tachograph.agent(
-    _synthetic, name="bench_replay_agent", tools=[_lookup], code_version="bench"
+AGENT = tachograph.agent(name="bench_replay_agent", tools=[_lookup], code_version="bench")(
+    _synthetic
 )
 
 

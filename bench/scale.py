@@ -3,6 +3,7 @@ memory of verifying every run of each."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -168,8 +169,8 @@ def figures(settings: Settings) -> list[Figure]:
     worst: tuple[float, str, Measure, Measure] | None = None
     for key, (label, fn, repeats) in _MEASURES.items():
         big, little = interleaved(
-            lambda fn=fn: fn(probes[0]),
-            lambda fn=fn: fn(probes[1]),
+            functools.partial(fn, probes[0]),
+            functools.partial(fn, probes[1]),
             repeats=settings.repeats or repeats,
         )
         big_m = measure_of(f"{label}, {large['events']} events", big, "ns")

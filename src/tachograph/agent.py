@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
-from .errors import RecordingError, WriteFailed
+from .errors import ProfileError, RecordingError, WriteFailed
 from .events import new_ulid
 from .recorder import Durability, Listener, Observer, Processor, Recorder
 from .runtime import ToolSpec, registered_models, registered_tools, sha256_text
@@ -365,7 +365,12 @@ class record:
         run.status = body["status"]
         run.error = body.get("error")
         try:
-            run.recorder.append("run.finished", body)
+            try:
+                run.recorder.append("run.finished", body)
+            except ProfileError as bad:
+                if exc is not None:
+                    raise
+                self._unrecordable_output(run, bad)
             run.recorder.flush()
         except Exception:
             # Never silent: a run that could not be finished on disk says so, even over the
@@ -373,6 +378,22 @@ class record:
             # that already escaped the agent is not reported twice.
             if not isinstance(exc, WriteFailed):
                 raise
+
+    @staticmethod
+    def _unrecordable_output(run: Run, bad: ProfileError) -> None:
+        """The agent returned something outside the JSON profile: finish the run as an error
+        that says so (rather than leave it looking crashed), then raise it."""
+        path = str(bad.fields.get("path") or "").replace("payload.output", "output", 1)
+        error = ProfileError(
+            f"the output of run {run.run_id!r} is outside the JSON profile: "
+            f"{str(bad).replace('payload.output', 'output')}",
+            path=path,
+            run_id=run.run_id,
+        )
+        run.status, run.error = "error", error_info(error)
+        run.recorder.append("run.finished", {"status": "error", "error": run.error})
+        run.recorder.flush()
+        raise error
 
     def __enter__(self) -> Run:
         return self._start()

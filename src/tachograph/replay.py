@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .agent import Agent, Run, _as_agent, _dry_run_default, record
 from .chain import verify_events
-from .errors import Divergence, ReplayError, Unreplayable
+from .errors import Divergence, ProfileError, ReplayError, Unreplayable
 from .events import Event, new_ulid
 from .matching import _Stop
-from .recorder import Recorder
+from .recorder import Durability, Processor, Recorder
 from .report import Drift, ReplayReport
 from .session import Session, error_info
 from .store import Store, open_store
@@ -276,12 +276,17 @@ def fork(
     dry_run: bool | None = True,
     allow_unverified: bool = False,
     labels: dict[str, str] | None = None,
+    processors: Sequence[Processor] = (),
+    durability: Durability | str = Durability.EFFECTS,
 ) -> ReplayReport:
     """Serve ``run_id`` up to step ``at``, then continue live in a new run.
 
     ``override`` replaces the answer served at ``at`` ("what if the model had answered
     this"). Tools that write run in dry run unless ``dry_run=False``. The report's
     ``new_run_id`` names the fork; its ``run.started`` names the parent ``{run_id, seq}``.
+    Served steps are copied into the fork, their idempotency keys re-based onto it.
+    ``processors`` (e.g. the redaction of the original recording) apply to every event of the
+    fork.
     """
     source_store, events = _load(store, run_id, tenant)
     if not 0 <= at < len(events):
@@ -306,6 +311,8 @@ def fork(
         labels={**(labels or {}), "tachograph.fork_of": events[0].run_id},
         dry_run=_dry_run_default(dry_run),
         parent={"run_id": events[0].run_id, "seq": at},
+        processors=processors,
+        durability=durability,
     )
     run = rec._start()
     run.session.deactivate()
@@ -359,7 +366,13 @@ def _finish_live(
         body = {"status": "error", "error": error}
     else:
         body = {"status": "ok", "output": output}
-    run.recorder.append("run.finished", body)
+    try:
+        run.recorder.append("run.finished", body)
+    except ProfileError as bad:
+        # an output outside the profile: the run still ends, as an error that says so
+        error = {"type": "tachograph.errors.ProfileError", "message": str(bad)}
+        status, output = "error", None
+        run.recorder.append("run.finished", {"status": "error", "error": error})
     run.recorder.flush()
     return _live_report(rec, run, session, events, mode, unverified, status, output, error)
 
@@ -405,6 +418,8 @@ def resume(
     confirm: bool = False,
     match: str = "strict",
     dry_run: bool | None = None,
+    processors: Sequence[Processor] = (),
+    durability: Durability | str = Durability.EFFECTS,
 ) -> ReplayReport:
     """Continue a crashed run (no ``run.finished``) in the same run.
 
@@ -420,7 +435,8 @@ def resume(
     irreversible tool of this resume runs in dry run too, and the report says so. A run
     recorded in dry run resumes in dry run unless ``dry_run=False``. If the agent leaves the
     recorded path before the crash point, :class:`~tachograph.errors.Divergence` is raised and
-    the run is left unfinished.
+    the run is left unfinished. Pass the ``processors`` the run was recorded with (redaction),
+    so that the events appended now are processed alike.
     """
     st, events = _load(store, run_id, tenant)
     if any(e.type == "run.finished" for e in events):
@@ -436,6 +452,8 @@ def resume(
         actor=events[0].actor,
         tenant=last.tenant,
         head=(last.seq, last.hash),
+        processors=processors,
+        durability=durability,
     )
     session = Session(
         mode="resume",

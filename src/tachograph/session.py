@@ -14,7 +14,13 @@ resume     the crashed run           the same run, appended after its head; live
 =========  ========================  =====================================================
 
 Calls are handled in two phases (``begin_*`` and ``end_*``) so that sync and async wrappers
-share one engine: ``begin`` either serves the recorded answer or says "go live".
+share one engine: ``begin`` either serves the recorded answer or says "go live". How the
+agent's steps are matched against the record, and how a mismatch is diagnosed, lives in
+:mod:`tachograph.matching`.
+
+The session is found through a context variable: asyncio tasks created inside a run inherit
+it, threads do not (``threading.Thread`` starts with an empty context; hand work over with
+``asyncio.to_thread`` or ``contextvars.copy_context().run``).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextvars
 import hashlib
 import importlib
 import random
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -152,6 +159,7 @@ class Session(Matcher):
         self.notes: list[str] = []
         self.fatal_error: BaseException | None = None
         self._key_counts: dict[str, int] = {}
+        self._key_lock = threading.Lock()
         self._rng: random.Random | None = None
         self._seed = seed
         self._token: contextvars.Token[Session | None] | None = None
@@ -185,8 +193,9 @@ class Session(Matcher):
         else:
             part = hashlib.sha256(canonical(args)).hexdigest()[:16]
         base = f"{run_id}:{name}:{part}"
-        n = self._key_counts.get(base, 0)
-        self._key_counts[base] = n + 1
+        with self._key_lock:  # threads handed the context may call tools at the same time
+            n = self._key_counts.get(base, 0)
+            self._key_counts[base] = n + 1
         return base if n == 0 else f"{base}#{n}"
 
     def _live_key(self, key: str) -> str:

@@ -12,7 +12,16 @@ import pytest
 from click.testing import CliRunner
 
 import tachograph.cli.app as app
-from tachograph.cli.app import EXIT_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, cli, load_plugged
+from tachograph import errors
+from tachograph.cli.app import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_STORE,
+    EXIT_USAGE,
+    cli,
+    exit_code_for,
+    load_plugged,
+)
 
 from .conftest import Tacho
 
@@ -21,6 +30,36 @@ Run = Callable[..., subprocess.CompletedProcess[str]]
 
 def test_exit_codes_are_the_documented_numbers() -> None:
     assert (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STORE) == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (errors.AgentLoadError("x"), EXIT_USAGE),
+        (errors.ConfirmationRequired("x"), EXIT_USAGE),
+        (errors.ProfileError("x"), EXIT_USAGE),
+        (errors.StoreNotFound("x"), EXIT_STORE),
+        (errors.RunNotFound("x"), EXIT_STORE),
+        (errors.StoreUnavailable("x"), EXIT_STORE),
+        (errors.SchemaVersionError("x"), EXIT_STORE),
+        (errors.VerificationFailed("x"), EXIT_FAILED),
+        (errors.Divergence("x"), EXIT_FAILED),
+        (errors.Unreplayable("x"), EXIT_FAILED),
+        (errors.FormatError("x"), EXIT_FAILED),
+        (errors.RecordingError("x"), EXIT_FAILED),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
+)
+def test_each_error_maps_to_its_documented_exit_code(
+    error: errors.TachographError, code: int
+) -> None:
+    assert exit_code_for(error) == code
+
+
+def test_no_command_prints_help_as_a_usage_error(runner: CliRunner) -> None:
+    result = runner.invoke(cli, [])
+    assert result.exit_code == EXIT_USAGE
+    assert "demo" in result.output
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ def test_demo_shows_every_step_and_what_to_run_next(tmp_path: Path, runner: CliR
     assert "payments API calls after replay: 1" in out
     assert f"replay of {run_id}: DIVERGED (simulation)" in out
     assert "seq 9: args_changed" in out
-    assert "-> the change is caught at seq 9" in out
+    assert "-> caught at seq 9, the refund call itself" in out
     assert "changed amount_cents at seq 9: 2500 -> 25000" in out
     assert f"{run_id}: FAILED at seq 9 (line 10), check 5 (payload digest)" in out
     assert f"tacho replay {run_id} --agent tachograph.demo.agent:billing_agent_v2" in out

@@ -45,7 +45,10 @@ def test_export_to_a_file_and_all_runs(tacho: Tacho, run_id: str, store_path: Pa
     assert sorted(both.read_bytes().splitlines()) == sorted(out.read_bytes().splitlines())
 
 
-def test_export_usage_and_unknown_runs(tacho: Tacho, run_id: str) -> None:
+def test_export_usage_and_unknown_runs(tacho: Tacho, run_id: str, tmp_path: Path) -> None:
+    unwritable = tacho("export", run_id, "-o", str(tmp_path / "no" / "such" / "dir.jsonl"))
+    assert unwritable.exit_code == EXIT_USAGE
+    assert "cannot write" in unwritable.stderr
     assert tacho("export").exit_code == EXIT_USAGE
     assert tacho("export", run_id, "--all").exit_code == EXIT_USAGE
     missing = tacho("export", "run_missing")

@@ -268,3 +268,23 @@ def test_version(tacho: Tacho, store_path: Path) -> None:
     text = tacho("version").stdout
     assert text.startswith(f"tachograph {tg.__version__} (record format v1)")
     assert tacho("--version").stdout.strip() == f"tacho, version {tg.__version__}"
+
+
+def test_an_erased_payload_is_shown_and_reported_not_failed(
+    tacho: Tacho, run_id: str, store_path: Path
+) -> None:
+    db = sqlite3.connect(store_path)
+    (pid,) = db.execute("SELECT id FROM events WHERE run_id=? AND seq=5", (run_id,)).fetchone()
+    db.execute("UPDATE payloads SET body=NULL, salt=NULL WHERE id=?", (pid,))
+    db.commit()
+    db.close()
+    data = tacho.json("verify", run_id)
+    assert data["ok"] is True
+    assert data["runs"][0]["erased"] == [5]
+    row = next(x for x in tacho("show", run_id).stdout.splitlines() if x.startswith("5 "))
+    assert row.endswith("(payload erased)")
+    events = tacho.json("show", run_id, "--full")["events"]
+    assert events[5]["erased"] is True
+    assert events[5]["payload"] is None
+    assert "      (payload erased)" in tacho("show", run_id, "--full").stdout
+    assert tacho.json("state", run_id)["erased"] == [5]

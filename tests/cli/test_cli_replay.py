@@ -178,6 +178,7 @@ def test_fork_with_an_override_serves_another_answer(
     [
         (("--at", "7", "--override", "{not json"), "not valid JSON"),
         (("--at", "99"), "outside run"),
+        (("--at", "8", "--override", "{}"), "seq 8 is plan.selected"),
     ],
 )
 def test_fork_usage_errors(tacho: Tacho, run_id: str, args: tuple[str, ...], message: str) -> None:

@@ -51,3 +51,15 @@ def test_the_documented_agent_loop_records_in_one_line_and_replays_offline(
     # Three model calls were recorded; the replay, run right after, sent none.
     assert srv.request_count == 3
     assert (tmp_path / "runs.db").is_file()
+
+    # The divergence shown in the same page is what a one-word edit gives.
+    edited = code.replace("Refund damaged orders.", "Refund all orders.")
+    edited = edited.split("run = tachograph.record_run(")[0]
+    exec(compile(edited, str(DOC), "exec"), namespace)
+    tachograph = namespace["tachograph"]
+    diverged = tachograph.replay("runs.db", run.run_id, namespace["billing_agent"])
+    assert diverged.first.seq == 1
+    shown = diverged.first.render().splitlines()[3:5]
+    page = DOC.read_text(encoding="utf-8")
+    assert all(line in page for line in shown), shown
+    assert srv.request_count == 3

@@ -95,3 +95,30 @@ def test_key_matching_still_finds_a_changed_decision(store: tg.SQLiteStore) -> N
     assert [(c.path, c.old, c.new) for c in item.changes] == [
         ("$.payload.chosen", "refund", "review")
     ]
+
+
+def test_a_replay_stop_unwinds_concurrent_branches(store: tg.SQLiteStore) -> None:
+    """An unreplayable step inside one gathered branch stops the whole async agent cleanly."""
+    import sqlite3
+
+    fanout.JITTER = lambda order_id: 0.0
+    asyncio.run(tg.arecord_run(fanout.triage, fanout.TASK, store=store, run_id="fan"))
+    done = next(
+        e
+        for e in store.events("fan")
+        if e.type == "tool.completed" and e.payload["result"].get("order_id") == "C-3"
+    )
+    db = sqlite3.connect(store.path)
+    db.execute(
+        "UPDATE payloads SET body=NULL, salt=NULL "
+        "WHERE id=(SELECT id FROM events WHERE event_id=?)",
+        (done.event_id,),
+    )
+    db.commit()
+    db.close()
+    calls = dict(fanout.CALLS)
+    report = tg.replay(store, "fan", fanout.triage, match="key")
+    assert report.first is not None
+    assert (report.first.kind, report.first.seq) == (tg.DivergenceKind.UNREPLAYABLE, done.seq)
+    assert report.aborted
+    assert dict(fanout.CALLS) == calls

@@ -229,3 +229,21 @@ def test_resume_refuses_an_agent_that_left_the_recorded_path(
     assert "left unfinished" in str(info.value)
     assert store.events("crash") == before
     assert books.calls("refund") == 1
+
+
+def test_fork_and_resume_apply_the_processors_they_are_given(
+    tmp_path: Path, store: tg.SQLiteStore, recorded: str, ledger: Ledger
+) -> None:
+    def mark(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+        return {**payload, "processed": True} if event_type == "tool.requested" else payload
+
+    report = tg.fork(store, recorded, 8, shop.build(), processors=[mark])
+    requested = [e for e in store.events(report.new_run_id or "") if e.type == "tool.requested"]
+    assert len(requested) == 4
+    assert all(e.payload["processed"] is True for e in requested)
+
+    crashed_store, _ = crashed(tmp_path, "lookup_order")
+    tg.resume(crashed_store, "crash", shop.build(), processors=[mark], dry_run=True)
+    requested = [e for e in crashed_store.events("crash") if e.type == "tool.requested"]
+    # the dangling lookup was recorded before the crash, unprocessed; the rest now
+    assert [e.payload.get("processed", False) for e in requested] == [False, True, True, True]

@@ -376,3 +376,41 @@ def test_threads_do_not_inherit_the_run(store: tg.SQLiteStore) -> None:
     assert seen_keys[1].startswith("threads:send_mail:")
     args = [e.payload["args"]["to"] for e in store.events("threads") if e.type == "tool.requested"]
     assert args == ["copied@example.com"]
+
+
+@tg.model("odd-2026-10-01")
+def odd_model(request: dict[str, Any]) -> Any:
+    return {"choices": [{"text": "hi", "score": float("nan")}]}
+
+
+def test_a_non_json_model_response_names_the_model_and_the_path(store: tg.SQLiteStore) -> None:
+    with (
+        tg.record(store, actor="a", run_id="bad-model"),
+        pytest.raises(tg.ProfileError) as info,
+    ):
+        odd_model({"messages": []})
+    assert info.value.path == "odd-2026-10-01.response.choices[0].score"
+    assert "model 'odd-2026-10-01'" in str(info.value)
+    events = store.events("bad-model")
+    assert [e.type for e in events] == [
+        "run.started",
+        "model.request",
+        "model.failed",
+        "run.finished",
+    ]
+    assert events[2].model == "odd-2026-10-01"
+
+
+def test_a_non_json_output_finishes_the_run_as_an_error(store: tg.SQLiteStore) -> None:
+    with (
+        pytest.raises(tg.ProfileError) as info,
+        tg.record(store, actor="a", run_id="bad-output") as run,
+    ):
+        run.output = {"when": Money(3)}
+    assert info.value.path == "output.when"
+    assert "'bad-output'" in str(info.value)
+    last = store.events("bad-output")[-1]
+    assert last.type == "run.finished"
+    assert last.payload["status"] == "error"
+    assert last.payload["error"]["type"] == "tachograph.errors.ProfileError"
+    assert store.run_info("bad-output").status == "error"

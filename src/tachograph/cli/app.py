@@ -31,15 +31,11 @@ import orjson
 from ..errors import (
     AgentLoadError,
     ConfirmationRequired,
-    Divergence,
-    FormatError,
     ProfileError,
     RunNotFound,
     StoreError,
     StoreNotFound,
     TachographError,
-    Unreplayable,
-    VerificationFailed,
 )
 from ..store import RunInfo, Store, store_url
 from ..store import open_store as _open_store
@@ -178,8 +174,8 @@ def exit_code_for(exc: TachographError) -> int:
         return EXIT_USAGE
     if isinstance(exc, StoreError):
         return EXIT_STORE
-    if isinstance(exc, (VerificationFailed, Divergence, Unreplayable, FormatError)):
-        return EXIT_FAILED
+    # VerificationFailed, Divergence, Unreplayable, FormatError and any other failure of the
+    # work itself (as opposed to how it was asked for, or where the runs are).
     return EXIT_FAILED
 
 

@@ -73,7 +73,9 @@ def show_timeline(out: Output, events: list[Event], *, full: bool = False) -> No
     """Print a run's events as an aligned timeline (and payloads with ``full``)."""
     headers = ("SEQ", "TIME", "ACTOR", "TYPE", "SUMMARY")
     if full:
-        for event in events:
+        for n, event in enumerate(events):
+            if n:
+                out.line()
             mark = "  DRY RUN" if is_dry_run(event) else ""
             out.line(
                 f"{event.seq:>4}  {_time(event.ts)}  {event.actor}  {event.type}{mark}",
@@ -93,7 +95,7 @@ def show_timeline(out: Output, events: list[Event], *, full: bool = False) -> No
             if event.erased:
                 out.line("      (payload erased)", style="dim")
             else:
-                out.json(event.payload)
+                out.json(event.payload, indent=6)
         return
     rows: list[tuple[str, ...]] = []
     styles: list[str | None] = []

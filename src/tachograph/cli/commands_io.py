@@ -37,7 +37,13 @@ def _destination(path: str | None) -> Iterator[IO[bytes]]:
     target = Path(path)
     tmp = target.with_name(target.name + ".partial")
     try:
-        with tmp.open("wb") as handle:
+        handle = tmp.open("wb")
+    except OSError as exc:
+        raise CliError(
+            f"cannot write {target.resolve()}: {exc.strerror}", exit_code=EXIT_USAGE
+        ) from exc
+    try:
+        with handle:
             yield handle
         # Only a complete export gets the real name: a half-written file would not verify.
         tmp.replace(target)

@@ -29,6 +29,9 @@ _AGENT_HELP = (
 )
 
 
+_ANSWERABLE = ("model.request", "model.response", "tool.requested", "tool.completed")
+
+
 def print_report(out: Output, report: ReplayReport) -> None:
     """Print a replay report with its verdict coloured."""
     lines = report.render().splitlines()
@@ -148,6 +151,14 @@ def fork_cmd(
                 f"--at {at} is outside run {run_id} (seq 0..{info.events - 1})",
                 exit_code=EXIT_USAGE,
             )
+        if value is not ...:
+            target = next(store.read(run_id, tenant=info.tenant, from_seq=at))
+            if target.type not in _ANSWERABLE:
+                raise CliError(
+                    f"--override needs --at to name a model or tool call or its answer; "
+                    f"seq {at} is {target.type}",
+                    exit_code=EXIT_USAGE,
+                )
         report = fork(
             store,
             run_id,

@@ -84,8 +84,8 @@ def save_command(
 ) -> None:
     """Save RUN from the store into a corpus folder, with its verdict.
 
-    RUN is a run id or a unique prefix of one (at least 6 characters). Writes DIR/NAME.jsonl (the run, SPEC section 4) and DIR/NAME.tacho.json (verdict, note,
-    wrong step, provenance).
+    RUN is a run id or a unique prefix of one (at least 6 characters). Writes DIR/NAME.jsonl
+    (the run, SPEC section 4) and DIR/NAME.tacho.json (verdict, note, wrong step, provenance).
 
     \b
     Examples:

@@ -129,7 +129,7 @@ def demo_cmd(as_json: bool) -> None:
         print_report(out, changed)
         if first is not None:
             out.line(
-                f"-> the change is caught at seq {first.seq}, before any money moves",
+                f"-> caught at seq {first.seq}, the refund call itself; the replay paid nothing",
                 style="bold",
             )
         out.line()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ import orjson
 from rich import box
 from rich.console import Console
 from rich.json import JSON
+from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
@@ -91,25 +93,67 @@ def _message(request: Any) -> str:
     return short(request, 60)
 
 
+def _tokens(usage: Any) -> int | None:
+    """Total tokens from a provider's usage block (OpenAI or Anthropic naming)."""
+    if not isinstance(usage, dict):
+        return None
+    total = usage.get("total_tokens")
+    if isinstance(total, int):
+        return total
+    parts = [
+        usage.get(k)
+        for k in ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens")
+    ]
+    counted = [v for v in parts if isinstance(v, int)]
+    return sum(counted) if counted else None
+
+
+def _blocks(blocks: list[Any]) -> str:
+    """Anthropic content blocks or OpenAI Responses output items, in one line."""
+    calls: list[str] = []
+    texts: list[str] = []
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind in ("tool_use", "function_call"):
+            calls.append(str(block.get("name")))
+        elif kind in ("text", "output_text"):
+            texts.append(str(block.get("text", "")))
+        elif kind == "message" and isinstance(block.get("content"), list):
+            texts.append(_blocks(block["content"]))
+    if calls:
+        return "calls " + ", ".join(calls)
+    return short(" ".join(texts), 60)
+
+
 def _answer(response: Any) -> str:
+    """One line for a model answer: OpenAI chat, OpenAI responses, Anthropic, or HTTP-level."""
     if not isinstance(response, dict):
         return short(response, 60)
+    if "status" in response and ("body" in response or "events" in response):
+        # Recorded at the SDK's HTTP transport: the provider's JSON is the body.
+        if "events" in response:
+            return f"HTTP {response['status']}, a stream of {len(response['events'] or [])} events"
+        return _answer(response.get("body"))
     choices = response.get("choices")
-    message = None
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         message = choices[0].get("message")
-    elif isinstance(response.get("content"), (list, str)):
-        message = response
-    if isinstance(message, dict):
-        calls = message.get("tool_calls")
-        if isinstance(calls, list) and calls:
-            names = [
-                str(c.get("name") or (c.get("function") or {}).get("name") or "?")
-                for c in calls
-                if isinstance(c, dict)
-            ]
-            return "calls " + ", ".join(names)
-        return short(message.get("content"), 60)
+        if isinstance(message, dict):
+            calls = message.get("tool_calls")
+            if isinstance(calls, list) and calls:
+                names = [
+                    str(c.get("name") or (c.get("function") or {}).get("name") or "?")
+                    for c in calls
+                    if isinstance(c, dict)
+                ]
+                return "calls " + ", ".join(names)
+            return short(message.get("content"), 60)
+    for key in ("content", "output"):
+        if isinstance(response.get(key), list):
+            return _blocks(response[key])
+    if isinstance(response.get("content"), str):
+        return short(response["content"], 60)
     return short(response, 60)
 
 
@@ -134,11 +178,14 @@ def summarize(event: Event) -> str:
         return _message(p.get("request"))
     if t == "model.response":
         text = _answer(p.get("response"))
-        usage = p.get("usage") or (p.get("response") or {}).get("usage")
-        if isinstance(usage, dict):
-            tokens = [v for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int)]
-            if tokens:
-                text += f"  [{sum(tokens)} tokens]"
+        response = p.get("response")
+        usage = p.get("usage")
+        if usage is None and isinstance(response, dict):
+            body = response.get("body")
+            usage = response.get("usage") or (body.get("usage") if isinstance(body, dict) else None)
+        tokens = _tokens(usage)
+        if tokens is not None:
+            text += f"  [{tokens} tokens]"
         return text
     if t == "model.failed" or t == "tool.failed":
         err = p.get("error") or {}
@@ -191,13 +238,13 @@ class Output:
         else:
             _write(f"== {text}")
 
-    def json(self, value: Any) -> None:
-        """Pretty-print a JSON value."""
+    def json(self, value: Any, *, indent: int = 0) -> None:
+        """Pretty-print a JSON value, shifted right by ``indent`` spaces."""
         raw = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
         if self.rich:
-            self.console.print(JSON(raw))
+            self.console.print(Padding(JSON(raw), (0, 0, 0, indent)))
         else:
-            _write(raw)
+            _write(textwrap.indent(raw, " " * indent))
 
     def table(
         self,
