@@ -11,11 +11,13 @@ person can act on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .canonical import canonical, loads
 from .diff import Change, diff_values
 from .events import Event
+from .recorder import Processor
 from .report import Candidate, DivergenceItem, DivergenceKind
 
 __all__ = ["Matcher"]
@@ -64,8 +66,10 @@ class Matcher:
         match: str,
         raise_on_divergence: bool,
         live_after_source: bool,
+        processors: Sequence[Processor] = (),
     ) -> None:
         self.match = match
+        self.processors = tuple(processors)
         self.raise_on_divergence = raise_on_divergence
         self.live_after_source = live_after_source
         self.divergences: list[DivergenceItem] = []
@@ -97,6 +101,16 @@ class Matcher:
             suffix = _key_suffix(event.idempotency_key, self.source_run_id)
             if suffix is not None:
                 self._by_key.setdefault(suffix, []).append(event)
+
+    def _processed(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """What the recorder would have stored for this payload: the record was processed
+        (redacted) before hashing, so the agent's step is too before it is compared."""
+        if not self.processors:
+            return payload
+        out: dict[str, Any] = _normalize(payload)
+        for processor in self.processors:
+            out = processor(type_, out)
+        return out
 
     def _remaining(self) -> bool:
         return self._left > 0
@@ -210,6 +224,7 @@ class Matcher:
         """Match the agent's next step against the record. Returns the matched event, or None
         when the step is to be done live (or, in collect mode, has no counterpart). Records
         divergences; raises :class:`_Stop` when the replay cannot go on."""
+        payload = self._processed(type_, payload)
         if name is None:
             name = _probe_name(type_, payload)
         expected = self._next_expected(type_, payload, key, name) if self._remaining() else None
@@ -404,6 +419,7 @@ class Matcher:
         }
         if "output" not in before and "output" in now and now["output"] is None:
             now.pop("output")
+        now = self._processed("run.finished", now)
         changes = diff_values(before, now, "$.payload")
         if changes:
             self._diverge(

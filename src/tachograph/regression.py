@@ -486,15 +486,11 @@ def check_run(
     try:
         store.append(events)
         report = replay(store, run_id, agent, tenant=events[0].tenant, match=match, collect=True)
-    except Unreplayable as exc:
-        return _unreplayable(entry, str(exc), run_id=run_id, seconds=time.perf_counter() - started)
     except Exception as exc:  # the harness failed on this run: report it, go on with the rest
-        return _unreplayable(
-            entry,
-            f"replay failed: {type(exc).__name__}: {exc}",
-            run_id=run_id,
-            seconds=time.perf_counter() - started,
-        )
+        why = f"replay failed: {type(exc).__name__}: {exc}"
+        if isinstance(exc, Unreplayable):
+            why = str(exc)
+        return _unreplayable(entry, why, run_id=run_id, seconds=time.perf_counter() - started)
     finally:
         store.close()
     result = _classify(entry, report)
@@ -677,11 +673,9 @@ def junit_xml(report: CorpusReport) -> str:
         )
         step = f" at seq {r.seq}" if r.seq is not None else ""
         message = _xml_text(f"{r.run_id or r.name}: {r.outcome.label}{step}: {r.reason}")
-        if r.outcome in (Outcome.CHANGED, Outcome.STILL_WRONG):
-            node = ET.SubElement(case, "failure", {"message": message, "type": r.outcome.value})
-            node.text = _xml_text(r.render())
-        elif r.outcome is Outcome.UNREPLAYABLE:
-            node = ET.SubElement(case, "error", {"message": message, "type": r.outcome.value})
+        if not r.passed:
+            tag = "error" if r.outcome is Outcome.UNREPLAYABLE else "failure"
+            node = ET.SubElement(case, tag, {"message": message, "type": r.outcome.value})
             node.text = _xml_text(r.render())
         extra = [f"{r.outcome.label}: {r.reason}"]
         extra += [f"drift (simulation, not reproduction): {d.render()}" for d in r.drift]

@@ -169,6 +169,7 @@ def replay(
     allow_unverified: bool = False,
     rerun_pure: bool = False,
     env: dict[str, Any] | None = None,
+    processors: Sequence[Processor] = (),
 ) -> ReplayReport:
     """Replay a recorded run against the agent's current code; nothing runs live.
 
@@ -178,6 +179,8 @@ def replay(
     reports every divergence it can; ``raise_on_divergence=True`` raises
     :class:`~tachograph.errors.Divergence` (carrying the report) instead of returning it.
     ``rerun_pure=True`` re-executes ``pure`` tools and compares their results.
+    ``processors`` are those the run was recorded with (e.g. redaction): the agent's steps
+    are passed through them before they are compared with the (processed) record.
     """
     if match not in ("strict", "key"):
         raise ReplayError(f"unknown match mode {match!r}; expected 'strict' or 'key'")
@@ -194,6 +197,7 @@ def replay(
         match=match,
         raise_on_divergence=not collect,
         rerun_pure=rerun_pure,
+        processors=processors,
     )
     _status, output, error = _drive(session, spec, (events[0].payload or {}).get("input"))
     report = ReplayReport(

@@ -31,7 +31,7 @@ import importlib
 import random
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from .diff import Change, diff_values
 from .errors import ConfirmationRequired, ProfileError, RecordingError
 from .events import Effect, Event
 from .matching import Matcher, _key_suffix, _normalize, _Stop
-from .recorder import Recorder
+from .recorder import Processor, Recorder
 from .report import DivergenceKind
 
 __all__ = ["RecordedError", "Served", "Session", "current_session", "error_info", "rebuild_error"]
@@ -48,6 +48,10 @@ __all__ = ["RecordedError", "Served", "Session", "current_session", "error_info"
 _current: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "tachograph_session", default=None
 )
+
+
+_EFFECTS = frozenset({Effect.WRITE, Effect.IRREVERSIBLE})
+"""Tools that change the world: their intent is made durable first, and dry run replaces them."""
 
 
 def current_session() -> Session | None:
@@ -138,6 +142,7 @@ class Session(Matcher):
         dry_run: bool = False,
         override: tuple[int, Any] | None = None,
         seed: int | None = None,
+        processors: Sequence[Processor] = (),
     ) -> None:
         self.mode = mode
         self.run_id = run_id
@@ -149,6 +154,7 @@ class Session(Matcher):
             match=match,
             raise_on_divergence=raise_on_divergence,
             live_after_source=live_after_source,
+            processors=recorder.processors if recorder is not None else processors,
         )
         self.rerun_pure = rerun_pure
         self.copy_served = copy_served
@@ -327,10 +333,7 @@ class Session(Matcher):
                 # The intent was copied into the fork under the fork's own key; the parent may
                 # have done the effect already, so effects run in dry run here.
                 ticket.key = self._live_key(request.idempotency_key or ticket.key or "")
-                ticket.dry_run = self.dry_run or ticket.effect in (
-                    Effect.WRITE,
-                    Effect.IRREVERSIBLE,
-                )
+                ticket.dry_run = self.dry_run or ticket.effect in _EFFECTS
                 return ticket
             self._diverge(
                 DivergenceKind.UNREPLAYABLE,
@@ -356,7 +359,7 @@ class Session(Matcher):
                 key=request.idempotency_key,
             )
             raise _Stop
-        if effect in (Effect.WRITE, Effect.IRREVERSIBLE) and (self.dry_run or not self.confirm):
+        if effect in _EFFECTS and (self.dry_run or not self.confirm):
             ticket.dry_run = True
             self._simulated(request.seq, f"(an unconfirmed {effect.value} intent) was dry-run")
         return ticket
@@ -366,17 +369,10 @@ class Session(Matcher):
             raise RecordingError("no recorder: cannot run live")
         key = self._live_key(ticket.key) if ticket.key else None
         ticket.key = key
-        if (
-            ticket.kind == "tool"
-            and self.dry_run
-            and ticket.effect
-            in (
-                Effect.WRITE,
-                Effect.IRREVERSIBLE,
-            )
-        ):
+        if ticket.kind == "tool" and self.dry_run and ticket.effect in _EFFECTS:
             ticket.dry_run = True
-        durable = ticket.effect in (Effect.WRITE, Effect.IRREVERSIBLE) and not ticket.dry_run
+        # intent before effect (SPEC section 6): on disk before the tool may touch the world
+        durable = ticket.effect in _EFFECTS and not ticket.dry_run
         self.recorder.append(
             request_type,
             payload,
@@ -470,6 +466,7 @@ class Session(Matcher):
         else:
             fresh = {"tool": ticket.name, "result": _normalize(result)}
             fresh_type = "tool.completed"
+        fresh = self._processed(fresh_type, fresh)
         changes = diff_values(recorded.payload, fresh, "$.payload")
         if recorded.type != fresh_type:
             changes.insert(0, Change("$.type", recorded.type, fresh_type))

@@ -47,8 +47,9 @@ def _maybe_hang(name: str) -> None:
     """Signal the parent through a marker file, then sleep until killed."""
     if name == HANG_IN:
         marker = os.environ.get("SHOP_MARKER")
-        if marker:
-            Path(marker).write_text(name)
+        if marker:  # written aside, then renamed: the parent never reads a half-written file
+            Path(marker + ".tmp").write_text(name)
+            os.replace(marker + ".tmp", marker)
         time.sleep(120)
 
 
@@ -231,3 +232,8 @@ def build(variant: Variant | None = None) -> tg.Agent:
 
 
 TASK = {"order_id": "A-1", "message": "Order A-1 arrived damaged, please refund it."}
+
+
+def mark_requests(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A processor (as a redaction would be) that marks every tool intent it has seen."""
+    return {**payload, "processed": True} if event_type == "tool.requested" else payload

@@ -20,13 +20,12 @@ OFFLINE = (
 )
 
 
-def _outside_any_venv(home: Path) -> dict[str, str]:
+def _outside_any_venv() -> dict[str, str]:
     """The environment minus the venv running the tests: the command must make its own."""
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
     env.pop("TACHOGRAPH_STORE", None)
-    env["HOME"] = str(home)
     return env
 
 
@@ -56,7 +55,7 @@ def test_readme_demo_command_in_a_fresh_venv(tmp_path: Path) -> None:
     proc = subprocess.run(
         ["bash", "-c", command.strip()],
         cwd=clean,
-        env=_outside_any_venv(tmp_path),
+        env=_outside_any_venv(),
         capture_output=True,
         text=True,
         timeout=600,

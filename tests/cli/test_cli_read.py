@@ -288,3 +288,18 @@ def test_an_erased_payload_is_shown_and_reported_not_failed(
     assert events[5]["payload"] is None
     assert "      (payload erased)" in tacho("show", run_id, "--full").stdout
     assert tacho.json("state", run_id)["erased"] == [5]
+
+
+def test_verify_of_a_large_store_lists_only_failures(
+    tacho: Tacho, run_id: str, store_path: Path
+) -> None:
+    with tg.open_store(store_path) as store:
+        for _ in range(21):
+            tg.record_run(billing_agent, TASK, store=store)
+    _tamper_store(store_path, run_id, 9)
+    result = tacho("verify")
+    assert result.exit_code == EXIT_FAILED
+    lines = result.stdout.splitlines()
+    assert lines == [lines[0], "21 of 22 run(s) verified, 1 FAILED"]
+    assert lines[0].startswith(f"{run_id}: FAILED at seq 9")
+    assert len(tacho.json("verify", code=EXIT_FAILED)["runs"]) == 22

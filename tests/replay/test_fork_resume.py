@@ -232,18 +232,31 @@ def test_resume_refuses_an_agent_that_left_the_recorded_path(
 
 
 def test_fork_and_resume_apply_the_processors_they_are_given(
-    tmp_path: Path, store: tg.SQLiteStore, recorded: str, ledger: Ledger
+    tmp_path: Path, store: tg.SQLiteStore, ledger: Ledger
 ) -> None:
-    def mark(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
-        return {**payload, "processed": True} if event_type == "tool.requested" else payload
-
-    report = tg.fork(store, recorded, 8, shop.build(), processors=[mark])
+    mark = shop.mark_requests
+    tg.record_run(shop.build(), shop.TASK, store=store, run_id="m", processors=[mark])
+    # the served steps compare as processed, and the live ones are processed when recorded
+    report = tg.fork(store, "m", 8, shop.build(), processors=[mark])
+    assert report.reproduced, report.render()
     requested = [e for e in store.events(report.new_run_id or "") if e.type == "tool.requested"]
     assert len(requested) == 4
     assert all(e.payload["processed"] is True for e in requested)
+    # without them the served steps differ from the processed record
+    assert not tg.fork(store, "m", 8, shop.build()).reproduced
 
-    crashed_store, _ = crashed(tmp_path, "lookup_order")
-    tg.resume(crashed_store, "crash", shop.build(), processors=[mark], dry_run=True)
+    db, books = tmp_path / "crash.db", tmp_path / "books.db"
+    run_child(
+        db,
+        "crash",
+        hang_in="post_note",
+        books=books,
+        tmp_path=tmp_path,
+        extra_env={"SHOP_PROCESSED": "1"},
+    )
+    crashed_store = tg.SQLiteStore(db)
+    report = tg.resume(crashed_store, "crash", shop.build(), processors=[mark], dry_run=True)
+    assert report.reproduced, report.render()
     requested = [e for e in crashed_store.events("crash") if e.type == "tool.requested"]
-    # the dangling lookup was recorded before the crash, unprocessed; the rest now
-    assert [e.payload.get("processed", False) for e in requested] == [False, True, True, True]
+    assert len(requested) == 4
+    assert all(e.payload["processed"] is True for e in requested)

@@ -266,3 +266,23 @@ def test_a_refused_run_does_not_break_other_runs_of_the_store(tmp_path: Path) ->
         "tool.completed",
         "run.finished",
     ]
+
+
+def test_a_redacted_run_replays_with_its_processors(store: tg.SQLiteStore) -> None:
+    @tg.agent(name="crm")
+    def crm(task: str) -> Any:
+        customer = find_customer("ann@example.com")
+        tg.decide("contact", customer["email"])
+        return customer
+
+    tg.record_run(crm, "call customer 7", store=store, run_id="r", processors=[redact_emails])
+    assert store.events("r")[1].payload["args"]["email"] == "[email]"
+    # compared as the recorder would have stored them: redacted
+    assert tg.replay(store, "r", crm, processors=[redact_emails]).reproduced
+    # without the processors the agent's real values differ from the redacted record
+    report = tg.replay(store, "r", crm)
+    assert report.first is not None
+    assert report.first.kind is tg.DivergenceKind.ARGS_CHANGED
+    assert [(c.path, c.old, c.new) for c in report.first.changes] == [
+        ("$.payload.args.email", "[email]", "ann@example.com")
+    ]

@@ -227,9 +227,7 @@ def state_cmd(run_id: str, at: int | None, tenant: str | None, as_json: bool) ->
     out.json(data)
 
 
-def _verify_reports(
-    store: Store, out: Output, run_id: str | None, as_json: bool
-) -> list[VerifyReport]:
+def _verify_reports(store: Store, out: Output, run_id: str | None) -> list[VerifyReport]:
     if run_id is not None:
         info = resolve_run(store, run_id)
         return [store.verify(info.run_id, tenant=info.tenant)]
@@ -244,6 +242,10 @@ def _verify_file(path: Path, out: Output) -> list[VerifyReport]:
             return verify_jsonl(path, progress=advance)
         except FormatError as exc:
             raise CliError(str(exc), exit_code=EXIT_FAILED) from exc
+
+
+_LIST_VERIFIED = 20
+"""Up to this many runs, ``verify`` prints a line for each verified run too."""
 
 
 def _looks_like_file(target: str) -> bool:
@@ -272,7 +274,7 @@ def verify_cmd(target: str | None, all_runs: bool, as_json: bool) -> None:
     else:
         with open_store() as store:
             source = store.url
-            reports = _verify_reports(store, out, target, as_json)
+            reports = _verify_reports(store, out, target)
     failed = [r for r in reports if not r.ok]
     if as_json:
         emit_json(
@@ -285,11 +287,10 @@ def verify_cmd(target: str | None, all_runs: bool, as_json: bool) -> None:
             }
         )
     else:
-        for report in reports:
-            out.line(
-                report.render(),
-                style="green" if report.ok else "bold red",
-            )
+        # A large store gets a summary and its failures, not one line per verified run.
+        listed = reports if len(reports) <= _LIST_VERIFIED else failed
+        for report in listed:
+            out.line(report.render(), style="green" if report.ok else "bold red")
         if not reports:
             out.line(f"no runs in {source}")
         elif target is None or len(reports) > 1:
