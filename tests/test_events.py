@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -106,22 +107,27 @@ def test_timestamps_have_exactly_six_fraction_digits() -> None:
 
 
 def test_timestamps_from_many_threads_are_consistent() -> None:
-    # each thread formats its own clock readings; the per-second cache must not mix them
+    # threads format the same few seconds in turn: the per-second cache must not mix them up
     errors: list[str] = []
 
     def work(offset: int) -> None:
         for i in range(4000):
-            ns = (1_700_000_000 + offset * 10_000 + i % 7) * 1_000_000_000 + 123_456_000
+            ns = (1_700_000_000 + (i + offset) % 3) * 1_000_000_000 + 123_456_000
             got = format_ts(ns)
             want = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 1_000_000_000))
             if got != want + ".123456Z":
                 errors.append(got)
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible, to expose a race
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
     assert errors == []
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from .canonical import DuplicateKeyError, canonical, loads, loads_strict
+from .canonical import MAX_SAFE_INTEGER, DuplicateKeyError, canonical, loads, loads_strict
 from .errors import ProfileError
 from .events import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, envelope_bytes
 
@@ -404,8 +405,95 @@ class LineChecker:
         )
 
 
+# The always-present string fields of an envelope, joined by "\n", in one pattern. No field
+# pattern admits "\n", so a match means each field matched its own pattern exactly.
+_JOINED_FIELDS = re.compile(
+    "\n".join(
+        f"(?:{pattern})"
+        for pattern in (
+            PATTERNS["tenant"].pattern,
+            PATTERNS["run_id"].pattern,
+            PATTERNS["event_id"].pattern,
+            PATTERNS["ts"].pattern,
+            PATTERNS["type"].pattern + "|handoff|decision",
+            PATTERNS["digest"].pattern,
+            PATTERNS["digest"].pattern,
+        )
+    )
+)
+_TRACE, _SPAN, _DIGEST, _SALT = (PATTERNS[k] for k in ("trace_id", "span_id", "digest", "salt"))
+
+
+def _plainly_well_formed(e: Event) -> bool:
+    """True only if check 1 certainly holds; False sends the event to the full check.
+
+    A fast path for the common case (ASCII strings, bytes payload), so that verifying a store
+    does not pay for building a dict per event. It must never admit what the full check refuses.
+    """
+    tenant, run_id, event_id, ts, kind, digest, stored = (
+        e.tenant,
+        e.run_id,
+        e.event_id,
+        e.ts,
+        e.type,
+        e.payload_digest,
+        e.hash,
+    )
+    if not (
+        type(tenant) is str
+        and type(run_id) is str
+        and type(event_id) is str
+        and type(ts) is str
+        and type(kind) is str
+        and type(digest) is str
+        and type(stored) is str
+        and _JOINED_FIELDS.fullmatch(
+            f"{tenant}\n{run_id}\n{event_id}\n{ts}\n{kind}\n{digest}\n{stored}"
+        )
+    ):
+        return False
+    v, seq, actor, seed = e.v, e.seq, e.actor, e.seed
+    trace, span, key, model, prev, salt = (
+        e.trace_id,
+        e.span_id,
+        e.idempotency_key,
+        e.model,
+        e.prev_hash,
+        e.salt,
+    )
+    return (
+        type(v) is int
+        and v == 1
+        and type(seq) is int
+        and seq >= 0
+        and type(actor) is str
+        and 1 <= len(actor) <= 128
+        and actor.isascii()
+        and (
+            trace is None
+            or (type(trace) is str and bool(_TRACE.fullmatch(trace)) and trace.strip("0") != "")
+        )
+        and (
+            span is None
+            or (type(span) is str and bool(_SPAN.fullmatch(span)) and span.strip("0") != "")
+        )
+        and (key is None or (type(key) is str and key.isascii()))
+        and (model is None or (type(model) is str and model.isascii()))
+        and (seed is None or (type(seed) is int and -MAX_SAFE_INTEGER <= seed <= MAX_SAFE_INTEGER))
+        and (prev is None or (type(prev) is str and bool(_DIGEST.fullmatch(prev))))
+        and (salt is None or (type(salt) is str and bool(_SALT.fullmatch(salt))))
+        and (type(e.payload_bytes) is bytes or (e.payload_bytes is None and e.payload is None))
+    )
+
+
 def _check_event_format(event: Event) -> str | None:
     """Check 1 for an :class:`Event` (from a store or built in memory)."""
+    if _plainly_well_formed(event):
+        return None
+    return _check_event_format_fully(event)
+
+
+def _check_event_format_fully(event: Event) -> str | None:
     line = {key: getattr(event, key) for key in ENVELOPE_KEYS}
     line["hash"] = event.hash
     line["salt"] = event.salt

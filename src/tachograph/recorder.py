@@ -123,6 +123,12 @@ class Writer:
 
     flush = wait
 
+    def drain(self) -> None:
+        """Block until everything submitted is handled, without raising (for exit)."""
+        with self._cond:
+            while self._written < self._submitted:
+                self._cond.wait()
+
     def _failure(self, run: RunKey) -> WriteFailed:
         error = self._failed[run]
         self._reported.add(run)
@@ -203,10 +209,7 @@ def writer_for(store: Store) -> Writer:
 @atexit.register
 def _flush_all() -> None:  # pragma: no cover - runs at interpreter exit
     for writer in list(_writers.values()):
-        try:
-            writer.wait()
-        except WriteFailed:
-            pass  # reported below, unless a caller was told already
+        writer.drain()
         for (_, run_id), error in writer.unreported().items():
             print(f"tachograph: events of run {run_id!r} lost: {error}", file=sys.stderr)
 

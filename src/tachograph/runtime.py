@@ -1,8 +1,8 @@
 """What agent code calls: decorators for tools and models, decisions, clock, randomness.
 
 The same agent code runs unchanged when recording, when replaying and when tachograph is off:
-every helper asks the current :class:`~tachograph.session.Session` (a context variable) what
-to do, and outside any run simply does the plain thing.
+each of these functions asks the current :class:`~tachograph.session.Session` (a context
+variable) what to do, and outside any run simply does the plain thing.
 
 .. code-block:: python
 

@@ -2,7 +2,7 @@
 
 Run by the crash tests with ``SHOP_HANG_IN`` naming a tool that signals and then sleeps
 until the parent kills this process; ``SHOP_PROCESSED=1`` records with
-:func:`shop.mark_requests` as a processor.
+:func:`shop.mark_requests` as a processor; ``SHOP_DURABILITY`` names the durability policy.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def main() -> None:
         store=tg.SQLiteStore(store_path),
         run_id=run_id,
         processors=processors,
+        durability=os.environ.get("SHOP_DURABILITY", "effects"),
     )
 
 

@@ -125,7 +125,8 @@ def test_a_run_recorded_in_dry_run_resumes_in_dry_run(
         hang_in="lookup_order",
         books=books,
         tmp_path=tmp_path,
-        extra_env={"TACHOGRAPH_DRY_RUN": "1"},
+        # in dry run no intent forces a flush: "every" puts the steps before the read on disk
+        extra_env={"TACHOGRAPH_DRY_RUN": "1", "SHOP_DURABILITY": "every"},
     )
     store = tg.SQLiteStore(db, create=False)
     assert store.events("dry-crash")[0].payload["labels"]["tachograph.dry_run"] == "true"

@@ -532,6 +532,34 @@ def test_replayed_retry_delays_are_shortened_only_when_asked(srv: FakeLLMServer,
     assert delays == ["20", "1", "20"]  # live, replayed fast, replayed as recorded
 
 
+def test_a_delay_the_sdk_refuses_to_wait_for_is_served_as_recorded(
+    srv: FakeLLMServer, db: str
+) -> None:
+    # openai gives up at once when told to wait more than two minutes; shortening that
+    # delay in replay would make it retry, a call the recording never made.
+    client = _client(srv, max_retries=2)
+
+    def run(prompt: str) -> list[Any]:
+        try:
+            client.chat.completions.create(
+                model=OPENAI_MODEL, messages=[{"role": "user", "content": prompt}]
+            )
+        except openai.RateLimitError as exc:
+            return [exc.status_code, exc.response.headers.get("retry-after-ms")]
+        return []
+
+    srv.fail_next(1, 429, headers={"retry-after-ms": "600000", "retry-after": "600"})
+    result = tachograph.record_run(plain(run), "hi", store=db)
+    assert result.output == [429, "600000"]
+    count = stop(srv)
+    assert count == 1
+
+    report = tachograph.replay(db, result.run_id, plain(run))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert srv.request_count == count
+
+
 def test_async_rate_limit_then_retry_replays(srv: FakeLLMServer, db: str) -> None:
     client = _async_client(srv, max_retries=2)
 

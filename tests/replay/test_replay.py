@@ -4,6 +4,7 @@ nothing runs live."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -383,3 +384,53 @@ def test_a_crashed_run_replays_up_to_the_crash(
     assert "never finished" in report.render()
     assert sum(shop.CALLS.values()) == 0
     assert ledger.calls() == 0
+
+
+def test_external_reads_are_served_without_fetching(store: tg.SQLiteStore) -> None:
+    fetched: list[str] = []
+
+    def price() -> int:
+        fetched.append("sync")
+        return 1999
+
+    async def stock() -> dict[str, int]:
+        fetched.append("async")
+        return {"A-1": 3}
+
+    @tg.agent(name="pricing")
+    async def pricing(task: str) -> Any:
+        p = tg.external("prices", price, key=task)
+        s = await tg.runtime.aexternal("stock", stock)
+        return {
+            "price": p,
+            "stock": s[task],
+            "at": tg.now().isoformat(),
+            "n": tg.rng().randint(0, 99),
+        }
+
+    recorded = asyncio.run(tg.arecord_run(pricing, "A-1", store=store, run_id="px"))
+    assert fetched == ["sync", "async"]
+    events = store.events("px")
+    assert [e.type for e in events[1:-1]] == [
+        "external.read",
+        "external.read",
+        "clock.read",
+        "random.seed",
+    ]
+    assert events[1].payload == {"source": "prices", "key": "A-1", "value": 1999}
+    report = tg.replay(store, "px", pricing)
+    assert report.reproduced
+    assert report.output == recorded.output  # the same clock reading and random draw
+    assert fetched == ["sync", "async"]  # nothing fetched again
+
+    @tg.agent(name="pricing")
+    async def other_source(task: str) -> Any:
+        tg.external("prices-v2", price, key=task)
+        return None
+
+    changed = tg.replay(store, "px", other_source)
+    assert changed.first is not None
+    assert (changed.first.kind, changed.first.seq) == (tg.DivergenceKind.DECISION_CHANGED, 1)
+    assert [(c.path, c.old, c.new) for c in changed.first.changes] == [
+        ("$.payload.source", "prices", "prices-v2")
+    ]

@@ -82,6 +82,12 @@ def scripted_model(request: dict[str, Any]) -> dict[str, Any]:
     if observation.get("status") == "succeeded":
         euros = observation["amount_cents"] / 100
         return _answer(turn, f"Refund of {euros:.2f} EUR issued for {observation['order_id']}.")
+    if observation.get("status") == "simulated":
+        euros = observation["amount_cents"] / 100
+        return _answer(
+            turn,
+            f"Refund of {euros:.2f} EUR would be issued for {observation['order_id']} (dry run).",
+        )
     return _answer(turn, f"A colleague will look at {observation.get('order_id')} shortly.")
 
 
@@ -114,7 +120,22 @@ def lookup_order(order_id: str) -> dict[str, Any]:
     return dict(order)
 
 
-@tg.tool(effect="irreversible", schema_version="2", key=lambda args: args["order_id"])
+def _simulated_refund(order_id: str, amount_cents: int) -> dict[str, Any]:
+    """What a refund would look like, for dry runs (forks, unconfirmed resumes)."""
+    return {
+        "refund_id": "re_dryrun",
+        "order_id": order_id,
+        "amount_cents": amount_cents,
+        "status": "simulated",
+    }
+
+
+@tg.tool(
+    effect="irreversible",
+    schema_version="2",
+    key=lambda args: args["order_id"],
+    dry_run=_simulated_refund,
+)
 def issue_refund(
     order_id: str, amount_cents: int, idempotency_key: str | None = None
 ) -> dict[str, Any]:
