@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tachograph import chain
 from tachograph.chain import Check, VerifyReport, iter_jsonl_runs, verify_events, verify_lines
 from tachograph.events import new_event
 from tachograph.jsonl import read_jsonl, verify_jsonl
@@ -181,3 +185,81 @@ def test_a_rewritten_tail_is_not_detected_and_the_report_says_unsealed() -> None
     assert report.sealed is False
     assert "unsealed" in report.render()
     assert verify_events(events[:2]).ok  # truncated
+
+
+# -- check 1 on stored events: the fast path never admits what the full check refuses ------------
+
+_DIGEST = "sha256:" + "0123456789abcdef" * 4
+_ODD_STRINGS = [
+    "",
+    " ",
+    "\n",
+    "x\ny",
+    "é",
+    "bad \ud800",
+    "\udcff",
+    "0" * 32,
+    "0" * 16,
+    "A" * 32,
+    "a" * 32,
+    "f" * 16,
+    _DIGEST,
+    _DIGEST.upper(),
+    _DIGEST + "\n",
+    "sha256:" + "0" * 63,
+    "2026-10-15T03:12:09.412000Z",
+    "２０２６-10-15T03:12:09.412000Z",  # noqa: RUF001 - fullwidth digits, on purpose
+    "01J9Z8Q2M4AAAAAAAAAAAAAAAA",
+    "handoff",
+    "decision",
+    "run.started",
+    "Run.started",
+    "x" * 129,
+    "0123456789abcdef0123456789abcdef",
+]
+_ODD_VALUES = [None, 0, 1, -1, True, 1.0, 2**53, -(2**53 - 1), 2**62, b"bytes", [], {}]
+_odd = st.sampled_from(_ODD_STRINGS + _ODD_VALUES) | st.text(max_size=8)
+_FIELDS = [
+    "v",
+    "tenant",
+    "run_id",
+    "seq",
+    "event_id",
+    "ts",
+    "type",
+    "actor",
+    "trace_id",
+    "span_id",
+    "idempotency_key",
+    "model",
+    "seed",
+    "payload_digest",
+    "prev_hash",
+    "hash",
+    "salt",
+    "payload",
+    "payload_bytes",
+]
+_BASE = build_run("run-x", 2)[1]
+
+
+def test_the_fast_format_check_agrees_on_every_single_change() -> None:
+    for name in _FIELDS:
+        for value in _ODD_STRINGS + _ODD_VALUES:
+            event = dataclasses.replace(_BASE, **{name: value})
+            fast, full = chain._check_event_format(event), chain._check_event_format_fully(event)
+            assert fast == full, (name, value)
+
+
+@settings(max_examples=500)
+@given(st.dictionaries(st.sampled_from(_FIELDS), _odd, min_size=2, max_size=4))
+def test_the_fast_format_check_agrees_with_the_full_one(changes: dict[str, Any]) -> None:
+    event = dataclasses.replace(_BASE, **changes)
+    assert chain._check_event_format(event) == chain._check_event_format_fully(event)
+
+
+def test_the_fast_format_check_is_taken_for_ordinary_events() -> None:
+    for event in build_run("run-x", 5, tenant="acme", status="ok"):
+        assert chain._plainly_well_formed(event)
+    assert not chain._plainly_well_formed(dataclasses.replace(_BASE, actor="agent \u2603"))
+    assert chain._check_event_format(dataclasses.replace(_BASE, actor="agent \u2603")) is None

@@ -55,11 +55,10 @@ class Crew:
                 _, err = proc.communicate(timeout=TIMEOUT)
                 raise AssertionError(f"worker did not start: {line!r} {err}")
         self.go.touch()
-        writers, reader_procs = self.procs[: len(self.procs) - readers], self.procs[-readers:]
-        results = [self._finish(proc) for proc in writers]
-        self.stop.touch()
-        if readers:
-            results += [self._finish(proc) for proc in reader_procs]
+        split = len(self.procs) - readers  # readers were started last
+        results = [self._finish(proc) for proc in self.procs[:split]]
+        self.stop.touch()  # readers loop until the writers are done
+        results += [self._finish(proc) for proc in self.procs[split:]]
         return results
 
     @staticmethod

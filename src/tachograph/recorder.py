@@ -152,16 +152,14 @@ class Writer:
                 if not self._queue:
                     return
                 batch = self._queue[: self.max_batch]
-            failed = self._append(batch)
+                # Later events of a failed run would only be refused in turn: skip them (they
+                # still count as handled, in queue order, so that tickets stay in step).
+                live = [e for e in batch if (e.tenant, e.run_id) not in self._failed]
+            failed = self._append(live) if live else {}
             with self._cond:
                 del self._queue[: len(batch)]
                 self._written += len(batch)
-                if failed:
-                    self._failed.update(failed)
-                    # Later events of a failed run would only be refused in turn.
-                    kept = [e for e in self._queue if (e.tenant, e.run_id) not in self._failed]
-                    self._written += len(self._queue) - len(kept)
-                    self._queue[:] = kept
+                self._failed.update(failed)
                 self._cond.notify_all()
 
     def _append(self, batch: list[Event]) -> dict[RunKey, BaseException]:
