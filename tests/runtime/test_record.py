@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import threading
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -295,7 +296,7 @@ def test_a_non_json_result_names_the_tool_and_the_path(store: tg.SQLiteStore) ->
     assert store.verify("bad-result").ok
 
 
-def test_a_decorated_tool_outside_a_run_just_runs(tmp_path: Any) -> None:
+def test_a_decorated_tool_outside_a_run_just_runs(tmp_path: Path) -> None:
     seen_keys.clear()
     assert send_mail("a@example.com", "hi") == "sent"
     assert seen_keys == [None]
