@@ -63,6 +63,12 @@ def _git_version(directory: str) -> str | None:
     return f"git:{head}" + ("-dirty" if dirty else "") if head else None
 
 
+@functools.lru_cache(maxsize=1)
+def _packages_distributions() -> Mapping[str, list[str]]:
+    # Scanning every installed distribution takes up to a second: once per process.
+    return importlib.metadata.packages_distributions()
+
+
 def code_version_of(fn: Callable[..., Any]) -> str | None:
     """The agent's own version: its distribution's version, else its git commit, else None."""
     module = inspect.getmodule(fn)
@@ -70,7 +76,7 @@ def code_version_of(fn: Callable[..., Any]) -> str | None:
         return None
     top = module.__name__.split(".")[0]
     try:
-        dists = importlib.metadata.packages_distributions().get(top)
+        dists = _packages_distributions().get(top)
         if dists:
             return f"{dists[0]}-{importlib.metadata.version(dists[0])}"
     except Exception:

@@ -320,6 +320,11 @@ class Recorder:
             check_actor(actor)
         for processor in self.processors:
             payload = processor(type, payload)
+        if self.finished:  # checked again under the lock; here so no observer sees it
+            raise RecordingError(
+                f"run {self.run_id!r} has finished; nothing more can be recorded in it",
+                run_id=self.run_id,
+            )
         for observer in self.observers:
             try:
                 ctx = observer.before(

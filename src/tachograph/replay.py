@@ -79,11 +79,19 @@ def _verify(events: list[Event], allow_unverified: bool) -> bool:
     return True
 
 
-def drift(recorded: dict[str, Any] | None, current: dict[str, Any] | None) -> list[Drift]:
+def drift(
+    recorded: dict[str, Any] | None,
+    current: dict[str, Any] | None,
+    *,
+    used_tools: frozenset[str] | None = None,
+) -> list[Drift]:
     """What changed between two environment fingerprints (SPEC section 7).
 
     Model ids, prompt hashes, tool schemas and versions, and the code version count; the
-    runtime and the recorder version are reported by :func:`runtime_notes`.
+    runtime and the recorder version are reported by :func:`runtime_notes`. With
+    ``used_tools`` (the tools the recorded run called), a tool declared on one side only
+    counts when the run used it: an agent declared without an explicit tool list
+    fingerprints every tool its process has imported, which says nothing about this run.
     """
     if recorded is None or current is None:
         return []
@@ -96,9 +104,25 @@ def drift(recorded: dict[str, Any] | None, current: dict[str, Any] | None) -> li
         before = recorded.get(section) or {}
         after = current.get(section) or {}
         for name in sorted(set(before) | set(after)):
+            one_sided = (name in before) != (name in after)
+            if (
+                section == "tools"
+                and one_sided
+                and used_tools is not None
+                and name not in used_tools
+            ):
+                continue
             if before.get(name) != after.get(name):
                 out.append(Drift(f"{section}.{name}", before.get(name), after.get(name)))
     return out
+
+
+def _used_tools(events: list[Event]) -> frozenset[str]:
+    return frozenset(
+        str((e.payload or {}).get("tool"))
+        for e in events
+        if e.type == "tool.requested" and isinstance(e.payload, dict)
+    )
 
 
 def runtime_notes(recorded: dict[str, Any] | None, current: dict[str, Any] | None) -> list[str]:
@@ -204,7 +228,7 @@ def replay(
         run_id=events[0].run_id,
         mode="replay",
         divergences=tuple(session.divergences),
-        drift=tuple(drift(recorded_env, current_env)),
+        drift=tuple(drift(recorded_env, current_env, used_tools=_used_tools(events))),
         events=len(events),
         served=session.served + 1,  # run.started
         unverified=unverified,
@@ -400,7 +424,7 @@ def _live_report(
         run_id=events[0].run_id,
         mode=mode,
         divergences=tuple(session.divergences),
-        drift=tuple(drift(recorded_env, rec.env)),
+        drift=tuple(drift(recorded_env, rec.env, used_tools=_used_tools(events))),
         events=len(events),
         served=session.served,
         unverified=unverified,

@@ -99,7 +99,7 @@ class DivergenceItem:
             lines.append(f"  actual:   {_summary(self.actual)}")
         for change in self.changes[:20]:
             lines.append(f"    {change.render()}")
-        for cand in self.candidates[:3]:
+        for cand in [c for c in self.candidates if c.passed][:3]:
             lines.append(
                 f"  candidate seq {cand.seq} ({cand.type}): "
                 f"passed {', '.join(cand.passed) or '-'}; failed {', '.join(cand.failed) or '-'}"

@@ -79,6 +79,8 @@ def prompt_hash(request: Any) -> str | None:
         value = request.get(key)
         if isinstance(value, str):
             return sha256_text(value)
+        if isinstance(value, list) and value:  # Anthropic's system given as content blocks
+            return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
     for message in request.get("messages") or request.get("input") or ():
         if isinstance(message, dict) and message.get("role") in ("system", "developer"):
             content = message.get("content")
