@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .errors import TachographError, VerificationFailed
+from .errors import CorpusError, VerificationFailed
 from .events import ENVELOPE_KEYS, Event, envelope_bytes, hash_envelope, new_event, now_ts
 from .jsonl import write_events
 from .recorder import Processor
@@ -39,10 +39,6 @@ FIXTURE_VERSION = 1
 
 SIDECAR_SUFFIX = ".tacho.json"
 """The sidecar of ``NAME.jsonl`` is ``NAME.tacho.json``."""
-
-
-class CorpusError(TachographError, ValueError):
-    """A corpus that cannot be written or read as asked (``path``, ``run_id``)."""
 
 
 class Verdict(str, enum.Enum):

@@ -25,7 +25,8 @@ are translated at the store boundary into :class:`StoreError` subclasses.
     │   ├── Divergence               the agent did something other than what was recorded
     │   ├── Unreplayable             erased payloads or an unverified run
     │   └── ConfirmationRequired     resuming would repeat an irreversible side effect
-    └── AgentLoadError               ``module:function`` could not be imported
+    ├── AgentLoadError               ``module:function`` could not be imported
+    └── CorpusError                  a regression corpus that cannot be written or read
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "AgentLoadError",
     "AppendRefused",
     "ConfirmationRequired",
+    "CorpusError",
     "Divergence",
     "DuplicateConflict",
     "EventError",
@@ -160,3 +162,7 @@ class ConfirmationRequired(ReplayError):
 
 class AgentLoadError(TachographError, ImportError):
     """An agent given as ``module:function`` could not be loaded (``target``)."""
+
+
+class CorpusError(TachographError, ValueError):
+    """A corpus that cannot be written or read as asked (``path``, ``run_id``)."""
