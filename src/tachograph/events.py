@@ -7,7 +7,6 @@ an interchange line without trusting it (verification does the checking).
 
 from __future__ import annotations
 
-import base64
 import enum
 import hashlib
 import os
@@ -185,9 +184,9 @@ def _check_unicode(name: str, text: str) -> None:
 
 # -- ids and time -----------------------------------------------------------------------------
 
-_CROCKFORD = bytes.maketrans(
-    b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-)
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+# Every 10-bit value as two Crockford base32 characters: a ULID is 13 lookups.
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
 
 
 class _UlidSource:
@@ -197,6 +196,7 @@ class _UlidSource:
         self._lock = threading.Lock()
         self._last_ms = -1
         self._last_rand = 0
+        self._prefix: tuple[int, str] = (-1, "")
 
     def next(self, ms: int) -> str:
         with self._lock:
@@ -210,10 +210,25 @@ class _UlidSource:
                 # The top bit stays clear so the counter has room to grow within the millisecond.
                 rand = int.from_bytes(os.urandom(10), "big") >> 1
             self._last_ms, self._last_rand = ms, rand
-        value = (ms << 80) | rand
-        # 130 bits (2 leading zero bits) = 26 base32 characters: shift into 160 bits, encode, cut.
-        raw = (value << 30).to_bytes(20, "big")
-        return base64.b32encode(raw)[:26].translate(_CROCKFORD).decode("ascii")
+            prefix = self._prefix
+            if prefix[0] != ms:
+                # The first 10 characters carry the 48-bit time (after 2 zero bits): once per ms.
+                p = _PAIRS
+                prefix = self._prefix = (
+                    ms,
+                    p[ms >> 40 & 1023]
+                    + p[ms >> 30 & 1023]
+                    + p[ms >> 20 & 1023]
+                    + p[ms >> 10 & 1023]
+                    + p[ms & 1023],
+                )
+        p = _PAIRS
+        return (
+            prefix[1]
+            + p[rand >> 70 & 1023] + p[rand >> 60 & 1023] + p[rand >> 50 & 1023]
+            + p[rand >> 40 & 1023] + p[rand >> 30 & 1023] + p[rand >> 20 & 1023]
+            + p[rand >> 10 & 1023] + p[rand & 1023]
+        )  # fmt: skip
 
 
 _ULIDS = _UlidSource()
