@@ -212,25 +212,25 @@ def test_appends_are_not_blocked_by_the_triggers(store: SQLiteStore) -> None:
 
 
 def test_the_schema_version_is_recorded(store: SQLiteStore, path: Path) -> None:
-    assert store.schema_version == SCHEMA_VERSION == 1
+    assert store.schema_version == SCHEMA_VERSION == 2
     raw = sqlite3.connect(path)
     try:
         meta = dict(raw.execute("SELECT key, value FROM meta").fetchall())
     finally:
         raw.close()
-    assert meta == {"schema_version": "1", "format_version": "1"}
+    assert meta == {"schema_version": "2", "format_version": "1"}
 
 
 def test_a_newer_schema_is_refused(path: Path) -> None:
     SQLiteStore(path).close()
     raw = sqlite3.connect(path, isolation_level=None)
-    raw.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    raw.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
     raw.close()
     for opener in (lambda: SQLiteStore(path), lambda: open_store(str(path), create=False)):
         with pytest.raises(SchemaVersionError) as info:
             opener()
         err = info.value
-        assert (err.expected, err.actual) == (1, 2)
+        assert (err.expected, err.actual) == (2, 3)
         assert "upgrade tachograph" in str(err)
         assert err.location == str(path)
 
@@ -240,15 +240,18 @@ def test_an_older_schema_is_migrated_forward(path: Path, monkeypatch: pytest.Mon
     events = build_run("run-a", 3)
     store.append(events)
     store.close()
-    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 3)
     monkeypatch.setattr(
         sqlite_module,
         "MIGRATIONS",
-        {1: "ALTER TABLE runs ADD COLUMN note TEXT;\nCREATE INDEX runs_actor ON runs (actor);\n"},
+        {
+            **sqlite_module.MIGRATIONS,
+            2: "ALTER TABLE runs ADD COLUMN note TEXT;\nCREATE INDEX runs_actor ON runs (actor);\n",
+        },
     )
     store = SQLiteStore(path)
     try:
-        assert store.schema_version == 2
+        assert store.schema_version == 3
         columns = [r[1] for r in store._db.execute("PRAGMA table_info(runs)")]
         assert "note" in columns
         assert list(store.read("run-a")) == events
@@ -256,25 +259,54 @@ def test_an_older_schema_is_migrated_forward(path: Path, monkeypatch: pytest.Mon
         store.close()
     fresh = SQLiteStore(path.with_name("fresh.db"))  # a new store is created at the newest
     try:
-        assert fresh.schema_version == 2
+        assert fresh.schema_version == 3
     finally:
         fresh.close()
 
 
+def test_a_version_1_store_gains_the_run_indexes(path: Path) -> None:
+    store = SQLiteStore(path)
+    events = build_run("run-a", 3)
+    store.append(events)
+    store.close()
+    raw = sqlite3.connect(path, isolation_level=None)  # rebuild the version 1 layout exactly
+    raw.execute("DROP INDEX runs_run_id")
+    raw.execute("DROP INDEX runs_started_run")
+    raw.execute("CREATE INDEX runs_started ON runs (started_at)")
+    raw.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    raw.close()
+    store = SQLiteStore(path)
+    try:
+        assert store.schema_version == 2
+        indexes = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master")}
+        assert {"runs_run_id", "runs_started_run"} <= indexes
+        assert "runs_started" not in indexes
+        plan = store._db.execute(
+            "EXPLAIN QUERY PLAN SELECT tenant FROM runs WHERE run_id=?", ("run-a",)
+        ).fetchall()
+        assert "runs_run_id" in str(plan)
+        assert list(store.read("run-a")) == events
+    finally:
+        store.close()
+
+
 def test_a_failing_migration_changes_nothing(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     SQLiteStore(path).close()
-    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 3)
     monkeypatch.setattr(
         sqlite_module,
         "MIGRATIONS",
-        {1: "ALTER TABLE runs ADD COLUMN note TEXT;\nTHIS IS NOT SQL;\n"},
+        {
+            **sqlite_module.MIGRATIONS,
+            2: "ALTER TABLE runs ADD COLUMN note TEXT;\nTHIS IS NOT SQL;\n",
+        },
     )
     with pytest.raises(StoreUnavailable):
         SQLiteStore(path)
     monkeypatch.undo()
     store = SQLiteStore(path)
     try:
-        assert store.schema_version == 1
+        assert store.schema_version == 2
         columns = [r[1] for r in store._db.execute("PRAGMA table_info(runs)")]
         assert "note" not in columns  # the first statement was rolled back with the second
     finally:

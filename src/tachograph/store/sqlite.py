@@ -33,7 +33,7 @@ from .base import Receipt, RunInfo, Store, not_found
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -85,7 +85,15 @@ BEGIN SELECT RAISE(ABORT, 'tachograph: payload rows are never deleted; erase ins
 """
 
 # Migrations from version N to N+1, in order. Each runs inside one transaction.
-MIGRATIONS: dict[int, str] = {}
+MIGRATIONS: dict[int, str] = {
+    # 1 -> 2: find a run by id without its tenant, and list runs newest first, by index
+    # (both were table scans, which grew with the store).
+    1: """
+CREATE INDEX runs_run_id ON runs (run_id);
+CREATE INDEX runs_started_run ON runs (started_at, run_id);
+DROP INDEX runs_started;
+""",
+}
 
 _COLUMNS = (
     "e.tenant, e.run_id, e.seq, e.event_id, e.ts, e.type, e.actor, e.trace_id, e.span_id, "
@@ -247,9 +255,9 @@ class SQLiteStore(Store):
                     db.execute(
                         "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?), "
                         "('format_version', '1')",
-                        (str(SCHEMA_VERSION),),
+                        ("1",),
                     )
-                    version = SCHEMA_VERSION
+                    version = 1  # a new store is built as version 1, then migrated like any
                 while version < SCHEMA_VERSION:
                     for statement in _statements(MIGRATIONS[version]):
                         db.execute(statement)
@@ -417,7 +425,7 @@ class SQLiteStore(Store):
     def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
         """The last ``(seq, hash)`` of a run, from the events themselves."""
         with self._lock:
-            row = self._db.execute(
+            row = self._db.execute(  # the (tenant, run_id, seq) index answers this directly
                 "SELECT seq, hash FROM events WHERE tenant=? AND run_id=? ORDER BY seq DESC "
                 "LIMIT 1",
                 (tenant, run_id),
