@@ -361,7 +361,23 @@ class Event:
 
     def envelope_jcs(self) -> bytes:
         """``JCS(envelope)`` recomputed from the fields."""
-        return envelope_bytes(*(getattr(self, key) for key in ENVELOPE_KEYS))
+        return envelope_bytes(
+            self.v,
+            self.tenant,
+            self.run_id,
+            self.seq,
+            self.event_id,
+            self.ts,
+            self.type,
+            self.actor,
+            self.trace_id,
+            self.span_id,
+            self.idempotency_key,
+            self.model,
+            self.seed,
+            self.payload_digest,
+            self.prev_hash,
+        )
 
     def to_line(self) -> dict[str, Any]:
         """The interchange line of SPEC section 4 as a dict."""

@@ -283,12 +283,12 @@ def _begin_tool(
 ) -> tuple[Any, tuple[tuple[Any, ...], dict[str, Any]]]:
     bound = spec.bind(args, kwargs)
     try:
-        canonical(bound, f"{spec.name}.args")
+        args_jcs = canonical(bound, f"{spec.name}.args")
     except ProfileError as exc:
         raise ProfileError(
             f"tool {spec.name!r}: {exc}", path=exc.fields.get("path"), tool=spec.name
         ) from None
-    key = session.make_key(spec.name, bound, spec.key)
+    key = session.make_key(spec.name, bound, spec.key, args_jcs=args_jcs)  # scanned once
     payload: dict[str, Any] = {"tool": spec.name, "args": bound, "effect": spec.effect.value}
     if spec.schema_version is not None:
         payload["schema_version"] = spec.schema_version
@@ -380,7 +380,7 @@ def model(
         def begin(session: Session, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             request = request_of(args, kwargs)
             try:
-                canonical(request, "request")
+                request_jcs = canonical(request, "request")
             except ProfileError as exc:
                 raise ProfileError(
                     f"model {model_id!r}: {exc}", path=exc.fields.get("path")
@@ -390,7 +390,7 @@ def model(
             if ph is not None:
                 payload["prompt_hash"] = ph
             seed = request.get("seed") if isinstance(request, dict) else None
-            key = session.make_key(model_id, request, None)
+            key = session.make_key(model_id, request, None, args_jcs=request_jcs)
             return session.begin_call(
                 kind="model",
                 name=model_id,

@@ -186,7 +186,14 @@ class Session(Matcher):
 
     # -- keys ------------------------------------------------------------------------------
 
-    def make_key(self, name: str, args: Any, custom: Callable[[dict[str, Any]], str] | None) -> str:
+    def make_key(
+        self,
+        name: str,
+        args: Any,
+        custom: Callable[[dict[str, Any]], str] | None,
+        *,
+        args_jcs: bytes | None = None,
+    ) -> str:
         """SPEC section 5: ``{run_id}:{name}:{h}`` (or the tool's own), ``#n`` on repeats.
 
         While serving, keys are computed against the *source* run, so that they equal the
@@ -197,7 +204,8 @@ class Session(Matcher):
         if custom is not None:
             part = str(custom(args))
         else:
-            part = hashlib.sha256(canonical(args)).hexdigest()[:16]
+            body = args_jcs if args_jcs is not None else canonical(args)
+            part = hashlib.sha256(body).hexdigest()[:16]
         base = f"{run_id}:{name}:{part}"
         with self._key_lock:  # threads handed the context may call tools at the same time
             n = self._key_counts.get(base, 0)
