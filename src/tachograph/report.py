@@ -202,7 +202,14 @@ class ReplayReport:
     def render(self) -> str:
         """The report for a person."""
         kind = "simulation" if self.simulation else "reproduction"
-        head = f"{self.mode} of {self.run_id}: {self.verdict.upper()} ({kind})"
+        if self.mode == "replay":
+            head = f"replay of {self.run_id}: {self.verdict.upper()} ({kind})"
+        else:  # fork and resume serve recorded steps, then go on live
+            served = "matched" if self.reproduced else "DIVERGED"
+            head = (
+                f"{self.mode} of {self.run_id}: recorded steps {served} ({kind}), "
+                "then continued live"
+            )
         lines = [head]
         if self.unverified:
             lines.append("  WARNING: the run did not verify; replayed anyway on request")
@@ -210,8 +217,10 @@ class ReplayReport:
             lines.append(f"  drift: {d.render()}")
         if self.erased:
             lines.append(f"  erased payloads at seq {', '.join(map(str, self.erased))}")
-        if self.reproduced:
+        if self.reproduced and self.mode == "replay":
             lines.append(f"  {self.served} of {self.events} recorded events matched")
+        elif self.reproduced:
+            lines.append(f"  {self.served} recorded events served before going live")
         else:
             first = self.first
             if first is not None:
