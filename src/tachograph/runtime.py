@@ -586,13 +586,11 @@ async def aexternal(source: str, fetch: Callable[[], Awaitable[T]], *, key: str 
     payload: dict[str, Any] = {"source": source}
     if key is not None:
         payload["key"] = key
-    if session._serving_possible():
-        matched = session._expect("external.read", payload, None, None)
-        if matched is not None:
-            return (matched.payload or {}).get("value")  # type: ignore[return-value]
+    served, recorded = session.serve_value("external.read", payload)
+    if served:
+        return recorded  # type: ignore[no-any-return]
     value = await fetch()
-    if session.recorder is not None:
-        session.recorder.append("external.read", {**payload, "value": value})
+    session.record_value("external.read", payload, value)
     return value
 
 

@@ -523,17 +523,36 @@ class Session(Matcher):
     ) -> Any:
         """A value the world supplies (clock, randomness, external read): served when
         recorded, else computed, recorded and returned."""
+        served, value = self.serve_value(type_, payload)
+        if served:
+            return value
+        value = compute()
+        self.record_value(type_, payload, value, seed=seed)
+        return value
+
+    def serve_value(self, type_: str, payload: dict[str, Any]) -> tuple[bool, Any]:
+        """Phase one of :meth:`value`: ``(True, recorded value)`` when the record serves it,
+        else ``(False, None)`` and the caller computes it (async callers await it)."""
         if self._serving_possible():
             matched = self._expect(type_, payload, None, None)
             if matched is not None:
                 recorded = matched.payload or {}
-                return recorded.get("seed" if type_ == "random.seed" else "value")
-        value = compute()
+                return True, recorded.get("seed" if type_ == "random.seed" else "value")
+        return False, None
+
+    def record_value(
+        self, type_: str, payload: dict[str, Any], value: Any, *, seed: int | None = None
+    ) -> None:
+        """Phase two of :meth:`value`: record a value computed live."""
         if self.recorder is not None:
             body = dict(payload)
             body["seed" if type_ == "random.seed" else "value"] = value
             self.recorder.append(type_, body, seed=seed)
-        return value
+
+    def recorded_completion(self, key: str | None) -> Event | None:
+        """The recorded completion (``*.completed``, ``*.response``, ``*.failed``) of the
+        call with idempotency key ``key``, if the run being served has one."""
+        return self._completions.get(key) if key is not None else None
 
     def rng(self) -> random.Random:
         """The run's seeded generator; its seed is recorded once (``random.seed``)."""

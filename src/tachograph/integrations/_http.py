@@ -286,13 +286,9 @@ def _recorded_failure(session: Session, ticket: Served) -> dict[str, Any] | None
     """The recorded error response behind a served failure.
 
     ``Served`` carries only the rebuilt exception; the SDK needs the response itself to raise
-    its own exception and run its own retry logic, so it is read from the session's index of
-    recorded completions.
+    its own exception and run its own retry logic, so it is read from the recorded completion.
     """
-    completions = getattr(session, "_completions", None)
-    if not isinstance(completions, dict) or ticket.key is None:
-        return None
-    event = completions.get(ticket.key)
+    event = session.recorded_completion(ticket.key)
     payload = getattr(event, "payload", None)
     record = payload.get("response") if isinstance(payload, dict) else None
     return record if isinstance(record, dict) and "status" in record else None
