@@ -149,7 +149,10 @@ class ReplayError(TachographError):
 
 
 class Divergence(ReplayError):
-    """The agent did something other than what was recorded; ``report`` holds the diagnosis."""
+    """The agent did something other than what was recorded; ``report`` holds the diagnosis
+    (a :class:`~tachograph.report.ReplayReport`)."""
+
+    report: Any = None
 
 
 class Unreplayable(ReplayError):

@@ -434,6 +434,11 @@ def _live_report(
         aborted=session.aborted or status == "stopped",
         new_run_id=run.run_id,
         notes=tuple(notes),
+        final_status=(
+            ("unfinished" if mode == "resume" else "aborted")
+            if status == "stopped"
+            else ("error" if error is not None else "ok")
+        ),
     )
 
 

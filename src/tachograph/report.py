@@ -158,6 +158,9 @@ class ReplayReport:
     new_run_id: str | None = None
     """For fork and resume: the run that was written."""
     notes: tuple[str, ...] = field(default=())
+    final_status: str | None = None
+    """For fork and resume: how the run written ended (``ok``, ``error``, ``aborted``), or
+    ``unfinished`` for a resume that stopped before appending anything."""
 
     @property
     def reproduced(self) -> bool:
@@ -196,6 +199,7 @@ class ReplayReport:
             "erased": list(self.erased),
             "aborted": self.aborted,
             "new_run_id": self.new_run_id,
+            "final_status": self.final_status,
             "notes": list(self.notes),
         }
 
@@ -204,12 +208,14 @@ class ReplayReport:
         kind = "simulation" if self.simulation else "reproduction"
         if self.mode == "replay":
             head = f"replay of {self.run_id}: {self.verdict.upper()} ({kind})"
-        else:  # fork and resume serve recorded steps, then go on live
-            served = "matched" if self.reproduced else "DIVERGED"
+        elif self.reproduced:  # fork and resume serve recorded steps, then go on live
             head = (
-                f"{self.mode} of {self.run_id}: recorded steps {served} ({kind}), "
+                f"{self.mode} of {self.run_id}: recorded steps matched ({kind}), "
                 "then continued live"
             )
+        else:
+            where = f" at seq {self.first.seq}" if self.first else ""
+            head = f"{self.mode} of {self.run_id}: DIVERGED{where} ({kind}); stopped there"
         lines = [head]
         if self.unverified:
             lines.append("  WARNING: the run did not verify; replayed anyway on request")
@@ -228,7 +234,13 @@ class ReplayReport:
                 lines.append("  " + first.render().replace("\n", "\n  "))
             if len(self.divergences) > 1:
                 lines.append(f"  ({len(self.divergences) - 1} more divergence(s) after it)")
-        if self.new_run_id:
-            lines.append(f"  recorded as {self.new_run_id}")
+        if self.new_run_id and self.final_status == "unfinished":
+            lines.append(f"  {self.new_run_id} was left unfinished; nothing was appended")
+        elif self.new_run_id:
+            verb = "appended to" if self.mode == "resume" else "recorded as"
+            ended = f" (finished {self.final_status}" if self.final_status else ""
+            if ended and self.error:
+                ended += f": {self.error.get('type')}: {self.error.get('message')}"
+            lines.append(f"  {verb} {self.new_run_id}{ended}{')' if ended else ''}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)

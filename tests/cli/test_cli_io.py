@@ -98,7 +98,9 @@ def test_import_refuses_a_tampered_file_and_stores_nothing(
         assert result.exit_code == EXIT_FAILED
         assert "import refused, nothing stored" in result.stderr
         assert "FAILED at seq 9 (line 10), check 5 (payload digest)" in result.stderr
-    assert other.json("runs")["runs"] == []
+    # Nothing stored, and no store created either: a refused import leaves nothing behind.
+    assert not (tmp_path / "other.db").exists()
+    assert other("runs").exit_code == EXIT_STORE
 
 
 def test_import_of_a_malformed_file_is_refused(tmp_path: Path, runner: CliRunner) -> None:

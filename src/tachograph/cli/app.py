@@ -142,11 +142,25 @@ def resolve_run(store: Store, run_id: str, *, tenant: str | None = None) -> RunI
     """
     try:
         return store.run_info(run_id, tenant=tenant)
-    except RunNotFound as exc:
-        matches = [s for s in getattr(exc, "suggestions", []) or [] if s.startswith(run_id)]
-        if len(run_id) >= 6 and len(matches) == 1:
-            return store.run_info(matches[0], tenant=tenant)
-        raise
+    except RunNotFound:
+        if len(run_id) < 6:
+            raise
+        matches = sorted(
+            {i.run_id for i in store.runs(tenant=tenant) if i.run_id.startswith(run_id)}
+        )
+        if not matches:
+            raise
+        # A run and its forks share a prefix (forks are named RUN.fork-xxxx): the prefix
+        # names the run they all descend from.
+        roots = [m for m in matches if not any(m.startswith(o + ".") for o in matches if o != m)]
+        if len(roots) == 1:
+            return store.run_info(roots[0], tenant=tenant)
+        shown = ", ".join(roots[:8]) + (", ..." if len(roots) > 8 else "")
+        raise RunNotFound(
+            f"{run_id!r} is ambiguous: it begins {len(roots)} runs ({shown}); give more of the id",
+            run_id=run_id,
+            suggestions=roots[:8],
+        ) from None
 
 
 def json_option(fn: F) -> F:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import sys
@@ -112,6 +113,23 @@ def show_timeline(out: Output, events: list[Event], *, full: bool = False) -> No
     out.table(headers, rows, styles=styles, cell_styles=cells)
 
 
+def _as_timestamp(text: str | None, option: str) -> str | None:
+    """An ISO 8601 time (date alone, space or ``T``, any offset) as a stored UTC timestamp."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(
+            f"{option} {text!r} is not an ISO 8601 time; e.g. 2026-11-29, 2026-11-29T16:30 "
+            "or 2026-11-29 16:30:00+01:00 (times without an offset are UTC)",
+            exit_code=EXIT_USAGE,
+        ) from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 @click.command("runs", short_help="List runs, newest first.")
 @click.option("--actor", help="Only runs by this actor.")
 @click.option(
@@ -140,12 +158,14 @@ def runs_cmd(
     as_json: bool,
 ) -> None:
     """List runs, newest first, with filters."""
+    since_ts = _as_timestamp(since, "--since")
+    until_ts = _as_timestamp(until, "--until")
     with open_store() as store:
         found = store.runs(
             actor=actor,
             status=status,
-            since=since,
-            until=until,
+            since=since_ts,
+            until=until_ts,
             tenant=tenant,
             limit=None if limit == 0 else limit + 1,
         )
@@ -156,7 +176,8 @@ def runs_cmd(
             return
         out = Output()
         if not found:
-            out.line(f"no runs in {store.url}" + (" match" if actor or status else ""))
+            filtered = any(v is not None for v in (actor, status, since, until, tenant))
+            out.line(f"no runs in {store.url}" + (" match these filters" if filtered else ""))
             return
         rows = [
             (

@@ -6,12 +6,13 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, NoReturn
 
 import click
 
-from ..errors import FormatError, VerificationFailed
-from ..jsonl import export_run, import_jsonl
+from ..errors import FormatError, StoreNotFound, VerificationFailed
+from ..jsonl import export_run, import_jsonl, verify_jsonl
+from ..store import open_store as open_store_raw
 from .app import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -20,6 +21,7 @@ from .app import (
     json_option,
     open_store,
     resolve_run,
+    state,
 )
 from .render import Output
 
@@ -83,6 +85,24 @@ def _count_lines(path: Path) -> int:
     return count
 
 
+def _refuse(failed: list[Any], path: Path, as_json: bool) -> NoReturn:
+    if as_json:
+        emit_json(
+            {
+                "ok": False,
+                "runs": [r.to_dict() for r in failed],
+                "events": 0,
+                "written": 0,
+                "duplicates": 0,
+            }
+        )
+    else:
+        click.echo(f"Error: import refused, nothing stored ({path})", err=True)
+        for r in failed:
+            click.echo(f"  {r.render()}", err=True)
+    sys.exit(EXIT_FAILED)
+
+
 @click.command("import", short_help="Import a JSONL file (verified first).")
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
 @json_option
@@ -96,28 +116,21 @@ def import_cmd(file: str, as_json: bool) -> None:
     if not path.is_file():
         raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)
     out = Output()
-    with open_store(create=True) as store:
+    try:
+        store = open_store_raw(state().store_url, create=False)
+    except StoreNotFound:
+        # No store yet: verify before creating one, so a refused file leaves nothing behind.
+        failed = [r for r in verify_jsonl(path) if not r.ok]
+        if failed:
+            _refuse(failed, path, as_json)
+        store = open_store(create=True)
+    with store:
         total = _count_lines(path) if out.err.is_terminal else None
         try:
             with out.progress(total, f"importing {path.name}") as advance:
                 report = import_jsonl(store, path, progress=advance)
         except VerificationFailed as exc:
-            failed = list(getattr(exc, "reports", []) or [])
-            if as_json:
-                emit_json(
-                    {
-                        "ok": False,
-                        "runs": [r.to_dict() for r in failed],
-                        "events": 0,
-                        "written": 0,
-                        "duplicates": 0,
-                    }
-                )
-            else:
-                click.echo(f"Error: import refused, nothing stored ({path})", err=True)
-                for r in failed:
-                    click.echo(f"  {r.render()}", err=True)
-            sys.exit(EXIT_FAILED)
+            _refuse(list(getattr(exc, "reports", []) or []), path, as_json)
         except FormatError as exc:
             raise CliError(f"import refused, nothing stored: {exc}", exit_code=EXIT_FAILED) from exc
     if as_json:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 import orjson
 
+from ..errors import Divergence
 from ..replay import fork, replay, resume
 from ..report import ReplayReport
 from .app import (
@@ -206,7 +207,10 @@ def resume_cmd(run_id: str, agent_path: str, confirm: bool, as_json: bool) -> No
                     f"To continue from a step, fork it: tacho fork {run_id} --at N --agent ...",
                 ),
             )
-        report = resume(store, run_id, agent, tenant=info.tenant, confirm=confirm)
+        try:
+            report = resume(store, run_id, agent, tenant=info.tenant, confirm=confirm)
+        except Divergence as exc:  # the run stays open; the report says where and why
+            report = exc.report
     _finish(report, as_json)
 
 
