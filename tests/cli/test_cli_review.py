@@ -59,3 +59,18 @@ def test_an_empty_store_is_not_created_by_a_read(tmp_path: Path, tacho: Tacho) -
     other = Tacho(tmp_path / "missing.db", tacho.runner)
     assert other("runs").exit_code == EXIT_STORE
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_an_empty_file_verifies_nothing_and_fails(tmp_path: Path, tacho: Tacho) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    result = tacho("verify", str(empty))
+    assert result.exit_code == 1
+    assert "an empty file verifies nothing" in result.stdout
+    assert tacho.json("verify", str(empty), code=1)["ok"] is False
+
+
+def test_a_run_in_another_tenant_is_named(tacho: Tacho, run_id: str) -> None:
+    result = tacho("show", run_id, "--tenant", "acme")
+    assert result.exit_code == EXIT_STORE
+    assert "it exists in tenant 'default'" in result.stderr

@@ -297,11 +297,14 @@ def verify_cmd(target: str | None, all_runs: bool, as_json: bool) -> None:
             source = store.url
             reports = _verify_reports(store, out, target)
     failed = [r for r in reports if not r.ok]
+    # An empty file handed over as evidence proves nothing: that is a failure, not a pass.
+    # (An empty store is merely empty.)
+    empty_file = not reports and target is not None and Path(target).is_file()
     if as_json:
         emit_json(
             {
                 "source": source,
-                "ok": not failed,
+                "ok": not failed and not empty_file,
                 "runs": [r.to_dict() for r in reports],
                 "verified": len(reports) - len(failed),
                 "failed": len(failed),
@@ -313,14 +316,17 @@ def verify_cmd(target: str | None, all_runs: bool, as_json: bool) -> None:
         for report in listed:
             out.line(report.render(), style="green" if report.ok else "bold red")
         if not reports:
-            out.line(f"no runs in {source}")
+            out.line(
+                f"no runs in {source}" + (": an empty file verifies nothing" if empty_file else ""),
+                style="bold red" if empty_file else None,
+            )
         elif target is None or len(reports) > 1:
             out.line(
                 f"{len(reports) - len(failed)} of {len(reports)} run(s) verified"
                 + (f", {len(failed)} FAILED" if failed else ""),
                 style="bold red" if failed else "bold green",
             )
-    if failed:
+    if failed or empty_file:
         sys.exit(EXIT_FAILED)
 
 

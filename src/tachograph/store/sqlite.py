@@ -22,6 +22,7 @@ import orjson
 from ..canonical import loads
 from ..errors import (
     DuplicateConflict,
+    RunNotFound,
     SchemaVersionError,
     SequenceConflict,
     StoreError,
@@ -458,9 +459,23 @@ class SQLiteStore(Store):
             )
         return str(rows[0][0])
 
-    def _not_found(self, run_id: str) -> Exception:
+    def _not_found(self, run_id: str, tenant: str | None = None) -> Exception:
         with self._lock:
             ids = [r[0] for r in self._db.execute("SELECT run_id FROM runs")]
+            elsewhere = [
+                str(r[0])
+                for r in self._db.execute("SELECT tenant FROM runs WHERE run_id=?", (run_id,))
+            ]
+        if tenant is not None and elsewhere:
+            where = ", ".join(repr(t) for t in elsewhere)
+            return RunNotFound(
+                f"no run {run_id!r} in tenant {tenant!r} of {self.path}; it exists in tenant "
+                f"{where}",
+                run_id=run_id,
+                suggestions=[],
+                location=self.path,
+                tenants=elsewhere,
+            )
         return not_found(run_id, ids, self.path)
 
     def read(
@@ -480,7 +495,7 @@ class SQLiteStore(Store):
             if first and not rows and not self._exists(tenant, run_id):
                 # With an explicit tenant nothing was resolved: a missing run must not read
                 # (and verify) as an empty one.
-                raise self._not_found(run_id)
+                raise self._not_found(run_id, tenant)
             first = False
             for r in rows:
                 body = r[15]
@@ -594,7 +609,7 @@ class SQLiteStore(Store):
                 (tenant, run_id),
             ).fetchone()
         if row is None:
-            raise self._not_found(run_id)
+            raise self._not_found(run_id, tenant)
         return RunInfo(*row)
 
     def run_keys(self) -> list[tuple[str, str]]:
