@@ -392,6 +392,38 @@ class LineChecker:
             event.payload_bytes,
         )
 
+    def feed_row(self, row: tuple[Any, ...]) -> None:
+        """Check one stored row (see ``SQLiteStore.read_rows``) without building an Event.
+
+        A row that is not plainly well formed takes the full path of :meth:`feed_event`.
+        """
+        if not _row_plainly_well_formed(row):
+            r = row
+            event = Event(1, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
+                          r[11], r[12], r[13], r[14], None, r[16], r[15])  # fmt: skip
+            self.feed_event(event)
+            return
+        pos = self.position
+        self.position += 1
+        tenant, run_id, seq = row[0], row[1], row[2]
+        if self.run_id is None:
+            self.run_id, self.tenant = run_id, tenant
+        body = row[15]
+        self._check_rest(
+            pos,
+            None,
+            seq,
+            run_id,
+            tenant,
+            envelope_bytes(1, *row[:14]),
+            row[14],
+            row[13],
+            row[12],
+            body,
+            row[16],
+            body,
+        )
+
     def report(self) -> VerifyReport:
         """The report so far."""
         return VerifyReport(
@@ -418,6 +450,10 @@ _JOINED_FIELDS = re.compile(
             PATTERNS["type"].pattern + "|handoff|decision",
             PATTERNS["digest"].pattern,
             PATTERNS["digest"].pattern,
+            # prev_hash and salt, each "~" when null (a real value never is "~": the caller
+            # checks that a non-null one does not take that spelling)
+            PATTERNS["digest"].pattern + "|~",
+            PATTERNS["salt"].pattern + "|~",
         )
     )
 )
@@ -430,15 +466,37 @@ def _plainly_well_formed(e: Event) -> bool:
     A fast path for the common case (ASCII strings, bytes payload), so that verifying a store
     does not pay for building a dict per event. It must never admit what the full check refuses.
     """
-    tenant, run_id, event_id, ts, kind, digest, stored = (
-        e.tenant,
-        e.run_id,
-        e.event_id,
-        e.ts,
-        e.type,
-        e.payload_digest,
-        e.hash,
+    if e.v != 1 or type(e.v) is not int:
+        return False
+    if e.payload_bytes is None and e.payload is not None:
+        return False
+    return _row_plainly_well_formed(
+        (
+            e.tenant,
+            e.run_id,
+            e.seq,
+            e.event_id,
+            e.ts,
+            e.type,
+            e.actor,
+            e.trace_id,
+            e.span_id,
+            e.idempotency_key,
+            e.model,
+            e.seed,
+            e.payload_digest,
+            e.prev_hash,
+            e.hash,
+            e.payload_bytes,
+            e.salt,
+        )
     )
+
+
+def _row_plainly_well_formed(r: tuple[Any, ...]) -> bool:
+    """:func:`_plainly_well_formed` over a stored row (``v`` is 1 by construction)."""
+    (tenant, run_id, seq, event_id, ts, kind, actor, trace, span, key, model, seed, digest) = r[:13]
+    prev, stored, body, salt = r[13:17]
     if not (
         type(tenant) is str
         and type(run_id) is str
@@ -447,24 +505,16 @@ def _plainly_well_formed(e: Event) -> bool:
         and type(kind) is str
         and type(digest) is str
         and type(stored) is str
+        and (prev is None or (type(prev) is str and prev != "~"))
+        and (salt is None or (type(salt) is str and salt != "~"))
         and _JOINED_FIELDS.fullmatch(
-            f"{tenant}\n{run_id}\n{event_id}\n{ts}\n{kind}\n{digest}\n{stored}"
+            f"{tenant}\n{run_id}\n{event_id}\n{ts}\n{kind}\n{digest}\n{stored}\n"
+            f"{'~' if prev is None else prev}\n{'~' if salt is None else salt}"
         )
     ):
         return False
-    v, seq, actor, seed = e.v, e.seq, e.actor, e.seed
-    trace, span, key, model, prev, salt = (
-        e.trace_id,
-        e.span_id,
-        e.idempotency_key,
-        e.model,
-        e.prev_hash,
-        e.salt,
-    )
     return (
-        type(v) is int
-        and v == 1
-        and type(seq) is int
+        type(seq) is int
         and seq >= 0
         and type(actor) is str
         and 1 <= len(actor) <= 128
@@ -480,9 +530,7 @@ def _plainly_well_formed(e: Event) -> bool:
         and (key is None or (type(key) is str and key.isascii()))
         and (model is None or (type(model) is str and model.isascii()))
         and (seed is None or (type(seed) is int and -MAX_SAFE_INTEGER <= seed <= MAX_SAFE_INTEGER))
-        and (prev is None or (type(prev) is str and bool(_DIGEST.fullmatch(prev))))
-        and (salt is None or (type(salt) is str and bool(_SALT.fullmatch(salt))))
-        and (type(e.payload_bytes) is bytes or (e.payload_bytes is None and e.payload is None))
+        and (type(body) is bytes or body is None)
     )
 
 

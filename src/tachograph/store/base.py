@@ -138,9 +138,18 @@ class Store(abc.ABC):
     def verify(self, run_id: str, *, tenant: str | None = None) -> VerifyReport:
         """Verify one stored run (SPEC section 8), streaming."""
         checker = LineChecker(source=self.url)
+        for _ in self._feed(checker, run_id, tenant):
+            pass
+        return _finish(checker, run_id, tenant)
+
+    def _feed(self, checker: LineChecker, run_id: str, tenant: str | None) -> Iterator[int]:
+        """Feed a run's events to ``checker``, yielding once per event (for progress).
+
+        Engines may override this with a faster path over their raw rows.
+        """
         for event in self.read(run_id, tenant=tenant, decode=False):
             checker.feed_event(event)
-        return _finish(checker, run_id, tenant)
+            yield 1
 
     def verify_all(
         self,
@@ -157,8 +166,7 @@ class Store(abc.ABC):
                 continue
             checker = LineChecker(source=self.url)
             pending = 0
-            for event in self.read(run_id, tenant=run_tenant, decode=False):
-                checker.feed_event(event)
+            for _ in self._feed(checker, run_id, run_tenant):
                 pending += 1
                 if progress is not None and pending >= 1000:
                     progress(pending)

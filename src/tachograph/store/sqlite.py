@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from ..canonical import loads
+from ..chain import LineChecker
 from ..errors import (
     DuplicateConflict,
     RunNotFound,
@@ -487,6 +488,35 @@ class SQLiteStore(Store):
         decode: bool = True,
     ) -> Iterator[Event]:
         """Stream events in pages (keyset pagination: constant memory, no long-lived cursor)."""
+        for r in self.read_rows(run_id, tenant=tenant, from_seq=from_seq):
+            body = r[15]
+            yield Event(
+                1,
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                r[7],
+                r[8],
+                r[9],
+                r[10],
+                r[11],
+                r[12],
+                r[13],
+                r[14],
+                loads(body) if decode and body is not None else None,
+                r[16],
+                body,
+            )
+
+    def read_rows(
+        self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
+    ) -> Iterator[tuple[Any, ...]]:
+        """Stream a run's raw rows: the 14 stored envelope columns (``v`` is not stored),
+        ``hash``, the stored payload bytes and the salt. What verification reads."""
         tenant = self._resolve_tenant(run_id, tenant)
         seq = from_seq
         first = True
@@ -497,32 +527,16 @@ class SQLiteStore(Store):
                 # (and verify) as an empty one.
                 raise self._not_found(run_id, tenant)
             first = False
-            for r in rows:
-                body = r[15]
-                yield Event(
-                    1,
-                    r[0],
-                    r[1],
-                    r[2],
-                    r[3],
-                    r[4],
-                    r[5],
-                    r[6],
-                    r[7],
-                    r[8],
-                    r[9],
-                    r[10],
-                    r[11],
-                    r[12],
-                    r[13],
-                    r[14],
-                    loads(body) if decode and body is not None else None,
-                    r[16],
-                    body,
-                )
+            yield from rows
             if len(rows) < _PAGE:
                 return
             seq = rows[-1][2] + 1
+
+    def _feed(self, checker: LineChecker, run_id: str, tenant: str | None) -> Iterator[int]:
+        # Rows straight into the checker: building an Event per row costs as much as reading it.
+        for row in self.read_rows(run_id, tenant=tenant):
+            checker.feed_row(row)
+            yield 1
 
     def _exists(self, tenant: str, run_id: str) -> bool:
         with self._lock:
