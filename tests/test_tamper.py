@@ -279,6 +279,18 @@ ATTACKS = [
         {RUN_KEY: (T, PAYLOAD), BYSTANDER_KEY: None},
         id="body-not-json",
     ),
+    # The chain alone cannot show these two; the run summary, written in the same transaction
+    # as every append, does (SPEC: a store without signed checkpoints stays "unsealed").
+    _p(
+        lambda s: (s.delete(10), s.delete(9)),
+        {RUN_KEY: (9, SEQ), BYSTANDER_KEY: None},
+        id="tail-cut",
+    ),
+    _p(
+        lambda s: s.rehash(10, ts="2026-10-15T03:12:19.999999Z"),
+        {RUN_KEY: (10, SEQ), BYSTANDER_KEY: None},
+        id="last-event-replaced-and-rehashed",
+    ),
 ]
 
 

@@ -137,10 +137,19 @@ class Store(abc.ABC):
 
     def verify(self, run_id: str, *, tenant: str | None = None) -> VerifyReport:
         """Verify one stored run (SPEC section 8), streaming."""
+        summary = self._summary(run_id, tenant)
         checker = LineChecker(source=self.url)
         for _ in self._feed(checker, run_id, tenant):
             pass
-        return _finish(checker, run_id, tenant)
+        return _finish(checker, run_id, tenant, summary)
+
+    def _summary(self, run_id: str, tenant: str | None) -> RunInfo | None:
+        # Read before the chain: appends only add, so the chain is never shorter than a
+        # summary read first, unless events were taken away.
+        try:
+            return self.run_info(run_id, tenant=tenant)
+        except RunNotFound:
+            return None
 
     def _feed(self, checker: LineChecker, run_id: str, tenant: str | None) -> Iterator[int]:
         """Feed a run's events to ``checker``, yielding once per event (for progress).
@@ -164,6 +173,7 @@ class Store(abc.ABC):
         for run_tenant, run_id in self.run_keys():
             if tenant is not None and run_tenant != tenant:
                 continue
+            summary = self._summary(run_id, run_tenant)
             checker = LineChecker(source=self.url)
             pending = 0
             for _ in self._feed(checker, run_id, run_tenant):
@@ -173,7 +183,7 @@ class Store(abc.ABC):
                     pending = 0
             if progress is not None and pending:
                 progress(pending)
-            yield _finish(checker, run_id, run_tenant)
+            yield _finish(checker, run_id, run_tenant, summary)
 
     def run_keys(self) -> list[tuple[str, str]]:
         """Every ``(tenant, run_id)`` in the store; engines also list orphaned events' runs."""
@@ -184,12 +194,33 @@ class Store(abc.ABC):
         return self.run_info(run_id, tenant=tenant)
 
 
-def _finish(checker: LineChecker, run_id: str, tenant: str | None) -> VerifyReport:
+def _finish(
+    checker: LineChecker, run_id: str, tenant: str | None, summary: RunInfo | None = None
+) -> VerifyReport:
     if checker.position == 0:
         # A store lists a run only once an event of it was appended: a listed run with no
         # events lost them behind the store's back. That must not read as "verified".
         checker.run_id, checker.tenant = run_id, tenant
         checker.feed_missing("the store lists this run but holds none of its events")
+    elif summary is not None and checker.position < summary.events:
+        # The chain alone cannot show a cut tail; the store's own summary, written in the
+        # same transaction as every append, can (unless it was rewritten too: unsealed).
+        checker.feed_missing(
+            f"the store's run summary records {summary.events} events, but the chain stops "
+            f"at seq {checker.position - 1}: its tail is missing"
+        )
+    elif (
+        summary is not None
+        and checker.position == summary.events
+        and not checker.failures
+        and checker.head != summary.head_hash
+    ):
+        checker.position -= 1
+        checker.feed_missing(
+            f"the last event hashes to {checker.head}, but the store's run summary records "
+            f"{summary.head_hash}: the tail was replaced"
+        )
+        checker.position += 1
     return checker.report()
 
 
