@@ -244,7 +244,7 @@ class Matcher:
                 DivergenceKind.UNREPLAYABLE,
                 expected.seq,
                 expected,
-                {"type": type_, "payload": payload},
+                _actual(type_, payload, name),
                 [],
                 f"The payload of seq {expected.seq} was erased (retention or privacy), so "
                 "this step cannot be compared or served.",
@@ -264,7 +264,7 @@ class Matcher:
             DivergenceKind.EXTRA_CALL,
             self._position(),
             None,
-            {"type": type_, "payload": payload},
+            _actual(type_, payload, name),
             [],
             f"The agent made a {type_} ({name or type_}) that the recorded run never made: "
             "the recording has nothing to serve for it. The agent's control flow changed "
@@ -285,7 +285,7 @@ class Matcher:
             DivergenceKind.TYPE_CHANGED,
             expected.seq,
             expected,
-            {"type": type_, "idempotency_key": key, "payload": payload},
+            _actual(type_, payload, name, key),
             [Change("$.type", expected.type, type_)],
             f"At seq {expected.seq} the recorded agent did {expected.type}"
             f"{' ' + (_name_of(expected) or '') if _name_of(expected) else ''}; now it does "
@@ -352,7 +352,7 @@ class Matcher:
             kind,
             expected.seq,
             expected,
-            {"type": type_, "payload": payload},
+            _actual(type_, payload, name),
             changes,
             text,
             candidates=self._candidates(type_, payload, name),
@@ -462,3 +462,15 @@ def _identity(type_: str, payload: dict[str, Any]) -> Any:
     if type_ in _VALUE_TYPES:
         return {k: v for k, v in payload.items() if k not in ("value", "seed")}
     return _normalize(payload)
+
+
+def _actual(
+    type_: str, payload: dict[str, Any], name: str | None, key: str | None = None
+) -> dict[str, Any]:
+    """What the agent did now, in the shape of a recorded event (model calls name the model)."""
+    actual: dict[str, Any] = {"type": type_, "payload": payload}
+    if key is not None:
+        actual["idempotency_key"] = key
+    if type_.startswith("model.") and name is not None:
+        actual["model"] = name
+    return actual
