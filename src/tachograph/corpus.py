@@ -284,7 +284,7 @@ def save_run(
     sidecar = _sidecar_of(path)
     if not overwrite and (path.exists() or sidecar.exists()):
         raise CorpusError(
-            f"{path} already exists; pass overwrite=True (--force) to replace it",
+            f"{path} already exists; pass overwrite=True (tacho save --force) to replace it",
             path=str(path),
             run_id=run_id,
         )

@@ -145,7 +145,7 @@ def save_command(
     click.echo(f"saved {run_id} ({what}) to {path}")
 
 
-@click.command("test")
+@click.command("test", short_help="Replay a corpus of saved runs against the agent.")
 @click.argument(
     "corpus", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path)
 )

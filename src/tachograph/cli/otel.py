@@ -163,7 +163,7 @@ def import_command(file: str, tenant: str, as_json: bool) -> None:
         try:
             result = import_otlp(store, source, tenant=tenant)
         except FormatError as exc:
-            raise CliError(f"not an OTLP/JSON traces file: {exc}", exit_code=EXIT_FAILED) from exc
+            raise CliError(f"cannot import {source}: {exc}", exit_code=EXIT_FAILED) from exc
     if as_json:
         emit_json({"ok": bool(result.runs), **result.to_dict()})
     else:
