@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tachograph.errors import (
@@ -416,5 +417,5 @@ def test_integrity_check_and_raw_payload(store: SQLiteStore) -> None:
     assert store.integrity_check() == "ok"
     raw = store.raw_payload(events[1].event_id)
     assert raw is not None
-    assert sqlite_module.loads(raw) == events[1].payload
+    assert orjson.loads(raw) == events[1].payload
     assert store.raw_payload("0" * 26) is None
