@@ -22,7 +22,9 @@ import datetime as _dt
 import functools
 import hashlib
 import inspect
+import random
 import re
+import uuid
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ from typing import Any, TypeVar, overload
 
 from .canonical import canonical
 from .errors import ProfileError, RecordingError
-from .events import Effect
+from .events import Effect, check_type
 from .session import Session, current_session
 
 __all__ = [
@@ -460,8 +462,6 @@ def emit(type: str, payload: dict[str, Any] | None = None, *, durable: bool = Fa
 
     Outside a run it checks the payload and does nothing else.
     """
-    from .events import check_type
-
     check_type(type)
     body = payload or {}
     session = current_session()
@@ -542,8 +542,6 @@ def rng() -> Any:
 
     Outside a run, the module-level generator of :mod:`random`.
     """
-    import random
-
     session = current_session()
     if session is None:
         return random._inst
@@ -552,8 +550,6 @@ def rng() -> Any:
 
 def uuid4() -> Any:
     """A random UUID, recorded as ``random.value`` and served back in replay."""
-    import uuid
-
     session = current_session()
     if session is None:
         return uuid.uuid4()
