@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 
 import tachograph
-from tachograph.events import Event, new_event
-from tachograph.recorder import Recorder
+from tachograph.capture.recorder import Recorder
+from tachograph.record.event import Event, new_event
 from tachograph.store.base import Receipt, RunInfo, Store
 
 from .common import Figure, Settings, Target, interleaved, loop_sample, measure_of, payload_of_size

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tachograph.chain import Check
 from tachograph.errors import RunNotFound
-from tachograph.events import Event, hash_envelope
-from tachograph.jsonl import import_jsonl
+from tachograph.record.event import Event, hash_envelope
+from tachograph.record.jsonl import import_jsonl
+from tachograph.record.verify import Check
 from tachograph.store import SQLiteStore
 from tachograph.testing import build_run
 

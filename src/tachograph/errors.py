@@ -133,7 +133,7 @@ class StoreUnavailable(StoreError):
 
 
 class VerificationFailed(TachographError):
-    """A run that does not verify; ``report`` is the :class:`~tachograph.chain.VerifyReport`."""
+    """A run that does not verify; ``report`` is the :class:`~tachograph.record.verify.VerifyReport`."""
 
 
 class RecordingError(TachographError):
@@ -150,7 +150,7 @@ class ReplayError(TachographError):
 
 class Divergence(ReplayError):
     """The agent did something other than what was recorded; ``report`` holds the diagnosis
-    (a :class:`~tachograph.report.ReplayReport`)."""
+    (a :class:`~tachograph.replay.report.ReplayReport`)."""
 
     report: Any = None
 

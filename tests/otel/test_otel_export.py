@@ -17,6 +17,7 @@ from otel_weather import MODEL, weather_agent
 import tachograph as tg
 import tachograph.otel as tgo
 from fakes.otlp_receiver import OTLPReceiver, ReceivedSpan
+from tachograph.capture.recorder import Recorder
 from tachograph.cli.app import cli
 from tachograph.otel.export import (
     DEFAULT_ENDPOINT,
@@ -25,7 +26,6 @@ from tachograph.otel.export import (
     resolve_endpoint,
     ts_to_ns,
 )
-from tachograph.recorder import Recorder
 from tachograph.store import SQLiteStore
 
 

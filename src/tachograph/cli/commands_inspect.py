@@ -11,12 +11,12 @@ from typing import Any
 
 import click
 
-from ..chain import VerifyReport
-from ..diff import RunDiff, diff_runs
 from ..errors import FormatError
-from ..events import FORMAT_VERSION, Event
-from ..fold import fold
-from ..jsonl import verify_jsonl
+from ..record.event import FORMAT_VERSION, Event
+from ..record.jsonl import verify_jsonl
+from ..record.verify import VerifyReport
+from ..replay.diff import RunDiff, diff_runs
+from ..replay.fold import fold
 from ..store import DEFAULT_STORE, RunInfo, Store
 from .app import (
     EXIT_FAILED,

@@ -11,7 +11,7 @@ from typing import IO, Any, NoReturn
 import click
 
 from ..errors import FormatError, StoreNotFound, VerificationFailed
-from ..jsonl import export_run, import_jsonl, verify_jsonl
+from ..record.jsonl import export_run, import_jsonl, verify_jsonl
 from ..store import open_store as open_store_raw
 from .app import (
     EXIT_FAILED,

@@ -9,8 +9,8 @@ import click
 import orjson
 
 from ..errors import Divergence
-from ..replay import fork, replay, resume
-from ..report import ReplayReport
+from ..replay.api import fork, replay, resume
+from ..replay.report import ReplayReport
 from .app import (
     EXIT_FAILED,
     EXIT_USAGE,

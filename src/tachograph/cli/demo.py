@@ -15,9 +15,9 @@ from pathlib import Path
 import click
 import orjson
 
-from ..agent import record_run
-from ..jsonl import export_run, verify_jsonl
-from ..replay import replay
+from ..capture.agent import record_run
+from ..record.jsonl import export_run, verify_jsonl
+from ..replay.api import replay
 from .app import EXIT_FAILED, emit_json, open_store
 from .commands_inspect import run_header, show_timeline
 from .commands_replay import print_report

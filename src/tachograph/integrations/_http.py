@@ -33,9 +33,9 @@ from typing import Any, TypeVar
 
 import httpx2
 
+from ..capture.runtime import prompt_hash
+from ..capture.session import Served, Session, current_session, error_info
 from ..errors import RecordingError, Unreplayable
-from ..runtime import prompt_hash
-from ..session import Served, Session, current_session, error_info
 from ._wire import (
     answer_record,
     body_bytes,

@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx2
 
-from ..canonical import canonical
 from ..errors import ProfileError
+from ..record.canonical import canonical
 
 __all__ = [
     "answer_record",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..recorder import add_observer, remove_observer
+from ..capture.recorder import add_observer, remove_observer
 
 try:
     from .bridge import TachographSpanObserver

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from ..events import Event
+from ..record.event import Event
 from . import attributes as A
 
 AttributeValue = str | bool | int | float | list[str] | list[bool] | list[int] | list[float]
@@ -138,7 +138,7 @@ def provider_of(model: str | None) -> str | None:
     """The provider declared with ``@tachograph.model(..., provider=...)`` for ``model``."""
     if model is None:
         return None
-    from ..runtime import registered_models
+    from ..capture.runtime import registered_models
 
     spec = registered_models().get(model)
     return spec.provider if spec is not None else None

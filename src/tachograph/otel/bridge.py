@@ -1,6 +1,6 @@
 """The live bridge: every recorded event becomes a span event, and GenAI spans around the calls.
 
-:class:`TachographSpanObserver` is a recorder :class:`~tachograph.recorder.Observer`. For each
+:class:`TachographSpanObserver` is a recorder :class:`~tachograph.capture.recorder.Observer`. For each
 appended event it adds a span event (named after the event type, with ``tachograph.run_id``,
 ``tachograph.seq``, ``tachograph.event_id`` and ``tachograph.hash``) to the span the event
 happened in, and the event records that span's trace and span ids: the trace says where and
@@ -33,8 +33,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
-from ..events import Event
-from ..recorder import Observer, Recorder
+from ..capture.recorder import Observer, Recorder
+from ..record.event import Event
 from . import _spans as S
 from . import attributes as A
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..events import Event
+from ..record.event import Event
 from ..store.base import Store
 from . import _spans as S
 from . import attributes as A

@@ -4,7 +4,7 @@ Each trace becomes one run (or one run per top-level agent span, when a trace ho
 so that traces from other instrumentations can be folded, diffed and kept beside native runs.
 The run is labelled as imported (``run.started`` labels ``tachograph.imported: "otlp"``,
 ``tachograph.dialect``, ``tachograph.content_captured``, ``tachograph.imported_at``) and built
-with tachograph's own :func:`~tachograph.events.new_event`, so it hashes, chains and verifies
+with tachograph's own :func:`~tachograph.record.event.new_event`, so it hashes, chains and verifies
 like any run.
 
 Mapping (see docs/otel.md): the agent span gives ``run.started`` (at its start) and
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..canonical import canonical
 from ..errors import FormatError, ProfileError
-from ..events import Event, new_event, now_ts
+from ..record.canonical import canonical
+from ..record.event import Event, new_event, now_ts
 from ..store.base import Store
 from . import attributes as A
 from .dialects import Step, classify, detect_dialect, extract_steps

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..chain import LineChecker, VerifyReport
 from ..errors import RunNotFound
-from ..events import Event
+from ..record.event import Event
+from ..record.verify import LineChecker, VerifyReport
 
 __all__ = ["Receipt", "RunInfo", "Store", "suggest"]
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import orjson
 
-from ..chain import LineChecker
 from ..errors import (
     DuplicateConflict,
     RunNotFound,
@@ -29,7 +28,8 @@ from ..errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ..events import Event
+from ..record.event import Event
+from ..record.verify import LineChecker
 from .base import Receipt, RunInfo, Store, not_found
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]

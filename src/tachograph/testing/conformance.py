@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from ..chain import VerifyReport
 from ..errors import DuplicateConflict, RunNotFound, SequenceConflict, StoreError
-from ..events import Event, new_event
-from ..jsonl import export_run, import_jsonl
+from ..record.event import Event, new_event
+from ..record.jsonl import export_run, import_jsonl
+from ..record.verify import VerifyReport
 from ..store.base import Receipt, RunInfo, Store
 from . import build_run, fixed_ts
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .events import Event
+from ..record.event import Event
 
 __all__ = ["Reducer", "State", "fold"]
 

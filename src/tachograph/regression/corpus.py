@@ -17,11 +17,11 @@ from typing import Any
 
 import orjson
 
-from .errors import CorpusError, VerificationFailed
-from .events import ENVELOPE_KEYS, Event, envelope_bytes, hash_envelope, new_event, now_ts
-from .jsonl import write_events
-from .recorder import Processor
-from .store import Store, open_store
+from ..capture.recorder import Processor
+from ..errors import CorpusError, VerificationFailed
+from ..record.event import ENVELOPE_KEYS, Event, envelope_bytes, hash_envelope, new_event, now_ts
+from ..record.jsonl import write_events
+from ..store import Store, open_store
 
 __all__ = [
     "FIXTURE_VERSION",

@@ -25,12 +25,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
-from .errors import ProfileError, RecordingError, WriteFailed
-from .events import new_ulid
+from ..errors import ProfileError, RecordingError, WriteFailed
+from ..record.event import new_ulid
+from ..store import Store, open_store
 from .recorder import Durability, Listener, Observer, Processor, Recorder
 from .runtime import ToolSpec, registered_models, registered_tools, sha256_text
 from .session import Session, error_info
-from .store import Store, open_store
 
 __all__ = ["Agent", "Run", "RunResult", "agent", "fingerprint", "record", "record_run"]
 

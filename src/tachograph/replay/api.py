@@ -18,15 +18,15 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .agent import Agent, Run, _as_agent, _dry_run_default, record
-from .chain import verify_events
-from .errors import Divergence, ProfileError, ReplayError, Unreplayable
-from .events import Event, new_ulid
-from .matching import _Stop
-from .recorder import Durability, Processor, Recorder
+from ..capture.agent import Agent, Run, _as_agent, _dry_run_default, record
+from ..capture.recorder import Durability, Processor, Recorder
+from ..capture.session import Session, error_info
+from ..errors import Divergence, ProfileError, ReplayError, Unreplayable
+from ..record.event import Event, new_ulid
+from ..record.verify import verify_events
+from ..store import Store, open_store
+from .matchers import _Stop
 from .report import Drift, ReplayReport
-from .session import Session, error_info
-from .store import Store, open_store
 
 __all__ = ["areplay", "fork", "replay", "resume"]
 

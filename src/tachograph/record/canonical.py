@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from .errors import ProfileError
+from ..errors import ProfileError
 
 __all__ = [
     "MAX_DEPTH",

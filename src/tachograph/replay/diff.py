@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .events import Event
+from ..record.event import Event
 
 __all__ = ["MISSING", "Change", "RunDiff", "diff_events", "diff_runs", "diff_values"]
 

@@ -4,7 +4,7 @@ A :class:`Matcher` holds the recorded steps (intents, decisions and values, in o
 their completions (by idempotency key). Each step the agent takes is matched against them:
 in ``strict`` mode with the next recorded step, in ``key`` mode with the open step of the
 same key (or, for steps without a key, the same type and name), so that concurrent calls may
-complete in any order. A mismatch becomes a :class:`~tachograph.report.DivergenceItem`: what
+complete in any order. A mismatch becomes a :class:`~tachograph.replay.report.DivergenceItem`: what
 was expected, what came, the field-level changes, the nearest candidates, and a paragraph a
 person can act on.
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .canonical import canonical, loads
+from ..capture.recorder import Processor
+from ..record.canonical import canonical, loads
+from ..record.event import Event
 from .diff import Change, diff_values
-from .events import Event
-from .recorder import Processor
 from .report import Candidate, DivergenceItem, DivergenceKind
 
 __all__ = ["Matcher"]

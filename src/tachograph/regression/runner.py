@@ -24,9 +24,14 @@ from typing import Any
 
 import orjson
 
-from .agent import Agent
-from .canonical import canonical
-from .cli.loader import load_agent
+from ..capture.agent import Agent
+from ..cli.loader import load_agent
+from ..errors import FormatError, TachographError, Unreplayable, VerificationFailed
+from ..record.canonical import canonical
+from ..record.event import Event, now_ts
+from ..record.jsonl import read_jsonl
+from ..replay.report import DivergenceKind, Drift, ReplayReport
+from ..store import SQLiteStore
 from .corpus import (
     FIXTURE_VERSION,
     SIDECAR_SUFFIX,
@@ -39,11 +44,6 @@ from .corpus import (
     load_corpus,
     save_run,
 )
-from .errors import FormatError, TachographError, Unreplayable, VerificationFailed
-from .events import Event, now_ts
-from .jsonl import read_jsonl
-from .report import DivergenceKind, Drift, ReplayReport
-from .store import SQLiteStore
 
 __all__ = [
     "FIXTURE_VERSION",
@@ -202,7 +202,7 @@ def check_run(
 
     The run is loaded into a private in-memory store; nothing is written anywhere.
     """
-    from .replay import replay  # the replay engine imports the runtime: load it on use
+    from ..replay.api import replay  # the replay engine imports the runtime: load it on use
 
     started = time.perf_counter()
     loaded = _load_events(entry)

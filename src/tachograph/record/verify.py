@@ -15,9 +15,9 @@ from typing import Any
 
 import orjson
 
+from ..errors import ProfileError
 from .canonical import MAX_SAFE_INTEGER, DuplicateKeyError, canonical, loads, loads_strict
-from .errors import ProfileError
-from .events import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, envelope_bytes
+from .event import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, envelope_bytes
 
 __all__ = [
     "Check",

@@ -1,7 +1,7 @@
 """What agent code calls: decorators for tools and models, decisions, clock, randomness.
 
 The same agent code runs unchanged when recording, when replaying and when tachograph is off:
-each of these functions asks the current :class:`~tachograph.session.Session` (a context
+each of these functions asks the current :class:`~tachograph.capture.session.Session` (a context
 variable) what to do, and outside any run simply does the plain thing.
 
 .. code-block:: python
@@ -30,9 +30,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
-from .canonical import canonical
-from .errors import ProfileError, RecordingError
-from .events import Effect, check_type
+from ..errors import ProfileError, RecordingError
+from ..record.canonical import canonical
+from ..record.event import Effect, check_type
 from .session import Session, current_session
 
 __all__ = [

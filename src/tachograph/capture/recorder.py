@@ -17,9 +17,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .errors import RecordingError, WriteFailed
-from .events import Event, check_actor, check_run_id, check_tenant, check_type, new_event
-from .store.base import Store
+from ..errors import RecordingError, WriteFailed
+from ..record.event import Event, check_actor, check_run_id, check_tenant, check_type, new_event
+from ..store.base import Store
 
 __all__ = [
     "Durability",

@@ -16,7 +16,7 @@ resume     the crashed run           the same run, appended after its head; live
 Calls are handled in two phases (``begin_*`` and ``end_*``) so that sync and async wrappers
 share one engine: ``begin`` either serves the recorded answer or says "go live". How the
 agent's steps are matched against the record, and how a mismatch is diagnosed, lives in
-:mod:`tachograph.matching`.
+:mod:`tachograph.replay.matchers`.
 
 The session is found through a context variable: asyncio tasks created inside a run inherit
 it, threads do not (``threading.Thread`` starts with an empty context; hand work over with
@@ -35,13 +35,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .canonical import canonical
-from .diff import Change, diff_values
-from .errors import ConfirmationRequired, ProfileError, RecordingError
-from .events import Effect, Event
-from .matching import Matcher, _key_suffix, _normalize, _Stop
+from ..errors import ConfirmationRequired, ProfileError, RecordingError
+from ..record.canonical import canonical
+from ..record.event import Effect, Event
+from ..replay.diff import Change, diff_values
+from ..replay.matchers import Matcher, _key_suffix, _normalize, _Stop
+from ..replay.report import DivergenceKind
 from .recorder import Processor, Recorder
-from .report import DivergenceKind
 
 __all__ = ["RecordedError", "Served", "Session", "current_session", "error_info", "rebuild_error"]
 

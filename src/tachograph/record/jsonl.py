@@ -10,10 +10,10 @@ from typing import IO, Any
 
 import orjson
 
-from .chain import VerifyReport, iter_jsonl_runs
-from .errors import FormatError, VerificationFailed
-from .events import Event, event_from_line
-from .store.base import Store
+from ..errors import FormatError, VerificationFailed
+from ..store.base import Store
+from .event import Event, event_from_line
+from .verify import VerifyReport, iter_jsonl_runs
 
 __all__ = [
     "ImportReport",

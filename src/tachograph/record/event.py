@@ -18,8 +18,8 @@ from typing import Any, Final
 
 import orjson
 
+from ..errors import EventError
 from .canonical import canonical
-from .errors import EventError
 
 __all__ = [
     "ENVELOPE_KEYS",
