@@ -133,7 +133,8 @@ class StoreUnavailable(StoreError):
 
 
 class VerificationFailed(TachographError):
-    """A run that does not verify; ``report`` is the :class:`~tachograph.record.verify.VerifyReport`."""
+    """A run that does not verify; ``report`` is the
+    :class:`~tachograph.record.verify.VerifyReport`."""
 
 
 class RecordingError(TachographError):

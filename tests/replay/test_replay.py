@@ -366,7 +366,7 @@ def test_an_erased_input_refuses_the_replay(
 
 
 def test_bad_match_mode_fails_loudly(store: tg.SQLiteStore, recorded: str) -> None:
-    with pytest.raises(tg.ReplayError, match="'strict' or 'key'"):
+    with pytest.raises(tg.ReplayError, match="expected one of 'strict', 'key'"):
         tg.replay(store, recorded, shop.build(), match="fuzzy")
 
 

@@ -27,12 +27,25 @@ from typing import Any, overload
 
 from ..errors import ProfileError, RecordingError, WriteFailed
 from ..record.event import new_ulid
+from ..record.seal import KEY_SECRET_FIELD, new_key_secret
 from ..store import Store, open_store
-from .recorder import Durability, Listener, Observer, Processor, Recorder
+from .boundary import error_info
+from .recorder import Durability, Listener, Observer, Processor, Recorder, close_writer
 from .runtime import ToolSpec, registered_models, registered_tools, sha256_text
-from .session import Session, error_info
+from .session import Session
 
-__all__ = ["Agent", "Run", "RunResult", "agent", "fingerprint", "record", "record_run"]
+__all__ = [
+    "Agent",
+    "Run",
+    "RunResult",
+    "agent",
+    "as_agent",
+    "dry_run_default",
+    "fingerprint",
+    "record",
+    "record_run",
+    "release_store",
+]
 
 RECORDER = "tachograph-0.1.0"
 
@@ -247,7 +260,7 @@ class Run:
         self.recorder.flush()
 
 
-def _dry_run_default(dry_run: bool | None) -> bool:
+def dry_run_default(dry_run: bool | None) -> bool:
     # TACHOGRAPH_DRY_RUN is a process-wide safety switch: when it is on, no argument can
     # turn dry run off.
     if os.environ.get("TACHOGRAPH_DRY_RUN", "").lower() in ("1", "true", "yes", "on"):
@@ -292,6 +305,7 @@ class record:
         dry_run: bool | None = None,
         seed: int | None = None,
         parent: Mapping[str, Any] | None = None,
+        key_secret: str | None = None,
     ) -> None:
         self._store = store if isinstance(store, Store) else open_store(store)
         self._owns_store = not isinstance(store, Store)
@@ -313,12 +327,16 @@ class record:
         self.processors = processors
         self.listeners = listeners
         self.observers = observers
-        self.dry_run = _dry_run_default(dry_run)
+        self.dry_run = dry_run_default(dry_run)
         self.seed = seed
         self.parent = dict(parent) if parent else None
+        # SPEC section 5: keys are keyed hashes under a per-run secret kept in run.started.
+        # A fork reuses its parent's, so that the keys it re-bases stay the keys it would derive.
+        self.key_secret = key_secret or new_key_secret()
         self.run: Run | None = None
 
-    def _start(self) -> Run:
+    def start(self) -> Run:
+        """Begin the run (what ``with`` does): write ``run.started`` and bind the session."""
         recorder = Recorder(
             self._store,
             run_id=self.run_id,
@@ -340,6 +358,7 @@ class record:
             run_id=self.run_id,
             actor=self.actor,
             recorder=recorder,
+            key_secret=bytes.fromhex(self.key_secret),
             dry_run=self.dry_run,
             seed=self.seed,
         )
@@ -351,6 +370,7 @@ class record:
             labels["tachograph.dry_run"] = "true"
         if labels:
             payload["labels"] = labels
+        payload[KEY_SECRET_FIELD] = self.key_secret
         recorder.append("run.started", payload)
         session.activate()
         self.run = Run(session, recorder, self._store)
@@ -367,6 +387,7 @@ class record:
         elif isinstance(exc, Exception):
             body = {"status": "error", "error": error_info(exc)}
         else:  # GeneratorExit and other BaseExceptions: leave the run open, as a crash would
+            self.release()
             return
         run.status = body["status"]
         run.error = body.get("error")
@@ -384,6 +405,14 @@ class record:
             # that already escaped the agent is not reported twice.
             if not isinstance(exc, WriteFailed):
                 raise
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Close the store if this recording opened it (its writer thread and connection)."""
+        if self._owns_store:
+            self._owns_store = False
+            release_store(self._store)
 
     @staticmethod
     def _unrecordable_output(run: Run, bad: ProfileError) -> None:
@@ -402,7 +431,7 @@ class record:
         raise error
 
     def __enter__(self) -> Run:
-        return self._start()
+        return self.start()
 
     def __exit__(
         self,
@@ -413,7 +442,7 @@ class record:
         self._finish(exc_type, exc)
 
     async def __aenter__(self) -> Run:
-        return self._start()
+        return self.start()
 
     async def __aexit__(
         self,
@@ -434,7 +463,15 @@ class RunResult:
     error: dict[str, Any] | None = None
 
 
-def _as_agent(target: Callable[..., Any] | Agent, actor: str | None) -> Agent:
+def release_store(store: Store) -> None:
+    """Write what is queued for ``store``, stop its writer thread and close it."""
+    try:
+        close_writer(store)
+    finally:
+        store.close()
+
+
+def as_agent(target: Callable[..., Any] | Agent, actor: str | None) -> Agent:
     if isinstance(target, Agent):
         return target
     return Agent(fn=target, name=actor or str(getattr(target, "__name__", "agent")))
@@ -453,7 +490,7 @@ def record_run(
     The output is the agent's return value. An exception is recorded and propagates.
     Options are those of :class:`record`.
     """
-    spec = _as_agent(target, actor)
+    spec = as_agent(target, actor)
     rec = record(store, actor=actor or spec.name, input=input, agent=spec, **options)
     with rec as run:
         result = spec(input)
@@ -472,7 +509,7 @@ async def arecord_run(
     **options: Any,
 ) -> RunResult:
     """The async form of :func:`record_run`, for use inside a running event loop."""
-    spec = _as_agent(target, actor)
+    spec = as_agent(target, actor)
     rec = record(store, actor=actor or spec.name, input=input, agent=spec, **options)
     async with rec as run:
         result = spec(input)

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import RecordingError, WriteFailed
-from ..record.event import Event, check_actor, check_run_id, check_tenant, check_type, new_event
+from ..record.event import Event
+from ..record.seal import Processor, Sealer
 from ..store.base import Store
 
 __all__ = [
@@ -28,15 +29,12 @@ __all__ = [
     "Recorder",
     "Writer",
     "add_observer",
+    "close_writer",
     "remove_observer",
     "writer_for",
 ]
 
 _log = logging.getLogger("tachograph")
-
-Processor = Callable[[str, dict[str, Any]], dict[str, Any]]
-"""``processor(event_type, payload) -> payload``, applied in order before hashing."""
-
 
 class Durability(str, enum.Enum):
     """When recorded events are made durable.
@@ -204,6 +202,26 @@ def writer_for(store: Store) -> Writer:
         return writer
 
 
+def close_writer(store: Store) -> None:
+    """Write what is queued for ``store`` and stop its writer thread (the store stays open).
+
+    Failures nobody was told about are raised, as a flush would.
+    """
+    with _writers_lock:
+        writer = _writers.pop(store, None)
+    if writer is None:
+        return
+    writer.close()
+    lost = writer.unreported()
+    if lost:
+        (_, run_id), error = next(iter(lost.items()))
+        raise WriteFailed(
+            f"events of run {run_id!r} could not be written to {store.url}: {error}",
+            cause=error,
+            run_id=run_id,
+        )
+
+
 @atexit.register
 def _flush_all() -> None:  # pragma: no cover - runs at interpreter exit
     for writer in list(_writers.values()):
@@ -269,7 +287,11 @@ def remove_observer(observer: Observer) -> None:
 
 
 class Recorder:
-    """Appends events to one run, extending its chain; thread-safe."""
+    """Appends events to one run, extending its chain; thread-safe.
+
+    Events are built by the run's :class:`~tachograph.record.seal.Sealer` (processors, then
+    canonical bytes, digest, hash and link) and handed to the store's :class:`Writer`.
+    """
 
     def __init__(
         self,
@@ -285,26 +307,41 @@ class Recorder:
         head: tuple[int, str] | None = None,
     ) -> None:
         self.store = store
-        self.run_id = check_run_id(run_id)
-        self.tenant = check_tenant(tenant)
-        self.actor = check_actor(actor)
+        self.sealer = Sealer(
+            run_id=run_id, actor=actor, tenant=tenant, processors=processors, head=head
+        )
+        self.run_id = self.sealer.run_id
+        self.tenant = self.sealer.tenant
+        self.actor = self.sealer.actor
         self.durability = Durability.parse(durability)
-        self.processors = tuple(processors)
         self.listeners = list(listeners)
         self.observers = list(_GLOBAL_OBSERVERS if observers is None else observers)
         self.writer = writer_for(store)
         self._lock = threading.Lock()
-        self.next_seq = 0 if head is None else head[0] + 1
-        self.head_hash: str | None = None if head is None else head[1]
         self.finished = False
         self._last_ticket = 0
-        self._checked_types: set[str] = set()
+
+    @property
+    def processors(self) -> tuple[Processor, ...]:
+        """The processors every payload goes through before it is hashed."""
+        return self.sealer.processors
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next event will have."""
+        return self.sealer.next_seq
+
+    @property
+    def head_hash(self) -> str | None:
+        """The hash of the run's last event."""
+        return self.sealer.head_hash
 
     def append(
         self,
         type: str,
         payload: dict[str, Any],
         *,
+        processed: bool = False,
         actor: str | None = None,
         idempotency_key: str | None = None,
         model: str | None = None,
@@ -312,14 +349,13 @@ class Recorder:
         durable: bool = False,
         trace: tuple[str | None, str | None] | None = None,
     ) -> Event:
-        """Append one event; with ``durable=True`` return only once it is on disk."""
-        if type not in self._checked_types:
-            check_type(type)
-            self._checked_types.add(type)
-        if actor is not None and actor != self.actor:
-            check_actor(actor)
-        for processor in self.processors:
-            payload = processor(type, payload)
+        """Append one event; with ``durable=True`` return only once it is on disk.
+
+        ``processed=True`` says the payload already went through the processors (the capture
+        boundary processes a request before it derives its key).
+        """
+        if not processed:
+            payload = self.sealer.process(type, payload)
         if self.finished:  # checked again under the lock; here so no observer sees it
             raise RecordingError(
                 f"run {self.run_id!r} has finished; nothing more can be recorded in it",
@@ -342,25 +378,19 @@ class Recorder:
                     f"run {self.run_id!r} has finished; nothing more can be recorded in it",
                     run_id=self.run_id,
                 )
-            event = new_event(
-                run_id=self.run_id,
-                seq=self.next_seq,
-                type=type,
-                actor=actor or self.actor,
-                payload=payload,
-                prev_hash=self.head_hash,
-                tenant=self.tenant,
-                trace_id=trace_id,
-                span_id=span_id,
+            event = self.sealer.seal(
+                type,
+                payload,
+                processed=True,
+                actor=actor,
                 idempotency_key=idempotency_key,
                 model=model,
                 seed=seed,
-                checked=True,
+                trace_id=trace_id,
+                span_id=span_id,
             )
             ticket = self.writer.submit(event)
             self._last_ticket = ticket
-            self.next_seq += 1
-            self.head_hash = event.hash
             if type == "run.finished":
                 self.finished = True
         if durable or self.durability is Durability.EVERY:

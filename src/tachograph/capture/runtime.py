@@ -33,7 +33,8 @@ from typing import Any, TypeVar, overload
 from ..errors import ProfileError, RecordingError
 from ..record.canonical import canonical
 from ..record.event import Effect, check_type
-from .session import Session, current_session
+from .boundary import CallKind, CallTicket, begin_call, wrap_call
+from .session import current_session
 
 __all__ = [
     "ModelAliasWarning",
@@ -224,88 +225,39 @@ def tool(
             is_async=inspect.iscoroutinefunction(func),
         )
         _TOOLS[spec.name] = spec
-        if spec.is_async:
 
-            @functools.wraps(func)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                session = current_session()
-                if session is None:
-                    return await func(*args, **kwargs)
-                ticket, call_args = _begin_tool(session, spec, args, kwargs)
-                if not ticket.live:
-                    if ticket.error is not None:
-                        raise ticket.error
-                    return ticket.value
-                try:
-                    if ticket.dry_run:
-                        result = _dry_run(spec, call_args, ticket.key)
-                        if inspect.isawaitable(result):
-                            result = await result
-                    else:
-                        result = await func(*call_args[0], **call_args[1])
-                except BaseException as exc:
-                    if isinstance(exc, Exception):
-                        session.end_call(ticket, error=exc)
-                    raise
-                return session.end_call(ticket, result)
+        def begin(
+            args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[CallTicket | None, Callable[[], Any]]:
+            if current_session() is None:
+                return None, _nothing
+            ticket = begin_call(
+                CallKind.TOOL,
+                spec.name,
+                spec.bind(args, kwargs),
+                effect=spec.effect,
+                key=spec.key,
+                schema_version=spec.schema_version,
+            )
+            assert ticket is not None
+            call_kwargs = dict(kwargs)
+            if spec.takes_key and ticket.key is not None and kwargs.get("idempotency_key") is None:
+                call_kwargs["idempotency_key"] = ticket.key
+            if ticket.dry_run:
+                return ticket, functools.partial(_dry_run, spec, (args, call_kwargs), ticket.key)
+            return ticket, functools.partial(func, *args, **call_kwargs)
 
-            async_wrapper.__tachograph_tool__ = spec  # type: ignore[attr-defined]
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            session = current_session()
-            if session is None:
-                return func(*args, **kwargs)
-            ticket, call_args = _begin_tool(session, spec, args, kwargs)
-            if not ticket.live:
-                if ticket.error is not None:
-                    raise ticket.error
-                return ticket.value
-            try:
-                if ticket.dry_run:
-                    result = _dry_run(spec, call_args, ticket.key)
-                else:
-                    result = func(*call_args[0], **call_args[1])
-            except Exception as exc:
-                session.end_call(ticket, error=exc)
-                raise
-            return session.end_call(ticket, result)
-
+        wrapper = wrap_call(func, begin)
         wrapper.__tachograph_tool__ = spec  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
+        return wrapper
 
     if fn is not None:
         return decorate(fn)
     return decorate
 
 
-def _begin_tool(
-    session: Session, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Any, tuple[tuple[Any, ...], dict[str, Any]]]:
-    bound = spec.bind(args, kwargs)
-    try:
-        args_jcs = canonical(bound, f"{spec.name}.args")
-    except ProfileError as exc:
-        raise ProfileError(
-            f"tool {spec.name!r}: {exc}", path=exc.fields.get("path"), tool=spec.name
-        ) from None
-    key = session.make_key(spec.name, bound, spec.key, args_jcs=args_jcs)  # scanned once
-    payload: dict[str, Any] = {"tool": spec.name, "args": bound, "effect": spec.effect.value}
-    if spec.schema_version is not None:
-        payload["schema_version"] = spec.schema_version
-    ticket = session.begin_call(
-        kind="tool",
-        name=spec.name,
-        request_type="tool.requested",
-        payload=payload,
-        key=key,
-        effect=spec.effect,
-    )
-    call_kwargs = dict(kwargs)
-    if spec.takes_key and ticket.key is not None and kwargs.get("idempotency_key") is None:
-        call_kwargs["idempotency_key"] = ticket.key
-    return ticket, (args, call_kwargs)
+def _nothing() -> None:
+    return None
 
 
 def _dry_run(
@@ -379,77 +331,33 @@ def model(
             bound = sig.bind(*args, **kwargs)
             return dict(bound.arguments)
 
-        def begin(session: Session, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        def begin(
+            args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[CallTicket | None, Callable[[], Any]]:
+            if current_session() is None:
+                return None, _nothing
             request = request_of(args, kwargs)
-            try:
-                request_jcs = canonical(request, "request")
-            except ProfileError as exc:
-                raise ProfileError(
-                    f"model {model_id!r}: {exc}", path=exc.fields.get("path")
-                ) from None
-            payload: dict[str, Any] = {"request": request}
-            ph = prompt_hash(request)
-            if ph is not None:
-                payload["prompt_hash"] = ph
             seed = request.get("seed") if isinstance(request, dict) else None
-            key = session.make_key(model_id, request, None, args_jcs=request_jcs)
-            return session.begin_call(
-                kind="model",
-                name=model_id,
-                request_type="model.request",
-                payload=payload,
-                key=key,
+            ticket = begin_call(
+                CallKind.MODEL,
+                model_id,
+                request,
                 model=model_id,
                 seed=seed if type(seed) is int else None,
             )
+            return ticket, functools.partial(func, *args, **kwargs)
 
-        def served(ticket: Any) -> Any:
-            if ticket.error is not None:
-                raise ticket.error
-            return spec.load(ticket.value) if spec.load is not None else ticket.value
+        def served(ticket: CallTicket) -> Any:
+            value = ticket.answer()
+            return spec.load(value) if spec.load is not None else value
 
-        def finish(session: Session, ticket: Any, result: Any) -> Any:
-            dumped = spec.dump(result) if spec.dump is not None else result
-            session.end_call(ticket, dumped)
+        def finish(ticket: CallTicket, result: Any) -> Any:
+            ticket.complete(spec.dump(result) if spec.dump is not None else result)
             return result
 
-        if inspect.iscoroutinefunction(func):
-
-            @functools.wraps(func)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                session = current_session()
-                if session is None:
-                    return await func(*args, **kwargs)
-                ticket = begin(session, args, kwargs)
-                if not ticket.live:
-                    return served(ticket)
-                try:
-                    result = await func(*args, **kwargs)
-                except Exception as exc:
-                    session.end_call(ticket, error=exc)
-                    raise
-                return finish(session, ticket, result)
-
-            async_wrapper.__tachograph_model__ = spec  # type: ignore[attr-defined]
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            session = current_session()
-            if session is None:
-                return func(*args, **kwargs)
-            ticket = begin(session, args, kwargs)
-            if not ticket.live:
-                return served(ticket)
-            try:
-                result = func(*args, **kwargs)
-            except Exception as exc:
-                session.end_call(ticket, error=exc)
-                raise
-            return finish(session, ticket, result)
-
+        wrapper = wrap_call(func, begin, served=served, finish=finish)
         wrapper.__tachograph_model__ = spec  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
+        return wrapper
 
     return decorate
 

@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 
 import httpx2
 
-from ..capture.runtime import prompt_hash
-from ..capture.session import Served, Session, current_session, error_info
+from ..capture.boundary import CallKind, CallTicket, begin_call, error_info
+from ..capture.session import current_session
 from ..errors import RecordingError, Unreplayable
 from ._wire import (
     answer_record,
@@ -136,35 +136,32 @@ class _Call:
         }
         if kept:
             http["headers"] = dict(sorted(kept.items()))
-        self.payload: dict[str, Any] = {"request": body, "http": http}
-        hashed = prompt_hash(body)
-        if hashed is not None:
-            self.payload["prompt_hash"] = hashed
+        self.body = body
+        self.http = http
         model = body.get("model") if isinstance(body, dict) else None
         self.model: str | None = model if isinstance(model, str) and model else None
         self.name = self.model or request.url.path
         seed = body.get("seed") if isinstance(body, dict) else None
         self.seed: int | None = seed if type(seed) is int else None
-        self.key_args: Any = body if isinstance(body, dict) else {"http": http, "request": body}
 
-    def begin(self, session: Session) -> Served:
-        key = session.make_key(self.name, self.key_args, None)
-        return session.begin_call(
-            kind="model",
-            name=self.name,
-            request_type="model.request",
-            payload=self.payload,
-            key=key,
+    def begin(self) -> CallTicket:
+        ticket = begin_call(
+            CallKind.MODEL,
+            self.name,
+            self.body,
             model=self.model,
             seed=self.seed,
+            extra={"http": self.http},
         )
+        assert ticket is not None  # only called inside a run
+        return ticket
 
     # -- replay ---------------------------------------------------------------------------
 
-    def served(self, session: Session, ticket: Served) -> httpx2.Response:
+    def served(self, ticket: CallTicket) -> httpx2.Response:
         """The recorded answer to this attempt, as the response the SDK would have read."""
         if ticket.error is not None:
-            record = _recorded_failure(session, ticket)
+            record = _recorded_failure(ticket)
             if record is None:  # a transport error: raise it where the transport raised it
                 raise ticket.error
             return self._rebuild(record, error=ticket.error)
@@ -208,8 +205,7 @@ class _Call:
 
     def answered(
         self,
-        session: Session,
-        ticket: Served,
+        ticket: CallTicket,
         response: httpx2.Response,
         data: bytes,
         *,
@@ -217,8 +213,6 @@ class _Call:
         error: BaseException | None = None,
     ) -> None:
         """Record what came back: a response, an error response, or a broken stream."""
-        if session.recorder is None or not ticket.record_completion:
-            return
         record = answer_record(response, data, incomplete=incomplete or error is not None)
         if response.status_code >= 400 or error is not None:
             info = (
@@ -226,13 +220,7 @@ class _Call:
                 if error is not None
                 else self.options.provider.error_for(response)
             )
-            session.recorder.append(
-                "model.failed",
-                {"error": info, "response": record},
-                idempotency_key=ticket.key,
-                model=ticket.model,
-                seed=ticket.seed,
-            )
+            ticket.fail(info=info, response=record)
             return
         model, usage = summary(record)
         failure = stream_error(record)
@@ -243,28 +231,13 @@ class _Call:
                 "message": failure,
                 "status": response.status_code,
             }
-            session.recorder.append(
-                "model.failed",
-                {"error": info, "response": record},
-                idempotency_key=ticket.key,
-                model=model or ticket.model,
-                seed=ticket.seed,
-            )
+            ticket.fail(info=info, response=record, model=model or ticket.model)
             return
-        payload: dict[str, Any] = {"response": record}
-        if usage is not None:
-            payload["usage"] = usage
-        session.recorder.append(
-            "model.response",
-            payload,
-            idempotency_key=ticket.key,
-            model=model or ticket.model,
-            seed=ticket.seed,
-        )
+        ticket.complete(record, model=model or ticket.model, usage=usage)
 
-    def transport_failed(self, session: Session, ticket: Served, exc: BaseException) -> None:
+    def transport_failed(self, ticket: CallTicket, exc: BaseException) -> None:
         """Record an attempt that got no response at all (connection refused, timeout)."""
-        session.end_call(ticket, error=exc)
+        ticket.fail(exc)
 
     def live_response(self, response: httpx2.Response, data: bytes) -> httpx2.Response:
         """The live answer handed on to the SDK, its body already read and decoded."""
@@ -282,13 +255,14 @@ def _live_headers(response: httpx2.Response) -> list[tuple[str, str]]:
     return [(k, v) for k, v in response.headers.multi_items() if k.lower() not in drop]
 
 
-def _recorded_failure(session: Session, ticket: Served) -> dict[str, Any] | None:
+def _recorded_failure(ticket: CallTicket) -> dict[str, Any] | None:
     """The recorded error response behind a served failure.
 
-    ``Served`` carries only the rebuilt exception; the SDK needs the response itself to raise
-    its own exception and run its own retry logic, so it is read from the recorded completion.
+    The ticket's error is only the rebuilt exception; the SDK needs the response itself to
+    raise its own exception and run its own retry logic, so it is read from the recorded
+    completion.
     """
-    event = session.recorded_completion(ticket.key)
+    event = ticket.completion
     payload = getattr(event, "payload", None)
     record = payload.get("response") if isinstance(payload, dict) else None
     return record if isinstance(record, dict) and "status" in record else None
@@ -321,9 +295,8 @@ class _Tee:
     pass must continue where the first stopped.
     """
 
-    def __init__(self, call: _Call, session: Session, ticket: Served, live: httpx2.Response):
+    def __init__(self, call: _Call, ticket: CallTicket, live: httpx2.Response):
         self.call = call
-        self.session = session
         self.ticket = ticket
         self.live = live
         self.chunks: list[bytes] = []
@@ -337,7 +310,7 @@ class _Tee:
         if self.done:
             return
         self.done = True
-        recorder = self.session.recorder
+        recorder = self.ticket.session.recorder
         if recorder is not None and getattr(recorder, "finished", False):
             # Raising here would break the SDK's close() outside the run; the request stays
             # recorded without an answer, as a call cut short would.
@@ -350,7 +323,6 @@ class _Tee:
             return
         data = b"".join(self.chunks)
         self.call.answered(
-            self.session,
             self.ticket,
             self.live,
             data,
@@ -424,25 +396,25 @@ class RecordingTransport(httpx2.BaseTransport):
             return self.inner.handle_request(request)
         request.read()
         call = _Call(request, self.options)
-        ticket = call.begin(session)
-        if not ticket.live:
-            return call.served(session, ticket)
+        ticket = call.begin()
+        if ticket.served:
+            return call.served(ticket)
         try:
             live = self.inner.handle_request(request)
         except Exception as exc:
-            call.transport_failed(session, ticket, exc)
+            call.transport_failed(ticket, exc)
             raise
         live.request = request  # the SDK's error classes read it
         if is_sse(live) and live.status_code < 400:
             return httpx2.Response(
                 live.status_code,
                 headers=_live_headers(live),
-                stream=_SyncTee(_Tee(call, session, ticket, live)),
+                stream=_SyncTee(_Tee(call, ticket, live)),
                 request=request,
                 extensions=live.extensions,
             )
         data = live.read()
-        call.answered(session, ticket, live, data)
+        call.answered(ticket, live, data)
         return call.live_response(live, data)
 
     def close(self) -> None:
@@ -462,25 +434,25 @@ class AsyncRecordingTransport(httpx2.AsyncBaseTransport):
             return await self.inner.handle_async_request(request)
         await request.aread()
         call = _Call(request, self.options)
-        ticket = call.begin(session)
-        if not ticket.live:
-            return call.served(session, ticket)
+        ticket = call.begin()
+        if ticket.served:
+            return call.served(ticket)
         try:
             live = await self.inner.handle_async_request(request)
         except Exception as exc:
-            call.transport_failed(session, ticket, exc)
+            call.transport_failed(ticket, exc)
             raise
         live.request = request  # the SDK's error classes read it
         if is_sse(live) and live.status_code < 400:
             return httpx2.Response(
                 live.status_code,
                 headers=_live_headers(live),
-                stream=_AsyncTee(_Tee(call, session, ticket, live)),
+                stream=_AsyncTee(_Tee(call, ticket, live)),
                 request=request,
                 extensions=live.extensions,
             )
         data = await live.aread()
-        call.answered(session, ticket, live, data)
+        call.answered(ticket, live, data)
         return call.live_response(live, data)
 
     async def aclose(self) -> None:

@@ -14,43 +14,67 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
+import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Union
 
-from ..capture.agent import Agent, Run, _as_agent, _dry_run_default, record
-from ..capture.recorder import Durability, Processor, Recorder
-from ..capture.session import Session, error_info
-from ..errors import Divergence, ProfileError, ReplayError, Unreplayable
+from ..capture.agent import Agent, Run, as_agent, dry_run_default, record, release_store
+from ..capture.boundary import ReplayStopped, error_info
+from ..capture.recorder import Durability, Recorder
+from ..capture.session import Session
+from ..errors import Divergence, ProfileError, ReplayError
 from ..record.event import Event, new_ulid
-from ..record.verify import verify_events
+from ..record.seal import Processor
 from ..store import Store, open_store
-from .matchers import _Stop
+from .engine import ReplayEngine
+from .history import RunHistory
 from .report import Drift, ReplayReport
 
-__all__ = ["areplay", "fork", "replay", "resume"]
+__all__ = ["MatchMode", "Source", "areplay", "fork", "replay", "resume"]
 
 
-def _load(store: Store | str | None, run_id: str, tenant: str | None) -> tuple[Store, list[Event]]:
-    st = store if isinstance(store, Store) else open_store(store, create=False)
-    events = st.events(run_id, tenant=tenant)
-    if not events or events[0].type != "run.started":
-        raise Unreplayable(
-            f"run {run_id!r} does not begin with run.started; it cannot be replayed",
-            run_id=run_id,
-        )
-    if events[0].erased:
-        raise Unreplayable(
-            f"the payload of run.started of {run_id!r} was erased: the agent's input is gone, "
-            "so the run cannot be replayed",
-            run_id=run_id,
-            seq=0,
-            seqs=(0,),
-        )
-    return st, events
+class MatchMode(str, enum.Enum):
+    """How the agent's steps are matched with the record.
+
+    ``strict``: the next recorded step must be the one the agent takes. ``key``: calls are
+    matched by idempotency key, for agents whose calls complete in varying order.
+    """
+
+    STRICT = "strict"
+    KEY = "key"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: str | MatchMode) -> MatchMode:
+        """The mode named by ``value``, or an error listing the valid names."""
+        try:
+            return cls(value)
+        except ValueError:
+            valid = ", ".join(repr(m.value) for m in cls)
+            raise ReplayError(f"unknown match mode {value!r}; expected one of {valid}") from None
 
 
-def _dry_run_seqs(events: list[Event]) -> list[int]:
+Source = Union[Store, str, "os.PathLike[str]", RunHistory, None]
+"""Where a recorded run comes from: a store (or its URL), or a :class:`RunHistory`."""
+
+
+def _history(source: Source, run_id: str | None, tenant: str | None) -> RunHistory:
+    if isinstance(source, RunHistory):
+        if run_id is not None and run_id != source.run_id:
+            raise ReplayError(
+                f"the history holds run {source.run_id!r}, not {run_id!r}", run_id=run_id
+            )
+        return source
+    if run_id is None:
+        raise ReplayError("name the run to replay (run_id)")
+    return RunHistory.from_store(source, run_id, tenant=tenant)
+
+
+def _dry_run_seqs(events: tuple[Event, ...]) -> list[int]:
     return [
         e.seq
         for e in events
@@ -58,25 +82,8 @@ def _dry_run_seqs(events: list[Event]) -> list[int]:
     ]
 
 
-def _recorded_in_dry_run(events: list[Event]) -> bool:
-    labels = (events[0].payload or {}).get("labels") or {}
-    return isinstance(labels, dict) and labels.get("tachograph.dry_run") == "true"
-
-
-def _verify(events: list[Event], allow_unverified: bool) -> bool:
-    report = verify_events(events)
-    if report.ok:
-        return False
-    if not allow_unverified:
-        raise Unreplayable(
-            f"refusing to replay a run that does not verify: {report.render()} "
-            "(pass allow_unverified=True / --allow-unverified to replay it anyway, labelled "
-            "as such)",
-            run_id=report.run_id,
-            seq=report.first_failure.seq if report.first_failure else None,
-            report=report,
-        )
-    return True
+def _recorded_in_dry_run(history: RunHistory) -> bool:
+    return history.labels.get("tachograph.dry_run") == "true"
 
 
 def drift(
@@ -117,14 +124,6 @@ def drift(
     return out
 
 
-def _used_tools(events: list[Event]) -> frozenset[str]:
-    return frozenset(
-        str((e.payload or {}).get("tool"))
-        for e in events
-        if e.type == "tool.requested" and isinstance(e.payload, dict)
-    )
-
-
 def runtime_notes(recorded: dict[str, Any] | None, current: dict[str, Any] | None) -> list[str]:
     """Differences in runtime and recorder, which do not make a simulation by themselves."""
     notes = []
@@ -149,45 +148,41 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-def _drive(session: Session, spec: Agent, input: Any) -> tuple[str, Any, dict[str, Any] | None]:
+def _drive(
+    session: Session, engine: ReplayEngine, spec: Agent, input: Any
+) -> tuple[str, Any, dict[str, Any] | None]:
     """Run the agent under ``session``; returns (status, output, error)."""
     session.activate()
     try:
         try:
             output = _call(spec, input)
-        except _Stop:
+        except ReplayStopped:
             if session.fatal_error is not None:
                 raise session.fatal_error from None
             return "stopped", None, None
         except Exception as exc:
             info = error_info(exc)
             try:
-                session.check_end("error", None, info)
-            except _Stop:
+                engine.check_end("error", None, info)
+            except ReplayStopped:
                 pass
             return "error", None, info
         try:
-            session.check_end("ok", output, None)
-        except _Stop:
+            engine.check_end("ok", output, None)
+        except ReplayStopped:
             pass
         return "ok", output, None
     finally:
         session.deactivate()
 
 
-def _env_of(events: list[Event]) -> dict[str, Any] | None:
-    payload = events[0].payload or {}
-    env = payload.get("env")
-    return env if isinstance(env, dict) else None
-
-
 def replay(
-    store: Store | str | None,
-    run_id: str,
+    store: Source,
+    run_id: str | None,
     agent: Callable[..., Any] | Agent,
     *,
     tenant: str | None = None,
-    match: str = "strict",
+    match: MatchMode | str = MatchMode.STRICT,
     collect: bool = False,
     raise_on_divergence: bool = False,
     allow_unverified: bool = False,
@@ -197,49 +192,58 @@ def replay(
 ) -> ReplayReport:
     """Replay a recorded run against the agent's current code; nothing runs live.
 
-    ``match`` is ``strict`` (the next recorded step must be the one the agent takes) or
-    ``key`` (calls matched by idempotency key, for agents whose calls complete in varying
-    order). By default replay stops at the first divergence; ``collect=True`` goes on and
-    reports every divergence it can; ``raise_on_divergence=True`` raises
-    :class:`~tachograph.errors.Divergence` (carrying the report) instead of returning it.
-    ``rerun_pure=True`` re-executes ``pure`` tools and compares their results.
-    ``processors`` are those the run was recorded with (e.g. redaction): the agent's steps
-    are passed through them before they are compared with the (processed) record.
+    ``store`` is a store (or its URL) holding ``run_id``, or a :class:`RunHistory` (from a
+    JSONL file or a list of events; ``run_id`` may then be ``None``). The run is verified as
+    ``tacho verify`` verifies it before anything is served. ``match`` is ``strict`` (the next
+    recorded step must be the one the agent takes) or ``key`` (calls matched by idempotency
+    key, for agents whose calls complete in varying order). By default replay stops at the
+    first divergence; ``collect=True`` goes on and reports every divergence it can;
+    ``raise_on_divergence=True`` raises :class:`~tachograph.errors.Divergence` (carrying the
+    report) instead of returning it. ``rerun_pure=True`` re-executes ``pure`` tools and
+    compares their results. ``processors`` are those the run was recorded with (e.g.
+    redaction): the agent's steps are passed through them before they are compared with the
+    (processed) record.
     """
-    if match not in ("strict", "key"):
-        raise ReplayError(f"unknown match mode {match!r}; expected 'strict' or 'key'")
-    _, events = _load(store, run_id, tenant)
-    unverified = _verify(events, allow_unverified)
-    spec = _as_agent(agent, events[0].actor)
-    recorded_env = _env_of(events)
+    mode = MatchMode.parse(match)
+    history = _history(store, run_id, tenant)
+    unverified = history.check_replayable(allow_unverified=allow_unverified)
+    events = history.events
+    spec = as_agent(agent, history.actor)
+    recorded_env = history.env
     current_env = env if env is not None else spec.fingerprint()
-    session = Session(
+    engine = ReplayEngine(
+        history,
         mode="replay",
-        run_id=events[0].run_id,
-        actor=events[0].actor,
-        source=events,
-        match=match,
+        match=mode.value,
         raise_on_divergence=not collect,
         rerun_pure=rerun_pure,
         processors=processors,
     )
-    _status, output, error = _drive(session, spec, (events[0].payload or {}).get("input"))
-    report = ReplayReport(
-        run_id=events[0].run_id,
+    session = Session(
         mode="replay",
-        divergences=tuple(session.divergences),
-        drift=tuple(drift(recorded_env, current_env, used_tools=_used_tools(events))),
+        run_id=history.run_id,
+        actor=history.actor,
+        engine=engine,
+        processors=processors,
+    )
+    engine.attach(session)
+    _status, output, error = _drive(session, engine, spec, history.input)
+    report = ReplayReport(
+        run_id=history.run_id,
+        mode="replay",
+        divergences=tuple(engine.divergences),
+        drift=tuple(drift(recorded_env, current_env, used_tools=history.used_tools)),
         events=len(events),
-        served=session.served + 1,  # run.started
+        served=engine.served + 1,  # run.started
         unverified=unverified,
-        erased=tuple(e.seq for e in events if e.erased),
+        erased=history.erased,
         output=output,
         error=error,
-        aborted=session.aborted,
+        aborted=engine.aborted,
         notes=tuple(runtime_notes(recorded_env, current_env))
         + (
             ("the recorded run never finished (no run.finished)",)
-            if not any(e.type == "run.finished" for e in events)
+            if history.finished is None
             else ()
         )
         + _dry_run_note(events),
@@ -254,7 +258,7 @@ def replay(
     return report
 
 
-def _dry_run_note(events: list[Event]) -> tuple[str, ...]:
+def _dry_run_note(events: tuple[Event, ...]) -> tuple[str, ...]:
     seqs = _dry_run_seqs(events)
     if not seqs:
         return ()
@@ -266,13 +270,13 @@ def _dry_run_note(events: list[Event]) -> tuple[str, ...]:
 
 
 async def areplay(
-    store: Store | str | None, run_id: str, agent: Callable[..., Any] | Agent, **options: Any
+    store: Source, run_id: str | None, agent: Callable[..., Any] | Agent, **options: Any
 ) -> ReplayReport:
     """:func:`replay` for async agents, from inside a running event loop."""
     return await asyncio.to_thread(replay, store, run_id, agent, **options)
 
 
-def _override_seq(events: list[Event], at: int) -> int:
+def _override_seq(events: tuple[Event, ...], at: int) -> int:
     target = events[at]
     if target.type in ("model.response", "tool.completed"):
         return at
@@ -291,16 +295,16 @@ def _override_seq(events: list[Event], at: int) -> int:
 
 
 def fork(
-    store: Store | str | None,
-    run_id: str,
+    store: Source,
+    run_id: str | None,
     at: int,
     agent: Callable[..., Any] | Agent,
     *,
     override: Any = ...,
     new_run_id: str | None = None,
     tenant: str | None = None,
-    to_store: Store | str | None = None,
-    match: str = "strict",
+    to_store: Store | str | os.PathLike[str] | None = None,
+    match: MatchMode | str = MatchMode.STRICT,
     dry_run: bool | None = True,
     allow_unverified: bool = False,
     labels: dict[str, str] | None = None,
@@ -314,68 +318,85 @@ def fork(
     ``new_run_id`` names the fork; its ``run.started`` names the parent ``{run_id, seq}``.
     Served steps are copied into the fork, their idempotency keys re-based onto it.
     ``processors`` (e.g. the redaction of the original recording) apply to every event of the
-    fork.
+    fork. The fork goes to ``to_store``, by default the store the run was read from (a
+    history read from a file needs ``to_store``).
     """
-    source_store, events = _load(store, run_id, tenant)
+    mode = MatchMode.parse(match)
+    history = _history(store, run_id, tenant)
+    events = history.events
     if not 0 <= at < len(events):
-        raise ReplayError(f"seq {at} is outside run {run_id!r} (0..{len(events) - 1})", seq=at)
-    unverified = _verify(events, allow_unverified)
-    spec = _as_agent(agent, events[0].actor)
+        raise ReplayError(
+            f"seq {at} is outside run {history.run_id!r} (0..{len(events) - 1})", seq=at
+        )
+    unverified = history.check_replayable(allow_unverified=allow_unverified)
+    spec = as_agent(agent, history.actor)
     override_at = _override_seq(events, at) if override is not ... else None
     cut = max(at, override_at or at)
     prefix = [e for e in events[: cut + 1] if e.type != "run.finished"]
-    target_store = (
-        source_store
-        if to_store is None
-        else (to_store if isinstance(to_store, Store) else open_store(to_store))
-    )
+    if to_store is None:
+        if isinstance(store, RunHistory):
+            raise ReplayError("a fork of a run read from a file needs to_store (where to record)")
+        to_store = store
     rec = record(
-        target_store,
-        actor=events[0].actor,
-        input=(events[0].payload or {}).get("input"),
-        run_id=new_run_id or f"{events[0].run_id}.fork-{new_ulid()[-8:].lower()}",
-        tenant=events[0].tenant,
+        to_store,
+        actor=history.actor,
+        input=history.input,
+        run_id=new_run_id or f"{history.run_id}.fork-{new_ulid()[-8:].lower()}",
+        tenant=history.tenant,
         agent=spec,
-        labels={**(labels or {}), "tachograph.fork_of": events[0].run_id},
-        dry_run=_dry_run_default(dry_run),
-        parent={"run_id": events[0].run_id, "seq": at},
+        labels={**(labels or {}), "tachograph.fork_of": history.run_id},
+        dry_run=dry_run_default(dry_run),
+        parent={"run_id": history.run_id, "seq": at},
         processors=processors,
         durability=durability,
+        key_secret=history.key_secret.hex() if history.key_secret is not None else None,
     )
-    run = rec._start()
+    run = rec.start()
     run.session.deactivate()
-    session = Session(
+    engine = ReplayEngine(
+        history,
         mode="fork",
-        run_id=run.run_id,
-        actor=events[0].actor,
-        recorder=run.recorder,
-        source=prefix,
-        match=match,
+        match=mode.value,
         raise_on_divergence=True,
         live_after_source=True,
         copy_served=True,
-        dry_run=rec.dry_run,
         override=(override_at, override) if override_at is not None else None,
+        processors=processors,
+        events=prefix,
     )
-    session.source_run_id = events[0].run_id
+    session = Session(
+        mode="fork",
+        run_id=run.run_id,
+        actor=history.actor,
+        recorder=run.recorder,
+        engine=engine,
+        dry_run=rec.dry_run,
+    )
+    engine.attach(session)
     run.session = session
-    return _finish_live(rec, run, session, spec, events, "fork", unverified)
+    try:
+        return _finish_live(rec.env, run, session, engine, spec, history, "fork", unverified)
+    finally:
+        rec.release()
 
 
 def _finish_live(
-    rec: record,
+    env: dict[str, Any],
     run: Run,
     session: Session,
+    engine: ReplayEngine,
     spec: Agent,
-    events: list[Event],
+    history: RunHistory,
     mode: str,
     unverified: bool,
 ) -> ReplayReport:
-    status, output, error = _drive(session, spec, (events[0].payload or {}).get("input"))
+    status, output, error = _drive(session, engine, spec, history.input)
     if status == "stopped" and mode == "resume":
         # Nothing was appended while the record was being served: leave the crashed run
         # open, so that it can be resumed again once the agent follows its recorded path.
-        report = _live_report(rec, run, session, events, mode, unverified, status, output, error)
+        report = _live_report(
+            env, run, session, engine, history, mode, unverified, status, output, error
+        )
         raise Divergence(
             report.render() + "\n  the run was left unfinished; nothing was appended",
             report=report,
@@ -402,36 +423,36 @@ def _finish_live(
         status, output = "error", None
         run.recorder.append("run.finished", {"status": "error", "error": error})
     run.recorder.flush()
-    return _live_report(rec, run, session, events, mode, unverified, status, output, error)
+    return _live_report(env, run, session, engine, history, mode, unverified, status, output, error)
 
 
 def _live_report(
-    rec: record,
+    env: dict[str, Any],
     run: Run,
     session: Session,
-    events: list[Event],
+    engine: ReplayEngine,
+    history: RunHistory,
     mode: str,
     unverified: bool,
     status: str,
     output: Any,
     error: dict[str, Any] | None,
 ) -> ReplayReport:
-    recorded_env = _env_of(events)
     notes = list(session.notes)
     if session.used_dry_run:
         notes.append("dry-run tools were used: simulated results are marked dry_run")
     return ReplayReport(
-        run_id=events[0].run_id,
+        run_id=history.run_id,
         mode=mode,
-        divergences=tuple(session.divergences),
-        drift=tuple(drift(recorded_env, rec.env, used_tools=_used_tools(events))),
-        events=len(events),
-        served=session.served,
+        divergences=tuple(engine.divergences),
+        drift=tuple(drift(history.env, env, used_tools=history.used_tools)),
+        events=len(history.events),
+        served=engine.served,
         unverified=unverified,
-        erased=tuple(e.seq for e in events if e.erased),
+        erased=history.erased,
         output=output,
         error=error,
-        aborted=session.aborted or status == "stopped",
+        aborted=engine.aborted or status == "stopped",
         new_run_id=run.run_id,
         notes=tuple(notes),
         final_status=(
@@ -443,13 +464,13 @@ def _live_report(
 
 
 def resume(
-    store: Store | str | None,
+    store: Store | str | os.PathLike[str] | None,
     run_id: str,
     agent: Callable[..., Any] | Agent,
     *,
     tenant: str | None = None,
     confirm: bool = False,
-    match: str = "strict",
+    match: MatchMode | str = MatchMode.STRICT,
     dry_run: bool | None = None,
     processors: Sequence[Processor] = (),
     durability: Durability | str = Durability.EFFECTS,
@@ -471,37 +492,51 @@ def resume(
     the run is left unfinished. Pass the ``processors`` the run was recorded with (redaction),
     so that the events appended now are processed alike.
     """
-    st, events = _load(store, run_id, tenant)
-    if any(e.type == "run.finished" for e in events):
-        raise ReplayError(
-            f"run {run_id!r} has finished; fork it instead of resuming it", run_id=run_id
+    mode = MatchMode.parse(match)
+    owned = not isinstance(store, Store)
+    st = store if isinstance(store, Store) else open_store(store, create=False)
+    try:
+        history = RunHistory.from_store(st, run_id, tenant=tenant)
+        if history.finished is not None:
+            raise ReplayError(
+                f"run {run_id!r} has finished; fork it instead of resuming it", run_id=run_id
+            )
+        history.check_replayable()
+        spec = as_agent(agent, history.actor)
+        last = history.events[-1]
+        recorder = Recorder(
+            st,
+            run_id=last.run_id,
+            actor=history.actor,
+            tenant=last.tenant,
+            head=(last.seq, last.hash),
+            processors=processors,
+            durability=durability,
         )
-    _verify(events, False)
-    spec = _as_agent(agent, events[0].actor)
-    last = events[-1]
-    recorder = Recorder(
-        st,
-        run_id=last.run_id,
-        actor=events[0].actor,
-        tenant=last.tenant,
-        head=(last.seq, last.hash),
-        processors=processors,
-        durability=durability,
-    )
-    session = Session(
-        mode="resume",
-        run_id=last.run_id,
-        actor=events[0].actor,
-        recorder=recorder,
-        source=events,
-        match=match,
-        raise_on_divergence=True,
-        live_after_source=True,
-        confirm=confirm,
-        # A run recorded in dry run goes on in dry run unless the caller says otherwise.
-        dry_run=_dry_run_default(dry_run) or (dry_run is None and _recorded_in_dry_run(events)),
-    )
-    rec = record.__new__(record)
-    rec.env = spec.fingerprint()
-    run = Run(session, recorder, st)
-    return _finish_live(rec, run, session, spec, events, "resume", False)
+        engine = ReplayEngine(
+            history,
+            mode="resume",
+            match=mode.value,
+            raise_on_divergence=True,
+            live_after_source=True,
+            confirm=confirm,
+            processors=processors,
+        )
+        session = Session(
+            mode="resume",
+            run_id=last.run_id,
+            actor=history.actor,
+            recorder=recorder,
+            engine=engine,
+            # A run recorded in dry run goes on in dry run unless the caller says otherwise.
+            dry_run=dry_run_default(dry_run)
+            or (dry_run is None and _recorded_in_dry_run(history)),
+        )
+        engine.attach(session)
+        run = Run(session, recorder, st)
+        return _finish_live(
+            spec.fingerprint(), run, session, engine, spec, history, "resume", False
+        )
+    finally:
+        if owned:
+            release_store(st)

@@ -8,6 +8,7 @@ A difference is a JSON path with the old and the new value (``$.args.amount_cent
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -121,13 +122,25 @@ def _diff(old: Any, new: Any, path: str, out: list[Change], limit: int) -> None:
 _COMPARED = ("type", "actor", "idempotency_key", "model", "seed")
 
 
+_DEFAULT_KEY = re.compile(r"(?P<name>.*):[0-9a-f]{16}(?P<repeat>#[0-9]+)?")
+
+
 def _key_part(event: Event) -> str | None:
-    """An idempotency key without its ``{run_id}:`` prefix: keys of two runs compare equal
-    when they name the same call (SPEC section 5)."""
+    """What an idempotency key says of the call, comparable across runs.
+
+    The ``{run_id}:`` prefix is dropped. A default key's hash part is keyed by its own run's
+    secret (SPEC section 5), so two runs hash the same arguments differently: only the name
+    and the repeat count of a default key are compared (the arguments are compared in the
+    payload). A tool's own key is compared whole.
+    """
     key = event.idempotency_key
     prefix = event.run_id + ":"
     if key is not None and key.startswith(prefix):
-        return key[len(prefix) :]
+        key = key[len(prefix) :]
+    if key is not None:
+        default = _DEFAULT_KEY.fullmatch(key)
+        if default is not None:
+            return f"{default['name']}:{default['repeat'] or ''}"
     return key
 
 

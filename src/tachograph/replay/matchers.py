@@ -11,25 +11,21 @@ person can act on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..capture.recorder import Processor
+from ..capture.boundary import ReplayStopped
 from ..record.canonical import canonical, loads
 from ..record.event import Event
+from ..record.seal import Processor
 from .diff import Change, diff_values
 from .report import Candidate, DivergenceItem, DivergenceKind
 
-__all__ = ["Matcher"]
+__all__ = ["COMPLETIONS", "Matcher", "key_suffix", "normalize"]
 
-_COMPLETIONS = frozenset({"tool.completed", "tool.failed", "model.response", "model.failed"})
+COMPLETIONS = frozenset({"tool.completed", "tool.failed", "model.response", "model.failed"})
 _VALUE_TYPES = frozenset({"clock.read", "random.seed", "random.value", "external.read"})
 _SERVED = frozenset({"tool.requested", "model.request"}) | _VALUE_TYPES
-
-
-class _Stop(BaseException):
-    """Unwinds the agent when a replay cannot go on. A BaseException, so that an agent's
-    ``except Exception`` cannot swallow it."""
 
 
 def _shape(event: Event) -> dict[str, Any]:
@@ -43,14 +39,14 @@ def _shape(event: Event) -> dict[str, Any]:
     }
 
 
-def _key_suffix(key: str | None, run_id: str) -> str | None:
+def key_suffix(key: str | None, run_id: str) -> str | None:
     if key is None:
         return None
     prefix = run_id + ":"
     return key[len(prefix) :] if key.startswith(prefix) else key
 
 
-def _normalize(value: Any) -> Any:
+def normalize(value: Any) -> Any:
     """The value as it would read back from the record (1.0 becomes 1, tuples lists)."""
     return loads(canonical(value))
 
@@ -67,8 +63,10 @@ class Matcher:
         raise_on_divergence: bool,
         live_after_source: bool,
         processors: Sequence[Processor] = (),
+        on_served: Callable[[Event], None] | None = None,
     ) -> None:
         self.match = match
+        self.on_served = on_served
         self.processors = tuple(processors)
         self.raise_on_divergence = raise_on_divergence
         self.live_after_source = live_after_source
@@ -89,7 +87,7 @@ class Matcher:
                     self.started_event = event
                 elif event.type == "run.finished":
                     self.finished_event = event
-                elif event.type in _COMPLETIONS:
+                elif event.type in COMPLETIONS:
                     if event.idempotency_key is not None:
                         self._completions[event.idempotency_key] = event
                 else:
@@ -98,7 +96,7 @@ class Matcher:
         # key mode: open steps by key (without the run id), so that matching stays linear
         self._by_key: dict[str, list[Event]] = {}
         for event in self._stream:
-            suffix = _key_suffix(event.idempotency_key, self.source_run_id)
+            suffix = key_suffix(event.idempotency_key, self.source_run_id)
             if suffix is not None:
                 self._by_key.setdefault(suffix, []).append(event)
 
@@ -107,7 +105,7 @@ class Matcher:
         (redacted) before hashing, so the agent's step is too before it is compared."""
         if not self.processors:
             return payload
-        out: dict[str, Any] = _normalize(payload)
+        out: dict[str, Any] = normalize(payload)
         for processor in self.processors:
             out = processor(type_, out)
         return out
@@ -142,7 +140,7 @@ class Matcher:
                 self._cursor += 1
             return self._stream[self._cursor] if self._cursor < len(self._stream) else None
         if key is not None:
-            suffix = _key_suffix(key, self.source_run_id) or ""
+            suffix = key_suffix(key, self.source_run_id) or ""
             for e in self._by_key.get(suffix, ()):
                 if e.seq not in self._consumed:
                     return e
@@ -161,10 +159,17 @@ class Matcher:
     def _consume(self, event: Event) -> None:
         self._settle(event)
         self.served += 1
-        self._on_served(event)
+        if self.on_served is not None:  # a fork copies every step it serves
+            self.on_served(event)
 
-    def _on_served(self, event: Event) -> None:
-        """Called for every recorded step matched and served (a fork copies it)."""
+    def completion(self, key: str | None) -> Event | None:
+        """The recorded completion of the call with idempotency key ``key``."""
+        return self._completions.get(key) if key is not None else None
+
+    @property
+    def has_steps(self) -> bool:
+        """Whether the record holds any step to serve."""
+        return bool(self._stream)
 
     def _candidates(self, type_: str, payload: dict[str, Any], name: str | None) -> list[Candidate]:
         out = []
@@ -183,7 +188,7 @@ class Matcher:
         out.sort(key=lambda c: (len(c.failed), c.seq))
         return out[:3]
 
-    def _diverge(
+    def diverge(
         self,
         kind: DivergenceKind,
         seq: int,
@@ -207,7 +212,7 @@ class Matcher:
         self.divergences.append(item)
         if fatal or self.raise_on_divergence:
             self.aborted = fatal
-            raise _Stop
+            raise ReplayStopped
 
     def _position(self) -> int:
         """The recorded seq at which the next thing would have been."""
@@ -218,13 +223,13 @@ class Matcher:
             return self.finished_event.seq
         return (self._stream[-1].seq + 1) if self._stream else 1
 
-    def _expect(
+    def expect(
         self, type_: str, payload: dict[str, Any], key: str | None, name: str | None
     ) -> Event | None:
         """Match the agent's next step against the record. Returns the matched event, or None
         when the step is to be done live (or, in collect mode, has no counterpart). Records
-        divergences; raises :class:`_Stop` when the replay cannot go on."""
-        payload = self._processed(type_, payload)
+        divergences; raises :class:`ReplayStopped` when the replay cannot go on. ``payload``
+        has already been through the recording's processors."""
         if name is None:
             name = _probe_name(type_, payload)
         expected = self._next_expected(type_, payload, key, name) if self._remaining() else None
@@ -240,7 +245,7 @@ class Matcher:
                 return None
             expected = resynced
         if expected.erased:
-            self._diverge(
+            self.diverge(
                 DivergenceKind.UNREPLAYABLE,
                 expected.seq,
                 expected,
@@ -260,7 +265,7 @@ class Matcher:
 
     def _extra(self, type_: str, payload: dict[str, Any], name: str | None) -> None:
         """A step with no recorded counterpart: fatal when it needs a recorded answer."""
-        self._diverge(
+        self.diverge(
             DivergenceKind.EXTRA_CALL,
             self._position(),
             None,
@@ -281,7 +286,7 @@ class Matcher:
         key: str | None,
         name: str | None,
     ) -> None:
-        self._diverge(
+        self.diverge(
             DivergenceKind.TYPE_CHANGED,
             expected.seq,
             expected,
@@ -311,7 +316,7 @@ class Matcher:
         if type_ not in _SERVED:
             return None
         self.aborted = True
-        raise _Stop
+        raise ReplayStopped
 
     def _payload_changed(
         self,
@@ -348,7 +353,7 @@ class Matcher:
                 f"The agent's {type_} differs from the recording "
                 f"({', '.join(c.path for c in changes[:3])}): its reasoning or rules changed."
             )
-        self._diverge(
+        self.diverge(
             kind,
             expected.seq,
             expected,
@@ -367,7 +372,7 @@ class Matcher:
         if expected.type != "random.seed":
             changes = diff_values(recorded, probe, "$.payload")
             if changes:
-                self._diverge(
+                self.diverge(
                     DivergenceKind.DECISION_CHANGED,
                     expected.seq,
                     expected,
@@ -385,7 +390,7 @@ class Matcher:
         if self._remaining():
             first = next(e for e in self._stream[self._cursor :] if e.seq not in self._consumed)
             left = self._left
-            self._diverge(
+            self.diverge(
                 DivergenceKind.MISSING_CALLS,
                 first.seq,
                 first,
@@ -399,7 +404,7 @@ class Matcher:
         if recorded is None or self.live_after_source:
             return
         if recorded.erased:
-            self._diverge(
+            self.diverge(
                 DivergenceKind.UNREPLAYABLE,
                 recorded.seq,
                 recorded,
@@ -413,7 +418,7 @@ class Matcher:
         if error is not None:
             now["error"] = error
         else:
-            now["output"] = _normalize(output)
+            now["output"] = normalize(output)
         before = {
             k: v for k, v in (recorded.payload or {}).items() if k in ("status", "output", "error")
         }
@@ -422,7 +427,7 @@ class Matcher:
         now = self._processed("run.finished", now)
         changes = diff_values(before, now, "$.payload")
         if changes:
-            self._diverge(
+            self.diverge(
                 DivergenceKind.OUTPUT_CHANGED,
                 recorded.seq,
                 recorded,
@@ -461,7 +466,7 @@ def _identity(type_: str, payload: dict[str, Any]) -> Any:
     """What identifies a step without a key: a value's source (not the value), else all."""
     if type_ in _VALUE_TYPES:
         return {k: v for k, v in payload.items() if k not in ("value", "seed")}
-    return _normalize(payload)
+    return normalize(payload)
 
 
 def _actual(
