@@ -46,7 +46,9 @@ def mask_emails(_type: str, payload: dict[str, Any]) -> dict[str, Any]:
     def walk(value: Any) -> Any:
         if isinstance(value, str):
             return EMAIL.sub(
-                lambda m: "pii1:k1:" + hashlib.sha256(b"processor-key" + m[0].encode()).hexdigest()[:16],
+                lambda m: (
+                    "pii1:k1:" + hashlib.sha256(b"processor-key" + m[0].encode()).hexdigest()[:16]
+                ),
                 value,
             )
         if isinstance(value, dict):
@@ -75,7 +77,12 @@ def test_no_envelope_field_confirms_a_masked_email(tmp_path: Path) -> None:
     store = tg.open_store(tmp_path / "s.db")
     with tg.record(store, actor="support", run_id="pii-1", processors=[mask_emails]):
         lookup_customer(secret_email)
-        ask({"system": f"Help {secret_email}", "messages": [{"role": "user", "content": secret_email}]})
+        ask(
+            {
+                "system": f"Help {secret_email}",
+                "messages": [{"role": "user", "content": secret_email}],
+            }
+        )
     events = store.events("pii-1")
     secret = key_secret_of(events[0].payload)
     assert secret is not None

@@ -108,9 +108,7 @@ class Engine(Protocol):
     def serve_value(self, type_: str, payload: dict[str, Any]) -> tuple[bool, Any]:
         """``(True, value)`` when the record serves a clock, random or external value."""
 
-    def compare_rerun(
-        self, ticket: CallTicket, result: Any, error: BaseException | None
-    ) -> None:
+    def compare_rerun(self, ticket: CallTicket, result: Any, error: BaseException | None) -> None:
         """A pure tool re-run in replay: compare its fresh answer with the recorded one."""
 
     def recorded_completion(self, key: str | None) -> Event | None:
