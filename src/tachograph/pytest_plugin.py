@@ -40,7 +40,7 @@ def _agent(target: str) -> Any:
     """The agent for ``module:attr``, imported once per process."""
     agent = _AGENTS.get(target)
     if agent is None:
-        from .cli.loader import load_agent
+        from .capture.loader import load_agent
 
         agent = _AGENTS[target] = load_agent(target)
     return agent

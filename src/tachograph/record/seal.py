@@ -19,10 +19,21 @@ import hashlib
 import hmac
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .canonical import canonical
-from .event import Event, check_actor, check_run_id, check_tenant, check_type, new_event
+from .event import (
+    ENVELOPE_KEYS,
+    Event,
+    check_actor,
+    check_run_id,
+    check_tenant,
+    check_type,
+    envelope_bytes,
+    hash_envelope,
+    new_event,
+)
 
 __all__ = [
     "KEY_SECRET_FIELD",
@@ -191,3 +202,28 @@ class Sealer:
         self.next_seq += 1
         self.head_hash = event.hash
         return event
+
+    def reseal(self, event: Event) -> Event:
+        """``event`` as the next event of this run: its payload processed again, its digest,
+        link and hash recomputed, every other envelope field kept (a corpus fixture rewritten
+        through processors still reads as the same run). An erased event keeps its digest
+        and is only re-linked."""
+        if event.erased:
+            linked = replace(event, seq=self.next_seq, prev_hash=self.head_hash)
+            values = [getattr(linked, k) for k in ENVELOPE_KEYS]
+            rebuilt = replace(linked, hash=hash_envelope(envelope_bytes(*values)))
+            self.next_seq += 1
+            self.head_hash = rebuilt.hash
+            return rebuilt
+        return self.seal(
+            event.type,
+            dict(event.payload),
+            actor=event.actor,
+            idempotency_key=event.idempotency_key,
+            model=event.model,
+            seed=event.seed,
+            trace_id=event.trace_id,
+            span_id=event.span_id,
+            ts=event.ts,
+            event_id=event.event_id,
+        )

@@ -11,16 +11,16 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from ..capture.recorder import Processor
 from ..errors import CorpusError, VerificationFailed
-from ..record.event import ENVELOPE_KEYS, Event, envelope_bytes, hash_envelope, new_event, now_ts
+from ..record.event import Event, now_ts
 from ..record.jsonl import write_events
+from ..record.seal import Processor, Sealer
 from ..store import Store, open_store
 
 __all__ = [
@@ -31,7 +31,9 @@ __all__ = [
     "Outcome",
     "Verdict",
     "load_corpus",
+    "read_sidecar",
     "save_run",
+    "write_json",
 ]
 
 FIXTURE_VERSION = 1
@@ -111,7 +113,7 @@ def _sidecar_of(path: Path) -> Path:
     return path.with_name(path.name[: -len(".jsonl")] + SIDECAR_SUFFIX)
 
 
-def _read_sidecar(path: Path) -> dict[str, Any]:
+def read_sidecar(path: Path) -> dict[str, Any]:
     try:
         data = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
@@ -130,7 +132,7 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
     return data
 
 
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
     os.replace(tmp, path)
@@ -143,7 +145,7 @@ def _entry(root: Path, path: Path) -> CorpusRun:
         # A plain export dropped into the corpus is taken as a good run.
         return CorpusRun(name, path, sidecar, None, Verdict.GOOD, note=None)
     try:
-        data = _read_sidecar(sidecar)
+        data = read_sidecar(sidecar)
         verdict = Verdict.parse(str(data.get("verdict")))
         wrong_at = data.get("wrong_at")
         if verdict is Verdict.BAD and (
@@ -194,34 +196,24 @@ def load_corpus(directory: str | os.PathLike[str]) -> tuple[CorpusRun, ...]:
 # -- saving -----------------------------------------------------------------------------------
 
 
-_KEPT = (
-    "run_id", "seq", "type", "actor", "tenant", "trace_id", "span_id", "idempotency_key",
-    "model", "seed", "ts", "event_id",
-)  # fmt: skip
-
-
 def _rechain(events: Iterable[Event], processors: Sequence[Processor]) -> list[Event]:
-    """Apply processors to every payload and rebuild the chain over the new digests.
+    """Apply processors to every payload and rebuild the chain over the new digests, through
+    the one write pipeline (:class:`~tachograph.record.seal.Sealer`).
 
     Envelope fields other than the digest and the links keep their recorded values, so the
     fixture still reads as the same run; salts are drawn afresh.
     """
     out: list[Event] = []
-    prev: str | None = None
+    sealer: Sealer | None = None
     for event in events:
-        if event.erased:
-            values: list[Any] = [
-                prev if k == "prev_hash" else getattr(event, k) for k in ENVELOPE_KEYS
-            ]
-            rebuilt = replace(event, prev_hash=prev, hash=hash_envelope(envelope_bytes(*values)))
-        else:
-            payload = dict(event.payload)
-            for processor in processors:
-                payload = processor(event.type, payload)
-            kept = {k: getattr(event, k) for k in _KEPT}
-            rebuilt = new_event(payload=payload, prev_hash=prev, **kept)
-        out.append(rebuilt)
-        prev = rebuilt.hash
+        if sealer is None:
+            sealer = Sealer(
+                run_id=event.run_id,
+                actor=event.actor,
+                tenant=event.tenant,
+                processors=processors,
+            )
+        out.append(sealer.reseal(event))
     return out
 
 
@@ -307,5 +299,5 @@ def save_run(
     }
     if wrong_at is not None:
         meta["wrong_type"] = events[wrong_at].type
-    _write_json(sidecar, meta)
+    write_json(sidecar, meta)
     return path

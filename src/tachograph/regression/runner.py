@@ -25,13 +25,12 @@ from typing import Any
 import orjson
 
 from ..capture.agent import Agent
-from ..cli.loader import load_agent
+from ..capture.loader import load_agent
 from ..errors import FormatError, TachographError, Unreplayable, VerificationFailed
 from ..record.canonical import canonical
 from ..record.event import Event, now_ts
 from ..record.jsonl import read_jsonl
 from ..replay.report import DivergenceKind, Drift, ReplayReport
-from ..store import SQLiteStore
 from .corpus import (
     FIXTURE_VERSION,
     SIDECAR_SUFFIX,
@@ -39,10 +38,10 @@ from .corpus import (
     CorpusRun,
     Outcome,
     Verdict,
-    _read_sidecar,
-    _write_json,
     load_corpus,
+    read_sidecar,
     save_run,
+    write_json,
 )
 
 __all__ = [
@@ -200,9 +199,11 @@ def check_run(
 ) -> CaseResult:
     """Replay one saved run against ``agent`` and classify it (see the module docstring).
 
-    The run is loaded into a private in-memory store; nothing is written anywhere.
+    The run is replayed from its events (a :class:`~tachograph.replay.history.RunHistory`,
+    verified as a stored run is); nothing is written anywhere.
     """
     from ..replay.api import replay  # the replay engine imports the runtime: load it on use
+    from ..replay.history import RunHistory
 
     started = time.perf_counter()
     loaded = _load_events(entry)
@@ -210,17 +211,14 @@ def check_run(
         return _unreplayable(entry, loaded, seconds=time.perf_counter() - started)
     events = loaded
     run_id = events[0].run_id
-    store = SQLiteStore(":memory:")
     try:
-        store.append(events)
-        report = replay(store, run_id, agent, tenant=events[0].tenant, match=match, collect=True)
+        history = RunHistory.from_events(events, source=str(entry.path))
+        report = replay(history, run_id, agent, match=match, collect=True)
     except Exception as exc:  # the harness failed on this run: report it, go on with the rest
         why = f"replay failed: {type(exc).__name__}: {exc}"
         if isinstance(exc, Unreplayable):
             why = str(exc)
         return _unreplayable(entry, why, run_id=run_id, seconds=time.perf_counter() - started)
-    finally:
-        store.close()
     result = _classify(entry, report)
     current = agent.fingerprint().get("code_version") if isinstance(agent, Agent) else None
     return replace(
@@ -520,7 +518,7 @@ def _accept(entry: CorpusRun, result: CaseResult, agent: str) -> CaseResult:
         "first": {"seq": result.seq, "kind": result.kind} if result.seq is not None else None,
         "code_version": result.code_version,
     }
-    data = _read_sidecar(entry.sidecar) if entry.sidecar.exists() else None
+    data = read_sidecar(entry.sidecar) if entry.sidecar.exists() else None
     if data is None:
         data = {
             "tachograph_fixture": FIXTURE_VERSION,
@@ -531,7 +529,7 @@ def _accept(entry: CorpusRun, result: CaseResult, agent: str) -> CaseResult:
             "accepted": [],
         }
     data["accepted"] = [*(data.get("accepted") or []), record]
-    _write_json(entry.sidecar, data)
+    write_json(entry.sidecar, data)
     return replace(
         result,
         outcome=Outcome.REPRODUCED,
