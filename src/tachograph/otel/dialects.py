@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from ..providers import genai
 from . import attributes as A
 from .otlp_json import OtlpSpan
 
@@ -91,55 +92,13 @@ def detect_dialect(spans: Sequence[OtlpSpan]) -> str:
 # -- message forms ------------------------------------------------------------------------------
 
 
-def _text_of(parts: Any) -> str | None:
-    if not isinstance(parts, list):
-        return None
-    texts = [
-        p["content"]
-        for p in parts
-        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("content"), str)
-    ]
-    return "".join(texts) if texts else None
+_text_of = genai.text_of_parts
+semconv_message = genai.normalized_from_semconv
+openai_message = genai.normalized_from_openai
 
 
 def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "name": name, "arguments": loads(arguments)}
-
-
-def semconv_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A GenAI ``{"role", "parts"}`` message in the normalized form."""
-    raw = message.get("parts")
-    parts: list[Any] = raw if isinstance(raw, list) else []
-    out: dict[str, Any] = {"role": message.get("role"), "content": _text_of(parts)}
-    calls = [
-        _call(p.get("id"), p.get("name"), p.get("arguments"))
-        for p in parts
-        if isinstance(p, dict) and p.get("type") == "tool_call"
-    ]
-    if calls:
-        out["tool_calls"] = calls
-    responses = [p for p in parts if isinstance(p, dict) and p.get("type") == "tool_call_response"]
-    if responses:
-        first = responses[0]
-        out["content"] = first.get("response", first.get("result"))
-        out["tool_call_id"] = first.get("id")
-    return out
-
-
-def openai_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """An OpenAI-style message (``tool_calls[].function``) in the normalized form."""
-    out: dict[str, Any] = {"role": message.get("role"), "content": message.get("content")}
-    calls = []
-    for call in message.get("tool_calls") or ():
-        if isinstance(call, dict):
-            nested = call.get("function")
-            function: dict[str, Any] = nested if isinstance(nested, dict) else call
-            calls.append(_call(call.get("id"), function.get("name"), function.get("arguments")))
-    if calls:
-        out["tool_calls"] = calls
-    if message.get("tool_call_id"):
-        out["tool_call_id"] = message["tool_call_id"]
-    return out
 
 
 def indexed(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
