@@ -237,6 +237,7 @@ def replay(
         error=error,
         aborted=session.aborted,
         notes=tuple(runtime_notes(recorded_env, current_env))
+        + tuple(session.notes)
         + (
             ("the recorded run never finished (no run.finished)",)
             if not any(e.type == "run.finished" for e in events)

@@ -162,7 +162,6 @@ class Session(Matcher):
         self.dry_run = dry_run
         self.override = override
         self.used_dry_run = False
-        self.notes: list[str] = []
         self.fatal_error: BaseException | None = None
         self._key_counts: dict[str, int] = {}
         self._key_lock = threading.Lock()

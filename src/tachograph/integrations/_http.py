@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import httpx2
 
 from ..errors import RecordingError, Unreplayable
+from ..providers.replay import served_answer
 from ..runtime import prompt_hash
 from ..session import Served, Session, current_session, error_info
 from ._wire import (
@@ -169,10 +170,14 @@ class _Call:
                 raise ticket.error
             return self._rebuild(record, error=ticket.error)
         record = ticket.value
+        if isinstance(record, dict) and "status" not in record:
+            # recorded in the provider-neutral form (a run imported from a trace)
+            record = served_answer(record, self.request.url.path, self.payload.get("request"))
         if not isinstance(record, dict) or "status" not in record:
             raise Unreplayable(
-                f"the recorded answer to {self.name!r} (key {ticket.key}) was not recorded at "
-                "the HTTP transport; it cannot be served to the SDK",
+                f"the recorded answer to {self.name!r} (key {ticket.key}) cannot be served to "
+                "the SDK: it was not recorded at the HTTP transport, and the trace it was "
+                "imported from did not capture the model's message (or the API differs)",
                 key=ticket.key,
             )
         return self._rebuild(record)
