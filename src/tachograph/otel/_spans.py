@@ -149,9 +149,12 @@ def provider_of(model: str | None) -> str | None:
     return spec.provider if spec is not None else None
 
 
-def _text_message(role: str, value: Any) -> str:
+def _text_message(role: str, value: Any, finish_reason: str | None = None) -> str:
     text = value if isinstance(value, str) else to_json(value)
-    return to_json([{"role": role, "parts": [{"type": "text", "content": text}]}])
+    message: dict[str, Any] = {"role": role, "parts": [{"type": "text", "content": text}]}
+    if finish_reason is not None:  # required on output messages
+        message["finish_reason"] = finish_reason
+    return to_json([message])
 
 
 def agent_start_attributes(event: Event, *, content: bool = False) -> dict[str, AttributeValue]:
@@ -183,7 +186,8 @@ def agent_end_attributes(event: Event, *, content: bool = False) -> dict[str, At
     attrs: dict[str, AttributeValue] = {}
     put(attrs, A.TACHO_STATUS, payload.get("status"))
     if content and payload.get("output") is not None:
-        attrs[A.GEN_AI_OUTPUT_MESSAGES] = _text_message("assistant", payload["output"])
+        # the run returned its output: the agent's generation stopped normally
+        attrs[A.GEN_AI_OUTPUT_MESSAGES] = _text_message("assistant", payload["output"], "stop")
     error = payload.get("error")
     if isinstance(error, dict):
         put(attrs, A.ERROR_TYPE, error.get("type"))
