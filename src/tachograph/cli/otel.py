@@ -139,11 +139,28 @@ def export_command(
 @otel_group.command("import", short_help="Record GenAI traces (OTLP/JSON) as runs.")
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--tenant", default="default", show_default=True, help="Tenant of the new runs.")
+@click.option(
+    "--group-by",
+    default=None,
+    metavar="ATTR",
+    help="Join traces whose spans share this attribute's value into one run "
+    "(default: gen_ai.conversation.id, session.id, the Traceloop session id).",
+)
+@click.option(
+    "--gap",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Join traces naming no conversation when one starts within SECONDS of the last.",
+)
 @json_option
-def import_command(file: str, tenant: str, as_json: bool) -> None:
+def import_command(
+    file: str, tenant: str, group_by: str | None, gap: float | None, as_json: bool
+) -> None:
     """Read OTLP/JSON traces of GenAI spans (current or older OpenTelemetry GenAI conventions,
     OpenInference, OpenLLMetry) from FILE ('-' for stdin) and record each trace as a run,
-    labelled as imported. Runs already imported are skipped.
+    labelled as imported; the traces of one conversation become one run (see --group-by and
+    --gap). Runs already imported are skipped.
 
     Exit 0 when at least one run was found, 1 when the file holds no GenAI trace or is not
     OTLP/JSON.
@@ -161,7 +178,7 @@ def import_command(file: str, tenant: str, as_json: bool) -> None:
         source = path
     with open_store(create=True) as store:
         try:
-            result = import_otlp(store, source, tenant=tenant)
+            result = import_otlp(store, source, tenant=tenant, group_by=group_by, gap=gap)
         except FormatError as exc:
             raise CliError(f"cannot import {source}: {exc}", exit_code=EXIT_FAILED) from exc
     if as_json:

@@ -36,6 +36,7 @@ import httpx2
 from ..capture.boundary import CallKind, CallTicket, begin_call, error_info
 from ..capture.session import current_session
 from ..errors import RecordingError, Unreplayable
+from ..providers.replay import served_answer
 from ._wire import (
     answer_record,
     body_bytes,
@@ -166,10 +167,14 @@ class _Call:
                 raise ticket.error
             return self._rebuild(record, error=ticket.error)
         record = ticket.value
+        if isinstance(record, dict) and "status" not in record:
+            # recorded in the provider-neutral form (a run imported from a trace)
+            record = served_answer(record, self.request.url.path, self.body)
         if not isinstance(record, dict) or "status" not in record:
             raise Unreplayable(
-                f"the recorded answer to {self.name!r} (key {ticket.key}) was not recorded at "
-                "the HTTP transport; it cannot be served to the SDK",
+                f"the recorded answer to {self.name!r} (key {ticket.key}) cannot be served to "
+                "the SDK: it was not recorded at the HTTP transport, and the trace it was "
+                "imported from did not capture the model's message (or the API differs)",
                 key=ticket.key,
             )
         return self._rebuild(record)

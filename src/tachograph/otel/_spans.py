@@ -7,13 +7,18 @@ message form of recorded requests and responses.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from ..providers import genai
+from ..providers.genai import finish_reasons, input_messages, output_messages
+from ..providers.http import response_body
 from ..record.event import Event
 from . import attributes as A
+
+__all__ = ["finish_reasons", "input_messages", "output_messages"]
 
 AttributeValue = str | bool | int | float | list[str] | list[bool] | list[int] | list[float]
 
@@ -144,9 +149,12 @@ def provider_of(model: str | None) -> str | None:
     return spec.provider if spec is not None else None
 
 
-def _text_message(role: str, value: Any) -> str:
+def _text_message(role: str, value: Any, finish_reason: str | None = None) -> str:
     text = value if isinstance(value, str) else to_json(value)
-    return to_json([{"role": role, "parts": [{"type": "text", "content": text}]}])
+    message: dict[str, Any] = {"role": role, "parts": [{"type": "text", "content": text}]}
+    if finish_reason is not None:  # required on output messages
+        message["finish_reason"] = finish_reason
+    return to_json([message])
 
 
 def agent_start_attributes(event: Event, *, content: bool = False) -> dict[str, AttributeValue]:
@@ -178,7 +186,8 @@ def agent_end_attributes(event: Event, *, content: bool = False) -> dict[str, At
     attrs: dict[str, AttributeValue] = {}
     put(attrs, A.TACHO_STATUS, payload.get("status"))
     if content and payload.get("output") is not None:
-        attrs[A.GEN_AI_OUTPUT_MESSAGES] = _text_message("assistant", payload["output"])
+        # the run returned its output: the agent's generation stopped normally
+        attrs[A.GEN_AI_OUTPUT_MESSAGES] = _text_message("assistant", payload["output"], "stop")
     error = payload.get("error")
     if isinstance(error, dict):
         put(attrs, A.ERROR_TYPE, error.get("type"))
@@ -206,7 +215,7 @@ def chat_start_attributes(
 ) -> dict[str, AttributeValue]:
     """Attributes of a ``chat`` span, known when the request is made."""
     attrs: dict[str, AttributeValue] = {A.GEN_AI_OPERATION_NAME: A.OP_CHAT}
-    put(attrs, A.GEN_AI_PROVIDER_NAME, provider_of(model))
+    put(attrs, A.GEN_AI_PROVIDER_NAME, chat_provider(payload, model))
     put(attrs, A.GEN_AI_REQUEST_MODEL, model)
     attrs[A.GEN_AI_CONVERSATION_ID] = run_id
     request = payload.get("request")
@@ -224,7 +233,22 @@ def chat_start_attributes(
             attrs[A.GEN_AI_INPUT_MESSAGES] = to_json(messages)
         if system:
             attrs[A.GEN_AI_SYSTEM_INSTRUCTIONS] = to_json(system)
+        tools = genai.tool_definitions(request)
+        if tools:
+            attrs[A.GEN_AI_TOOL_DEFINITIONS] = to_json(tools)
     return attrs
+
+
+def chat_provider(payload: Mapping[str, Any], model: str | None) -> str | None:
+    """``gen_ai.provider.name`` of a model call: declared, imported, from the HTTP path, or
+    from the model family (see :func:`tachograph.providers.genai.provider_name`)."""
+    http = payload.get("http")
+    return genai.provider_name(
+        declared=provider_of(model),
+        recorded=payload.get("provider"),
+        path=http.get("path") if isinstance(http, dict) else None,
+        model=model,
+    )
 
 
 def chat_end_attributes(event: Event, *, content: bool) -> dict[str, AttributeValue]:
@@ -238,14 +262,14 @@ def chat_end_attributes(event: Event, *, content: bool) -> dict[str, AttributeVa
         return attrs
     response = payload.get("response")
     put(attrs, A.GEN_AI_RESPONSE_MODEL, event.model)
-    if isinstance(response, dict):
-        put(attrs, A.GEN_AI_RESPONSE_ID, response.get("id"))
+    put(attrs, A.GEN_AI_RESPONSE_ID, genai.response_id(response))
     reasons = finish_reasons(response)
     if reasons:
         attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = reasons
     usage = payload.get("usage")
-    if not isinstance(usage, dict) and isinstance(response, dict):
-        usage = response.get("usage")
+    body = response_body(response)
+    if not isinstance(usage, dict) and isinstance(body, dict):
+        usage = body.get("usage")
     if isinstance(usage, dict):
         put(attrs, A.GEN_AI_USAGE_INPUT_TOKENS, _int(usage, "input_tokens", "prompt_tokens"))
         put(attrs, A.GEN_AI_USAGE_OUTPUT_TOKENS, _int(usage, "output_tokens", "completion_tokens"))
@@ -265,12 +289,21 @@ def _int(mapping: Mapping[str, Any], *names: str) -> int | None:
 
 
 def tool_start_attributes(
-    payload: Mapping[str, Any], *, key: str | None, content: bool
+    payload: Mapping[str, Any],
+    *,
+    key: str | None,
+    content: bool,
+    call_id: str | None = None,
 ) -> dict[str, AttributeValue]:
-    """Attributes of an ``execute_tool`` span, from ``tool.requested``."""
+    """Attributes of an ``execute_tool`` span, from ``tool.requested``.
+
+    ``gen_ai.tool.call.id`` is the model's call id (recorded by an import, or ``call_id``
+    found by :class:`ToolCallIds`); tachograph's idempotency key is its own attribute."""
     attrs: dict[str, AttributeValue] = {A.GEN_AI_OPERATION_NAME: A.OP_EXECUTE_TOOL}
     put(attrs, A.GEN_AI_TOOL_NAME, payload.get("tool"))
-    put(attrs, A.GEN_AI_TOOL_CALL_ID, key)
+    recorded = payload.get("call_id")
+    put(attrs, A.GEN_AI_TOOL_CALL_ID, recorded if isinstance(recorded, str) else call_id)
+    put(attrs, A.TACHO_IDEMPOTENCY_KEY, key)
     attrs[A.GEN_AI_TOOL_TYPE] = "function"
     put(attrs, A.TACHO_EFFECT, payload.get("effect"))
     if content and "args" in payload:
@@ -302,171 +335,24 @@ def error_message(event: Event) -> str | None:
     return None
 
 
-# -- GenAI message form ("parts") ----------------------------------------------------------------
+class ToolCallIds:
+    """The model's call ids for the tools a run executes: each ``tool.requested`` takes the
+    first unclaimed call of the same tool (same arguments preferred) that an earlier model
+    answer asked for. Used by export and by the live bridge alike."""
 
+    def __init__(self) -> None:
+        self._open: list[dict[str, Any]] = []
 
-def _text_parts(content: Any) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"type": "text", "content": content}]
-    if isinstance(content, list):
-        parts: list[dict[str, Any]] = []
-        for block in content:
-            parts.extend(_block_parts(block))
-        return parts
-    return [{"type": "text", "content": to_json(content)}]
+    def answered(self, response: Any) -> None:
+        """A model answer was recorded: remember the calls it asks for."""
+        self._open.extend(c for c in genai.tool_calls_of(response) if c.get("id"))
 
-
-def _arguments(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return value
-    return value
-
-
-def _block_parts(block: Any) -> list[dict[str, Any]]:
-    if isinstance(block, str):
-        return [{"type": "text", "content": block}]
-    if not isinstance(block, dict):
-        return [{"type": "text", "content": to_json(block)}]
-    kind = block.get("type")
-    if kind in ("text", "input_text", "output_text"):
-        return [{"type": "text", "content": block.get("text")}]
-    if kind == "tool_use":  # Anthropic
-        return [
-            {
-                "type": "tool_call",
-                "id": block.get("id"),
-                "name": block.get("name"),
-                "arguments": block.get("input"),
-            }
-        ]
-    if kind == "tool_result":  # Anthropic
-        return [
-            {
-                "type": "tool_call_response",
-                "id": block.get("tool_use_id"),
-                "response": block.get("content"),
-            }
-        ]
-    if kind in ("thinking", "reasoning"):
-        return [{"type": "reasoning", "content": block.get("thinking") or block.get("text")}]
-    return [{"type": str(kind or "unknown"), **{k: v for k, v in block.items() if k != "type"}}]
-
-
-def _tool_call_parts(calls: Iterable[Any]) -> list[dict[str, Any]]:
-    parts = []
-    for call in calls:
-        if not isinstance(call, dict):
-            continue
-        function = _as_dict(call.get("function"))
-        parts.append(
-            {
-                "type": "tool_call",
-                "id": call.get("id"),
-                "name": function.get("name", call.get("name")),
-                "arguments": _arguments(function.get("arguments", call.get("arguments"))),
-            }
-        )
-    return parts
-
-
-def message_parts(message: Mapping[str, Any]) -> dict[str, Any]:
-    """One OpenAI- or Anthropic-style message in the GenAI ``{"role", "parts"}`` form."""
-    role = str(message.get("role") or "user")
-    if role == "tool":
-        parts: list[dict[str, Any]] = [
-            {
-                "type": "tool_call_response",
-                "id": message.get("tool_call_id"),
-                "response": message.get("content"),
-            }
-        ]
-    else:
-        parts = _text_parts(message.get("content"))
-        parts.extend(_tool_call_parts(message.get("tool_calls") or ()))
-    out: dict[str, Any] = {"role": role, "parts": parts}
-    if isinstance(message.get("name"), str):
-        out["name"] = message["name"]
-    return out
-
-
-def input_messages(request: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The request's messages and system instructions in the GenAI parts form (best effort)."""
-    if not isinstance(request, dict):
-        return [], []
-    system: list[dict[str, Any]] = []
-    for key in ("system", "instructions"):
-        if key in request:
-            system = _text_parts(request[key])
-    raw = request.get("messages")
-    if raw is None:
-        raw = request.get("input")
-    if isinstance(raw, str):
-        return [{"role": "user", "parts": [{"type": "text", "content": raw}]}], system
-    messages = [message_parts(m) for m in raw or () if isinstance(m, dict)]
-    return messages, system
-
-
-def output_messages(response: Any) -> list[dict[str, Any]]:
-    """The response's output messages in the GenAI parts form (best effort)."""
-    if not isinstance(response, dict):
-        return [] if response is None else [_assistant(_text_parts(response), None)]
-    choices = response.get("choices")
-    if isinstance(choices, list):  # OpenAI chat completions
-        out = []
-        for choice in choices:
-            if not isinstance(choice, dict):
-                continue
-            message = _as_dict(choice.get("message"))
-            parts = _text_parts(message.get("content"))
-            parts.extend(_tool_call_parts(message.get("tool_calls") or ()))
-            out.append(_assistant(parts, choice.get("finish_reason")))
-        return out
-    if isinstance(response.get("message"), dict):  # one message (imported runs, Ollama)
-        message = message_parts(response["message"])
-        return [_assistant(message["parts"], response.get("finish_reason"))]
-    if isinstance(response.get("content"), list):  # Anthropic messages
-        return [_assistant(_text_parts(response["content"]), response.get("stop_reason"))]
-    if isinstance(response.get("output"), list):  # OpenAI responses
-        parts = []
-        for item in response["output"]:
-            if isinstance(item, dict) and item.get("type") == "message":
-                parts.extend(_text_parts(item.get("content")))
-            elif isinstance(item, dict) and item.get("type") == "function_call":
-                parts.extend(
-                    _tool_call_parts(
-                        [{"id": item.get("call_id"), "name": item.get("name"), **item}]
-                    )
-                )
-        return [_assistant(parts, response.get("status"))]
-    if isinstance(response.get("content"), str):
-        return [_assistant(_text_parts(response["content"]), response.get("finish_reason"))]
-    return [_assistant([{"type": "text", "content": to_json(response)}], None)]
-
-
-def _assistant(parts: list[dict[str, Any]], finish: Any) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "parts": parts}
-    if isinstance(finish, str):
-        message["finish_reason"] = finish
-    return message
-
-
-def finish_reasons(response: Any) -> list[str]:
-    """Why the model stopped, per choice (OpenAI ``finish_reason``, Anthropic ``stop_reason``)."""
-    if not isinstance(response, dict):
-        return []
-    choices = response.get("choices")
-    if isinstance(choices, list):
-        return [
-            c["finish_reason"]
-            for c in choices
-            if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)
-        ]
-    for key in ("stop_reason", "finish_reason"):
-        if isinstance(response.get(key), str):
-            return [response[key]]
-    return []
+    def claim(self, tool: Any, args: Any) -> str | None:
+        """The call id of the call that a ``tool.requested`` of ``tool`` with ``args`` runs."""
+        same = [c for c in self._open if c.get("name") == tool]
+        exact = [c for c in same if c.get("arguments") == args]
+        for call in exact or same:
+            self._open.remove(call)
+            value = call.get("id")
+            return value if isinstance(value, str) else None
+        return None

@@ -65,6 +65,7 @@ class _RunState:
     replay_until: int = 0
     calls: dict[tuple[str, str | None], list[Span]] = field(default_factory=dict)
     spans: dict[str, Span] = field(default_factory=dict)
+    call_ids: S.ToolCallIds = field(default_factory=S.ToolCallIds)
 
     def replayed(self, seq: int) -> bool:
         return 0 < seq <= self.replay_until
@@ -257,7 +258,12 @@ class TachographSpanObserver(Observer):
                 S.tool_span_name(payload.get("tool")),
                 context=self._parent_context(state),
                 kind=SpanKind.INTERNAL,
-                attributes=S.tool_start_attributes(payload, key=key, content=self.capture_content),
+                attributes=S.tool_start_attributes(
+                    payload,
+                    key=key,
+                    content=self.capture_content,
+                    call_id=state.call_ids.claim(payload.get("tool"), payload.get("args")),
+                ),
             )
         with self._lock:
             state.calls.setdefault((_kind_of(type_), key), []).append(span)
@@ -289,6 +295,8 @@ class TachographSpanObserver(Observer):
                 with self._lock:
                     self._runs.pop(recorder, None)
             return
+        if event.type == "model.response" and isinstance(event.payload, dict):
+            state.call_ids.answered(event.payload.get("response"))
         if event.type in S.COMPLETION_TYPES and not skipped:
             self._end_call(state, event)
         elif event.type == "run.finished":

@@ -241,6 +241,8 @@ def replay(
         error=error,
         aborted=engine.aborted,
         notes=tuple(runtime_notes(recorded_env, current_env))
+        + tuple(session.notes)
+        + tuple(engine.matcher.notes)
         + (
             ("the recorded run never finished (no run.finished)",)
             if history.finished is None
@@ -438,7 +440,7 @@ def _live_report(
     output: Any,
     error: dict[str, Any] | None,
 ) -> ReplayReport:
-    notes = list(session.notes)
+    notes = list(session.notes) + list(engine.matcher.notes)
     if session.used_dry_run:
         notes.append("dry-run tools were used: simulated results are marked dry_run")
     return ReplayReport(

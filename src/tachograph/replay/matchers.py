@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..capture.boundary import ReplayStopped
+from ..providers.normal import compare_requests, is_http_form
 from ..record.canonical import canonical, loads
 from ..record.event import Event
 from ..record.seal import Processor
@@ -80,6 +81,7 @@ class Matcher:
         self._cursor = 0
         self.finished_event: Event | None = None
         self.started_event: Event | None = None
+        self.notes: list[str] = []
         if source:
             self.source_run_id = source[0].run_id
             for event in source:
@@ -257,11 +259,45 @@ class Matcher:
             )
         if type_ in _VALUE_TYPES:
             return self._check_value_event(expected, payload)
-        changes = diff_values(expected.payload, payload, "$.payload")
+        changes = self._compare(expected, type_, payload)
         if changes:
             self._payload_changed(expected, type_, payload, name, changes)
         self._consume(expected)
         return expected
+
+    def _imported(self) -> bool:
+        labels = ((self.started_event.payload or {}) if self.started_event else {}).get("labels")
+        return isinstance(labels, dict) and "tachograph.imported" in labels
+
+    def _compare(self, expected: Event, type_: str, payload: dict[str, Any]) -> list[Change]:
+        """The changes between a recorded step and the agent's. A model request recorded in
+        another form (imported from a trace vs. made over HTTP) is compared in the
+        provider-neutral normal form; an imported tool call on its tool and arguments (a
+        trace knows neither tachograph's effect classes nor its keys). What the trace did not
+        capture is noted, never counted as a match or a mismatch."""
+        recorded = expected.payload or {}
+        if type_ == "model.request" and is_http_form(recorded) != is_http_form(payload):
+            result = compare_requests(recorded, payload)
+            if result.not_captured:
+                self.notes.append(
+                    f"seq {expected.seq}: the recorded request did not capture "
+                    f"{', '.join(result.not_captured)}; those were not compared"
+                )
+            return [Change(path, before, after) for path, before, after in result.changes]
+        if type_ == "tool.requested" and self._imported():
+            missing = recorded.get("not_captured") or []
+            if "args" in missing:
+                self.notes.append(
+                    f"seq {expected.seq}: the trace did not capture the arguments of "
+                    f"{recorded.get('tool')!r}; they were not compared"
+                )
+            keep = ("tool",) if "args" in missing else ("tool", "args")
+            return diff_values(
+                {k: recorded.get(k) for k in keep},
+                {k: payload.get(k) for k in keep},
+                "$.payload",
+            )
+        return diff_values(expected.payload, payload, "$.payload")
 
     def _extra(self, type_: str, payload: dict[str, Any], name: str | None) -> None:
         """A step with no recorded counterpart: fatal when it needs a recorded answer."""
@@ -424,6 +460,10 @@ class Matcher:
         }
         if "output" not in before and "output" in now and now["output"] is None:
             now.pop("output")
+        if "output" in ((recorded.payload or {}).get("not_captured") or ()):
+            now.pop("output", None)
+            before.pop("output", None)
+            self.notes.append("the recorded run's final output was not captured; not compared")
         now = self._processed("run.finished", now)
         changes = diff_values(before, now, "$.payload")
         if changes:
