@@ -19,6 +19,7 @@ from tachograph.record.merkle import (
     ProofError,
     SealLeaf,
     Tree,
+    consistency_from_frontier,
     verify_consistency,
     verify_inclusion,
 )
@@ -145,6 +146,9 @@ def test_random_trees_agree_with_the_naive_recomputation(leaves: list[bytes], da
     assert frontier == tree.frontier(size)
     assert frontier.root() == _mth(leaves[:size])
     assert Frontier.decode(frontier.encode()) == frontier
+    if size1 < size:
+        new = [_h(b"\x00" + leaf) for leaf in leaves[size1:size]]
+        assert consistency_from_frontier(tree.frontier(size1), new) == proof
     # One flipped bit anywhere in a proof is caught.
     if path:
         bit = data.draw(st.integers(0, len(path) * 256 - 1))

@@ -97,7 +97,7 @@ class VerifierKey:
     @classmethod
     def parse(cls, text: str) -> VerifierKey:
         """Read a verifier key string; its key id must match its name and key."""
-        parts = text.strip().split("+")
+        parts = text.strip().split("+", 2)
         if len(parts) != 3:
             raise CheckpointError(f"not a verifier key: {text.strip()[:80]!r}", what="key")
         name, hex_id, blob = parts
@@ -166,7 +166,7 @@ class SigningKey:
     @classmethod
     def parse(cls, text: str) -> SigningKey:
         """Read a private key file's text."""
-        parts = text.strip().split("+")
+        parts = text.strip().split("+", 4)
         if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
             raise CheckpointError("not a tachograph signing key file", what="key")
         try:
