@@ -81,6 +81,7 @@ class SealLog:
         self.cosigned: Note | None = None
         """The latest checkpoint with the cosignatures the witnesses returned."""
         self.witness_errors: list[str] = []
+        """Every refusal or failure of a witness, in order (a witness is never fatal)."""
 
     def append(self, leaves: Sequence[SealLeaf]) -> int:
         """Append seals (no checkpoint); the first one's index."""
@@ -94,6 +95,15 @@ class SealLog:
 
     def seal(self, leaves: Sequence[SealLeaf]) -> Note | None:
         """Append a batch of seals, then issue a checkpoint over them (when there is a key)."""
+        if self.key is not None:
+            frontier, _ = self._latest()
+            held = self.store.seal_count(self.tenant)
+            if held < frontier.size:
+                raise SealingError(
+                    f"the seal log holds fewer seals ({held}) than checkpoint {frontier.size} "
+                    "covers: refusing to issue a checkpoint over an inconsistent tree",
+                    what="consistency",
+                )
         self.append(leaves)
         return self.issue() if self.key is not None else None
 
@@ -158,7 +168,6 @@ class SealLog:
         from .witness import WitnessConflict
 
         cosigned = note
-        self.witness_errors = []
         for witness in self.witnesses:
             old = frontier.size
             proof = consistency_from_frontier(frontier, new_hashes) if old else []
