@@ -44,6 +44,7 @@ def _overhead_figure(settings: Settings, workdir: Path) -> Figure:
             recorder.append("decision", {"name": "step", "chosen": i, "pad": "x" * 500})
         recorder.append("run.finished", {"status": "ok"})
         recorder.flush()
+        observer.drain()
         return (time.perf_counter_ns() - t0) / events
 
     subj, base = interleaved(lambda: sample([observer]), lambda: sample([]), repeats=repeats)

@@ -226,6 +226,7 @@ def _sealed_bundle(tmp_path: Path) -> tuple[Path, str]:
             recorder.append("decision", {"name": "step", "chosen": step, "x": 1.0})
         recorder.append("run.finished", {"status": "ok"})
         recorder.flush()
+        observer.drain()
     folder = write_evidence(store, "audited", tmp_path / "bundle", verifier_keys=[key.verifier])
     return folder, str(key.verifier)
 

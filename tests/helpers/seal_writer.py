@@ -39,6 +39,7 @@ def record_until_killed(db: str, key_file: str, seed: int) -> None:
             )
         recorder.append("run.finished", {"status": "ok"})
         recorder.flush()
+        observer.drain()
         if observer.errors:
             say(f"error {os.getpid()} {observer.errors[0]!r}")
             os._exit(1)

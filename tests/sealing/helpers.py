@@ -55,6 +55,7 @@ def record(
         else:
             recorder.append("decision", {"name": "step", "chosen": seq})
     recorder.flush()
+    observer.drain()
     assert observer.errors == []
     return observer
 

@@ -14,6 +14,8 @@ the last seal when the run has been quiet (the next event, or the run's end, sea
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
 import time
 import weakref
@@ -30,6 +32,8 @@ from ..store.base import Store
 from .log import SealLog, load_signing_key
 
 __all__ = ["DEFAULT_EVERY_EVENTS", "DEFAULT_EVERY_SECONDS", "SealPolicy", "SealingObserver"]
+
+_log = logging.getLogger("tachograph")
 
 DEFAULT_EVERY_EVENTS = 1000
 """A running run is sealed at least every this many events."""
@@ -79,6 +83,10 @@ class SealingObserver(Observer):
             weakref.WeakKeyDictionary()
         )
         self.errors: list[BaseException] = []
+        self._queue: queue.Queue[
+            tuple[Recorder | None, SealLeaf | None, threading.Event | None]
+        ] = queue.Queue()
+        self._thread: threading.Thread | None = None
 
     def log_for(self, store: Store, tenant: str) -> SealLog:
         """The seal log this observer appends to for ``tenant`` of ``store``."""
@@ -114,10 +122,52 @@ class SealingObserver(Observer):
             self._last[run] = (event.seq, now)
             if final:
                 del self._last[run]
-        try:
-            recorder.flush()  # the seal must name a durable event
-            leaf = SealLeaf(event.tenant, event.run_id, event.seq, event.hash, final)
-            self.log_for(recorder.store, event.tenant).seal([leaf])
-        except Exception as exc:
-            self.errors.append(exc)
-            raise
+        # A seal waits in a thread of its own for its event to be durable, so that the agent
+        # never stalls on it mid-run; at run end the agent waits for the final seal.
+        done = threading.Event() if final else None
+        leaf = SealLeaf(event.tenant, event.run_id, event.seq, event.hash, final)
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._work, name="tachograph-sealer", daemon=True
+                )
+                self._thread.start()
+        self._queue.put((recorder, leaf, done))
+        if done is not None:
+            done.wait()
+
+    def _work(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            groups: dict[tuple[int, str], list[tuple[Recorder, SealLeaf]]] = {}
+            for recorder, leaf, _ in batch:
+                if recorder is None or leaf is None:
+                    continue  # a drain() marker
+                groups.setdefault((id(recorder.store), leaf.tenant), []).append((recorder, leaf))
+            for items in groups.values():
+                try:
+                    for recorder, leaf in items:  # the seal must name a durable event
+                        recorder.writer.wait(None, run=(leaf.tenant, leaf.run_id))
+                    log = self.log_for(items[0][0].store, items[0][1].tenant)
+                    log.seal([leaf for _, leaf in items])
+                except Exception as exc:  # observability never breaks the host
+                    self.errors.append(exc)
+                    _log.exception("tachograph: sealing failed")
+            for _, _, done in batch:
+                if done is not None:
+                    done.set()
+
+    def drain(self) -> None:
+        """Wait until every seal handed over so far is appended (and checkpointed)."""
+        done = threading.Event()
+        with self._lock:
+            running = self._thread is not None
+        if not running:
+            return
+        self._queue.put((None, None, done))
+        done.wait()
