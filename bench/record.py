@@ -12,7 +12,7 @@ import orjson
 import tachograph
 from tachograph.capture.recorder import Recorder
 from tachograph.record.event import Event, new_event
-from tachograph.store.base import Receipt, RunInfo, Store
+from tachograph.store.base import CheckpointRow, Receipt, RunInfo, SealRow, Store
 
 from .common import Figure, Settings, Target, interleaved, loop_sample, measure_of, payload_of_size
 
@@ -60,6 +60,24 @@ class NullStore(Store):
 
     def count_events(self) -> int:
         return 0
+
+    def append_seals(self, tenant: str, seals: Sequence[SealRow]) -> int:
+        return 0
+
+    def read_seals(self, tenant: str, start: int = 0, end: int | None = None) -> list[SealRow]:
+        return []
+
+    def seal_count(self, tenant: str) -> int:
+        return 0
+
+    def seals_for_run(self, tenant: str, run_id: str) -> list[SealRow]:
+        return []
+
+    def put_checkpoint(self, checkpoint: CheckpointRow) -> bool:
+        return False
+
+    def latest_checkpoint(self, tenant: str) -> CheckpointRow | None:
+        return None
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ are translated at the store boundary into :class:`StoreError` subclasses.
     │   ├── SchemaVersionError       the database was written by a newer tachograph
     │   └── StoreUnavailable         the engine failed (I/O error, corrupt file, locked too long)
     ├── VerificationFailed           a run or file that does not verify (carries the report)
+    ├── SealingError                 a seal log, checkpoint, key, proof or witness that fails
     ├── RecordingError               misuse while recording (finished run, nested run, ...)
     │   └── WriteFailed              the writer could not make events durable
     ├── ReplayError                  a replay that cannot proceed
@@ -48,6 +49,7 @@ __all__ = [
     "ReplayError",
     "RunNotFound",
     "SchemaVersionError",
+    "SealingError",
     "SequenceConflict",
     "StoreError",
     "StoreNotFound",
@@ -135,6 +137,14 @@ class StoreUnavailable(StoreError):
 class VerificationFailed(TachographError):
     """A run that does not verify; ``report`` is the
     :class:`~tachograph.record.verify.VerifyReport`."""
+
+
+class SealingError(TachographError, ValueError):
+    """A seal log, checkpoint, key, proof or witness that fails (SPEC section 9); ``what``
+    names the part: ``key``, ``note``, ``signature``, ``checkpoint``, ``cosignature``,
+    ``proof``, ``consistency``, ``equivocation``, ``leaf``, ``run`` or ``dependency``."""
+
+    what: str = ""
 
 
 class RecordingError(TachographError):

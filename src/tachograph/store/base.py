@@ -17,7 +17,7 @@ from ..errors import RunNotFound
 from ..record.event import Event
 from ..record.verify import LineChecker, VerifyReport
 
-__all__ = ["Receipt", "RunInfo", "Store", "suggest"]
+__all__ = ["CheckpointRow", "Receipt", "RunInfo", "SealRow", "Store", "suggest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,32 @@ class RunInfo:
             "head_hash": self.head_hash,
             "status": self.status,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class SealRow:
+    """One leaf of a tenant's seal log (SPEC section 9), as a store keeps it.
+
+    ``leaf`` is the logged bytes; ``run_id`` and ``seq`` repeat two of its fields so that a
+    store can find a run's seals without parsing them. ``index`` is the leaf's position in the
+    tenant's log (``-1`` before it is appended).
+    """
+
+    run_id: str
+    seq: int
+    leaf: bytes
+    index: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    """A signed checkpoint of a tenant's seal log: its tree ``size``, the signed ``note``
+    (UTF-8 text) and the ``frontier`` it was computed from (opaque text for the store)."""
+
+    tenant: str
+    size: int
+    note: str
+    frontier: str
 
 
 class Store(abc.ABC):
@@ -119,6 +145,37 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def count_events(self) -> int:
         """How many events the store holds."""
+
+    # -- the seal log (SPEC section 9): rows only; the Merkle math is tachograph.record.merkle
+
+    @abc.abstractmethod
+    def append_seals(self, tenant: str, seals: Sequence[SealRow]) -> int:
+        """Append leaves to ``tenant``'s seal log atomically; return the first one's index.
+
+        Indices are 0, 1, 2, ... per tenant, with no gaps, in the order given; concurrent
+        appenders each get a contiguous range. Leaves are never changed or removed.
+        """
+
+    @abc.abstractmethod
+    def read_seals(self, tenant: str, start: int = 0, end: int | None = None) -> list[SealRow]:
+        """The leaves with ``start <= index < end`` (``end`` default: all), in index order."""
+
+    @abc.abstractmethod
+    def seal_count(self, tenant: str) -> int:
+        """How many leaves ``tenant``'s seal log holds."""
+
+    @abc.abstractmethod
+    def seals_for_run(self, tenant: str, run_id: str) -> list[SealRow]:
+        """The leaves that seal one run, in index order."""
+
+    @abc.abstractmethod
+    def put_checkpoint(self, checkpoint: CheckpointRow) -> bool:
+        """Keep a checkpoint; ``False`` (and nothing written) if one of that tenant and size
+        is already kept. Checkpoints are never changed or removed."""
+
+    @abc.abstractmethod
+    def latest_checkpoint(self, tenant: str) -> CheckpointRow | None:
+        """The kept checkpoint of ``tenant`` with the largest size, or ``None``."""
 
     def close(self) -> None:  # noqa: B027 - optional for engines without resources
         """Release the engine's resources."""

@@ -31,10 +31,11 @@ from ..errors import (
 from ..record.event import Event
 from ..record.verify import LineChecker
 from .base import Receipt, RunInfo, Store, not_found
+from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -94,6 +95,9 @@ CREATE INDEX runs_run_id ON runs (run_id);
 CREATE INDEX runs_started_run ON runs (started_at, run_id);
 DROP INDEX runs_started;
 """,
+    # 2 -> 3: the seal log (SPEC section 9): one append-only Merkle leaf list per tenant, and
+    # the signed checkpoints issued over it.
+    2: SEAL_SCHEMA,
 }
 
 _COLUMNS = (
@@ -142,7 +146,7 @@ def _parse_url(url: str) -> tuple[str, dict[str, str]]:
     return url, query
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteSealLog, Store):
     """A store in one SQLite file.
 
     ``synchronous="full"`` (the default) makes every committed batch survive power loss;

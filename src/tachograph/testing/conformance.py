@@ -29,6 +29,7 @@ from ..record.jsonl import export_run, import_jsonl
 from ..record.verify import VerifyReport
 from ..store.base import Receipt, RunInfo, Store
 from . import build_run, fixed_ts
+from .seal_conformance import SealLogConformance
 
 __all__ = ["StoreConformance"]
 
@@ -45,8 +46,11 @@ def _ids(infos: list[RunInfo]) -> list[str]:
     return [info.run_id for info in infos]
 
 
-class StoreConformance(abc.ABC):
-    """What every store must do. Subclass it and implement :meth:`make_store`."""
+class StoreConformance(SealLogConformance, abc.ABC):
+    """What every store must do. Subclass it and implement :meth:`make_store`.
+
+    The seal-log tests (SPEC section 9) come from :class:`SealLogConformance`.
+    """
 
     persistent: bool = True
     """Whether a store made again from the same ``tmp_path`` sees what the first one wrote."""
