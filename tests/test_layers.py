@@ -20,11 +20,13 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "record": {"errors", "_version"},
     "store": {"errors", "_version", "record"},
-    "capture": {"errors", "_version", "record", "store"},
+    # providers is pure wire-shape knowledge (it imports only record): capture derives prompt
+    # hashes with it and replay compares requests in its provider-neutral form.
+    "capture": {"errors", "_version", "record", "store", "providers"},
     "sealing": {"errors", "_version", "record", "store", "capture"},
     "lifecycle": {"errors", "_version", "record", "store", "capture"},
     "privacy": {"errors", "_version", "record", "store", "capture"},
-    "replay": {"errors", "_version", "record", "store", "capture"},
+    "replay": {"errors", "_version", "record", "store", "capture", "providers"},
     "providers": {"errors", "_version", "record"},
 }
 _BELOW_TOP = {

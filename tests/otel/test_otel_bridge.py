@@ -16,7 +16,7 @@ from otel_weather import MODEL, declared_agent, failing_agent, weather_agent
 
 import tachograph as tg
 import tachograph.otel as tgo
-from tachograph.otel._spans import attribute_value, capture_content_from_env
+from tachograph.otel.spans import attribute_value, capture_content_from_env
 from tachograph.store import SQLiteStore
 
 

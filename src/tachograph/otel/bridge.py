@@ -36,8 +36,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 
 from ..capture.recorder import Observer, Recorder
 from ..record.event import Event
-from . import _spans as S
 from . import attributes as A
+from . import spans as S
 
 __all__ = ["TachographSpanObserver"]
 

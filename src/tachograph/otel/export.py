@@ -28,8 +28,8 @@ from typing import Any
 
 from ..record.event import Event
 from ..store.base import Store
-from . import _spans as S
 from . import attributes as A
+from . import spans as S
 
 __all__ = [
     "DEFAULT_ENDPOINT",

@@ -37,7 +37,7 @@ from ..capture.boundary import CallKind, CallTicket, begin_call, error_info
 from ..capture.session import current_session
 from ..errors import RecordingError, Unreplayable
 from ..providers.replay import served_answer
-from ._wire import (
+from .wire import (
     answer_record,
     body_bytes,
     digest,
