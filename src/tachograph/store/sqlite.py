@@ -31,10 +31,11 @@ from ..errors import (
 )
 from ..events import Event
 from .base import Receipt, RunInfo, Store, not_found
+from .sqlite_lifecycle import LIFECYCLE_MIGRATION, SQLiteLifecycle
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -94,6 +95,9 @@ CREATE INDEX runs_run_id ON runs (run_id);
 CREATE INDEX runs_started_run ON runs (started_at, run_id);
 DROP INDEX runs_started;
 """,
+    # 2 -> 3, step "lifecycle": the store audit, data subjects and retention's deletions
+    # (see sqlite_lifecycle.py).
+    2: LIFECYCLE_MIGRATION,
 }
 
 _COLUMNS = (
@@ -142,7 +146,7 @@ def _parse_url(url: str) -> tuple[str, dict[str, str]]:
     return url, query
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteLifecycle, Store):
     """A store in one SQLite file.
 
     ``synchronous="full"`` (the default) makes every committed batch survive power loss;
@@ -322,6 +326,7 @@ class SQLiteStore(Store):
                     key,
                 ).fetchone()
                 if row is None:
+                    self._refuse_deleted(db, ev.tenant, ev.run_id)
                     state = [0, None, ev.actor, ev.ts, None, False]
                 else:
                     state = [row[0], row[1], row[2], row[3], row[4], True]
