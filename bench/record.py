@@ -4,7 +4,7 @@ called outside any run against a plain call."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -12,6 +12,7 @@ import orjson
 import tachograph
 from tachograph.capture.recorder import Recorder
 from tachograph.record.event import Event, new_event
+from tachograph.store.audit import AuditEntry, AuditRecord, chain_audit
 from tachograph.store.base import CheckpointRow, Receipt, RunInfo, SealRow, Store
 
 from .common import Figure, Settings, Target, interleaved, loop_sample, measure_of, payload_of_size
@@ -78,6 +79,24 @@ class NullStore(Store):
 
     def latest_checkpoint(self, tenant: str) -> CheckpointRow | None:
         return None
+
+    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
+        return 0
+
+    def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
+        return 0
+
+    def append_audit(self, entry: AuditEntry) -> AuditRecord:
+        return chain_audit(entry, seq=0, prev_hash=None)
+
+    def read_audit(self, *, from_seq: int = 0) -> Iterator[AuditRecord]:
+        return iter(())
+
+    def link_subjects(self, tenant: str, run_id: str, links: Iterable[tuple[int, str]]) -> int:
+        return 0
+
+    def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
+        return []
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:

@@ -17,7 +17,9 @@ are translated at the store boundary into :class:`StoreError` subclasses.
     │   │   ├── SequenceConflict     seq is not the run's next, or prev_hash is not its head
     │   │   └── DuplicateConflict    an event_id or (run, seq) already stored with other content
     │   ├── SchemaVersionError       the database was written by a newer tachograph
-    │   └── StoreUnavailable         the engine failed (I/O error, corrupt file, locked too long)
+    │   ├── StoreUnavailable         the engine failed (I/O error, corrupt file, locked too long)
+    │   └── PurposeDenied            the read's purpose may not see this tenant, type or field
+    ├── PolicyError                  a retention or purpose policy that cannot be used as written
     ├── VerificationFailed           a run or file that does not verify (carries the report)
     ├── SealingError                 a seal log, checkpoint, key, proof or witness that fails
     ├── RecordingError               misuse while recording (finished run, nested run, ...)
@@ -44,7 +46,9 @@ __all__ = [
     "DuplicateConflict",
     "EventError",
     "FormatError",
+    "PolicyError",
     "ProfileError",
+    "PurposeDenied",
     "RecordingError",
     "ReplayError",
     "RunNotFound",
@@ -132,6 +136,15 @@ class SchemaVersionError(StoreError):
 
 class StoreUnavailable(StoreError):
     """The storage engine failed: I/O error, corruption, or a lock held too long."""
+
+
+class PurposeDenied(StoreError, PermissionError):
+    """A read whose purpose (``purpose``) the policy does not allow for what it asked
+    (``run_id``, ``tenant``, ``what``); nothing was read, and the refusal is in the audit."""
+
+
+class PolicyError(TachographError, ValueError):
+    """A retention or purpose policy that cannot be used as written (``path``, ``key``)."""
 
 
 class VerificationFailed(TachographError):

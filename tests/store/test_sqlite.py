@@ -213,25 +213,25 @@ def test_appends_are_not_blocked_by_the_triggers(store: SQLiteStore) -> None:
 
 
 def test_the_schema_version_is_recorded(store: SQLiteStore, path: Path) -> None:
-    assert store.schema_version == SCHEMA_VERSION == 3
+    assert store.schema_version == SCHEMA_VERSION == len(sqlite_module.MIGRATIONS) + 1
     raw = sqlite3.connect(path)
     try:
         meta = dict(raw.execute("SELECT key, value FROM meta").fetchall())
     finally:
         raw.close()
-    assert meta == {"schema_version": "3", "format_version": "1"}
+    assert meta == {"schema_version": str(SCHEMA_VERSION), "format_version": "1"}
 
 
 def test_a_newer_schema_is_refused(path: Path) -> None:
     SQLiteStore(path).close()
     raw = sqlite3.connect(path, isolation_level=None)
-    raw.execute("UPDATE meta SET value='4' WHERE key='schema_version'")
+    raw.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
     raw.close()
     for opener in (lambda: SQLiteStore(path), lambda: open_store(str(path), create=False)):
         with pytest.raises(SchemaVersionError) as info:
             opener()
         err = info.value
-        assert (err.expected, err.actual) == (3, 4)
+        assert (err.expected, err.actual) == (SCHEMA_VERSION, SCHEMA_VERSION + 1)
         assert "upgrade tachograph" in str(err)
         assert err.location == str(path)
 
@@ -241,18 +241,20 @@ def test_an_older_schema_is_migrated_forward(path: Path, monkeypatch: pytest.Mon
     events = build_run("run-a", 3)
     store.append(events)
     store.close()
-    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 4)
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     monkeypatch.setattr(
         sqlite_module,
         "MIGRATIONS",
         {
             **sqlite_module.MIGRATIONS,
-            3: "ALTER TABLE runs ADD COLUMN note TEXT;\nCREATE INDEX runs_actor ON runs (actor);\n",
+            SCHEMA_VERSION: (
+                "ALTER TABLE runs ADD COLUMN note TEXT;\nCREATE INDEX runs_actor ON runs (actor);\n"
+            ),
         },
     )
     store = SQLiteStore(path)
     try:
-        assert store.schema_version == 4
+        assert store.schema_version == SCHEMA_VERSION + 1
         columns = [r[1] for r in store._db.execute("PRAGMA table_info(runs)")]
         assert "note" in columns
         assert list(store.read("run-a")) == events
@@ -260,25 +262,22 @@ def test_an_older_schema_is_migrated_forward(path: Path, monkeypatch: pytest.Mon
         store.close()
     fresh = SQLiteStore(path.with_name("fresh.db"))  # a new store is created at the newest
     try:
-        assert fresh.schema_version == 4
+        assert fresh.schema_version == SCHEMA_VERSION + 1
     finally:
         fresh.close()
 
 
 def test_a_version_1_store_gains_the_run_indexes(path: Path) -> None:
-    store = SQLiteStore(path)
-    events = build_run("run-a", 3)
-    store.append(events)
-    store.close()
-    raw = sqlite3.connect(path, isolation_level=None)  # rebuild the version 1 layout exactly
-    raw.execute("DROP INDEX runs_run_id")
-    raw.execute("DROP INDEX runs_started_run")
-    raw.execute("CREATE INDEX runs_started ON runs (started_at)")
-    raw.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    raw = sqlite3.connect(path, isolation_level=None)  # the version 1 layout exactly
+    for statement in sqlite_module._statements(sqlite_module._SCHEMA_V1):
+        raw.execute(statement)
+    raw.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('format_version', '1')")
     raw.close()
+    events = build_run("run-a", 3)
     store = SQLiteStore(path)
     try:
-        assert store.schema_version == 3
+        store.append(events)
+        assert store.schema_version == SCHEMA_VERSION
         indexes = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master")}
         assert {"runs_run_id", "runs_started_run"} <= indexes
         assert "runs_started" not in indexes
@@ -293,13 +292,13 @@ def test_a_version_1_store_gains_the_run_indexes(path: Path) -> None:
 
 def test_a_failing_migration_changes_nothing(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     SQLiteStore(path).close()
-    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 4)
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     monkeypatch.setattr(
         sqlite_module,
         "MIGRATIONS",
         {
             **sqlite_module.MIGRATIONS,
-            3: "ALTER TABLE runs ADD COLUMN note TEXT;\nTHIS IS NOT SQL;\n",
+            SCHEMA_VERSION: "ALTER TABLE runs ADD COLUMN note TEXT;\nTHIS IS NOT SQL;\n",
         },
     )
     with pytest.raises(StoreUnavailable):
@@ -307,7 +306,7 @@ def test_a_failing_migration_changes_nothing(path: Path, monkeypatch: pytest.Mon
     monkeypatch.undo()
     store = SQLiteStore(path)
     try:
-        assert store.schema_version == 3
+        assert store.schema_version == SCHEMA_VERSION
         columns = [r[1] for r in store._db.execute("PRAGMA table_info(runs)")]
         assert "note" not in columns  # the first statement was rolled back with the second
     finally:
@@ -315,20 +314,20 @@ def test_a_failing_migration_changes_nothing(path: Path, monkeypatch: pytest.Mon
 
 
 def test_a_version_2_store_gains_an_empty_seal_log(path: Path) -> None:
-    store = SQLiteStore(path)
-    events = build_run("run-a", 3)
-    store.append(events)
-    store.close()
-    raw = sqlite3.connect(path, isolation_level=None)  # rebuild the version 2 layout exactly
-    for name in ("seals", "checkpoints"):
-        raw.execute(f"DROP TABLE {name}")
-    raw.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    raw = sqlite3.connect(path, isolation_level=None)  # build the version 2 layout exactly
+    for statement in sqlite_module._statements(sqlite_module._SCHEMA_V1):
+        raw.execute(statement)
+    for statement in sqlite_module._statements(sqlite_module.MIGRATIONS[1]):
+        raw.execute(statement)
+    raw.execute("INSERT INTO meta VALUES ('schema_version', '2'), ('format_version', '1')")
     raw.close()
     store = SQLiteStore(path)
     try:
-        assert store.schema_version == 3
+        assert store.schema_version == SCHEMA_VERSION
         assert store.seal_count("default") == 0
         assert store.latest_checkpoint("default") is None
+        events = build_run("run-a", 3)
+        store.append(events)
         assert list(store.read("run-a")) == events
     finally:
         store.close()

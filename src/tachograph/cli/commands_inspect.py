@@ -28,6 +28,7 @@ from .app import (
     resolve_run,
     state,
 )
+from .privacy import purpose_option, scoped_store
 from .render import Output, event_style, is_dry_run, summarize
 
 __all__ = ["register", "run_header", "show_timeline"]
@@ -113,7 +114,7 @@ def show_timeline(out: Output, events: list[Event], *, full: bool = False) -> No
     out.table(headers, rows, styles=styles, cell_styles=cells)
 
 
-def _as_timestamp(text: str | None, option: str) -> str | None:
+def as_timestamp(text: str | None, option: str) -> str | None:
     """An ISO 8601 time (date alone, space or ``T``, any offset) as a stored UTC timestamp."""
     if text is None:
         return None
@@ -158,8 +159,8 @@ def runs_cmd(
     as_json: bool,
 ) -> None:
     """List runs, newest first, with filters."""
-    since_ts = _as_timestamp(since, "--since")
-    until_ts = _as_timestamp(until, "--until")
+    since_ts = as_timestamp(since, "--since")
+    until_ts = as_timestamp(until, "--until")
     with open_store() as store:
         found = store.runs(
             actor=actor,
@@ -199,10 +200,12 @@ def runs_cmd(
 @click.argument("run_id", metavar="RUN")
 @click.option("--full", is_flag=True, help="Print every payload, pretty-printed.")
 @click.option("--tenant", help="The run's tenant, if its id exists under several.")
+@purpose_option
 @json_option
-def show_cmd(run_id: str, full: bool, tenant: str | None, as_json: bool) -> None:
+def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json: bool) -> None:
     """Show a run as a timeline: seq, time, actor, type and a one-line summary."""
-    with open_store() as store:
+    with open_store() as raw:
+        store = scoped_store(raw, purpose)
         info = resolve_run(store, run_id, tenant=tenant)
         events = store.events(info.run_id, tenant=info.tenant)
     if as_json:
@@ -227,10 +230,14 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, as_json: bool) -> None
     "--at", "at", type=int, default=None, metavar="N", help="Fold up to seq N (default: the end)."
 )
 @click.option("--tenant", help="The run's tenant, if its id exists under several.")
+@purpose_option
 @json_option
-def state_cmd(run_id: str, at: int | None, tenant: str | None, as_json: bool) -> None:
+def state_cmd(
+    run_id: str, at: int | None, tenant: str | None, purpose: str, as_json: bool
+) -> None:
     """Print the state the agent had reached at step N (the fold of events 0..N)."""
-    with open_store() as store:
+    with open_store() as raw:
+        store = scoped_store(raw, purpose)
         info = resolve_run(store, run_id, tenant=tenant)
         run_id = info.run_id
         if at is not None and not 0 <= at < info.events:

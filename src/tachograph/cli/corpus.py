@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from ..capture.loader import load_agent
 from ..capture.recorder import Processor
 from ..errors import AgentLoadError
 from ..regression.runner import CorpusError, load_corpus, save_run, test_corpus
@@ -24,7 +25,6 @@ from .app import (
     open_store,
     resolve_run,
 )
-from .loader import load_agent
 
 __all__ = ["register"]
 

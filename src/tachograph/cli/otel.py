@@ -23,6 +23,7 @@ from .app import (
     open_store,
     resolve_run,
 )
+from .privacy import purpose_option, scoped_store
 
 __all__ = ["register"]
 
@@ -83,6 +84,7 @@ def otel_group() -> None:
     show_default=True,
     help="The service.name resource attribute of the spans.",
 )
+@purpose_option
 @json_option
 def export_command(
     run_id: str,
@@ -92,6 +94,7 @@ def export_command(
     timeout: float,
     content: bool | None,
     service_name: str,
+    purpose: str,
     as_json: bool,
 ) -> None:
     """Turn a recorded run into spans (its recorded timestamps and ids) and send them over
@@ -107,7 +110,8 @@ def export_command(
         header_map = parse_headers(headers)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--header") from None
-    with open_store() as store:
+    with open_store() as raw:
+        store = scoped_store(raw, purpose)
         info = resolve_run(store, run_id, tenant=tenant)
         result = export_run(
             store,

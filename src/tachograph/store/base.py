@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import RunNotFound
 from ..record.event import Event
 from ..record.verify import LineChecker, VerifyReport
+from .audit import AuditEntry, AuditRecord
 
 __all__ = ["CheckpointRow", "Receipt", "RunInfo", "SealRow", "Store", "suggest"]
 
@@ -176,6 +177,44 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def latest_checkpoint(self, tenant: str) -> CheckpointRow | None:
         """The kept checkpoint of ``tenant`` with the largest size, or ``None``."""
+
+    # -- data lifecycle: erasure, deletion, the store audit, data subjects -------------------
+
+    @abc.abstractmethod
+    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
+        """Erase the payloads and salts of ``seqs`` of a run (SPEC section 4); return how many
+        were erased now (already erased ones, and seqs the run does not have, count 0).
+
+        The envelopes stay, so the chain still verifies, reporting the seqs as erased. Each
+        payload and its salt go together in one transaction with the audit record (written
+        only when something was erased, so erasing twice records once). Afterwards the
+        plaintext must be gone from the engine's files (journals and free space included).
+        """
+
+    @abc.abstractmethod
+    def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
+        """Delete a whole run (retention only); return how many events were deleted.
+
+        The run's summary and subject links go with it, the audit record is written in the
+        same transaction, and the run id stays taken: appending to it again is refused.
+        """
+
+    @abc.abstractmethod
+    def append_audit(self, entry: AuditEntry) -> AuditRecord:
+        """Append one record to the store audit (hash-chained, see :mod:`.audit`)."""
+
+    @abc.abstractmethod
+    def read_audit(self, *, from_seq: int = 0) -> Iterator[AuditRecord]:
+        """Stream the store audit in ``seq`` order."""
+
+    @abc.abstractmethod
+    def link_subjects(self, tenant: str, run_id: str, links: Iterable[tuple[int, str]]) -> int:
+        """Record that event ``seq`` of a run holds data of subject ``id``, for each
+        ``(seq, id)``; return how many links are new (linking twice is harmless)."""
+
+    @abc.abstractmethod
+    def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
+        """``(run_id, seq)`` of every event linked to ``subject`` in ``tenant``, in order."""
 
     def close(self) -> None:  # noqa: B027 - optional for engines without resources
         """Release the engine's resources."""

@@ -31,11 +31,12 @@ from ..errors import (
 from ..record.event import Event
 from ..record.verify import LineChecker
 from .base import Receipt, RunInfo, Store, not_found
+from .sqlite_lifecycle import LIFECYCLE_MIGRATION, SQLiteLifecycle
 from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -98,6 +99,9 @@ DROP INDEX runs_started;
     # 2 -> 3: the seal log (SPEC section 9): one append-only Merkle leaf list per tenant, and
     # the signed checkpoints issued over it.
     2: SEAL_SCHEMA,
+    # 3 -> 4, step "lifecycle": the store audit, data subjects and retention's deletions
+    # (see sqlite_lifecycle.py).
+    3: LIFECYCLE_MIGRATION,
 }
 
 _COLUMNS = (
@@ -146,7 +150,7 @@ def _parse_url(url: str) -> tuple[str, dict[str, str]]:
     return url, query
 
 
-class SQLiteStore(SQLiteSealLog, Store):
+class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
     """A store in one SQLite file.
 
     ``synchronous="full"`` (the default) makes every committed batch survive power loss;
@@ -326,6 +330,7 @@ class SQLiteStore(SQLiteSealLog, Store):
                     key,
                 ).fetchone()
                 if row is None:
+                    self._refuse_deleted(db, ev.tenant, ev.run_id)
                     state = [0, None, ev.actor, ev.ts, None, False]
                 else:
                     state = [row[0], row[1], row[2], row[3], row[4], True]

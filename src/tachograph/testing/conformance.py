@@ -23,10 +23,17 @@ from pathlib import Path
 
 import pytest
 
-from ..errors import DuplicateConflict, RunNotFound, SequenceConflict, StoreError
+from ..errors import (
+    AppendRefused,
+    DuplicateConflict,
+    RunNotFound,
+    SequenceConflict,
+    StoreError,
+)
 from ..record.event import Event, new_event
 from ..record.jsonl import export_run, import_jsonl
 from ..record.verify import VerifyReport
+from ..store.audit import AuditEntry
 from ..store.base import Receipt, RunInfo, Store
 from . import build_run, fixed_ts
 from .seal_conformance import SealLogConformance
@@ -464,3 +471,75 @@ class StoreConformance(SealLogConformance, abc.ABC):
         assert (small_count, big_count) == (small, big)
         # Ten times the events must not take (anywhere near) ten times the memory.
         assert big_peak < 2 * small_peak + 512 * 1024, (small_peak, big_peak)
+
+    # -- the data lifecycle: erasure, deletion, the store audit, data subjects ------------
+
+    @staticmethod
+    def _entry(action: str = "erase", **detail: object) -> AuditEntry:
+        return AuditEntry(action=action, actor="conformance", detail={"reason": "test", **detail})
+
+    def test_erase_nulls_payload_and_salt_and_records_it(self, store: Store) -> None:
+        events = build_run("run-a", 5, status="ok")
+        store.append(events)
+        assert store.erase("default", "run-a", [1, 3], audit=self._entry()) == 2
+        read = store.events("run-a")
+        assert [e.seq for e in read if e.erased] == [1, 3]
+        assert read[2] == events[2]
+        assert [e.hash for e in read] == [e.hash for e in events]  # envelopes untouched
+        report = store.verify("run-a")
+        assert report.ok
+        assert report.erased == (1, 3)
+        (record,) = list(store.read_audit())
+        assert (record.seq, record.action, record.prev_hash) == (0, "erase", None)
+        assert record.detail == {"reason": "test", "run_id": "run-a", "seqs": [1, 3]}
+        assert record.hash == record.recomputed_hash()
+
+    def test_erase_is_idempotent_and_ignores_unknown_seqs(self, store: Store) -> None:
+        store.append(build_run("run-a", 4))
+        assert store.erase("default", "run-a", [2], audit=self._entry()) == 1
+        assert store.erase("default", "run-a", [2, 40], audit=self._entry()) == 0
+        assert store.erase("default", "run-a", [], audit=self._entry()) == 0
+        assert len(list(store.read_audit())) == 1  # nothing erased, nothing recorded
+
+    def test_erase_stays_inside_its_tenant(self, store: Store) -> None:
+        store.append(build_run("run-a", 3, tenant="t1"))
+        store.append(build_run("run-a", 3, tenant="t2"))
+        assert store.erase("t1", "run-a", [1], audit=self._entry()) == 1
+        assert store.verify("run-a", tenant="t2").erased == ()
+        assert store.verify("run-a", tenant="t1").erased == (1,)
+
+    def test_the_audit_is_a_hash_chain(self, store: Store) -> None:
+        first = store.append_audit(self._entry("read", purpose="debug"))
+        second = store.append_audit(AuditEntry(action="read", actor="x", tenant="t9"))
+        assert (first.seq, second.seq) == (0, 1)
+        assert second.prev_hash == first.hash
+        assert list(store.read_audit()) == [first, second]
+        assert list(store.read_audit(from_seq=1)) == [second]
+        assert second.tenant == "t9"
+
+    def test_delete_run_removes_it_and_keeps_its_id_taken(self, store: Store) -> None:
+        store.append(build_run("run-a", 4, status="ok"))
+        store.append(build_run("run-b", 2))
+        store.link_subjects("default", "run-a", [(1, "p")])
+        assert store.delete_run("default", "run-a", audit=self._entry("retention.delete")) == 4
+        assert _ids(store.runs()) == ["run-b"]
+        assert store.count_events() == 2
+        assert store.subject_events("default", "p") == []
+        with pytest.raises(RunNotFound):
+            store.run_info("run-a")
+        with pytest.raises(AppendRefused):
+            store.append(build_run("run-a", 1))
+        assert store.delete_run("default", "run-a", audit=self._entry("retention.delete")) == 0
+        (record,) = list(store.read_audit())
+        assert record.detail["events"] == 4
+        assert [r.ok for r in store.verify_all()] == [True]
+
+    def test_subjects_link_events_across_runs(self, store: Store) -> None:
+        store.append(build_run("run-a", 3))
+        store.append(build_run("run-b", 3))
+        assert store.link_subjects("default", "run-b", [(2, "p1"), (1, "p1")]) == 2
+        assert store.link_subjects("default", "run-a", [(1, "p1"), (1, "p2")]) == 2
+        assert store.link_subjects("default", "run-a", [(1, "p1")]) == 0
+        assert store.subject_events("default", "p1") == [("run-a", 1), ("run-b", 1), ("run-b", 2)]
+        assert store.subject_events("other", "p1") == []
+
