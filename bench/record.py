@@ -12,7 +12,7 @@ import orjson
 import tachograph
 from tachograph.capture.recorder import Recorder
 from tachograph.record.event import Event, new_event
-from tachograph.store.base import Receipt, RunInfo, Store
+from tachograph.store.base import Receipt, RunInfo, Store, StoredRow
 
 from .common import Figure, Settings, Target, interleaved, loop_sample, measure_of, payload_of_size
 
@@ -33,14 +33,9 @@ class NullStore(Store):
     def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
         return None
 
-    def read(
-        self,
-        run_id: str,
-        *,
-        tenant: str | None = None,
-        from_seq: int = 0,
-        decode: bool = True,
-    ) -> Iterator[Event]:
+    def read_rows(
+        self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
+    ) -> Iterator[StoredRow]:
         return iter(())
 
     def runs(

@@ -31,7 +31,7 @@ from ..record.canonical import canonical
 from ..record.event import Event, now_ts
 from ..record.jsonl import read_jsonl
 from ..replay.report import DivergenceKind, Drift, ReplayReport
-from ..store import SQLiteStore
+from ..store import MemoryStore
 from .corpus import (
     FIXTURE_VERSION,
     SIDECAR_SUFFIX,
@@ -200,7 +200,7 @@ def check_run(
 ) -> CaseResult:
     """Replay one saved run against ``agent`` and classify it (see the module docstring).
 
-    The run is loaded into a private in-memory store; nothing is written anywhere.
+    The run is loaded into a private memory store; nothing is written anywhere.
     """
     from ..replay.api import replay  # the replay engine imports the runtime: load it on use
 
@@ -210,7 +210,7 @@ def check_run(
         return _unreplayable(entry, loaded, seconds=time.perf_counter() - started)
     events = loaded
     run_id = events[0].run_id
-    store = SQLiteStore(":memory:")
+    store = MemoryStore()
     try:
         store.append(events)
         report = replay(store, run_id, agent, tenant=events[0].tenant, match=match, collect=True)
