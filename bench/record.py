@@ -13,7 +13,7 @@ import tachograph
 from tachograph.capture.recorder import Recorder
 from tachograph.record.event import Event, new_event
 from tachograph.store.audit import AuditEntry, AuditRecord, chain_audit
-from tachograph.store.base import CheckpointRow, Receipt, RunInfo, SealRow, Store
+from tachograph.store.base import CheckpointRow, Receipt, RunInfo, SealRow, Store, StoredRow
 
 from .common import Figure, Settings, Target, interleaved, loop_sample, measure_of, payload_of_size
 
@@ -34,14 +34,9 @@ class NullStore(Store):
     def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
         return None
 
-    def read(
-        self,
-        run_id: str,
-        *,
-        tenant: str | None = None,
-        from_seq: int = 0,
-        decode: bool = True,
-    ) -> Iterator[Event]:
+    def read_rows(
+        self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
+    ) -> Iterator[StoredRow]:
         return iter(())
 
     def runs(

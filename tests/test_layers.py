@@ -63,7 +63,17 @@ def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
         parts = parts[:-1]
     package = parts if path.name == "__init__.py" else parts[:-1]
     out = []
+    # Imports under ``if TYPE_CHECKING:`` are for annotations only and never run.
+    typing_only = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for child in ast.walk(stmt)
+    }
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)]

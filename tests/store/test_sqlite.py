@@ -431,8 +431,8 @@ def test_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         relative.close()
         absolute.close()
         memory.close()
-    with pytest.raises(StoreError, match="supported: sqlite:///"):
-        open_store("postgres://localhost/runs")
+    with pytest.raises(StoreError, match=r"known schemes: .*sqlite:///path\.db"):
+        open_store("nosuchengine://localhost/runs")
 
 
 def test_run_not_found_names_the_file_and_suggests(store: SQLiteStore, path: Path) -> None:

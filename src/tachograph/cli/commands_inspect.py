@@ -17,7 +17,7 @@ from ..record.jsonl import verify_jsonl
 from ..record.verify import VerifyReport
 from ..replay.diff import RunDiff, diff_runs
 from ..replay.fold import fold
-from ..store import DEFAULT_STORE, RunInfo, Store
+from ..store import DEFAULT_STORE, RunInfo, Store, verify_all, verify_stored
 from .app import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -258,10 +258,10 @@ def state_cmd(
 def _verify_reports(store: Store, out: Output, run_id: str | None) -> list[VerifyReport]:
     if run_id is not None:
         info = resolve_run(store, run_id)
-        return [store.verify(info.run_id, tenant=info.tenant)]
+        return [verify_stored(store, info.run_id, tenant=info.tenant)]
     total = store.count_events()
     with out.progress(total, "verifying") as advance:
-        return list(store.verify_all(progress=advance))
+        return list(verify_all(store, progress=advance))
 
 
 def _verify_file(path: Path, out: Output) -> list[VerifyReport]:

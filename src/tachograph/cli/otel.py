@@ -27,18 +27,19 @@ from .privacy import purpose_option, scoped_store
 
 __all__ = ["register"]
 
-_INSTALL_HINT = "Install the extra: pip install 'tachograph[otel]'"
+_EXTRA = "pip install 'tachograph[otel]'"
 
 
-def _require_otel() -> None:
+def _require_otel(command: str) -> None:
+    """One line and exit 2 without the ``otel`` extra, never a traceback."""
     try:
         import opentelemetry.sdk.trace  # noqa: F401
     except ImportError as exc:
+        missing = exc.name or "opentelemetry"
         raise CliError(
-            f"OpenTelemetry is not installed ({exc.name})",
+            f"tacho otel {command} needs the 'otel' extra ({missing} is not installed): {_EXTRA}",
             exit_code=EXIT_USAGE,
-            hints=(_INSTALL_HINT,),
-        ) from exc
+        ) from None
 
 
 @click.group("otel", short_help="Export runs as OpenTelemetry traces; import GenAI traces.")
@@ -103,7 +104,7 @@ def export_command(
     Exit 0 when the endpoint accepted the spans, 1 when it did not (the exporter's error is
     printed), 3 when the run is not in the store.
     """
-    _require_otel()
+    _require_otel("export")
     from ..otel.export import export_run, parse_headers
 
     try:
@@ -167,8 +168,9 @@ def import_command(
     --gap). Runs already imported are skipped.
 
     Exit 0 when at least one run was found, 1 when the file holds no GenAI trace or is not
-    OTLP/JSON.
+    OTLP/JSON, 2 when it does not exist or without the 'otel' extra.
     """
+    _require_otel("import")
     from ..otel.importer import import_otlp
 
     source: Any

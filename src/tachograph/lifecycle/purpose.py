@@ -25,6 +25,7 @@ import orjson
 
 from ..errors import PolicyError, PurposeDenied, RunNotFound
 from ..record.event import Event
+from ..record.rows import StoredRow
 from ..store.audit import AuditEntry, AuditRecord
 from ..store.base import CheckpointRow, Receipt, RunInfo, SealRow, Store
 from .audit import current_actor
@@ -286,6 +287,20 @@ class ScopedStore(Store):
             self._filter(e, rule)
             for e in self.inner.read(run_id, tenant=resolved, from_seq=from_seq, decode=decode)
         )
+
+    def read_rows(
+        self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
+    ) -> Iterator[StoredRow]:
+        """The run's rows as the purpose may see them (a payload it may not read comes
+        without its bytes and salt, as erased); the read is recorded first."""
+        resolved = self._check_tenant(run_id, tenant)
+        rule = self.rule()
+        self._record("read", resolved, {"run_id": run_id, "from_seq": from_seq})
+        for row in self.inner.read_rows(run_id, tenant=resolved, from_seq=from_seq):
+            if rule.view(row.type) == "whole":
+                yield row
+            else:
+                yield row._replace(payload_bytes=None, salt=None)
 
     # -- everything else passes through, confined to the tenant ---------------------------
 

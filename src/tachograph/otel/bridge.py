@@ -1,11 +1,11 @@
 """The live bridge: every recorded event becomes a span event, and GenAI spans around the calls.
 
-:class:`TachographSpanObserver` is a recorder
-:class:`~tachograph.capture.recorder.Observer`. For each
-appended event it adds a span event (named after the event type, with ``tachograph.run_id``,
-``tachograph.seq``, ``tachograph.event_id`` and ``tachograph.hash``) to the span the event
-happened in, and the event records that span's trace and span ids: the trace says where and
-when, the event log says why and what exactly, and each points at the other.
+:class:`TachographSpanObserver` is a recorder :class:`~tachograph.capture.recorder.Observer`.
+For each appended event it adds a span event (named after the event type, with
+``tachograph.run_id``, ``tachograph.seq``, ``tachograph.event_id`` and ``tachograph.hash``) to
+the span the event happened in, and the event records that span's trace and span ids: the
+trace says where and when, the event log says why and what exactly, and each points at the
+other.
 
 With ``genai_spans=True`` (the default) the bridge also creates the spans of the OpenTelemetry
 GenAI semantic conventions itself: ``invoke_agent {actor}`` (INTERNAL) for the run, made the

@@ -6,14 +6,16 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from ..errors import FormatError, VerificationFailed
-from ..store.base import Store
 from .event import Event, event_from_line
 from .verify import VerifyReport, iter_jsonl_runs
+
+if TYPE_CHECKING:  # record sits below store: a store is only handed in
+    from ..store.base import Store
 
 __all__ = [
     "ImportReport",

@@ -1,7 +1,11 @@
-"""Verification of runs (SPEC section 8): pure functions over lines or events.
+"""Verification of runs (SPEC section 8): pure functions over stored rows, events or lines.
 
-The report is a value (:class:`VerifyReport`) with a human rendering (:meth:`VerifyReport.render`)
-and a JSON form (:meth:`VerifyReport.to_dict`). Check numbers are those of SPEC section 8.
+:func:`verify_run` is the one check of a stored run, used by every caller (the CLI, replay,
+fork, resume, the corpus and imports) so that "verified" has one strength: the chain, held
+against the store's run summary. :func:`verify_lines` checks interchange lines with the same
+checker. The report is a value (:class:`VerifyReport`) with a human rendering
+(:meth:`VerifyReport.render`) and a JSON form (:meth:`VerifyReport.to_dict`). Check numbers are
+those of SPEC section 8.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +22,7 @@ import orjson
 from ..errors import ProfileError
 from .canonical import MAX_SAFE_INTEGER, DuplicateKeyError, canonical, loads, loads_strict
 from .event import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, envelope_bytes
+from .rows import RunSummary, StoredRow
 
 __all__ = [
     "Check",
@@ -27,6 +32,7 @@ __all__ = [
     "iter_jsonl_runs",
     "verify_events",
     "verify_lines",
+    "verify_run",
 ]
 
 
@@ -392,37 +398,82 @@ class LineChecker:
             event.payload_bytes,
         )
 
-    def feed_row(self, row: tuple[Any, ...]) -> None:
-        """Check one stored row (see ``SQLiteStore.read_rows``) without building an Event.
-
-        A row that is not plainly well formed takes the full path of :meth:`feed_event`.
-        """
+    def feed_row(self, row: StoredRow) -> None:
+        """Check one stored row (see :class:`~tachograph.record.rows.StoredRow`) without
+        building an Event. A row that is not plainly well formed takes the full path of
+        :meth:`feed_event`."""
+        (tenant, run_id, seq, event_id, ts, kind, actor, trace_id, span_id, key, model, seed,
+         digest, prev_hash, stored_hash, body, salt) = row  # fmt: skip
         if not _row_plainly_well_formed(row):
-            r = row
-            event = Event(1, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10],
-                          r[11], r[12], r[13], r[14], None, r[16], r[15])  # fmt: skip
-            self.feed_event(event)
+            self.feed_event(
+                Event(1, tenant, run_id, seq, event_id, ts, kind, actor, trace_id, span_id, key,
+                      model, seed, digest, prev_hash, stored_hash, None, salt, body)
+            )  # fmt: skip
             return
         pos = self.position
         self.position += 1
-        tenant, run_id, seq = row[0], row[1], row[2]
         if self.run_id is None:
             self.run_id, self.tenant = run_id, tenant
-        body = row[15]
+        env = envelope_bytes(1, tenant, run_id, seq, event_id, ts, kind, actor, trace_id,
+                             span_id, key, model, seed, digest, prev_hash)  # fmt: skip
         self._check_rest(
             pos,
             None,
             seq,
             run_id,
             tenant,
-            envelope_bytes(1, *row[:14]),
-            row[14],
-            row[13],
-            row[12],
+            env,
+            stored_hash,
+            prev_hash,
+            digest,
             body,
-            row[16],
+            salt,
             body,
         )
+
+    def hold_against(self, summary: RunSummary | None) -> None:
+        """After the last row: hold the chain against the store's summary of the run.
+
+        The chain alone cannot show a cut tail or a replaced last event; the summary, which a
+        store writes in the same transaction as every append, can (unless it was rewritten
+        too: only a seal catches that).
+        """
+        if self.position == 0:
+            # A store lists a run only once an event of it was appended: a listed run with no
+            # events lost them behind the store's back. That must not read as "verified".
+            if summary is not None:
+                self.run_id, self.tenant = summary.run_id, summary.tenant
+                self.feed_missing("the store lists this run but holds none of its events")
+            else:
+                self.feed_missing("the run has no events")
+            return
+        if summary is None:
+            return
+        if (self.run_id, self.tenant) != (summary.run_id, summary.tenant):
+            self._fail_at(
+                0,
+                Check.SEQUENCE,
+                f"the rows are of run {self.run_id!r} in tenant {self.tenant!r}, but the "
+                f"summary is of run {summary.run_id!r} in tenant {summary.tenant!r}",
+                None,
+            )
+        elif self.position < summary.events:
+            self.feed_missing(
+                f"the store's run summary records {summary.events} events, but the chain stops "
+                f"at seq {self.position - 1}: its tail is missing"
+            )
+        elif (
+            self.position == summary.events
+            and not self.failures
+            and self.head != summary.head_hash
+        ):
+            self._fail_at(
+                self.position - 1,
+                Check.SEQUENCE,
+                f"the last event hashes to {self.head}, but the store's run summary records "
+                f"{summary.head_hash}: the tail was replaced",
+                None,
+            )
 
     def report(self) -> VerifyReport:
         """The report so far."""
@@ -471,7 +522,7 @@ def _plainly_well_formed(e: Event) -> bool:
     if e.payload_bytes is None and e.payload is not None:
         return False
     return _row_plainly_well_formed(
-        (
+        StoredRow(
             e.tenant,
             e.run_id,
             e.seq,
@@ -493,10 +544,10 @@ def _plainly_well_formed(e: Event) -> bool:
     )
 
 
-def _row_plainly_well_formed(r: tuple[Any, ...]) -> bool:
+def _row_plainly_well_formed(r: StoredRow) -> bool:
     """:func:`_plainly_well_formed` over a stored row (``v`` is 1 by construction)."""
-    (tenant, run_id, seq, event_id, ts, kind, actor, trace, span, key, model, seed, digest) = r[:13]
-    prev, stored, body, salt = r[13:17]
+    (tenant, run_id, seq, event_id, ts, kind, actor, trace, span, key, model, seed, digest,
+     prev, stored, body, salt) = r  # fmt: skip
     if not (
         type(tenant) is str
         and type(run_id) is str
@@ -596,12 +647,60 @@ def verify_lines(lines: Iterable[dict[str, Any]], *, source: str | None = None) 
     return checker.report()
 
 
-def verify_events(events: Iterable[Event], *, source: str | None = None) -> VerifyReport:
-    """Verify one run given as :class:`Event` values in seq order (e.g. streamed from a store)."""
-    checker = LineChecker(source=source)
-    for event in events:
-        checker.feed_event(event)
+def verify_run(
+    rows: Iterable[StoredRow | Event],
+    summary: RunSummary | None = None,
+    *,
+    seals: object | None = None,
+    source: str | None = None,
+    max_failures: int = 100,
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Verify one stored run (SPEC section 8): the one meaning of "verified" everywhere.
+
+    ``rows`` are the run's rows in seq order, as ``Store.read_rows`` streams them (the events
+    of a run already loaded, e.g. for replay, are accepted too); memory stays constant.
+    ``summary`` is the store's summary of the run (``Store.run_info``), read *before* the rows:
+    appends only add, so a chain read after it is never shorter unless events were taken
+    away. With it, a cut tail or a replaced last event fails check 2; without it (a run that
+    is not in a store) only the chain is checked. A run with no rows never verifies.
+
+    ``seals`` is reserved for the seal log (signed checkpoints, which also expose a tail cut
+    together with its summary); until it exists only ``None`` is accepted. ``progress`` is
+    called with the number of rows checked since its last call, at most every 1000 rows.
+    """
+    if seals is not None:
+        raise ValueError("verify_run: seals are not supported yet; pass seals=None")
+    checker = LineChecker(source=source, max_failures=max_failures)
+    feed_row, feed_event = checker.feed_row, checker.feed_event
+    if progress is None:
+        for row in rows:
+            if isinstance(row, Event):
+                feed_event(row)
+            else:
+                feed_row(row)
+    else:
+        pending = 0
+        for row in rows:
+            if isinstance(row, Event):
+                feed_event(row)
+            else:
+                feed_row(row)
+            pending += 1
+            if pending == 1000:
+                progress(pending)
+                pending = 0
+        if pending:
+            progress(pending)
+    checker.hold_against(summary)
     return checker.report()
+
+
+def verify_events(events: Iterable[Event], *, source: str | None = None) -> VerifyReport:
+    """Verify one run given as :class:`Event` values in seq order, without a store's summary:
+    :func:`verify_run` on the events alone (a run that is in a store is verified against its
+    summary with ``tachograph.store.verify_stored``)."""
+    return verify_run(events, source=source)
 
 
 def _parse_line(raw: bytes | str) -> tuple[dict[str, Any] | None, str | None]:

@@ -21,7 +21,7 @@ from ..errors import CorpusError, VerificationFailed
 from ..record.event import Event, now_ts
 from ..record.jsonl import write_events
 from ..record.seal import Processor, Sealer
-from ..store import Store, open_store
+from ..store import Store, open_store, verify_stored
 
 __all__ = [
     "FIXTURE_VERSION",
@@ -253,7 +253,7 @@ def save_run(
     try:
         info = st.run_info(run_id, tenant=tenant)
         events = list(st.read(run_id, tenant=info.tenant, decode=bool(processors)))
-        report = st.verify(run_id, tenant=info.tenant)
+        report = verify_stored(st, run_id, tenant=info.tenant)
     finally:
         if st is not store:
             st.close()

@@ -20,7 +20,7 @@ from ..record.event import Event
 from ..record.jsonl import read_jsonl
 from ..record.seal import key_secret_of
 from ..record.verify import VerifyReport, verify_events
-from ..store import Store, open_store
+from ..store import Store, open_store, read_verified
 
 __all__ = ["RunHistory"]
 
@@ -62,8 +62,7 @@ class RunHistory:
         owned = not isinstance(store, Store)
         st = store if isinstance(store, Store) else open_store(store, create=False)
         try:
-            events = st.events(run_id, tenant=tenant)
-            report = st.verify(run_id, tenant=tenant)
+            events, report = read_verified(st, run_id, tenant=tenant)
         finally:
             if owned:
                 st.close()
