@@ -7,6 +7,10 @@ the agent's own code against it.
 
 from __future__ import annotations
 
+# The subpackage tachograph.record (SPEC in code) is loaded before the function ``record`` is
+# bound below: importing a submodule later (tachograph.record.merkle) then leaves the
+# function in place instead of replacing the attribute with the package.
+from . import record as record_package  # noqa: F401  (isort: keep first)
 from .agent import Agent, Run, RunResult, agent, arecord_run, fingerprint, record, record_run
 from .canonical import canonical
 from .chain import Check, Failure, VerifyReport, verify_events, verify_lines
