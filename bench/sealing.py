@@ -52,7 +52,6 @@ def _overhead_figure(settings: Settings, workdir: Path) -> Figure:
     baseline = measure_of("unsealed", base, "ns/event")
     ratio = subject.median / baseline.median
     seals = store.seal_count("default")
-    store.close()
     return Figure(
         key="seal_overhead",
         title=f"recording with seals every {DEFAULT_EVERY_EVENTS} events and at run end",
@@ -62,6 +61,7 @@ def _overhead_figure(settings: Settings, workdir: Path) -> Figure:
         ratio_label="sealed / unsealed",
         targets=[Target("cost ratio", ratio, "<=", 1.05)],
         extra={"events_per_run": events, "seals": seals, "errors": len(observer.errors)},
+        profile_fn=lambda: sample([observer]),  # the store stays open for it
     )
 
 
@@ -114,6 +114,7 @@ def _proof_figure(settings: Settings) -> Figure:
             "consistency_hashes": len(consistency),
             "log2_n": depth,
         },
+        profile_fn=verify_sample,
     )
 
 

@@ -7,8 +7,8 @@ the agent's own code against it.
 
 from __future__ import annotations
 
-# Replay first: capture still reaches into replay's matchers (removed by the boundary split).
-from .replay import areplay, fork, replay, resume  # isort: skip
+# The subpackage tachograph.record (SPEC in code) is loaded, through capture, before the
+# function ``record`` is bound below, so the facade's ``record`` stays the function.
 from .capture.agent import (
     Agent,
     Run,
@@ -62,6 +62,7 @@ from .record.canonical import canonical
 from .record.event import Effect, Event, EventType, new_event
 from .record.jsonl import ImportReport, export_run, import_jsonl, read_jsonl, verify_jsonl
 from .record.verify import Check, Failure, VerifyReport, verify_events, verify_lines
+from .replay import areplay, fork, replay, resume
 from .replay.diff import Change, RunDiff, diff_runs, diff_values
 from .replay.fold import State, fold
 from .replay.report import DivergenceItem, DivergenceKind, Drift, ReplayReport
