@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .._version import __version__
 from ..errors import FormatError, ProfileError
 from ..record.canonical import canonical
 from ..record.event import Event, new_event, now_ts
@@ -43,7 +44,7 @@ from .otlp_json import OtlpSpan, parse_otlp_json
 
 __all__ = ["ImportResult", "ImportedRun", "import_otlp", "runs_from_spans"]
 
-_RECORDER = "tachograph-0.1.0"
+_RECORDER = f"tachograph-{__version__}"
 
 
 @dataclass(frozen=True)
