@@ -35,6 +35,16 @@ _AGENT_HELP = (
 _ANSWERABLE = ("model.request", "model.response", "tool.requested", "tool.completed")
 
 
+_allow_network = click.option(
+    "--allow-network",
+    "allow_network",
+    multiple=True,
+    metavar="HOST:PORT",
+    help="Let this unrecorded connection through (repeatable; also HOST:*, unix:PATH, "
+    "exec:PROGRAM). Anything else the record does not serve is refused.",
+)
+
+
 def print_report(out: Output, report: ReplayReport) -> None:
     """Print a replay report with its verdict coloured."""
     lines = report.render().splitlines()
@@ -87,6 +97,7 @@ def _parse_override(text: str | None) -> Any:
     "--allow-unverified", is_flag=True, help="Replay a run that does not verify (labelled so)."
 )
 @click.option("--rerun-pure", is_flag=True, help="Re-execute pure tools and compare results.")
+@_allow_network
 @json_option
 def replay_cmd(
     run_id: str,
@@ -95,6 +106,7 @@ def replay_cmd(
     collect: bool,
     allow_unverified: bool,
     rerun_pure: bool,
+    allow_network: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Replay a run against the agent's current code; nothing runs live, nothing is written.
@@ -114,6 +126,7 @@ def replay_cmd(
             collect=collect,
             allow_unverified=allow_unverified,
             rerun_pure=rerun_pure,
+            allow_network=allow_network,
         )
         _finish(report, as_json)
         return
@@ -128,6 +141,7 @@ def replay_cmd(
             collect=collect,
             allow_unverified=allow_unverified,
             rerun_pure=rerun_pure,
+            allow_network=allow_network,
         )
     _finish(report, as_json)
 
@@ -145,6 +159,7 @@ def replay_cmd(
     "--live", is_flag=True, help="Run write and irreversible tools for real (default: dry run)."
 )
 @click.option("--allow-unverified", is_flag=True, help="Fork a run that does not verify.")
+@_allow_network
 @json_option
 def fork_cmd(
     run_id: str,
@@ -153,6 +168,7 @@ def fork_cmd(
     override: str | None,
     live: bool,
     allow_unverified: bool,
+    allow_network: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Serve a run up to seq N, then continue live in a new run (printed at the end).
@@ -186,6 +202,7 @@ def fork_cmd(
             override=value,
             dry_run=not live,
             allow_unverified=allow_unverified,
+            allow_network=allow_network,
         )
     if not as_json:
         out = Output()
@@ -205,8 +222,11 @@ def fork_cmd(
     is_flag=True,
     help="Allow repeating a side effect whose outcome was never recorded.",
 )
+@_allow_network
 @json_option
-def resume_cmd(run_id: str, agent_path: str, confirm: bool, as_json: bool) -> None:
+def resume_cmd(
+    run_id: str, agent_path: str, confirm: bool, allow_network: tuple[str, ...], as_json: bool
+) -> None:
     """Continue a run that never finished (a crash), in the same run.
 
     Recorded steps are served; then the agent goes on live. A call whose intent was recorded
@@ -225,7 +245,14 @@ def resume_cmd(run_id: str, agent_path: str, confirm: bool, as_json: bool) -> No
                 ),
             )
         try:
-            report = resume(store, run_id, agent, tenant=info.tenant, confirm=confirm)
+            report = resume(
+                store,
+                run_id,
+                agent,
+                tenant=info.tenant,
+                confirm=confirm,
+                allow_network=allow_network,
+            )
         except Divergence as exc:  # the run stays open; the report says where and why
             report = exc.report
     _finish(report, as_json)
