@@ -87,10 +87,11 @@ def _parse_override(text: str | None) -> Any:
 @click.option("--agent", "agent_path", required=True, metavar="MODULE:FUNCTION", help=_AGENT_HELP)
 @click.option(
     "--match",
-    type=click.Choice(["strict", "key"]),
-    default="strict",
+    type=click.Choice(["auto", "strict", "key"]),
+    default="auto",
     show_default=True,
-    help="strict: steps in recorded order; key: calls matched by idempotency key.",
+    help="strict: steps in recorded order; key: calls matched by idempotency key; auto: key "
+    "when the recorded run had concurrent calls, else strict.",
 )
 @click.option("--collect", is_flag=True, help="Go on after the first divergence; report all.")
 @click.option(

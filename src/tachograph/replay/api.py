@@ -33,20 +33,32 @@ from ..store import Store, open_store
 from .engine import ReplayEngine
 from .guard import NetworkGuard, parse_allow
 from .history import RunHistory
+from .matchers import COMPLETIONS
 from .report import Drift, ReplayReport
 
-__all__ = ["MatchMode", "Source", "areplay", "fork", "replay", "resume"]
+__all__ = [
+    "MatchMode",
+    "Source",
+    "areplay",
+    "fork",
+    "overlapping_calls",
+    "replay",
+    "resume",
+]
 
 
 class MatchMode(str, enum.Enum):
     """How the agent's steps are matched with the record.
 
     ``strict``: the next recorded step must be the one the agent takes. ``key``: calls are
-    matched by idempotency key, for agents whose calls complete in varying order.
+    matched by idempotency key, for agents whose calls complete in varying order. ``auto``
+    (the default): ``key`` when the recorded run had calls in flight at the same time
+    (``asyncio.gather``, a task group), else ``strict``.
     """
 
     STRICT = "strict"
     KEY = "key"
+    AUTO = "auto"
 
     def __str__(self) -> str:
         return self.value
@@ -63,6 +75,34 @@ class MatchMode(str, enum.Enum):
 
 Source = Union[Store, str, "os.PathLike[str]", RunHistory, None]
 """Where a recorded run comes from: a store (or its URL), or a :class:`RunHistory`."""
+
+
+def overlapping_calls(events: Sequence[Event]) -> bool:
+    """Whether the run had a call started while another was still open (concurrent calls)."""
+    open_keys: set[str] = set()
+    for e in events:
+        key = e.idempotency_key
+        if key is None:
+            continue
+        if e.type in ("tool.requested", "model.request"):
+            if open_keys:
+                return True
+            open_keys.add(key)
+        elif e.type in COMPLETIONS:
+            open_keys.discard(key)
+    return False
+
+
+def _resolve(mode: MatchMode, history: RunHistory) -> tuple[MatchMode, tuple[str, ...]]:
+    """The mode to match with, and a note when ``auto`` chose key matching."""
+    if mode is not MatchMode.AUTO:
+        return mode, ()
+    if overlapping_calls(history.events):
+        return MatchMode.KEY, (
+            "the recorded run had concurrent calls: they were matched by idempotency key "
+            "(match='key'); pass match='strict' to require the recorded order",
+        )
+    return MatchMode.STRICT, ()
 
 
 def _history(source: Source, run_id: str | None, tenant: str | None) -> RunHistory:
@@ -217,7 +257,7 @@ def replay(
     agent: Callable[..., Any] | Agent,
     *,
     tenant: str | None = None,
-    match: MatchMode | str = MatchMode.STRICT,
+    match: MatchMode | str = MatchMode.AUTO,
     collect: bool = False,
     raise_on_divergence: bool = False,
     allow_unverified: bool = False,
@@ -231,8 +271,10 @@ def replay(
     ``store`` is a store (or its URL) holding ``run_id``, or a :class:`RunHistory` (from a
     JSONL file or a list of events; ``run_id`` may then be ``None``). The run is verified as
     ``tacho verify`` verifies it before anything is served. ``match`` is ``strict`` (the next
-    recorded step must be the one the agent takes) or ``key`` (calls matched by idempotency
-    key, for agents whose calls complete in varying order). By default replay stops at the
+    recorded step must be the one the agent takes), ``key`` (calls matched by idempotency
+    key, for agents whose calls complete in varying order) or ``auto`` (the default: ``key``
+    when the recorded run had concurrent calls, else ``strict``; the report notes the
+    choice). By default replay stops at the
     first divergence; ``collect=True`` goes on and reports every divergence it can;
     ``raise_on_divergence=True`` raises :class:`~tachograph.errors.Divergence` (carrying the
     report) instead of returning it. ``rerun_pure=True`` re-executes ``pure`` tools and
@@ -245,8 +287,8 @@ def replay(
     ``unrecorded_call`` divergence, unless ``allow_network`` lists it (``HOST:PORT``,
     ``HOST:*``, ``unix:PATH``, ``exec:PROGRAM``); what the list lets through is reported too.
     """
-    mode = MatchMode.parse(match)
     history = _history(store, run_id, tenant)
+    mode, match_notes = _resolve(MatchMode.parse(match), history)
     unverified = history.check_replayable(allow_unverified=allow_unverified)
     events = history.events
     spec = as_agent(agent, history.actor)
@@ -283,6 +325,7 @@ def replay(
         error=error,
         aborted=engine.aborted,
         notes=tuple(runtime_notes(recorded_env, current_env))
+        + match_notes
         + tuple(session.notes)
         + tuple(engine.matcher.notes)
         + (
@@ -349,7 +392,7 @@ def fork(
     new_run_id: str | None = None,
     tenant: str | None = None,
     to_store: Store | str | os.PathLike[str] | None = None,
-    match: MatchMode | str = MatchMode.STRICT,
+    match: MatchMode | str = MatchMode.AUTO,
     dry_run: bool | None = True,
     allow_unverified: bool = False,
     labels: dict[str, str] | None = None,
@@ -367,9 +410,9 @@ def fork(
     fork. The fork goes to ``to_store``, by default the store the run was read from (a
     history read from a file needs ``to_store``).
     """
-    mode = MatchMode.parse(match)
     parse_allow(allow_network)  # a bad entry fails before the fork is started
     history = _history(store, run_id, tenant)
+    mode, _ = _resolve(MatchMode.parse(match), history)
     events = history.events
     if not 0 <= at < len(events):
         raise ReplayError(
@@ -526,7 +569,7 @@ def resume(
     *,
     tenant: str | None = None,
     confirm: bool = False,
-    match: MatchMode | str = MatchMode.STRICT,
+    match: MatchMode | str = MatchMode.AUTO,
     dry_run: bool | None = None,
     processors: Sequence[Processor] = (),
     durability: Durability | str = Durability.EFFECTS,
@@ -550,7 +593,7 @@ def resume(
     so that the events appended now are processed alike. While recorded steps are served,
     the network guard of :func:`replay` refuses unrecorded calls (``allow_network``).
     """
-    mode = MatchMode.parse(match)
+    requested = MatchMode.parse(match)
     parse_allow(allow_network)
     owned = not isinstance(store, Store)
     st = store if isinstance(store, Store) else open_store(store, create=False)
@@ -561,6 +604,7 @@ def resume(
                 f"run {run_id!r} has finished; fork it instead of resuming it", run_id=run_id
             )
         history.check_replayable()
+        mode, _ = _resolve(requested, history)
         spec = as_agent(agent, history.actor)
         last = history.events[-1]
         recorder = Recorder(
