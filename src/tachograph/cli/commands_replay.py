@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
@@ -64,12 +65,25 @@ def print_report(out: Output, report: ReplayReport) -> None:
         out.line(line, style=style)
 
 
+def _failed(report: ReplayReport) -> bool:
+    # a fork or resume whose agent raised once live failed too, though it followed the record
+    return not report.reproduced or report.final_status == "error"
+
+
+def _agent_output(as_json: bool) -> contextlib.AbstractContextManager[Any]:
+    """While the agent runs under --json, what it prints goes to stderr: stdout holds
+    exactly one JSON document."""
+    if as_json:
+        return contextlib.redirect_stdout(sys.stderr)
+    return contextlib.nullcontext()
+
+
 def _finish(report: ReplayReport, as_json: bool) -> None:
     if as_json:
         emit_json(report.to_dict())
     else:
         print_report(Output(), report)
-    if not report.reproduced:
+    if _failed(report):
         sys.exit(EXIT_FAILED)
 
 
@@ -119,19 +133,20 @@ def replay_cmd(
     agent = load_agent(agent_path)
     if os.path.isfile(run_id):
         history = RunHistory.from_jsonl(run_id)
-        report = replay(
-            history,
-            None,
-            agent,
-            match=match,
-            collect=collect,
-            allow_unverified=allow_unverified,
-            rerun_pure=rerun_pure,
-            allow_network=allow_network,
-        )
+        with _agent_output(as_json):
+            report = replay(
+                history,
+                None,
+                agent,
+                match=match,
+                collect=collect,
+                allow_unverified=allow_unverified,
+                rerun_pure=rerun_pure,
+                allow_network=allow_network,
+            )
         _finish(report, as_json)
         return
-    with open_store() as store:
+    with open_store() as store, _agent_output(as_json):
         info = resolve_run(store, run_id)
         report = replay(
             store,
@@ -194,24 +209,25 @@ def fork_cmd(
                     f"seq {at} is {target.type}",
                     exit_code=EXIT_USAGE,
                 )
-        report = fork(
-            store,
-            run_id,
-            at,
-            agent,
-            tenant=info.tenant,
-            override=value,
-            dry_run=not live,
-            allow_unverified=allow_unverified,
-            allow_network=allow_network,
-        )
+        with _agent_output(as_json):
+            report = fork(
+                store,
+                run_id,
+                at,
+                agent,
+                tenant=info.tenant,
+                override=value,
+                dry_run=not live,
+                allow_unverified=allow_unverified,
+                allow_network=allow_network,
+            )
     if not as_json:
         out = Output()
         print_report(out, report)
         out.line(f"new run: {report.new_run_id}", style="bold")
     else:
         emit_json(report.to_dict())
-    if not report.reproduced:
+    if _failed(report):
         sys.exit(EXIT_FAILED)
 
 
@@ -246,14 +262,15 @@ def resume_cmd(
                 ),
             )
         try:
-            report = resume(
-                store,
-                run_id,
-                agent,
-                tenant=info.tenant,
-                confirm=confirm,
-                allow_network=allow_network,
-            )
+            with _agent_output(as_json):
+                report = resume(
+                    store,
+                    run_id,
+                    agent,
+                    tenant=info.tenant,
+                    confirm=confirm,
+                    allow_network=allow_network,
+                )
         except Divergence as exc:  # the run stays open; the report says where and why
             report = exc.report
     _finish(report, as_json)
