@@ -29,13 +29,15 @@ boundary into :class:`StoreError` subclasses.
     ├── ReplayError                  a replay that cannot proceed
     │   ├── Divergence               the agent did something other than what was recorded
     │   ├── Unreplayable             erased payloads or an unverified run
-    │   └── ConfirmationRequired     resuming would repeat an irreversible side effect
+    │   ├── ConfirmationRequired     resuming would repeat an irreversible side effect
+    │   └── UnrecordedCall           replay refused a connection or process the record lacks
     ├── AgentLoadError               ``module:function`` could not be imported
     └── CorpusError                  a regression corpus that cannot be written or read
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +67,7 @@ __all__ = [
     "StoreNotFound",
     "StoreUnavailable",
     "TachographError",
+    "UnrecordedCall",
     "Unreplayable",
     "VerificationFailed",
     "WriteFailed",
@@ -253,6 +256,23 @@ class ConfirmationRequired(ReplayError):
     idempotency key of the dangling step)."""
 
     key: str | None = None
+
+
+class UnrecordedCall(ReplayError, ConnectionRefusedError):
+    """Replay refused an outbound connection or a process spawn the record does not hold
+    (closed world). It is a ``ConnectionRefusedError``, so HTTP clients fail as they fail on
+    a closed port. ``target`` is ``host:port``, a socket path or the program; ``frame`` is
+    the agent's ``file:line`` that made the call."""
+
+    target: str | None = None
+    host: str | None = None
+    port: int | None = None
+    frame: str | None = None
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.errno = errno.ECONNREFUSED
+        self.strerror = message
 
 
 class AgentLoadError(TachographError, ImportError):

@@ -54,7 +54,7 @@ def test_a_different_order_breaks_strict_matching_but_not_key_matching(
 
     fanout.JITTER = lambda order_id: 0.01 * ORDERS.index(order_id)  # now the first does
     calls = dict(fanout.CALLS)
-    strict = tg.replay(store, "fan", fanout.triage)
+    strict = tg.replay(store, "fan", fanout.triage, match="strict")
     assert not strict.reproduced
     assert strict.first is not None
     assert strict.first.kind in (

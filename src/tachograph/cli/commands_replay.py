@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
@@ -35,6 +36,16 @@ _AGENT_HELP = (
 _ANSWERABLE = ("model.request", "model.response", "tool.requested", "tool.completed")
 
 
+_allow_network = click.option(
+    "--allow-network",
+    "allow_network",
+    multiple=True,
+    metavar="HOST:PORT",
+    help="Let this unrecorded connection through (repeatable; also HOST:*, unix:PATH, "
+    "exec:PROGRAM). Anything else the record does not serve is refused.",
+)
+
+
 def print_report(out: Output, report: ReplayReport) -> None:
     """Print a replay report with its verdict coloured."""
     lines = report.render().splitlines()
@@ -54,12 +65,25 @@ def print_report(out: Output, report: ReplayReport) -> None:
         out.line(line, style=style)
 
 
+def _failed(report: ReplayReport) -> bool:
+    # a fork or resume whose agent raised once live failed too, though it followed the record
+    return not report.reproduced or report.final_status == "error"
+
+
+def _agent_output(as_json: bool) -> contextlib.AbstractContextManager[Any]:
+    """While the agent runs under --json, what it prints goes to stderr: stdout holds
+    exactly one JSON document."""
+    if as_json:
+        return contextlib.redirect_stdout(sys.stderr)
+    return contextlib.nullcontext()
+
+
 def _finish(report: ReplayReport, as_json: bool) -> None:
     if as_json:
         emit_json(report.to_dict())
     else:
         print_report(Output(), report)
-    if not report.reproduced:
+    if _failed(report):
         sys.exit(EXIT_FAILED)
 
 
@@ -77,16 +101,18 @@ def _parse_override(text: str | None) -> Any:
 @click.option("--agent", "agent_path", required=True, metavar="MODULE:FUNCTION", help=_AGENT_HELP)
 @click.option(
     "--match",
-    type=click.Choice(["strict", "key"]),
-    default="strict",
+    type=click.Choice(["auto", "strict", "key"]),
+    default="auto",
     show_default=True,
-    help="strict: steps in recorded order; key: calls matched by idempotency key.",
+    help="strict: steps in recorded order; key: calls matched by idempotency key; auto: key "
+    "when the recorded run had concurrent calls, else strict.",
 )
 @click.option("--collect", is_flag=True, help="Go on after the first divergence; report all.")
 @click.option(
     "--allow-unverified", is_flag=True, help="Replay a run that does not verify (labelled so)."
 )
 @click.option("--rerun-pure", is_flag=True, help="Re-execute pure tools and compare results.")
+@_allow_network
 @json_option
 def replay_cmd(
     run_id: str,
@@ -95,6 +121,7 @@ def replay_cmd(
     collect: bool,
     allow_unverified: bool,
     rerun_pure: bool,
+    allow_network: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Replay a run against the agent's current code; nothing runs live, nothing is written.
@@ -106,18 +133,20 @@ def replay_cmd(
     agent = load_agent(agent_path)
     if os.path.isfile(run_id):
         history = RunHistory.from_jsonl(run_id)
-        report = replay(
-            history,
-            None,
-            agent,
-            match=match,
-            collect=collect,
-            allow_unverified=allow_unverified,
-            rerun_pure=rerun_pure,
-        )
+        with _agent_output(as_json):
+            report = replay(
+                history,
+                None,
+                agent,
+                match=match,
+                collect=collect,
+                allow_unverified=allow_unverified,
+                rerun_pure=rerun_pure,
+                allow_network=allow_network,
+            )
         _finish(report, as_json)
         return
-    with open_store() as store:
+    with open_store() as store, _agent_output(as_json):
         info = resolve_run(store, run_id)
         report = replay(
             store,
@@ -128,6 +157,7 @@ def replay_cmd(
             collect=collect,
             allow_unverified=allow_unverified,
             rerun_pure=rerun_pure,
+            allow_network=allow_network,
         )
     _finish(report, as_json)
 
@@ -145,6 +175,7 @@ def replay_cmd(
     "--live", is_flag=True, help="Run write and irreversible tools for real (default: dry run)."
 )
 @click.option("--allow-unverified", is_flag=True, help="Fork a run that does not verify.")
+@_allow_network
 @json_option
 def fork_cmd(
     run_id: str,
@@ -153,6 +184,7 @@ def fork_cmd(
     override: str | None,
     live: bool,
     allow_unverified: bool,
+    allow_network: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Serve a run up to seq N, then continue live in a new run (printed at the end).
@@ -177,23 +209,25 @@ def fork_cmd(
                     f"seq {at} is {target.type}",
                     exit_code=EXIT_USAGE,
                 )
-        report = fork(
-            store,
-            run_id,
-            at,
-            agent,
-            tenant=info.tenant,
-            override=value,
-            dry_run=not live,
-            allow_unverified=allow_unverified,
-        )
+        with _agent_output(as_json):
+            report = fork(
+                store,
+                run_id,
+                at,
+                agent,
+                tenant=info.tenant,
+                override=value,
+                dry_run=not live,
+                allow_unverified=allow_unverified,
+                allow_network=allow_network,
+            )
     if not as_json:
         out = Output()
         print_report(out, report)
         out.line(f"new run: {report.new_run_id}", style="bold")
     else:
         emit_json(report.to_dict())
-    if not report.reproduced:
+    if _failed(report):
         sys.exit(EXIT_FAILED)
 
 
@@ -205,8 +239,11 @@ def fork_cmd(
     is_flag=True,
     help="Allow repeating a side effect whose outcome was never recorded.",
 )
+@_allow_network
 @json_option
-def resume_cmd(run_id: str, agent_path: str, confirm: bool, as_json: bool) -> None:
+def resume_cmd(
+    run_id: str, agent_path: str, confirm: bool, allow_network: tuple[str, ...], as_json: bool
+) -> None:
     """Continue a run that never finished (a crash), in the same run.
 
     Recorded steps are served; then the agent goes on live. A call whose intent was recorded
@@ -225,7 +262,15 @@ def resume_cmd(run_id: str, agent_path: str, confirm: bool, as_json: bool) -> No
                 ),
             )
         try:
-            report = resume(store, run_id, agent, tenant=info.tenant, confirm=confirm)
+            with _agent_output(as_json):
+                report = resume(
+                    store,
+                    run_id,
+                    agent,
+                    tenant=info.tenant,
+                    confirm=confirm,
+                    allow_network=allow_network,
+                )
         except Divergence as exc:  # the run stays open; the report says where and why
             report = exc.report
     _finish(report, as_json)

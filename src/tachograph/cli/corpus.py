@@ -7,6 +7,8 @@ when any run is ``changed``, ``still wrong`` or ``unreplayable``. See docs/regre
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 
 import click
@@ -221,8 +223,11 @@ def test_command(
             hints=("Save runs into it with: tacho save RUN --to DIR --verdict good",),
         )
     load_agent(agent)  # fail early, with exit code 2, before any worker starts
+    # under --json what the agent prints goes to stderr: stdout holds one JSON document
+    agent_out = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     try:
-        report = test_corpus(corpus, agent, workers=workers, accept=accept, match=match)
+        with agent_out:
+            report = test_corpus(corpus, agent, workers=workers, accept=accept, match=match)
     except CorpusError as exc:
         raise CliError(str(exc), exit_code=EXIT_USAGE) from exc
     if junit is not None:

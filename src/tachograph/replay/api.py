@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
+import contextlib
 import enum
 import inspect
 import os
@@ -29,21 +31,34 @@ from ..record.event import Event, new_ulid
 from ..record.seal import Processor
 from ..store import Store, open_store
 from .engine import ReplayEngine
+from .guard import NetworkGuard, parse_allow
 from .history import RunHistory
+from .matchers import COMPLETIONS
 from .report import Drift, ReplayReport
 
-__all__ = ["MatchMode", "Source", "areplay", "fork", "replay", "resume"]
+__all__ = [
+    "MatchMode",
+    "Source",
+    "areplay",
+    "fork",
+    "overlapping_calls",
+    "replay",
+    "resume",
+]
 
 
 class MatchMode(str, enum.Enum):
     """How the agent's steps are matched with the record.
 
     ``strict``: the next recorded step must be the one the agent takes. ``key``: calls are
-    matched by idempotency key, for agents whose calls complete in varying order.
+    matched by idempotency key, for agents whose calls complete in varying order. ``auto``
+    (the default): ``key`` when the recorded run had calls in flight at the same time
+    (``asyncio.gather``, a task group), else ``strict``.
     """
 
     STRICT = "strict"
     KEY = "key"
+    AUTO = "auto"
 
     def __str__(self) -> str:
         return self.value
@@ -60,6 +75,34 @@ class MatchMode(str, enum.Enum):
 
 Source = Union[Store, str, "os.PathLike[str]", RunHistory, None]
 """Where a recorded run comes from: a store (or its URL), or a :class:`RunHistory`."""
+
+
+def overlapping_calls(events: Sequence[Event]) -> bool:
+    """Whether the run had a call started while another was still open (concurrent calls)."""
+    open_keys: set[str] = set()
+    for e in events:
+        key = e.idempotency_key
+        if key is None:
+            continue
+        if e.type in ("tool.requested", "model.request"):
+            if open_keys:
+                return True
+            open_keys.add(key)
+        elif e.type in COMPLETIONS:
+            open_keys.discard(key)
+    return False
+
+
+def _resolve(mode: MatchMode, history: RunHistory) -> tuple[MatchMode, tuple[str, ...]]:
+    """The mode to match with, and a note when ``auto`` chose key matching."""
+    if mode is not MatchMode.AUTO:
+        return mode, ()
+    if overlapping_calls(history.events):
+        return MatchMode.KEY, (
+            "the recorded run had concurrent calls: they were matched by idempotency key "
+            "(match='key'); pass match='strict' to require the recorded order",
+        )
+    return MatchMode.STRICT, ()
 
 
 def _history(source: Source, run_id: str | None, tenant: str | None) -> RunHistory:
@@ -148,19 +191,51 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
+def _guard(engine: ReplayEngine, allow_network: Sequence[str]) -> NetworkGuard:
+    return NetworkGuard(
+        allow=allow_network, active=engine.closed_world, report=engine.unrecorded_call
+    )
+
+
+def _allowed(guard: NetworkGuard) -> tuple[dict[str, Any], ...]:
+    return tuple({"target": a.target, "frame": a.frame} for a in guard.allowed)
+
+
+def _holds_stop(exc: BaseException) -> bool:
+    """Whether ``exc`` is a (nested) exception group holding a :class:`ReplayStopped`:
+    a divergence inside a task group (asyncio or anyio) arrives wrapped."""
+    group = getattr(builtins, "BaseExceptionGroup", None)
+    if group is None or not isinstance(exc, group):
+        return False
+    inner: Sequence[BaseException] = getattr(exc, "exceptions", ())
+    return any(isinstance(e, ReplayStopped) or _holds_stop(e) for e in inner)
+
+
 def _drive(
-    session: Session, engine: ReplayEngine, spec: Agent, input: Any
+    session: Session,
+    engine: ReplayEngine,
+    spec: Agent,
+    input: Any,
+    guard: NetworkGuard | None = None,
 ) -> tuple[str, Any, dict[str, Any] | None]:
-    """Run the agent under ``session``; returns (status, output, error)."""
+    """Run the agent under ``session`` (and ``guard``); returns (status, output, error)."""
     session.activate()
+    closed = guard.guarding() if guard is not None else contextlib.nullcontext()
     try:
         try:
-            output = _call(spec, input)
+            with closed:
+                output = _call(spec, input)
         except ReplayStopped:
             if session.fatal_error is not None:
                 raise session.fatal_error from None
             return "stopped", None, None
-        except Exception as exc:
+        except BaseException as exc:
+            if _holds_stop(exc):
+                if session.fatal_error is not None:
+                    raise session.fatal_error from None
+                return "stopped", None, None
+            if not isinstance(exc, Exception):
+                raise
             info = error_info(exc)
             try:
                 engine.check_end("error", None, info)
@@ -182,30 +257,38 @@ def replay(
     agent: Callable[..., Any] | Agent,
     *,
     tenant: str | None = None,
-    match: MatchMode | str = MatchMode.STRICT,
+    match: MatchMode | str = MatchMode.AUTO,
     collect: bool = False,
     raise_on_divergence: bool = False,
     allow_unverified: bool = False,
     rerun_pure: bool = False,
     env: dict[str, Any] | None = None,
     processors: Sequence[Processor] = (),
+    allow_network: Sequence[str] = (),
 ) -> ReplayReport:
     """Replay a recorded run against the agent's current code; nothing runs live.
 
     ``store`` is a store (or its URL) holding ``run_id``, or a :class:`RunHistory` (from a
     JSONL file or a list of events; ``run_id`` may then be ``None``). The run is verified as
     ``tacho verify`` verifies it before anything is served. ``match`` is ``strict`` (the next
-    recorded step must be the one the agent takes) or ``key`` (calls matched by idempotency
-    key, for agents whose calls complete in varying order). By default replay stops at the
+    recorded step must be the one the agent takes), ``key`` (calls matched by idempotency
+    key, for agents whose calls complete in varying order) or ``auto`` (the default: ``key``
+    when the recorded run had concurrent calls, else ``strict``; the report notes the
+    choice). By default replay stops at the
     first divergence; ``collect=True`` goes on and reports every divergence it can;
     ``raise_on_divergence=True`` raises :class:`~tachograph.errors.Divergence` (carrying the
     report) instead of returning it. ``rerun_pure=True`` re-executes ``pure`` tools and
     compares their results. ``processors`` are those the run was recorded with (e.g.
     redaction): the agent's steps are passed through them before they are compared with the
     (processed) record.
+
+    Replay is a closed world: a connection or process spawn the record does not serve is
+    refused (:class:`~tachograph.errors.UnrecordedCall`) and reported as an
+    ``unrecorded_call`` divergence, unless ``allow_network`` lists it (``HOST:PORT``,
+    ``HOST:*``, ``unix:PATH``, ``exec:PROGRAM``); what the list lets through is reported too.
     """
-    mode = MatchMode.parse(match)
     history = _history(store, run_id, tenant)
+    mode, match_notes = _resolve(MatchMode.parse(match), history)
     unverified = history.check_replayable(allow_unverified=allow_unverified)
     events = history.events
     spec = as_agent(agent, history.actor)
@@ -227,7 +310,8 @@ def replay(
         processors=processors,
     )
     engine.attach(session)
-    _status, output, error = _drive(session, engine, spec, history.input)
+    guard = _guard(engine, allow_network)
+    _status, output, error = _drive(session, engine, spec, history.input, guard)
     report = ReplayReport(
         run_id=history.run_id,
         mode="replay",
@@ -241,6 +325,7 @@ def replay(
         error=error,
         aborted=engine.aborted,
         notes=tuple(runtime_notes(recorded_env, current_env))
+        + match_notes
         + tuple(session.notes)
         + tuple(engine.matcher.notes)
         + (
@@ -249,6 +334,7 @@ def replay(
             else ()
         )
         + _dry_run_note(events),
+        allowed_calls=_allowed(guard),
     )
     if raise_on_divergence and not report.reproduced:
         raise Divergence(
@@ -306,12 +392,13 @@ def fork(
     new_run_id: str | None = None,
     tenant: str | None = None,
     to_store: Store | str | os.PathLike[str] | None = None,
-    match: MatchMode | str = MatchMode.STRICT,
+    match: MatchMode | str = MatchMode.AUTO,
     dry_run: bool | None = True,
     allow_unverified: bool = False,
     labels: dict[str, str] | None = None,
     processors: Sequence[Processor] = (),
     durability: Durability | str = Durability.EFFECTS,
+    allow_network: Sequence[str] = (),
 ) -> ReplayReport:
     """Serve ``run_id`` up to step ``at``, then continue live in a new run.
 
@@ -323,8 +410,9 @@ def fork(
     fork. The fork goes to ``to_store``, by default the store the run was read from (a
     history read from a file needs ``to_store``).
     """
-    mode = MatchMode.parse(match)
+    parse_allow(allow_network)  # a bad entry fails before the fork is started
     history = _history(store, run_id, tenant)
+    mode, _ = _resolve(MatchMode.parse(match), history)
     events = history.events
     if not 0 <= at < len(events):
         raise ReplayError(
@@ -377,7 +465,9 @@ def fork(
     engine.attach(session)
     run.session = session
     try:
-        return _finish_live(rec.env, run, session, engine, spec, history, "fork", unverified)
+        return _finish_live(
+            rec.env, run, session, engine, spec, history, "fork", unverified, allow_network
+        )
     finally:
         rec.release()
 
@@ -391,13 +481,16 @@ def _finish_live(
     history: RunHistory,
     mode: str,
     unverified: bool,
+    allow_network: Sequence[str] = (),
 ) -> ReplayReport:
-    status, output, error = _drive(session, engine, spec, history.input)
+    guard = _guard(engine, allow_network)
+    status, output, error = _drive(session, engine, spec, history.input, guard)
+    allowed = _allowed(guard)
     if status == "stopped" and mode == "resume":
         # Nothing was appended while the record was being served: leave the crashed run
         # open, so that it can be resumed again once the agent follows its recorded path.
         report = _live_report(
-            env, run, session, engine, history, mode, unverified, status, output, error
+            env, run, session, engine, history, mode, unverified, status, output, error, allowed
         )
         raise Divergence(
             report.render() + "\n  the run was left unfinished; nothing was appended",
@@ -425,7 +518,9 @@ def _finish_live(
         status, output = "error", None
         run.recorder.append("run.finished", {"status": "error", "error": error})
     run.recorder.flush()
-    return _live_report(env, run, session, engine, history, mode, unverified, status, output, error)
+    return _live_report(
+        env, run, session, engine, history, mode, unverified, status, output, error, allowed
+    )
 
 
 def _live_report(
@@ -439,6 +534,7 @@ def _live_report(
     status: str,
     output: Any,
     error: dict[str, Any] | None,
+    allowed: tuple[dict[str, Any], ...] = (),
 ) -> ReplayReport:
     notes = list(session.notes) + list(engine.matcher.notes)
     if session.used_dry_run:
@@ -462,6 +558,7 @@ def _live_report(
             if status == "stopped"
             else ("error" if error is not None else "ok")
         ),
+        allowed_calls=allowed,
     )
 
 
@@ -472,10 +569,11 @@ def resume(
     *,
     tenant: str | None = None,
     confirm: bool = False,
-    match: MatchMode | str = MatchMode.STRICT,
+    match: MatchMode | str = MatchMode.AUTO,
     dry_run: bool | None = None,
     processors: Sequence[Processor] = (),
     durability: Durability | str = Durability.EFFECTS,
+    allow_network: Sequence[str] = (),
 ) -> ReplayReport:
     """Continue a crashed run (no ``run.finished``) in the same run.
 
@@ -492,9 +590,11 @@ def resume(
     recorded in dry run resumes in dry run unless ``dry_run=False``. If the agent leaves the
     recorded path before the crash point, :class:`~tachograph.errors.Divergence` is raised and
     the run is left unfinished. Pass the ``processors`` the run was recorded with (redaction),
-    so that the events appended now are processed alike.
+    so that the events appended now are processed alike. While recorded steps are served,
+    the network guard of :func:`replay` refuses unrecorded calls (``allow_network``).
     """
-    mode = MatchMode.parse(match)
+    requested = MatchMode.parse(match)
+    parse_allow(allow_network)
     owned = not isinstance(store, Store)
     st = store if isinstance(store, Store) else open_store(store, create=False)
     try:
@@ -504,6 +604,7 @@ def resume(
                 f"run {run_id!r} has finished; fork it instead of resuming it", run_id=run_id
             )
         history.check_replayable()
+        mode, _ = _resolve(requested, history)
         spec = as_agent(agent, history.actor)
         last = history.events[-1]
         recorder = Recorder(
@@ -531,13 +632,20 @@ def resume(
             recorder=recorder,
             engine=engine,
             # A run recorded in dry run goes on in dry run unless the caller says otherwise.
-            dry_run=dry_run_default(dry_run)
-            or (dry_run is None and _recorded_in_dry_run(history)),
+            dry_run=dry_run_default(dry_run) or (dry_run is None and _recorded_in_dry_run(history)),
         )
         engine.attach(session)
         run = Run(session, recorder, st)
         return _finish_live(
-            spec.fingerprint(), run, session, engine, spec, history, "resume", False
+            spec.fingerprint(),
+            run,
+            session,
+            engine,
+            spec,
+            history,
+            "resume",
+            False,
+            allow_network,
         )
     finally:
         if owned:

@@ -196,6 +196,29 @@ class ReplayEngine:
                 "what it returned when recorded: its implementation (or a dependency) changed.",
             )
 
+    def closed_world(self) -> bool:
+        """Whether the record is still being served, so that an unrecorded call is refused:
+        always in replay; in a fork or resume, until the recorded steps run out."""
+        return self.mode == "replay" or self.matcher.remaining
+
+    def unrecorded_call(self, kind: str, detail: dict[str, Any], explanation: str) -> None:
+        """Report a connection or spawn the network guard refused (it raises, not us: the
+        agent sees a refused connection, and may handle it as such)."""
+        self.matcher.divergences.append(
+            DivergenceItem(
+                DivergenceKind.UNRECORDED_CALL,
+                self.matcher.position(),
+                None,
+                {
+                    "type": "process.spawn" if kind == "exec" else "network.connect",
+                    "payload": detail,
+                },
+                (),
+                (),
+                explanation,
+            )
+        )
+
     def check_end(self, status: str, output: Any, error: dict[str, Any] | None) -> None:
         """Compare how the agent ended with how the recorded run ended."""
         self.matcher.check_end(status, output, error)

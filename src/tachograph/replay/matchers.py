@@ -115,6 +115,15 @@ class Matcher:
     def _remaining(self) -> bool:
         return self._left > 0
 
+    @property
+    def remaining(self) -> bool:
+        """Whether recorded steps are left to serve."""
+        return self._left > 0
+
+    def position(self) -> int:
+        """The recorded seq at which the agent's next step would be."""
+        return self._position()
+
     def _settle(self, event: Event) -> None:
         """Mark a recorded step as dealt with (served, or skipped after a type change)."""
         if event.seq not in self._consumed:

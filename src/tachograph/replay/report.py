@@ -40,6 +40,8 @@ class DivergenceKind(str, enum.Enum):
     """A pure tool re-executed during replay returned something else than recorded."""
     UNREPLAYABLE = "unreplayable"
     """The recording cannot serve this step (erased payload, or the call never completed)."""
+    UNRECORDED_CALL = "unrecorded_call"
+    """A connection or process spawn the record does not hold; the network guard refused it."""
 
     def __str__(self) -> str:
         return self.value
@@ -112,6 +114,14 @@ class DivergenceItem:
 def _summary(event: dict[str, Any]) -> str:
     payload = event.get("payload") or {}
     name = payload.get("tool") or payload.get("name") or payload.get("plan") or event.get("model")
+    if event.get("type") in ("network.connect", "process.spawn"):
+        name = " ".join(
+            str(x)
+            for x in (payload.get("method"), payload.get("url") or payload.get("target"))
+            if x
+        )
+        if payload.get("frame"):
+            name += f" from {payload['frame']}"
     text = str(event.get("type"))
     if name:
         text += f" {name}"
@@ -161,6 +171,9 @@ class ReplayReport:
     final_status: str | None = None
     """For fork and resume: how the run written ended (``ok``, ``error``, ``aborted``), or
     ``unfinished`` for a resume that stopped before appending anything."""
+    allowed_calls: tuple[dict[str, Any], ...] = ()
+    """Outbound calls the record does not hold that ``allow_network`` let through
+    (``target``, ``frame``)."""
 
     @property
     def reproduced(self) -> bool:
@@ -201,6 +214,7 @@ class ReplayReport:
             "new_run_id": self.new_run_id,
             "final_status": self.final_status,
             "notes": list(self.notes),
+            "allowed_calls": list(self.allowed_calls),
         }
 
     def render(self) -> str:
@@ -242,5 +256,8 @@ class ReplayReport:
             if ended and self.error:
                 ended += f": {self.error.get('type')}: {self.error.get('message')}"
             lines.append(f"  {verb} {self.new_run_id}{ended}{')' if ended else ''}")
+        for call in self.allowed_calls:
+            where = f" from {call['frame']}" if call.get("frame") else ""
+            lines.append(f"  allowed: outbound call to {call['target']}{where} (allow_network)")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)

@@ -1,0 +1,391 @@
+"""The closed world of replay: no connection or process the record does not hold.
+
+While a replay (or the served part of a fork or resume) runs, every outbound connection
+(``socket.socket.connect``/``connect_ex``, ``socket.create_connection``, asyncio's
+``loop.create_connection``/``sock_connect``) and every ``subprocess.Popen`` spawn made in
+the replaying context is refused with :class:`~tachograph.errors.UnrecordedCall` (a
+``ConnectionRefusedError``, so that HTTP clients fail the way they fail on a closed port),
+and reported as an ``unrecorded_call`` divergence naming the address (or the command) and
+the agent's line that made it. Calls recorded through tachograph (decorated tools, the SDK
+integrations) are served by the capture boundary and never get this far.
+
+The patches are installed once per process while at least one guard is active (reference
+counted under a lock); each patched function asks the guard of the *current context*
+(a :class:`contextvars.ContextVar`), so other threads and other contexts are untouched.
+An allow list (``HOST:PORT``, ``HOST:*``, ``unix:PATH``, ``exec:PROGRAM``) lets a user
+opt in; allowed calls go through and are reported as allowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.base_events
+import asyncio.selector_events
+import contextlib
+import contextvars
+import os
+import socket
+import subprocess
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from ..errors import ReplayError, UnrecordedCall
+
+__all__ = ["Allowed", "NetworkGuard", "parse_allow"]
+
+_guard: contextvars.ContextVar[NetworkGuard | None] = contextvars.ContextVar(
+    "tachograph_network_guard", default=None
+)
+# Set while an allowed create_connection runs, so that the connect it makes inside is not
+# judged a second time (against the resolved address rather than the name the user allowed).
+_passing: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tachograph_network_passing", default=False
+)
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STDLIB_DIRS = tuple(
+    {os.path.abspath(p) for p in (sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib"))}
+)
+# Libraries between the agent and the socket: their frames are not "the agent's frame".
+_NETWORK_LIBS = frozenset(
+    {
+        "aiohttp",
+        "anyio",
+        "certifi",
+        "h11",
+        "h2",
+        "httpcore",
+        "httpx",
+        "requests",
+        "sniffio",
+        "urllib3",
+        "websockets",
+        "openai",
+        "anthropic",
+    }
+)
+# tachograph's own storage (a fork or resume writes to a PostgreSQL store, say) may connect.
+_OWN_IO = ("store", "sealing", "lifecycle")
+
+
+def parse_allow(entries: Sequence[str]) -> frozenset[str]:
+    """Validate allow-list entries; an error names the forms accepted."""
+    out = set()
+    for entry in entries:
+        text = str(entry).strip()
+        host, sep, port = text.rpartition(":")
+        ok = text.startswith(("unix:", "exec:")) and len(text) > 5
+        ok = ok or (bool(sep) and bool(host) and (port == "*" or port.isdigit()))
+        if not ok:
+            raise ReplayError(
+                f"allow_network entry {entry!r} is not HOST:PORT, HOST:*, unix:PATH or exec:PROGRAM"
+            )
+        out.add(text.lower() if not text.startswith("unix:") else text)
+    return frozenset(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    """An outbound call the allow list let through."""
+
+    target: str
+    frame: str | None
+
+    def render(self) -> str:
+        where = f" from {self.frame}" if self.frame else ""
+        return f"allowed outbound call to {self.target}{where} (allow_network)"
+
+
+class NetworkGuard:
+    """Refuses and reports what the record cannot serve, for one replay."""
+
+    def __init__(
+        self,
+        *,
+        allow: Sequence[str] = (),
+        active: Callable[[], bool],
+        report: Callable[[str, dict[str, Any], str], None],
+    ) -> None:
+        self.allow = parse_allow(allow)
+        self._active = active
+        self._report = report
+        self.allowed: list[Allowed] = []
+        self.refused: list[dict[str, Any]] = []
+
+    @contextlib.contextmanager
+    def guarding(self) -> Iterator[None]:
+        """Guard the current context (and the tasks it starts) for the duration."""
+        _install()
+        token = _guard.set(self)
+        try:
+            yield
+        finally:
+            _guard.reset(token)
+            _uninstall()
+
+    # -- judging one call ------------------------------------------------------------------
+
+    def _permits(self, kind: str, target: str, host: str | None, port: Any) -> bool:
+        if kind == "exec":
+            return f"exec:{os.path.basename(target).lower()}" in self.allow or (
+                f"exec:{target.lower()}" in self.allow
+            )
+        if kind == "unix":
+            return f"unix:{target}" in self.allow
+        host_l = (host or "").lower().strip("[]")
+        return f"{host_l}:{port}" in self.allow or f"{host_l}:*" in self.allow
+
+    def check(
+        self,
+        kind: str,
+        target: str,
+        *,
+        host: str | None = None,
+        port: Any = None,
+        command: str | None = None,
+    ) -> None:
+        """Let the call through (allowed, not serving, tachograph's own I/O) or refuse it."""
+        if not self._active():
+            return
+        frame = sys._getframe(2)
+        if _own_io(frame):
+            return
+        where = agent_frame(frame)
+        if self._permits(kind, target, host, port):
+            self.allowed.append(Allowed(target, where))
+            return
+        method, url = _http_hint(frame)
+        detail: dict[str, Any] = {"kind": kind, "target": target, "frame": where}
+        if host is not None:
+            detail["host"], detail["port"] = host, port
+        if command is not None:
+            detail["command"] = command
+        if method:
+            detail["method"] = method
+        if url:
+            detail["url"] = url
+        self.refused.append(detail)
+        what = f"{method} {url or target}" if method else (command or target)
+        call = "a process" if kind == "exec" else "a connection"
+        how = (
+            f"allow_network=[{target!r}] (tacho replay --allow-network {target})"
+            if kind != "exec"
+            else f"allow_network=['exec:{os.path.basename(target)}']"
+        )
+        explanation = (
+            f"The agent opened {call} the record does not hold ({what}"
+            f"{', at ' + where if where else ''}): replay is a closed world, so it was "
+            "refused. Record that call (decorate the function with @tachograph.tool, or use "
+            "an SDK integration) so that replay can serve it, or let it through with "
+            f"{how}."
+        )
+        self._report(kind, detail, explanation)
+        raise UnrecordedCall(
+            f"tachograph replay refused an unrecorded {'spawn of' if kind == 'exec' else 'call to'}"
+            f" {target}{' from ' + where if where else ''}",
+            target=target,
+            host=host,
+            port=port if isinstance(port, int) else None,
+            frame=where,
+        )
+
+
+def _module_of(frame: FrameType) -> str:
+    return str(frame.f_globals.get("__name__") or "")
+
+
+def _own_io(frame: FrameType | None) -> bool:
+    while frame is not None:
+        name = _module_of(frame)
+        if name.startswith("tachograph.") and name.split(".")[1] in _OWN_IO:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _network_lib(name: str) -> bool:
+    # forks published under a numbered name (httpx2, httpcore2) count as the library
+    return name.rstrip("0123456789") in _NETWORK_LIBS
+
+
+def _outside(frame: FrameType) -> bool:
+    path = os.path.abspath(frame.f_code.co_filename)
+    if path.startswith(_PACKAGE_DIR + os.sep):
+        return False
+    if _network_lib(_module_of(frame).split(".")[0]):
+        return False
+    if "site-packages" in path or "dist-packages" in path:
+        return not any(_network_lib(part) for part in path.split(os.sep))
+    return not path.startswith(_STDLIB_DIRS) and not path.startswith("<frozen")
+
+
+def agent_frame(frame: FrameType | None) -> str | None:
+    """``file:line`` of the first frame outside tachograph, the stdlib and HTTP libraries."""
+    while frame is not None:
+        if _outside(frame):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("ascii", "replace")
+    return value if isinstance(value, str) else (str(value) if value is not None else None)
+
+
+def _url_text(url: Any) -> str | None:
+    scheme = getattr(url, "scheme", None)
+    if isinstance(scheme, bytes):  # httpcore's URL holds bytes
+        return f"{_text(scheme)}://{_text(url.host)}:{url.port}{_text(url.target)}"
+    return _text(url)
+
+
+def _http_hint(frame: FrameType | None) -> tuple[str | None, str | None]:
+    """The HTTP method and URL being sent, when an HTTP client's frame shows them."""
+    while frame is not None:
+        local = frame.f_locals
+        request = local.get("request")
+        if request is not None and hasattr(request, "method") and hasattr(request, "url"):
+            return _text(request.method), _url_text(request.url)
+        method = local.get("method")
+        if isinstance(method, str) and method.isupper() and "url" in local:
+            return method, _text(local.get("url"))
+        frame = frame.f_back
+    return None, None
+
+
+# -- the patches ----------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_count = 0
+_originals: dict[str, Any] = {}
+
+
+def _address(sock: socket.socket, address: Any) -> tuple[str, str, str | None, Any]:
+    if sock.family == getattr(socket, "AF_UNIX", None):
+        path = _text(address) or ""
+        return "unix", path, None, None
+    if isinstance(address, tuple) and len(address) >= 2:
+        host = _text(address[0]) or ""
+        shown = f"[{host}]" if ":" in host else host
+        return "connect", f"{shown}:{address[1]}", host, address[1]
+    return "connect", repr(address), None, None
+
+
+def _judge_socket(sock: socket.socket, address: Any) -> None:
+    guard = _guard.get()
+    if guard is None or _passing.get():
+        return
+    kind, target, host, port = _address(sock, address)
+    guard.check(kind if kind == "unix" else "connect", target, host=host, port=port)
+
+
+def _connect(self: socket.socket, address: Any) -> None:
+    _judge_socket(self, address)
+    _originals["connect"](self, address)
+
+
+def _connect_ex(self: socket.socket, address: Any) -> int:
+    _judge_socket(self, address)
+    result: int = _originals["connect_ex"](self, address)
+    return result
+
+
+def _create_connection(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
+    guard = _guard.get()
+    if guard is not None and not _passing.get():
+        host, port = _text(address[0]) or "", address[1]
+        guard.check("connect", f"{host}:{port}", host=host, port=port)
+    token = _passing.set(True)
+    try:
+        sock: socket.socket = _originals["create_connection"](address, *args, **kwargs)
+        return sock
+    finally:
+        _passing.reset(token)
+
+
+async def _loop_create_connection(
+    self: asyncio.AbstractEventLoop,
+    protocol_factory: Any,
+    host: Any = None,
+    port: Any = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    guard = _guard.get()
+    if guard is not None and not _passing.get() and host is not None:
+        shown = _text(host) or ""
+        guard.check("connect", f"{shown}:{port}", host=shown, port=port)
+    token = _passing.set(True)
+    try:
+        return await _originals["loop_create_connection"](
+            self, protocol_factory, host, port, *args, **kwargs
+        )
+    finally:
+        _passing.reset(token)
+
+
+async def _sock_connect(self: asyncio.AbstractEventLoop, sock: socket.socket, address: Any) -> Any:
+    _judge_socket(sock, address)
+    token = _passing.set(True)
+    try:
+        return await _originals["sock_connect"](self, sock, address)
+    finally:
+        _passing.reset(token)
+
+
+def _execute_child(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> Any:
+    guard = _guard.get()
+    if guard is not None:
+        if isinstance(args, str | bytes | os.PathLike):
+            command = _text(os.fspath(args)) or ""
+            program = command.split()[0] if command.split() else command
+        else:
+            parts = [_text(os.fspath(a)) or "" for a in args]
+            program, command = (parts[0] if parts else ""), " ".join(parts)
+        exe = _text(kwargs.get("executable") or (rest[0] if rest else None))
+        guard.check("exec", exe or program, command=command)
+    return _originals["execute_child"](self, args, *rest, **kwargs)
+
+
+_PATCHES: tuple[tuple[str, Any, str, Any], ...] = (
+    ("connect", socket.socket, "connect", _connect),
+    ("connect_ex", socket.socket, "connect_ex", _connect_ex),
+    ("create_connection", socket, "create_connection", _create_connection),
+    (
+        "loop_create_connection",
+        asyncio.base_events.BaseEventLoop,
+        "create_connection",
+        _loop_create_connection,
+    ),
+    ("sock_connect", asyncio.selector_events.BaseSelectorEventLoop, "sock_connect", _sock_connect),
+    ("execute_child", subprocess.Popen, "_execute_child", _execute_child),
+)
+
+
+def _install() -> None:
+    global _count
+    with _lock:
+        _count += 1
+        if _count > 1:
+            return
+        for name, owner, attr, patched in _PATCHES:
+            _originals[name] = getattr(owner, attr)
+            setattr(owner, attr, patched)
+
+
+def _uninstall() -> None:
+    global _count
+    with _lock:
+        _count -= 1
+        if _count > 0:
+            return
+        # The originals stay in the table: a thread may still be inside a patched call.
+        for name, owner, attr, _patched in _PATCHES:
+            setattr(owner, attr, _originals[name])
