@@ -26,6 +26,7 @@ are translated at the store boundary into :class:`StoreError` subclasses.
     │   ├── Unreplayable             erased payloads or an unverified run
     │   └── ConfirmationRequired     resuming would repeat an irreversible side effect
     ├── AgentLoadError               ``module:function`` could not be imported
+    ├── PrivacyError                 a redaction key or policy that cannot be used as given
     └── CorpusError                  a regression corpus that cannot be written or read
 """
 
@@ -43,6 +44,7 @@ __all__ = [
     "DuplicateConflict",
     "EventError",
     "FormatError",
+    "PrivacyError",
     "ProfileError",
     "RecordingError",
     "ReplayError",
@@ -169,3 +171,8 @@ class AgentLoadError(TachographError, ImportError):
 
 class CorpusError(TachographError, ValueError):
     """A corpus that cannot be written or read as asked (``path``, ``run_id``)."""
+
+
+class PrivacyError(TachographError, ValueError):
+    """A redaction key, key ring or policy that cannot be used as given (``key_id``); the
+    message never holds key material."""

@@ -23,6 +23,7 @@ from .chain import verify_events
 from .errors import Divergence, ProfileError, ReplayError, Unreplayable
 from .events import Event, new_ulid
 from .matching import _Stop
+from .privacy.redactor import default_processors, pin_processors
 from .recorder import Durability, Processor, Recorder
 from .report import Drift, ReplayReport
 from .session import Session, error_info
@@ -48,6 +49,14 @@ def _load(store: Store | str | None, run_id: str, tenant: str | None) -> tuple[S
             seqs=(0,),
         )
     return st, events
+
+
+def _live_processors(
+    processors: Sequence[Processor], events: list[Event], redact_secrets: bool
+) -> tuple[Processor, ...]:
+    """The processors of the live side: those of :func:`record` (the default redaction
+    included), each redactor pinned to the key the recording's tokens were made with."""
+    return pin_processors(default_processors(processors, redact_secrets=redact_secrets), events)
 
 
 def _dry_run_seqs(events: list[Event]) -> list[int]:
@@ -194,6 +203,7 @@ def replay(
     rerun_pure: bool = False,
     env: dict[str, Any] | None = None,
     processors: Sequence[Processor] = (),
+    redact_secrets: bool = True,
 ) -> ReplayReport:
     """Replay a recorded run against the agent's current code; nothing runs live.
 
@@ -204,7 +214,9 @@ def replay(
     :class:`~tachograph.errors.Divergence` (carrying the report) instead of returning it.
     ``rerun_pure=True`` re-executes ``pure`` tools and compares their results.
     ``processors`` are those the run was recorded with (e.g. redaction): the agent's steps
-    are passed through them before they are compared with the (processed) record.
+    are passed through them before they are compared with the (processed) record. The
+    default redaction of every recording (docs/privacy.md) is added as :func:`record` adds
+    it, unless ``redact_secrets=False``; redactors are pinned to the recording's key id.
     """
     if match not in ("strict", "key"):
         raise ReplayError(f"unknown match mode {match!r}; expected 'strict' or 'key'")
@@ -221,7 +233,7 @@ def replay(
         match=match,
         raise_on_divergence=not collect,
         rerun_pure=rerun_pure,
-        processors=processors,
+        processors=_live_processors(processors, events, redact_secrets),
     )
     _status, output, error = _drive(session, spec, (events[0].payload or {}).get("input"))
     report = ReplayReport(
@@ -306,6 +318,7 @@ def fork(
     labels: dict[str, str] | None = None,
     processors: Sequence[Processor] = (),
     durability: Durability | str = Durability.EFFECTS,
+    redact_secrets: bool = True,
 ) -> ReplayReport:
     """Serve ``run_id`` up to step ``at``, then continue live in a new run.
 
@@ -339,8 +352,9 @@ def fork(
         labels={**(labels or {}), "tachograph.fork_of": events[0].run_id},
         dry_run=_dry_run_default(dry_run),
         parent={"run_id": events[0].run_id, "seq": at},
-        processors=processors,
+        processors=_live_processors(processors, events, redact_secrets),
         durability=durability,
+        redact_secrets=redact_secrets,
     )
     run = rec._start()
     run.session.deactivate()
@@ -453,6 +467,7 @@ def resume(
     dry_run: bool | None = None,
     processors: Sequence[Processor] = (),
     durability: Durability | str = Durability.EFFECTS,
+    redact_secrets: bool = True,
 ) -> ReplayReport:
     """Continue a crashed run (no ``run.finished``) in the same run.
 
@@ -485,7 +500,7 @@ def resume(
         actor=events[0].actor,
         tenant=last.tenant,
         head=(last.seq, last.hash),
-        processors=processors,
+        processors=_live_processors(processors, events, redact_secrets),
         durability=durability,
     )
     session = Session(

@@ -290,10 +290,17 @@ def _begin_tool(
         raise ProfileError(
             f"tool {spec.name!r}: {exc}", path=exc.fields.get("path"), tool=spec.name
         ) from None
-    key = session.make_key(spec.name, bound, spec.key, args_jcs=args_jcs)  # scanned once
     payload: dict[str, Any] = {"tool": spec.name, "args": bound, "effect": spec.effect.value}
     if spec.schema_version is not None:
         payload["schema_version"] = spec.schema_version
+    # The key is derived from the arguments as recorded (redacted), never from raw values.
+    processed = session.process("tool.requested", payload)
+    if processed is not payload and isinstance(processed.get("args"), dict):
+        bound_key: dict[str, Any] = processed["args"]
+        args_jcs = canonical(bound_key)
+    else:
+        bound_key = bound
+    key = session.make_key(spec.name, bound_key, spec.key, args_jcs=args_jcs)  # scanned once
     ticket = session.begin_call(
         kind="tool",
         name=spec.name,
@@ -388,11 +395,17 @@ def model(
                     f"model {model_id!r}: {exc}", path=exc.fields.get("path")
                 ) from None
             payload: dict[str, Any] = {"request": request}
-            ph = prompt_hash(request)
+            # Prompt hash and key are derived from the request as recorded (redacted).
+            processed = session.process("model.request", payload)
+            keyed = request
+            if processed is not payload and "request" in processed:
+                keyed = processed["request"]
+                request_jcs = canonical(keyed)
+            ph = prompt_hash(keyed)
             if ph is not None:
                 payload["prompt_hash"] = ph
             seed = request.get("seed") if isinstance(request, dict) else None
-            key = session.make_key(model_id, request, None, args_jcs=request_jcs)
+            key = session.make_key(model_id, keyed, None, args_jcs=request_jcs)
             return session.begin_call(
                 kind="model",
                 name=model_id,

@@ -186,6 +186,15 @@ class Session(Matcher):
 
     # -- keys ------------------------------------------------------------------------------
 
+    def process(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` as the recording's processors leave it (the object itself when they
+        change nothing). Keys and prompt hashes are derived from this form (SPEC section 5),
+        so that neither lets anyone confirm a redacted value."""
+        out = payload
+        for processor in self.processors:
+            out = processor(type_, out)
+        return out
+
     def make_key(
         self,
         name: str,

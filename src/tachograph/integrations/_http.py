@@ -148,7 +148,19 @@ class _Call:
         self.key_args: Any = body if isinstance(body, dict) else {"http": http, "request": body}
 
     def begin(self, session: Session) -> Served:
-        key = session.make_key(self.name, self.key_args, None)
+        # Prompt hash and key come from the request as recorded (redacted), not the raw one.
+        processed = session.process("model.request", self.payload)
+        key_args = self.key_args
+        if processed is not self.payload:
+            body = processed.get("request")
+            self.payload.pop("prompt_hash", None)
+            hashed = prompt_hash(body)
+            if hashed is not None:
+                self.payload["prompt_hash"] = hashed
+            key_args = (
+                body if isinstance(body, dict) else {"http": processed.get("http"), "request": body}
+            )
+        key = session.make_key(self.name, key_args, None)
         return session.begin_call(
             kind="model",
             name=self.name,
