@@ -36,6 +36,8 @@ from typing import IO, Any
 from ..canonical import canonical
 from ..errors import FormatError, ProfileError
 from ..events import Event, new_event, now_ts
+from ..privacy.redactor import default_processors
+from ..recorder import Processor
 from ..store.base import Store
 from . import attributes as A
 from .dialects import Step, classify, detect_dialect, extract_steps
@@ -145,13 +147,29 @@ def _roots(spans: Sequence[OtlpSpan]) -> list[list[OtlpSpan]]:
 class _Builder:
     """Chains the events of one imported run."""
 
-    def __init__(self, run_id: str, actor: str, tenant: str, trace_id: str) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        actor: str,
+        tenant: str,
+        trace_id: str,
+        processors: Sequence[Processor] = (),
+    ) -> None:
         self.run_id, self.actor, self.tenant, self.trace_id = run_id, actor, tenant, trace_id
+        self.processors = tuple(processors)
         self.events: list[Event] = []
         self._keys: dict[str, int] = {}
 
-    def key(self, name: str, args: Any) -> str:
-        """SPEC section 5's default key, ``#n`` on repeats."""
+    def process(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """The payload as the processors (redaction) leave it: what is stored and keyed."""
+        for processor in self.processors:
+            payload = processor(type_, payload)
+        return payload
+
+    def key(self, name: str, type_: str, payload: dict[str, Any], field: str) -> str:
+        """SPEC section 5's default key over ``payload[field]`` as processed, ``#n`` on
+        repeats: a key derived from raw arguments would let a guess be confirmed."""
+        args = self.process(type_, _json_safe(payload)).get(field)
         base = f"{self.run_id}:{name}:{hashlib.sha256(canonical(args)).hexdigest()[:16]}"
         n = self._keys.get(base, 0)
         self._keys[base] = n + 1
@@ -165,7 +183,7 @@ class _Builder:
                 seq=len(self.events),
                 type=type_,
                 actor=self.actor,
-                payload=_json_safe(payload),
+                payload=self.process(type_, _json_safe(payload)),
                 prev_hash=prev.hash if prev else None,
                 tenant=self.tenant,
                 trace_id=self.trace_id,
@@ -193,7 +211,7 @@ def _model_events(
         request["messages"] = step["input_messages"]
     else:
         request_payload["not_captured"] = ["messages"]
-    key = b.key(model, request)
+    key = b.key(model, "model.request", request_payload, "request")
     meta = {"idempotency_key": key, "model": model}
     out = [(step["start_ns"], 1, "model.request", request_payload, meta)]
     if span.status_code == 2:
@@ -239,7 +257,7 @@ def _tool_events(
         requested["call_id"] = step["tool_call_id"]
         key = f"{b.run_id}:{tool}:{step['tool_call_id']}"
     else:
-        key = b.key(tool, requested["args"])
+        key = b.key(tool, "tool.requested", requested, "args")
     meta = {"idempotency_key": key}
     out = [(step["start_ns"], 1, "tool.requested", requested, meta)]
     if span.status_code == 2:
@@ -265,6 +283,7 @@ def _build_run(
     tenant: str,
     source: str | None,
     imported_at: str,
+    processors: Sequence[Processor] = (),
 ) -> ImportedRun:
     dialect = detect_dialect(spans)
     steps = extract_steps(spans)
@@ -277,7 +296,7 @@ def _build_run(
     run_id = _run_id(trace_id, root, several)
     resource_name = spans[0].resource.get("service.name")
     actor = str((agent or {}).get("agent_name") or resource_name or "otel-import")[:128]
-    b = _Builder(run_id, actor, tenant, trace_id)
+    b = _Builder(run_id, actor, tenant, trace_id, processors)
 
     calls = [s for s in steps if s["kind"] in ("model", "tool")]
     start = root.start_ns if root else min(s["start_ns"] for s in calls)
@@ -340,9 +359,14 @@ def _build_run(
 
 
 def runs_from_spans(
-    spans: Sequence[OtlpSpan], *, tenant: str = "default", source: str | None = None
+    spans: Sequence[OtlpSpan],
+    *,
+    tenant: str = "default",
+    source: str | None = None,
+    processors: Sequence[Processor] = (),
 ) -> list[ImportedRun]:
-    """Build the runs (not stored) for every trace with GenAI spans among ``spans``."""
+    """Build the runs (not stored) for every trace with GenAI spans among ``spans``; every
+    payload passes through ``processors`` (as a recording's do) before it is hashed."""
     traces: dict[str, list[OtlpSpan]] = {}
     for span in spans:
         traces.setdefault(span.trace_id, []).append(span)
@@ -360,6 +384,7 @@ def runs_from_spans(
                     tenant=tenant,
                     source=source,
                     imported_at=imported_at,
+                    processors=processors,
                 )
             )
     return runs
@@ -370,9 +395,15 @@ def import_otlp(
     source: str | os.PathLike[str] | IO[bytes] | bytes | Mapping[str, Any],
     *,
     tenant: str = "default",
+    processors: Sequence[Processor] = (),
+    redact_secrets: bool = True,
 ) -> ImportResult:
     """Read OTLP/JSON traces (a path, a binary stream, bytes, or a parsed document) and record
-    each GenAI trace as a tachograph run. Runs already in the store are skipped."""
+    each GenAI trace as a tachograph run. Runs already in the store are skipped.
+
+    Payloads pass through the processors of a recording: ``processors`` after the default
+    redaction (secrets; the PII policy with ``TACHOGRAPH_PII=on``), as :func:`record` runs them.
+    """
     name: str | None = None
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
@@ -385,7 +416,8 @@ def import_otlp(
     else:
         data = source.read()
     spans = parse_otlp_json(data)
-    runs = runs_from_spans(spans, tenant=tenant, source=name)
+    chain = default_processors(processors, redact_secrets=redact_secrets)
+    runs = runs_from_spans(spans, tenant=tenant, source=name, processors=chain)
     out: list[ImportedRun] = []
     for run in runs:
         if store.head(run.run_id, tenant=tenant) is not None:

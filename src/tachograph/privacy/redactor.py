@@ -182,7 +182,7 @@ def _marker(kind: str) -> str:
     return f"[redacted:{kind}]"
 
 
-_SECRET_FIELD_MARKER = _marker("secret:password")
+_SECRET_FIELD_MARKER = _marker("secret:field")
 
 
 @dataclass(frozen=True)
@@ -275,7 +275,8 @@ class Redactor:
         engine = self._engine
         if engine.hint is None or engine.hint.search(text) is None:
             return text
-        return engine.pattern.sub(self._replace, text)
+        out = engine.pattern.sub(self._replace, text)
+        return text if out == text else out  # candidates that failed their check: unchanged
 
     def _replace(self, m: re.Match[str]) -> str:
         group = m.lastgroup
@@ -403,7 +404,7 @@ class Redactor:
                     and k.lower() in SECRET_FIELDS
                     and not (type(v) is str and _KEEP_FULL.fullmatch(v))
                 ):
-                    yield Finding("password", f"{path}.{k}", True)
+                    yield Finding("field", f"{path}.{k}", True)
                     continue
                 yield from self.scan(v, f"{path}.{k}")
         elif type(value) is list:
