@@ -114,8 +114,8 @@ class Detector:
     own; a secret may mark the part to replace with one group ``(?P<v>...)``, so that
     ``password=hunter2`` keeps ``password=``). ``check`` confirms a candidate and returns its
     normalized form, or None. ``hints``: substrings without one of which the pattern cannot
-    match (case-insensitive hints are given in lower case and tested on lowered text), so
-    that text holding none of them is never searched.
+    match (``hints_lower``: the same, for case-insensitive patterns); a text holding none of
+    them is never searched. Detectors without hints need a digit.
     """
 
     kind: str
@@ -157,7 +157,7 @@ DETECTORS: tuple[Detector, ...] = (
         "github",
         _W + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})",
         secret=True,
-        hints=("gh", "github_pat_"),
+        hints=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
     Detector("gitlab", _W + r"glpat-[A-Za-z0-9_-]{20,}", secret=True, hints=("glpat-",)),
     Detector("slack", _W + r"xox[abposr]-[A-Za-z0-9-]{10,}", secret=True, hints=("xox",)),
@@ -180,7 +180,20 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?i:\b(?:password|passwd|pwd|passphrase|client_secret|secret_key|api[_-]?key"
         r"|access[_-]?token|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?)(?P<v>[^\s\"'&,;]{3,})",
         secret=True,
-        hints_lower=("pass", "pwd", "secret", "key", "token"),
+        hints_lower=(
+            "pass",
+            "pwd",
+            "secret",
+            "api_key",
+            "api-key",
+            "apikey",
+            "access_token",
+            "access-token",
+            "accesstoken",
+            "auth_token",
+            "auth-token",
+            "authtoken",
+        ),
     ),
     # -- personal data (tokens) ------------------------------------------------------------------
     Detector(

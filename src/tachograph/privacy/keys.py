@@ -82,7 +82,7 @@ def _decode_key(text: str, where: str) -> bytes:
     if raw is None or len(raw) < _MIN_KEY_BYTES:
         raise PrivacyError(
             f"the key in {where} is not usable: expected hex (32+ chars) or base64 of "
-            f"{_MIN_KEY_BYTES} or more random bytes (make one with `tacho privacy keygen`)"
+            f"{_MIN_KEY_BYTES} or more random bytes (KeyRing.generate() makes one)"
         )
     return raw
 
