@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import tachograph
-from tachograph.canonical import canonical
-from tachograph.events import digest_payload
+from tachograph.capture.runtime import sha256_text
 from tachograph.privacy import pii_policy
-from tachograph.runtime import sha256_text
+from tachograph.record.canonical import canonical
+from tachograph.record.event import digest_payload
+from tachograph.record.seal import default_key, key_secret_of
 
 from .planted import KEY
 
@@ -59,13 +60,20 @@ def test_ten_thousand_candidates_confirm_nothing_without_the_key(tmp_path: Path)
     request = next(e for e in events if e.type == "tool.requested")
     model_request = next(e for e in events if e.type == "model.request")
     salt = bytes.fromhex(request.salt or "")
+    # The run's key secret sits in the record (SPEC section 5): whoever has the log has it.
+    key_secret = key_secret_of(events[0].payload)
+    assert key_secret is not None
 
     confirmed = []
     for email in candidates:
         guesses = [
             email.encode(),
             hashlib.sha256(email.encode()).hexdigest().encode(),
-            # the default key of SPEC section 5 over the raw arguments and request
+            # the default key of SPEC section 5 over the raw arguments and request, under the
+            # run's key secret and in the older unkeyed form
+            default_key(run.run_id, "send_receipt", canonical({"email": email}), key_secret)
+            .rsplit(":", 1)[1]
+            .encode(),
             hashlib.sha256(canonical({"email": email})).hexdigest()[:16].encode(),
             hashlib.sha256(canonical({"system": SYSTEM.format(email=email), "messages": []}))
             .hexdigest()[:16]
@@ -89,8 +97,8 @@ def test_ten_thousand_candidates_confirm_nothing_without_the_key(tmp_path: Path)
     hits = [e for e in candidates if KEY.token(e.lower()).encode() in record]
     assert hits == [secret]
     # keys and prompt hash are derived from the redacted data
-    assert request.idempotency_key == (
-        f"{run.run_id}:send_receipt:" + hashlib.sha256(canonical({"email": token})).hexdigest()[:16]
+    assert request.idempotency_key == default_key(
+        run.run_id, "send_receipt", canonical({"email": token}), key_secret
     )
     assert model_request.payload is not None
     assert model_request.payload["prompt_hash"] == sha256_text(SYSTEM.format(email=token))

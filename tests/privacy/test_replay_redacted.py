@@ -11,7 +11,7 @@ import pytest
 import tachograph
 from tachograph.errors import PrivacyError
 from tachograph.privacy import KeyRing, Rule, pii_policy
-from tachograph.report import DivergenceKind
+from tachograph.replay.report import DivergenceKind
 
 from .planted import KEY, STRIPE
 

@@ -31,10 +31,10 @@ from typing import Any
 
 import orjson
 
-from ..canonical import canonical
 from ..errors import PrivacyError
-from ..events import Event
-from ..recorder import Processor
+from ..record.canonical import canonical
+from ..record.event import Event
+from ..record.seal import Processor
 from .detectors import DETECTORS, PII_KINDS, SECRET_FIELDS, SECRET_KINDS, Detector, card_digits
 from .keys import TOKEN_PATTERN, KeyRing
 

@@ -1,0 +1,231 @@
+"""JSONL interchange (SPEC section 4): export runs exactly, import them only once verified."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import orjson
+
+from ..errors import FormatError, VerificationFailed
+from .event import ENVELOPE_KEYS, Event, envelope_bytes, event_from_line, hash_envelope, new_event
+from .seal import Processor, Sealer
+from .verify import VerifyReport, iter_jsonl_runs
+
+if TYPE_CHECKING:  # record sits below store: a store is only handed in
+    from ..store.base import Store
+
+__all__ = [
+    "ImportReport",
+    "export_run",
+    "import_jsonl",
+    "read_jsonl",
+    "verify_jsonl",
+    "write_events",
+]
+
+_BATCH = 1000
+
+
+def _line_bytes(event: Event) -> bytes:
+    line = event.to_line()
+    if event.payload is None and event.payload_bytes is not None:
+        # Undecoded payload: splice the canonical bytes in, without a decode/encode round trip.
+        line["payload"] = orjson.Fragment(event.payload_bytes)
+    return orjson.dumps(line) + b"\n"
+
+
+def write_events(events: Iterable[Event], out: IO[bytes]) -> int:
+    """Write events as interchange lines; returns how many."""
+    count = 0
+    for event in events:
+        out.write(_line_bytes(event))
+        count += 1
+    return count
+
+
+def export_run(store: Store, run_id: str, out: IO[bytes], *, tenant: str | None = None) -> int:
+    """Write one stored run to ``out`` as JSONL, in seq order; returns the event count."""
+    return write_events(store.read(run_id, tenant=tenant, decode=False), out)
+
+
+def _open_lines(source: str | os.PathLike[str] | IO[bytes]) -> Iterator[bytes]:
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.exists():
+            raise FormatError(f"no such file: {path}", location=str(path))
+        with path.open("rb") as handle:
+            yield from handle
+    else:
+        yield from source
+
+
+def verify_jsonl(
+    source: str | os.PathLike[str] | IO[bytes],
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> list[VerifyReport]:
+    """Verify every run in a JSONL file (SPEC section 8); one report per run."""
+    name = str(source) if isinstance(source, (str, os.PathLike)) else None
+    reports = []
+    for checker, parsed in iter_jsonl_runs(_open_lines(source), source=name):
+        reports.append(checker.report())
+        if progress is not None:
+            progress(len(parsed))
+    return reports
+
+
+def read_jsonl(source: str | os.PathLike[str] | IO[bytes]) -> list[list[Event]]:
+    """Read and verify a JSONL file; return its runs as lists of events.
+
+    Raises :class:`VerificationFailed` (with ``reports``) if any run fails.
+    """
+    name = str(source) if isinstance(source, (str, os.PathLike)) else None
+    runs: list[list[Event]] = []
+    failed: list[VerifyReport] = []
+    for checker, parsed in iter_jsonl_runs(_open_lines(source), source=name):
+        report = checker.report()
+        if not report.ok:
+            failed.append(report)
+            continue
+        runs.append([_to_event(line) for line in parsed if line is not None])
+    if failed:
+        raise VerificationFailed(
+            "refused: " + "; ".join(r.render() for r in failed), reports=failed, report=failed[0]
+        )
+    return runs
+
+
+def _to_event(line: dict[str, Any]) -> Event:
+    event = event_from_line(line)
+    if event.payload is not None:
+        object.__setattr__(event, "payload_bytes", orjson.dumps(event.payload))
+    return event
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    """What an import did: runs and events seen, events written, duplicates skipped."""
+
+    runs: tuple[VerifyReport, ...]
+    events: int
+    written: int
+    duplicates: int
+    redacted: int = 0
+    """Events whose payload the processors changed (their runs were re-chained)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "runs": [r.to_dict() for r in self.runs],
+            "events": self.events,
+            "written": self.written,
+            "duplicates": self.duplicates,
+            "redacted": self.redacted,
+        }
+
+
+_KEPT = (
+    "run_id", "seq", "type", "actor", "tenant", "trace_id", "span_id", "idempotency_key",
+    "model", "seed", "ts", "event_id",
+)  # fmt: skip
+
+
+def _processed(event: Event, sealer: Sealer, prev: str | None) -> tuple[Event, bool]:
+    """The event with its payload processed (as :meth:`Sealer.process` does for a recording,
+    which keeps the run's key secret away from the processors) and linked to ``prev`` (the
+    hash of the event before it as stored); the event itself when neither changes. Salts are
+    kept, so that importing the same file twice gives the same events (the second time:
+    duplicates)."""
+    if event.payload is None or event.salt is None:  # erased: only the link can change
+        if event.prev_hash == prev:
+            return event, False
+        values: list[Any] = [prev if k == "prev_hash" else getattr(event, k) for k in ENVELOPE_KEYS]
+        return dataclasses.replace(
+            event, prev_hash=prev, hash=hash_envelope(envelope_bytes(*values))
+        ), False
+    payload = sealer.process(event.type, event.payload)
+    changed = payload is not event.payload and payload != event.payload
+    if not changed and event.prev_hash == prev:
+        return event, False
+    kept = {k: getattr(event, k) for k in _KEPT}
+    rebuilt = new_event(payload=payload, prev_hash=prev, salt=bytes.fromhex(event.salt), **kept)
+    return rebuilt, changed
+
+
+def import_jsonl(
+    store: Store,
+    source: str | os.PathLike[str] | IO[bytes],
+    *,
+    progress: Callable[[int], None] | None = None,
+    processors: Sequence[Processor] = (),
+) -> ImportReport:
+    """Verify every run in the file, then store them; events already stored are skipped.
+
+    Before they are stored, payloads pass through ``processors`` as a recording's do (the
+    facade's :func:`tachograph.import_jsonl` and ``tacho import`` put the default redaction
+    first), so that an import cannot bring into the store what recording would have kept out.
+    A run whose payloads they change is re-chained from the first changed event (same ids,
+    timestamps and salts; new digests and hashes), and ``redacted`` counts those events.
+
+    Nothing is stored if any run fails verification: :class:`VerificationFailed` is raised with
+    the reports (``err.reports``), each naming the run, the seq and the failed check. A file
+    given by path is read twice (verify, then store) so memory stays flat; a stream is held.
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        data = source.read()
+        source_lines: Any = data.splitlines(keepends=True)
+    else:
+        source_lines = source
+    reports = verify_jsonl(source_lines)
+    failed = [r for r in reports if not r.ok]
+    if failed:
+        raise VerificationFailed(
+            "import refused, nothing stored: " + "; ".join(r.render() for r in failed),
+            reports=failed,
+            report=failed[0],
+        )
+    chain = tuple(processors)
+    written = duplicates = total = redacted = 0
+    batch: list[Event] = []
+
+    def flush() -> None:
+        nonlocal written, duplicates
+        for receipt in store.append(batch):
+            if receipt.duplicate:
+                duplicates += 1
+            else:
+                written += 1
+        if progress is not None:
+            progress(len(batch))
+        batch.clear()
+
+    for _checker, parsed in iter_jsonl_runs(_open_lines(source_lines)):
+        prev: str | None = None
+        sealer: Sealer | None = None
+        for line in parsed:
+            if line is None:  # pragma: no cover - verification refused such files above
+                continue
+            event, changed = _to_event(line), False
+            if chain:
+                if sealer is None:
+                    sealer = Sealer(
+                        run_id=event.run_id,
+                        actor=event.actor,
+                        tenant=event.tenant,
+                        processors=chain,
+                    )
+                event, changed = _processed(event, sealer, prev)
+            prev = event.hash
+            redacted += changed
+            batch.append(event)
+            total += 1
+            if len(batch) >= _BATCH:
+                flush()
+        if batch:
+            flush()
+    return ImportReport(tuple(reports), total, written, duplicates, redacted)
