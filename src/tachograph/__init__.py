@@ -7,6 +7,8 @@ the agent's own code against it.
 
 from __future__ import annotations
 
+from ._version import __version__
+
 # The subpackage tachograph.record (SPEC in code) is loaded, through capture, before the
 # function ``record`` is bound below, so the facade's ``record`` stays the function.
 from .capture.agent import (
@@ -67,8 +69,6 @@ from .replay.diff import Change, RunDiff, diff_runs, diff_values
 from .replay.fold import State, fold
 from .replay.report import DivergenceItem, DivergenceKind, Drift, ReplayReport
 from .store import Receipt, RunInfo, SQLiteStore, Store, open_store
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Agent",

@@ -159,3 +159,40 @@ def test_a_listed_run_that_lost_every_event_fails(path: Path) -> None:
     assert (report.run_id, report.tenant, report.events) == (RUN, "default", 0)
     assert report.first_failure is not None
     assert "holds none of its events" in report.first_failure.message
+
+
+def test_replay_refuses_a_cut_tail_with_the_report_tacho_verify_gives(path: Path) -> None:
+    """The replay half of 'one strength': a recorded agent run, its tail cut; replay refuses it
+    with exactly the report verification gives, and the agent never runs."""
+    import tachograph as tg
+
+    calls: list[str] = []
+
+    def agent(task: str) -> str:
+        calls.append(task)
+        tg.decide("route", "refund")
+        return "done"
+
+    with SQLiteStore(path) as store:
+        recorded = tg.record_run(agent, "t", store=store, run_id="agent-run")
+    calls.clear()
+    db = sqlite3.connect(path, isolation_level=None)
+    for trigger in ("events_append_only_delete", "payloads_no_delete"):
+        db.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    ids = "SELECT id FROM events WHERE run_id='agent-run' AND seq>=2"
+    db.execute(f"DELETE FROM payloads WHERE id IN ({ids})")
+    db.execute(f"DELETE FROM events WHERE id IN ({ids})")
+    db.close()
+    with SQLiteStore(path) as store:
+        expected = verify_stored(store, recorded.run_id)
+        assert not expected.ok
+        with pytest.raises(tg.Unreplayable) as refused:
+            tg.replay(store, recorded.run_id, agent)
+    assert refused.value.fields["report"] == expected
+    first = expected.first_failure
+    assert first is not None
+    assert refused.value.seq == first.seq
+    assert calls == []
+    result = CliRunner().invoke(cli, ["--store", str(path), "verify", recorded.run_id, "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["runs"][0]["first_failure"]["seq"] == first.seq

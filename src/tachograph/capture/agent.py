@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
+from .._version import __version__
 from ..errors import ProfileError, RecordingError, WriteFailed
 from ..privacy.redactor import default_processors
 from ..record.event import new_ulid
@@ -48,7 +49,7 @@ __all__ = [
     "release_store",
 ]
 
-RECORDER = "tachograph-0.1.0"
+RECORDER = f"tachograph-{__version__}"
 
 
 def _runtime() -> str:

@@ -23,6 +23,7 @@ before a ``write`` or ``irreversible`` tool runs, and hands back a live ticket.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import functools
 import inspect
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from .session import Session
 
 __all__ = [
+    "CURRENT_SESSION",
     "CallKind",
     "CallTicket",
     "Engine",
@@ -46,6 +48,11 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+CURRENT_SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
+    "tachograph_session", default=None
+)
+"""The session of the current context (see :mod:`tachograph.capture.session`)."""
 
 
 class ReplayStopped(BaseException):
@@ -385,6 +392,8 @@ def wrap_call(
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if CURRENT_SESSION.get() is None:  # no run: the plain call, at the least cost
+                return await fn(*args, **kwargs)
             ticket, run = begin(args, kwargs)
             if ticket is None:
                 return await fn(*args, **kwargs)
@@ -403,6 +412,8 @@ def wrap_call(
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if CURRENT_SESSION.get() is None:  # no run: the plain call, at the least cost
+            return fn(*args, **kwargs)
         ticket, run = begin(args, kwargs)
         if ticket is None:
             return fn(*args, **kwargs)

@@ -32,14 +32,12 @@ from ..errors import ProfileError, RecordingError
 from ..record.canonical import canonical
 from ..record.event import Effect
 from ..record.seal import KeyDeriver, Processor
-from .boundary import CallKind, CallTicket, Engine, error_info
+from .boundary import CURRENT_SESSION, CallKind, CallTicket, Engine, error_info
 from .recorder import Recorder
 
 __all__ = ["EFFECTS", "Session", "current_session", "error_info", "prompt_hash"]
 
-_current: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
-    "tachograph_session", default=None
-)
+_current = CURRENT_SESSION
 
 EFFECTS = frozenset({Effect.WRITE, Effect.IRREVERSIBLE})
 """Tools that change the world: their intent is made durable first, and dry run replaces them."""

@@ -34,6 +34,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
+from .._version import __version__
 from ..capture.recorder import Observer, Recorder
 from ..record.event import Event
 from . import attributes as A
@@ -44,7 +45,7 @@ __all__ = ["TachographSpanObserver"]
 _log = logging.getLogger("tachograph.otel")
 
 _SCOPE = "tachograph"
-_SCOPE_VERSION = "0.1.0"
+_SCOPE_VERSION = __version__
 
 Ids = tuple[str | None, str | None]
 

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._version import __version__
 from ..record.event import Event
 from ..store.base import Store
 from . import attributes as A
@@ -184,7 +185,7 @@ def build_spans(
     limits = SpanLimits(max_events=max(1024, 2 * len(events)))
     provider = TracerProvider(resource=Resource.create(attrs), id_generator=ids, span_limits=limits)
     provider.add_span_processor(collect)
-    tracer = provider.get_tracer("tachograph", "0.1.0")
+    tracer = provider.get_tracer("tachograph", __version__)
 
     first, last = events[0], events[-1]
     context = None

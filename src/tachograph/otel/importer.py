@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .._version import __version__
 from ..errors import FormatError, ProfileError
 from ..privacy.redactor import default_processors
 from ..record.canonical import canonical
@@ -44,7 +45,7 @@ from .otlp_json import OtlpSpan, parse_otlp_json
 
 __all__ = ["ImportResult", "ImportedRun", "import_otlp", "runs_from_spans"]
 
-_RECORDER = "tachograph-0.1.0"
+_RECORDER = f"tachograph-{__version__}"
 
 
 @dataclass(frozen=True)
