@@ -31,7 +31,7 @@ from bench.common import Figure, Measure, Settings, profile_call
 
 __all__ = ["FIGURE_KEYS", "MODULES", "main", "run_suite"]
 
-MODULES = ("record", "durable", "verify", "replay", "scale", "sealing", "bridge")
+MODULES = ("record", "durable", "verify", "replay", "scale", "sealing", "bridge", "privacy")
 """Figure modules in the order they run; ``bridge`` only when tachograph.otel exists."""
 
 FIGURE_KEYS = (

@@ -22,11 +22,13 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"errors", "_version", "record"},
     # providers is pure wire-shape knowledge (it imports only record): capture derives prompt
     # hashes with it and replay compares requests in its provider-neutral form.
-    "capture": {"errors", "_version", "record", "store", "providers"},
+    # privacy (redaction) is pure processing over record's values: capture runs it by default
+    # in every recording, replay pins it to a recording's key.
+    "capture": {"errors", "_version", "record", "store", "providers", "privacy"},
     "sealing": {"errors", "_version", "record", "store", "capture"},
     "lifecycle": {"errors", "_version", "record", "store", "capture"},
-    "privacy": {"errors", "_version", "record", "store", "capture"},
-    "replay": {"errors", "_version", "record", "store", "capture", "providers"},
+    "privacy": {"errors", "_version", "record"},
+    "replay": {"errors", "_version", "record", "store", "capture", "providers", "privacy"},
     "providers": {"errors", "_version", "record"},
 }
 _BELOW_TOP = {

@@ -32,6 +32,7 @@ boundary into :class:`StoreError` subclasses.
     │   ├── ConfirmationRequired     resuming would repeat an irreversible side effect
     │   └── UnrecordedCall           replay refused a connection or process the record lacks
     ├── AgentLoadError               ``module:function`` could not be imported
+    ├── PrivacyError                 a redaction key or policy that cannot be used as given
     └── CorpusError                  a regression corpus that cannot be written or read
 """
 
@@ -55,6 +56,7 @@ __all__ = [
     "EventError",
     "FormatError",
     "PolicyError",
+    "PrivacyError",
     "ProfileError",
     "PurposeDenied",
     "RecordingError",
@@ -290,3 +292,10 @@ class CorpusError(TachographError, ValueError):
     path: str | None = None
     run_id: str | None = None
     seq: int | None = None
+
+
+class PrivacyError(TachographError, ValueError):
+    """A redaction key, key ring or policy that cannot be used as given (``key_id``); the
+    message never holds key material."""
+
+    key_id: str | None = None

@@ -45,7 +45,7 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Pat
 
 
 def _expected_keys() -> set[str]:
-    keys = set(bench_run.FIGURE_KEYS)
+    keys = set(bench_run.FIGURE_KEYS) | {"privacy_secrets", "privacy_pii"}
     if bench_run.bridge_available():
         keys |= {"bridge_on_off", "bridge_off_free"}
     return keys

@@ -27,6 +27,7 @@ from typing import Any, overload
 
 from .._version import __version__
 from ..errors import ProfileError, RecordingError, WriteFailed
+from ..privacy.redactor import default_processors
 from ..record.event import new_ulid
 from ..record.seal import KEY_SECRET_FIELD, new_key_secret
 from ..store import Store, open_store
@@ -280,6 +281,10 @@ class record:
     function or a synthesized result instead of their body; each such ``tool.completed`` is
     marked ``"dry_run": true`` and ``run.started`` is labelled ``tachograph.dry_run``.
 
+    ``processors`` run on every payload before it is hashed; they are preceded by
+    :data:`tachograph.privacy.redact_secrets` (API keys, tokens, passwords become markers)
+    unless ``redact_secrets=False``, or by the PII policy when ``TACHOGRAPH_PII=on``.
+
     The run is bound to the current context (a context variable): asyncio tasks created inside
     it take part, a plain ``threading.Thread`` does not (hand work over with
     ``asyncio.to_thread`` or ``contextvars.copy_context().run``).
@@ -307,6 +312,7 @@ class record:
         seed: int | None = None,
         parent: Mapping[str, Any] | None = None,
         key_secret: str | None = None,
+        redact_secrets: bool = True,
     ) -> None:
         self._store = store if isinstance(store, Store) else open_store(store)
         self._owns_store = not isinstance(store, Store)
@@ -325,7 +331,8 @@ class record:
         if agent is not None and code_version is not None:
             self.env["code_version"] = code_version
         self.durability = Durability.parse(durability)
-        self.processors = processors
+        # Secrets are redacted in every recording unless the caller opts out (docs/privacy.md).
+        self.processors = default_processors(processors, redact_secrets=redact_secrets)
         self.listeners = listeners
         self.observers = observers
         self.dry_run = dry_run_default(dry_run)

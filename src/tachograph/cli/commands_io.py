@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import IO, Any, NoReturn
 import click
 
 from ..errors import FormatError, StoreNotFound, VerificationFailed
+from ..privacy.redactor import default_processors
 from ..record.jsonl import export_run, import_jsonl, verify_jsonl
 from ..store import open_store as open_store_raw
 from .app import (
@@ -40,7 +42,8 @@ def _destination(path: str | None) -> Iterator[IO[bytes]]:
     target = Path(path)
     tmp = target.with_name(target.name + ".partial")
     try:
-        handle = tmp.open("wb")
+        # An export holds the run's payloads: readable by its owner only, like the store.
+        handle = os.fdopen(os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600), "wb")
     except OSError as exc:
         raise CliError(
             f"cannot write {target.resolve()}: {exc.strerror}", exit_code=EXIT_USAGE
@@ -135,12 +138,21 @@ def _refuse(failed: list[Any], path: Path, as_json: bool) -> NoReturn:
 
 @click.command("import", short_help="Import a JSONL file (verified first).")
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option(
+    "--no-redact",
+    "no_redact",
+    is_flag=True,
+    help="Store the payloads as they are, without the default redaction of secrets "
+    "(and of personal data with TACHOGRAPH_PII=on).",
+)
 @json_option
-def import_cmd(file: str, as_json: bool) -> None:
+def import_cmd(file: str, no_redact: bool, as_json: bool) -> None:
     """Import runs from a JSONL file, after verifying every one of them.
 
     A file with any run that does not verify is refused whole (exit 1) and nothing is stored;
-    events already in the store are skipped, so importing twice is harmless.
+    events already in the store are skipped, so importing twice is harmless. Payloads are
+    redacted as a recording's are (docs/privacy.md); a run whose payloads that changes is
+    stored re-chained over the redacted payloads.
     """
     path = Path(file)
     if not path.is_file():
@@ -158,7 +170,8 @@ def import_cmd(file: str, as_json: bool) -> None:
         total = _count_lines(path) if out.err.is_terminal else None
         try:
             with out.progress(total, f"importing {path.name}") as advance:
-                report = import_jsonl(store, path, progress=advance)
+                chain = () if no_redact else default_processors()
+                report = import_jsonl(store, path, progress=advance, processors=chain)
         except VerificationFailed as exc:
             _refuse(list(getattr(exc, "reports", []) or []), path, as_json)
         except FormatError as exc:
@@ -173,6 +186,11 @@ def import_cmd(file: str, as_json: bool) -> None:
     )
     for r in report.runs:
         out.line(f"  {r.run_id}  {r.events} events  verified", style="green")
+    if report.redacted:
+        out.line(
+            f"  {report.redacted} event(s) redacted before storing; their runs were re-chained",
+            style="yellow",
+        )
 
 
 def register(group: click.Group) -> None:

@@ -318,7 +318,9 @@ class TachographSpanObserver(Observer):
         else:
             span.set_attributes(S.tool_end_attributes(event, content=self.capture_content))
         if event.type.endswith(".failed"):
-            span.set_status(Status(StatusCode.ERROR, S.error_message(event)))
+            span.set_status(
+                Status(StatusCode.ERROR, S.error_message(event, content=self.capture_content))
+            )
         span.end()
 
     def _end_run(self, recorder: Recorder, state: _RunState, event: Event) -> None:
@@ -336,7 +338,9 @@ class TachographSpanObserver(Observer):
         root.set_attributes(S.agent_end_attributes(event, content=self.capture_content))
         payload = event.payload if isinstance(event.payload, dict) else {}
         if payload.get("status") in ("error", "aborted"):
-            root.set_status(Status(StatusCode.ERROR, S.error_message(event)))
+            root.set_status(
+                Status(StatusCode.ERROR, S.error_message(event, content=self.capture_content))
+            )
         if state.token is not None:
             try:
                 otel_context.detach(state.token)

@@ -269,13 +269,17 @@ def build_spans(
         else:
             span.set_attributes(S.tool_end_attributes(done, content=capture_content))
         if done.type.endswith(".failed"):
-            span.set_status(Status(StatusCode.ERROR, S.error_message(done)))
+            span.set_status(
+                Status(StatusCode.ERROR, S.error_message(done, content=capture_content))
+            )
         span.end(end_time=ts_to_ns(done.ts))
     if last.type == "run.finished":
         root.set_attributes(S.agent_end_attributes(last, content=capture_content))
         payload = last.payload if isinstance(last.payload, dict) else {}
         if payload.get("status") in ("error", "aborted"):
-            root.set_status(Status(StatusCode.ERROR, S.error_message(last)))
+            root.set_status(
+                Status(StatusCode.ERROR, S.error_message(last, content=capture_content))
+            )
     else:
         root.set_attribute(A.TACHO_STATUS, "unfinished")
     root.end(end_time=ts_to_ns(last.ts))

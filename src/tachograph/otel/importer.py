@@ -25,7 +25,6 @@ and so are recorded as ``irreversible`` (tachograph's default for an unclassifie
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -35,8 +34,10 @@ from typing import IO, Any
 
 from .._version import __version__
 from ..errors import FormatError, ProfileError
+from ..privacy.redactor import default_processors
 from ..record.canonical import canonical
-from ..record.event import Event, new_event, now_ts
+from ..record.event import Event, now_ts
+from ..record.seal import KeyDeriver, Processor, Sealer
 from ..store.base import Store
 from . import attributes as A
 from .dialects import Step, classify, detect_dialect, extract_steps
@@ -144,33 +145,41 @@ def _roots(spans: Sequence[OtlpSpan]) -> list[list[OtlpSpan]]:
 
 
 class _Builder:
-    """Chains the events of one imported run."""
+    """Chains the events of one imported run through a :class:`Sealer`: the processors
+    (redaction) run first, as in a recording, then the digests, envelopes and links."""
 
-    def __init__(self, run_id: str, actor: str, tenant: str, trace_id: str) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        actor: str,
+        tenant: str,
+        trace_id: str,
+        processors: Sequence[Processor] = (),
+    ) -> None:
         self.run_id, self.actor, self.tenant, self.trace_id = run_id, actor, tenant, trace_id
+        self.sealer = Sealer(run_id=run_id, actor=actor, tenant=tenant, processors=processors)
+        # An imported trace has no key secret: SPEC section 5's SHA-256 form of older runs.
+        self._keys = KeyDeriver(run_id, None)
         self.events: list[Event] = []
-        self._keys: dict[str, int] = {}
         self.trace_of: dict[str, str] = {}
         """Span id -> its trace id, when one run is made of several traces."""
 
+    def process(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """The payload as the processors (redaction) leave it: what is stored and keyed."""
+        return self.sealer.process(type_, _json_safe(payload))
+
     def key(self, name: str, args: Any) -> str:
-        """SPEC section 5's default key, ``#n`` on repeats."""
-        base = f"{self.run_id}:{name}:{hashlib.sha256(canonical(args)).hexdigest()[:16]}"
-        n = self._keys.get(base, 0)
-        self._keys[base] = n + 1
-        return base if n == 0 else f"{base}#{n}"
+        """SPEC section 5's default key over ``args`` as processed (the caller passes them
+        from a processed payload: a key over raw arguments would let a guess be confirmed),
+        ``#n`` on repeats."""
+        return self._keys.key(name, args)
 
     def add(self, type_: str, payload: dict[str, Any], ns: int, span_id: str, **kw: Any) -> None:
-        prev = self.events[-1] if self.events else None
         self.events.append(
-            new_event(
-                run_id=self.run_id,
-                seq=len(self.events),
-                type=type_,
-                actor=self.actor,
-                payload=_json_safe(payload),
-                prev_hash=prev.hash if prev else None,
-                tenant=self.tenant,
+            self.sealer.seal(
+                type_,
+                self.process(type_, payload),
+                processed=True,
                 trace_id=self.trace_of.get(span_id, self.trace_id),
                 span_id=span_id,
                 ts=_ts(ns),
@@ -204,7 +213,9 @@ def _model_events(
     request.update(step.get("params") or {})
     if not_captured:
         request_payload["not_captured"] = not_captured
-    key = b.key(model, {k: request[k] for k in ("model", "messages") if k in request})
+    keyed = b.process("model.request", request_payload).get("request")
+    keyed = keyed if isinstance(keyed, dict) else {}
+    key = b.key(model, {k: keyed[k] for k in ("model", "messages") if k in keyed})
     meta = {"idempotency_key": key, "model": model}
     out = [(step["start_ns"], 1, "model.request", request_payload, meta)]
     if span.status_code == 2:
@@ -250,7 +261,7 @@ def _tool_events(
         requested["call_id"] = step["tool_call_id"]
         key = f"{b.run_id}:{tool}:{step['tool_call_id']}"
     else:
-        key = b.key(tool, requested["args"])
+        key = b.key(tool, b.process("tool.requested", requested).get("args"))
     meta = {"idempotency_key": key}
     out = [(step["start_ns"], 1, "tool.requested", requested, meta)]
     if span.status_code == 2:
@@ -276,6 +287,7 @@ def _build_run(
     tenant: str,
     source: str | None,
     imported_at: str,
+    processors: Sequence[Processor] = (),
 ) -> ImportedRun:
     dialect = detect_dialect(spans)
     steps = extract_steps(spans)
@@ -288,7 +300,7 @@ def _build_run(
     run_id = _run_id(trace_id, root, several)
     resource_name = spans[0].resource.get("service.name")
     actor = str((agent or {}).get("agent_name") or resource_name or "otel-import")[:128]
-    b = _Builder(run_id, actor, tenant, trace_id)
+    b = _Builder(run_id, actor, tenant, trace_id, processors)
     b.trace_of = {s.span_id: s.trace_id for s in spans}
 
     calls = [s for s in steps if s["kind"] in ("model", "tool")]
@@ -414,9 +426,11 @@ def runs_from_spans(
     source: str | None = None,
     group_by: str | None = None,
     gap: float | None = None,
+    processors: Sequence[Processor] = (),
 ) -> list[ImportedRun]:
     """Build the runs (not stored) for every conversation with GenAI spans among ``spans``:
-    one per agent span, else per conversation (see :func:`_conversations`), else per trace."""
+    one per agent span, else per conversation (see :func:`_conversations`), else per trace.
+    Every payload passes through ``processors`` (as a recording's do) before it is hashed."""
     traces: dict[str, list[OtlpSpan]] = {}
     for span in spans:
         traces.setdefault(span.trace_id, []).append(span)
@@ -434,6 +448,7 @@ def runs_from_spans(
                     tenant=tenant,
                     source=source,
                     imported_at=imported_at,
+                    processors=processors,
                 )
             )
     return runs
@@ -446,11 +461,17 @@ def import_otlp(
     tenant: str = "default",
     group_by: str | None = None,
     gap: float | None = None,
+    processors: Sequence[Processor] = (),
+    redact_secrets: bool = True,
 ) -> ImportResult:
     """Read OTLP/JSON traces (a path, a binary stream, bytes, or a parsed document) and record
     each GenAI conversation as a tachograph run (``group_by``: the attribute naming the
     conversation; ``gap``: join traces without one that follow within so many seconds).
-    Runs already in the store are skipped."""
+    Runs already in the store are skipped.
+
+    Payloads pass through the processors of a recording: ``processors`` after the default
+    redaction (secrets; the PII policy with ``TACHOGRAPH_PII=on``), as :func:`record` runs them.
+    """
     name: str | None = None
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
@@ -463,7 +484,10 @@ def import_otlp(
     else:
         data = source.read()
     spans = parse_otlp_json(data)
-    runs = runs_from_spans(spans, tenant=tenant, source=name, group_by=group_by, gap=gap)
+    chain = default_processors(processors, redact_secrets=redact_secrets)
+    runs = runs_from_spans(
+        spans, tenant=tenant, source=name, group_by=group_by, gap=gap, processors=chain
+    )
     out: list[ImportedRun] = []
     for run in runs:
         if store.head(run.run_id, tenant=tenant) is not None:

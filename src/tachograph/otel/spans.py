@@ -324,12 +324,15 @@ def tool_end_attributes(event: Event, *, content: bool) -> dict[str, AttributeVa
     return attrs
 
 
-def error_message(event: Event) -> str | None:
-    """The recorded error message of a failure event, for the span status description."""
+def error_message(event: Event, *, content: bool) -> str | None:
+    """The span status description of a failure event: the error type, and with the content
+    opt-in its recorded message. An exception's message can hold whatever the agent handled
+    (a key, an address), so it leaves the process only when content is captured, and then as
+    recorded, that is after the recording's processors (redaction)."""
     payload = event.payload if isinstance(event.payload, dict) else {}
     error = payload.get("error")
     if isinstance(error, dict):
-        message = error.get("message")
+        message = error.get("message") if content else None
         kind = error.get("type")
         return f"{kind}: {message}" if message else str(kind) if kind else None
     return None

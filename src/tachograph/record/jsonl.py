@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -11,7 +12,8 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from ..errors import FormatError, VerificationFailed
-from .event import Event, event_from_line
+from .event import ENVELOPE_KEYS, Event, envelope_bytes, event_from_line, hash_envelope, new_event
+from .seal import Processor, Sealer
 from .verify import VerifyReport, iter_jsonl_runs
 
 if TYPE_CHECKING:  # record sits below store: a store is only handed in
@@ -113,6 +115,8 @@ class ImportReport:
     events: int
     written: int
     duplicates: int
+    redacted: int = 0
+    """Events whose payload the processors changed (their runs were re-chained)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -121,7 +125,36 @@ class ImportReport:
             "events": self.events,
             "written": self.written,
             "duplicates": self.duplicates,
+            "redacted": self.redacted,
         }
+
+
+_KEPT = (
+    "run_id", "seq", "type", "actor", "tenant", "trace_id", "span_id", "idempotency_key",
+    "model", "seed", "ts", "event_id",
+)  # fmt: skip
+
+
+def _processed(event: Event, sealer: Sealer, prev: str | None) -> tuple[Event, bool]:
+    """The event with its payload processed (as :meth:`Sealer.process` does for a recording,
+    which keeps the run's key secret away from the processors) and linked to ``prev`` (the
+    hash of the event before it as stored); the event itself when neither changes. Salts are
+    kept, so that importing the same file twice gives the same events (the second time:
+    duplicates)."""
+    if event.payload is None or event.salt is None:  # erased: only the link can change
+        if event.prev_hash == prev:
+            return event, False
+        values: list[Any] = [prev if k == "prev_hash" else getattr(event, k) for k in ENVELOPE_KEYS]
+        return dataclasses.replace(
+            event, prev_hash=prev, hash=hash_envelope(envelope_bytes(*values))
+        ), False
+    payload = sealer.process(event.type, event.payload)
+    changed = payload is not event.payload and payload != event.payload
+    if not changed and event.prev_hash == prev:
+        return event, False
+    kept = {k: getattr(event, k) for k in _KEPT}
+    rebuilt = new_event(payload=payload, prev_hash=prev, salt=bytes.fromhex(event.salt), **kept)
+    return rebuilt, changed
 
 
 def import_jsonl(
@@ -129,8 +162,15 @@ def import_jsonl(
     source: str | os.PathLike[str] | IO[bytes],
     *,
     progress: Callable[[int], None] | None = None,
+    processors: Sequence[Processor] = (),
 ) -> ImportReport:
     """Verify every run in the file, then store them; events already stored are skipped.
+
+    Before they are stored, payloads pass through ``processors`` as a recording's do (the
+    facade's :func:`tachograph.import_jsonl` and ``tacho import`` put the default redaction
+    first), so that an import cannot bring into the store what recording would have kept out.
+    A run whose payloads they change is re-chained from the first changed event (same ids,
+    timestamps and salts; new digests and hashes), and ``redacted`` counts those events.
 
     Nothing is stored if any run fails verification: :class:`VerificationFailed` is raised with
     the reports (``err.reports``), each naming the run, the seq and the failed check. A file
@@ -149,7 +189,8 @@ def import_jsonl(
             reports=failed,
             report=failed[0],
         )
-    written = duplicates = total = 0
+    chain = tuple(processors)
+    written = duplicates = total = redacted = 0
     batch: list[Event] = []
 
     def flush() -> None:
@@ -164,13 +205,27 @@ def import_jsonl(
         batch.clear()
 
     for _checker, parsed in iter_jsonl_runs(_open_lines(source_lines)):
+        prev: str | None = None
+        sealer: Sealer | None = None
         for line in parsed:
             if line is None:  # pragma: no cover - verification refused such files above
                 continue
-            batch.append(_to_event(line))
+            event, changed = _to_event(line), False
+            if chain:
+                if sealer is None:
+                    sealer = Sealer(
+                        run_id=event.run_id,
+                        actor=event.actor,
+                        tenant=event.tenant,
+                        processors=chain,
+                    )
+                event, changed = _processed(event, sealer, prev)
+            prev = event.hash
+            redacted += changed
+            batch.append(event)
             total += 1
             if len(batch) >= _BATCH:
                 flush()
         if batch:
             flush()
-    return ImportReport(tuple(reports), total, written, duplicates)
+    return ImportReport(tuple(reports), total, written, duplicates, redacted)

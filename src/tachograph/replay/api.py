@@ -27,6 +27,7 @@ from ..capture.boundary import ReplayStopped, error_info
 from ..capture.recorder import Durability, Recorder
 from ..capture.session import Session
 from ..errors import Divergence, ProfileError, ReplayError
+from ..privacy.redactor import default_processors, pin_processors
 from ..record.event import Event, new_ulid
 from ..record.seal import Processor
 from ..store import Store, open_store
@@ -115,6 +116,14 @@ def _history(source: Source, run_id: str | None, tenant: str | None) -> RunHisto
     if run_id is None:
         raise ReplayError("name the run to replay (run_id)")
     return RunHistory.from_store(source, run_id, tenant=tenant)
+
+
+def _live_processors(
+    processors: Sequence[Processor], events: Sequence[Event], redact_secrets: bool
+) -> tuple[Processor, ...]:
+    """The processors of the live side: those of :func:`record` (the default redaction
+    included), each redactor pinned to the key the recording's tokens were made with."""
+    return pin_processors(default_processors(processors, redact_secrets=redact_secrets), events)
 
 
 def _dry_run_seqs(events: tuple[Event, ...]) -> list[int]:
@@ -265,6 +274,7 @@ def replay(
     env: dict[str, Any] | None = None,
     processors: Sequence[Processor] = (),
     allow_network: Sequence[str] = (),
+    redact_secrets: bool = True,
 ) -> ReplayReport:
     """Replay a recorded run against the agent's current code; nothing runs live.
 
@@ -280,7 +290,9 @@ def replay(
     report) instead of returning it. ``rerun_pure=True`` re-executes ``pure`` tools and
     compares their results. ``processors`` are those the run was recorded with (e.g.
     redaction): the agent's steps are passed through them before they are compared with the
-    (processed) record.
+    (processed) record. The default redaction of every recording (docs/privacy.md) is added
+    as :func:`record` adds it, unless ``redact_secrets=False``; redactors are pinned to the
+    recording's key id.
 
     Replay is a closed world: a connection or process spawn the record does not serve is
     refused (:class:`~tachograph.errors.UnrecordedCall`) and reported as an
@@ -291,6 +303,7 @@ def replay(
     mode, match_notes = _resolve(MatchMode.parse(match), history)
     unverified = history.check_replayable(allow_unverified=allow_unverified)
     events = history.events
+    processors = _live_processors(processors, events, redact_secrets)
     spec = as_agent(agent, history.actor)
     recorded_env = history.env
     current_env = env if env is not None else spec.fingerprint()
@@ -399,6 +412,7 @@ def fork(
     processors: Sequence[Processor] = (),
     durability: Durability | str = Durability.EFFECTS,
     allow_network: Sequence[str] = (),
+    redact_secrets: bool = True,
 ) -> ReplayReport:
     """Serve ``run_id`` up to step ``at``, then continue live in a new run.
 
@@ -407,8 +421,9 @@ def fork(
     ``new_run_id`` names the fork; its ``run.started`` names the parent ``{run_id, seq}``.
     Served steps are copied into the fork, their idempotency keys re-based onto it.
     ``processors`` (e.g. the redaction of the original recording) apply to every event of the
-    fork. The fork goes to ``to_store``, by default the store the run was read from (a
-    history read from a file needs ``to_store``).
+    fork, after the default redaction unless ``redact_secrets=False`` (redactors pinned to
+    the recording's key id). The fork goes to ``to_store``, by default the store the run was
+    read from (a history read from a file needs ``to_store``).
     """
     parse_allow(allow_network)  # a bad entry fails before the fork is started
     history = _history(store, run_id, tenant)
@@ -419,6 +434,7 @@ def fork(
             f"seq {at} is outside run {history.run_id!r} (0..{len(events) - 1})", seq=at
         )
     unverified = history.check_replayable(allow_unverified=allow_unverified)
+    processors = _live_processors(processors, events, redact_secrets)
     spec = as_agent(agent, history.actor)
     override_at = _override_seq(events, at) if override is not ... else None
     cut = max(at, override_at or at)
@@ -440,6 +456,7 @@ def fork(
         processors=processors,
         durability=durability,
         key_secret=history.key_secret.hex() if history.key_secret is not None else None,
+        redact_secrets=redact_secrets,
     )
     run = rec.start()
     run.session.deactivate()
@@ -574,6 +591,7 @@ def resume(
     processors: Sequence[Processor] = (),
     durability: Durability | str = Durability.EFFECTS,
     allow_network: Sequence[str] = (),
+    redact_secrets: bool = True,
 ) -> ReplayReport:
     """Continue a crashed run (no ``run.finished``) in the same run.
 
@@ -590,8 +608,10 @@ def resume(
     recorded in dry run resumes in dry run unless ``dry_run=False``. If the agent leaves the
     recorded path before the crash point, :class:`~tachograph.errors.Divergence` is raised and
     the run is left unfinished. Pass the ``processors`` the run was recorded with (redaction),
-    so that the events appended now are processed alike. While recorded steps are served,
-    the network guard of :func:`replay` refuses unrecorded calls (``allow_network``).
+    so that the events appended now are processed alike (after the default redaction, unless
+    ``redact_secrets=False``; redactors pinned to the recording's key id). While recorded
+    steps are served, the network guard of :func:`replay` refuses unrecorded calls
+    (``allow_network``).
     """
     requested = MatchMode.parse(match)
     parse_allow(allow_network)
@@ -605,6 +625,7 @@ def resume(
             )
         history.check_replayable()
         mode, _ = _resolve(requested, history)
+        processors = _live_processors(processors, history.events, redact_secrets)
         spec = as_agent(agent, history.actor)
         last = history.events[-1]
         recorder = Recorder(

@@ -154,6 +154,30 @@ def _parse_url(url: str) -> tuple[str, dict[str, str]]:
     return url, query
 
 
+def _create_private(target: Path) -> None:
+    """Create the database file 0600 (and the folders it needs 0700) before SQLite opens it:
+    SQLite gives its ``-wal`` and ``-shm`` files the mode of the database file, so the log,
+    which holds what customers told an agent, is readable by its owner only."""
+    missing: list[Path] = []
+    parent = target.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:  # created meanwhile by another process
+            continue
+        os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
+    try:
+        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    if hasattr(os, "fchmod"):  # exactly 0600, whatever the umask took away
+        os.fchmod(fd, 0o600)
+    os.close(fd)
+
+
 class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
     """A store in one SQLite file.
 
@@ -189,7 +213,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                         "--store, TACHOGRAPH_STORE or the default ./.tachograph/tachograph.db)",
                         location=str(target.resolve()),
                     )
-                target.parent.mkdir(parents=True, exist_ok=True)
+                _create_private(target)
         self._lock = threading.RLock()
         self._closed = False
         try:

@@ -1,0 +1,244 @@
+"""What counts as personal data or a secret in free text: patterns plus checks.
+
+Each :class:`Detector` is a regular expression that finds candidates and, for the kinds where
+a pattern alone would fire on ordinary numbers, a check that confirms them: payment cards
+must pass Luhn and start like a card, IBANs must have their country's length and pass
+mod-97, IP addresses must parse, phone numbers must have 8 to 15 digits. The check returns
+the *normalized* value (the e-mail lower-cased, the card's digits), so that the same value
+written two ways gives one token.
+
+``PII_KINDS`` are tokenized (keyed, stable: see :mod:`tachograph.privacy.keys`);
+``SECRET_KINDS`` become the fixed marker ``[redacted:secret:<kind>]``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "DETECTORS",
+    "PII_KINDS",
+    "SECRET_FIELDS",
+    "SECRET_KINDS",
+    "Detector",
+    "card_digits",
+    "iban_ok",
+    "luhn_ok",
+]
+
+
+def luhn_ok(digits: str) -> bool:
+    """The Luhn check of a string of digits."""
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+# Lengths by country (the SWIFT IBAN registry): a check digit pair alone passes 1 in 97
+# random strings, the country's length as well makes a false positive rare.
+_IBAN_LENGTHS = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22,
+    "BR": 29, "BY": 28, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28,
+    "EE": 20, "EG": 29, "ES": 24, "FI": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23,
+    "GL": 18, "GR": 27, "GT": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IQ": 23, "IS": 26,
+    "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LC": 32, "LI": 21, "LT": 20, "LU": 20,
+    "LV": 21, "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MR": 27, "MT": 31, "MU": 30, "NL": 18,
+    "NO": 15, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22, "SA": 24,
+    "SC": 31, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "TL": 23, "TN": 24, "TR": 26, "UA": 29,
+    "VA": 22, "VG": 24, "XK": 20,
+}  # fmt: skip
+
+
+def iban_ok(text: str) -> bool:
+    """An IBAN (spaces removed, upper case) of its country's length that passes mod-97."""
+    if _IBAN_LENGTHS.get(text[:2]) != len(text) or not text[2:4].isdigit():
+        return False
+    moved = text[4:] + text[:4]
+    number = "".join(str(int(ch, 36)) for ch in moved)
+    return int(number) % 97 == 1
+
+
+def _email(text: str) -> str | None:
+    return text.lower()
+
+
+def _phone(text: str) -> str | None:
+    digits = "".join(ch for ch in text if ch.isdigit())
+    if not 8 <= len(digits) <= 15:
+        return None
+    return ("+" if text.startswith("+") else "") + digits
+
+
+_CARD_START = frozenset("23456")
+
+
+def card_digits(text: str) -> str | None:
+    """The digits of a payment card number (Luhn-checked, card-like start), or None."""
+    digits = text.replace(" ", "").replace("-", "")
+    if not 13 <= len(digits) <= 19 or digits[0] not in _CARD_START or not luhn_ok(digits):
+        return None
+    return digits
+
+
+def _iban(text: str) -> str | None:
+    compact = text.replace(" ", "").upper()
+    return compact if iban_ok(compact) else None
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _ip(text: str) -> str | None:
+    if not any(ch in _HEX for ch in text):
+        return None
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    return address.compressed
+
+
+@dataclass(frozen=True)
+class Detector:
+    """A kind of sensitive value found in text.
+
+    ``pattern`` finds candidates (a Python regular expression without named groups of its
+    own; a secret may mark the part to replace with one group ``(?P<v>...)``, so that
+    ``password=hunter2`` keeps ``password=``). ``check`` confirms a candidate and returns its
+    normalized form, or None. ``hints``: substrings without one of which the pattern cannot
+    match (``hints_lower``: the same, for case-insensitive patterns); a text holding none of
+    them is never searched. Detectors without hints need a digit.
+    """
+
+    kind: str
+    pattern: str
+    check: Callable[[str], str | None] | None = None
+    secret: bool = False
+    hints: tuple[str, ...] = ()
+    hints_lower: tuple[str, ...] = ()
+
+
+# Boundaries: a candidate must not be the middle of a longer word or number, so that hex
+# digests, ULIDs and ids do not yield cards, phones or keys.
+_W = r"(?<![A-Za-z0-9_-])"
+_E = r"(?![A-Za-z0-9_-])"
+
+DETECTORS: tuple[Detector, ...] = (
+    # -- secrets (markers) ---------------------------------------------------------------------
+    Detector(
+        "private_key",
+        r"-----BEGIN[A-Z ]{0,40} PRIVATE KEY-----(?s:.*?)-----END[A-Z ]{0,40} PRIVATE KEY-----",
+        secret=True,
+        hints=("PRIVATE KEY",),
+    ),
+    Detector("anthropic", _W + r"sk-ant-[A-Za-z0-9_-]{16,}", secret=True, hints=("sk-ant-",)),
+    Detector(
+        "stripe",
+        _W + r"(?:sk|rk|pk|whsec)[-_](?:live|test)[-_][A-Za-z0-9_-]{8,}",
+        secret=True,
+        hints=("_live", "-live", "_test", "-test"),
+    ),
+    Detector(
+        "openai",
+        _W + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
+        secret=True,
+        hints=("sk-",),
+    ),
+    Detector("aws", _W + r"(?:AKIA|ASIA)[0-9A-Z]{16}" + _E, secret=True, hints=("AKIA", "ASIA")),
+    Detector(
+        "github",
+        _W + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})",
+        secret=True,
+        hints=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    Detector("gitlab", _W + r"glpat-[A-Za-z0-9_-]{20,}", secret=True, hints=("glpat-",)),
+    Detector("slack", _W + r"xox[abposr]-[A-Za-z0-9-]{10,}", secret=True, hints=("xox",)),
+    Detector("google", _W + r"AIza[0-9A-Za-z_-]{35}", secret=True, hints=("AIza",)),
+    Detector("huggingface", _W + r"hf_[A-Za-z0-9]{30,}", secret=True, hints=("hf_",)),
+    Detector(
+        "jwt",
+        _W + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+        secret=True,
+        hints=("eyJ",),
+    ),
+    Detector(
+        "bearer",
+        r"(?i:\bbearer)\s+(?P<v>[A-Za-z0-9._~+/-]{12,}=*)",
+        secret=True,
+        hints_lower=("bearer",),
+    ),
+    Detector(
+        "password",
+        r"(?i:\b(?:password|passwd|pwd|passphrase|client_secret|secret_key|api[_-]?key"
+        r"|access[_-]?token|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?)(?P<v>[^\s\"'&,;]{3,})",
+        secret=True,
+        hints_lower=(
+            "pass",
+            "pwd",
+            "secret",
+            "api_key",
+            "api-key",
+            "apikey",
+            "access_token",
+            "access-token",
+            "accesstoken",
+            "auth_token",
+            "auth-token",
+            "authtoken",
+        ),
+    ),
+    # -- personal data (tokens) ------------------------------------------------------------------
+    Detector(
+        "email",
+        _W.replace("_-", "_.+-") + r"[A-Za-z0-9._%+-]{1,64}@(?:[A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,24}"
+        r"(?![A-Za-z0-9-])",
+        _email,
+        hints=("@",),
+    ),
+    Detector(
+        "card",
+        r"(?<![A-Za-z0-9_.-])\d(?:[ -]?\d){12,18}(?![A-Za-z0-9_-]|\.\d)",
+        card_digits,
+    ),
+    Detector(
+        "iban",
+        r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![A-Za-z0-9])",
+        _iban,
+    ),
+    Detector(
+        "phone",
+        r"(?<![A-Za-z0-9_+.-])(?:\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,6}"
+        r"|(?:\(\d{3}\) ?|\d{3}[-. ])\d{3}[-. ]\d{4})(?![A-Za-z0-9_-]|\.\d)",
+        _phone,
+    ),
+    Detector(
+        "ip",
+        r"(?<![A-Za-z0-9.:_-])(?:(?:\d{1,3}\.){3}\d{1,3}"
+        r"|(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4})(?![A-Za-z0-9_-]|[.:][A-Za-z0-9])",
+        _ip,
+    ),
+)
+"""Every built-in detector, in the order tried at a position (secrets before personal data,
+the more specific before the more general)."""
+
+SECRET_KINDS = frozenset(d.kind for d in DETECTORS if d.secret)
+PII_KINDS = frozenset(d.kind for d in DETECTORS if not d.secret)
+
+SECRET_FIELDS = frozenset(
+    {
+        "password", "passwd", "pwd", "passphrase", "secret", "client_secret",
+        "secret_key", "api_key", "apikey", "api-key", "x-api-key", "access_token",
+        "refresh_token", "id_token", "auth_token", "authorization",
+        "proxy-authorization", "private_key", "aws_secret_access_key", "cookie", "set-cookie",
+    }
+)  # fmt: skip
+"""Object keys (compared in lower case) whose string or number value is a secret whatever it
+looks like: ``{"password": "hunter2"}`` is redacted although "hunter2" matches no pattern."""

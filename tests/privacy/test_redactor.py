@@ -1,0 +1,207 @@
+"""Detectors, rules, keys and the processor contract (pure, idempotent, input untouched)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+from pathlib import Path
+
+import pytest
+
+from tachograph.errors import PrivacyError
+from tachograph.privacy import (
+    KeyRing,
+    Redactor,
+    Rule,
+    default_processors,
+    iban_ok,
+    luhn_ok,
+    pii_policy,
+    redact_secrets,
+)
+
+from .planted import CARD, EMAIL, IBAN, IP, JWT, KEY, OPENAI, PHONE, PRIVATE_KEY, STRIPE
+
+POLICY = pii_policy(KEY)
+
+FOUND = {
+    EMAIL: ("email", EMAIL.lower()),
+    CARD: ("card", "4111111111111111"),
+    IBAN: ("iban", "DE89370400440532013000"),
+    PHONE: ("phone", "+442079460958"),
+    "(555) 123-4567": ("phone", "5551234567"),
+    IP: ("ip", IP),
+    "2001:db8::1": ("ip", "2001:db8::1"),
+}
+
+NOT_FOUND = [
+    "2026-01-15T10:00:00.000000Z",
+    "sha256:" + "1" * 64,
+    "01HZX3K4M5N6P7Q8R9S0T1V2W3",
+    "123e4567-e89b-12d3-a456-426614174000",
+    "run_x:tool:0123456789abcdef",
+    "12:30:45",
+    "version 1.2.3",
+    "4111 1111 1111 1112",  # fails Luhn
+    "DE89 3704 0044 0532 0130 01",  # fails mod-97
+    "999.1.1.1",
+    "total 1718000000000 ms",
+    "task-1234567890abcdefghijkl",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), FOUND.items())
+def test_personal_data_becomes_the_keyed_token(text: str, expected: tuple[str, str]) -> None:
+    out = POLICY("decision", {"note": f"value: {text}."})
+    mac = hmac.new(KEY.keys["t1"], expected[1].encode(), hashlib.sha256)
+    token = "pii1:t1:" + mac.hexdigest()[:16]
+    assert out == {"note": f"value: {token}."}
+
+
+@pytest.mark.parametrize("text", NOT_FOUND)
+def test_ordinary_values_are_left_alone(text: str) -> None:
+    payload = {"note": text}
+    assert POLICY("decision", payload) is payload
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        (STRIPE, "stripe"),
+        (OPENAI, "openai"),
+        ("AKIAIOSFODNN7EXAMPLE", "aws"),
+        (JWT, "jwt"),
+        (PRIVATE_KEY, "private_key"),
+        ("ghp_" + "a1" * 18, "github"),
+        ("xoxb-1234567890-abc", "slack"),
+        ("sk-ant-api03-" + "x" * 24, "anthropic"),
+        ("AIza" + "B" * 35, "google"),
+        ("hf_" + "c" * 34, "huggingface"),
+    ],
+)
+def test_secrets_become_markers_without_a_key(text: str, kind: str) -> None:
+    assert redact_secrets("x", {"v": f"[{text}]"}) == {"v": f"[[redacted:secret:{kind}]]"}
+
+
+def test_secret_fields_and_assignments() -> None:
+    out = redact_secrets(
+        "x",
+        {
+            "password": "hunter2",
+            "Authorization": "Basic dXNlcjpwYXNz",
+            "text": "login with password=hunter2 and Bearer abcdefghijkl0123",
+            "secret": True,  # a flag, not a secret
+        },
+    )
+    assert out == {
+        "password": "[redacted:secret:field]",
+        "Authorization": "[redacted:secret:field]",
+        "text": "login with password=[redacted:secret:password] and "
+        "Bearer [redacted:secret:bearer]",
+        "secret": True,
+    }
+
+
+def test_processor_is_pure_idempotent_and_keeps_unchanged_objects() -> None:
+    payload = {"args": {"to": EMAIL, "cards": [4111111111111111, "x"]}, "same": {"a": [1, "b"]}}
+    before = copy.deepcopy(payload)
+    once = POLICY("tool.requested", payload)
+    assert payload == before  # the input is untouched
+    assert once["same"] is payload["same"]  # nothing changed there: the same object
+    assert once["args"]["cards"][0] == KEY.token("4111111111111111")  # JSON numbers too
+    assert POLICY("tool.requested", once) == once  # tokens are not tokenized again
+    assert POLICY("tool.requested", payload) == once  # deterministic
+
+
+def test_rules_by_json_path() -> None:
+    policy = Redactor(
+        keyring=KEY,
+        rules=(
+            Rule("$.args.name"),
+            Rule("$..ssn", action="redact", kind="ssn"),
+            Rule("$.args.notes[*].body", action="drop"),
+            Rule("$.args['full address']", types=("tool.requested",)),
+        ),
+    )
+    payload = {
+        "args": {
+            "name": "Ann Lee",
+            "deep": [{"ssn": "078-05-1120"}],
+            "notes": [{"body": "x", "id": 1}],
+            "full address": "1 Main St",
+        }
+    }
+    out = policy("tool.requested", payload)
+    assert out["args"] == {
+        "name": KEY.token("Ann Lee"),
+        "deep": [{"ssn": "[redacted:ssn]"}],
+        "notes": [{"id": 1}],
+        "full address": KEY.token("1 Main St"),
+    }
+    assert policy("decision", payload)["args"]["full address"] == "1 Main St"  # types=
+    with pytest.raises(PrivacyError, match="starts with"):
+        Rule("args.name")
+    with pytest.raises(PrivacyError, match="unknown rule action"):
+        Rule("$.a", action="hash")
+
+
+def test_tokens_need_a_key() -> None:
+    with pytest.raises(PrivacyError, match="need a key"):
+        Redactor(kinds=frozenset({"email"}))
+    with pytest.raises(PrivacyError, match="TACHOGRAPH_PII_KEY"):
+        pii_policy(environ={})
+
+
+def test_key_sources(tmp_path: Path) -> None:
+    hexkey = bytes(range(32)).hex()
+    assert KeyRing.from_env({"TACHOGRAPH_PII_KEY": hexkey, "TACHOGRAPH_PII_KEY_ID": "t1"}) == KEY
+    assert KeyRing.from_env({}) is None
+    path = tmp_path / "keys"
+    path.write_text(f"# current first\nt2 {'ab' * 16}\nt1 {hexkey}\n")
+    path.chmod(0o600)
+    ring = KeyRing.from_file(path)
+    assert ring.current == "t2"
+    assert ring.pinned("t1").token("x") == KEY.token("x")
+    assert KeyRing.from_env({"TACHOGRAPH_PII_KEY_FILE": str(path)}) == ring
+    assert KeyRing.from_callback(lambda: {"t1": bytes(range(32))}) == KEY
+    assert KeyRing.from_lines(ring.lines().splitlines()) == ring
+    generated = KeyRing.generate()
+    assert len(generated.keys[generated.current]) == 32
+    assert generated.current.startswith("k")
+    with pytest.raises(PrivacyError, match="not usable"):
+        KeyRing.of("short")
+    with pytest.raises(PrivacyError, match="no key with id"):
+        ring.pinned("t9")
+
+
+def test_key_material_is_never_shown() -> None:
+    hexkey = KEY.keys["t1"].hex()
+    for text in (repr(KEY), str(KEY), repr(POLICY)):
+        assert hexkey not in text
+    with pytest.raises(PrivacyError) as bad:
+        KeyRing.of("not-a-key-at-all-zz")
+    assert "not-a-key" not in str(bad.value)
+
+
+def test_default_processors() -> None:
+    assert default_processors((), environ={}) == (redact_secrets,)
+    assert default_processors((), redact_secrets=False, environ={}) == ()
+    assert default_processors((POLICY,), environ={}) == (POLICY,)  # already redacts secrets
+    env = {
+        "TACHOGRAPH_PII": "on",
+        "TACHOGRAPH_PII_KEY": bytes(range(32)).hex(),
+        "TACHOGRAPH_PII_KEY_ID": "t1",
+    }
+    (policy,) = default_processors((), environ=env)
+    assert isinstance(policy, Redactor)
+    assert policy.kinds
+    assert policy.key_id == "t1"
+
+
+def test_validators() -> None:
+    assert luhn_ok("4111111111111111")
+    assert not luhn_ok("4111111111111112")
+    assert iban_ok("GB82WEST12345698765432")
+    assert not iban_ok("GB82WEST12345698765433")
+    assert not iban_ok("ZZ82WEST12345698765432")
