@@ -16,6 +16,7 @@ are translated at the store boundary into :class:`StoreError` subclasses.
     │   ├── AppendRefused            an append that would break the chain; nothing was written
     │   │   ├── SequenceConflict     seq is not the run's next, or prev_hash is not its head
     │   │   └── DuplicateConflict    an event_id or (run, seq) already stored with other content
+    │   ├── PurposeDenied            a read for a purpose the store's policy refuses (audited)
     │   ├── SchemaVersionError       the database was written by a newer tachograph
     │   └── StoreUnavailable         the engine failed (I/O error, corrupt file, locked too long)
     ├── VerificationFailed           a run or file that does not verify (carries the report)
@@ -44,6 +45,7 @@ __all__ = [
     "EventError",
     "FormatError",
     "ProfileError",
+    "PurposeDenied",
     "RecordingError",
     "ReplayError",
     "RunNotFound",
@@ -122,6 +124,14 @@ class SequenceConflict(AppendRefused):
 
 class DuplicateConflict(AppendRefused):
     """The same ``event_id`` or ``(run_id, seq)`` is already stored with different content."""
+
+
+class PurposeDenied(StoreError):
+    """A read refused by the store's purpose policy (``run_id``, ``tenant``, ``purpose``,
+    ``types``); the store records the refusal in its audit."""
+
+    purpose: str | None = None
+    types: Sequence[str] = ()
 
 
 class SchemaVersionError(StoreError):

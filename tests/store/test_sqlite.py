@@ -398,7 +398,7 @@ def test_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         absolute.close()
         memory.close()
     with pytest.raises(StoreError, match="supported: sqlite:///"):
-        open_store("postgres://localhost/runs")
+        open_store("mysql://localhost/runs")
 
 
 def test_run_not_found_names_the_file_and_suggests(store: SQLiteStore, path: Path) -> None:

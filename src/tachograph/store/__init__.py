@@ -23,7 +23,8 @@ def store_url(url: str | os.PathLike[str] | None = None) -> str:
 
 
 def open_store(url: str | os.PathLike[str] | Store | None = None, *, create: bool = True) -> Store:
-    """Open a store by URL (``sqlite:///path.db``, a plain file path, or ``None`` for the default).
+    """Open a store by URL (``sqlite:///path.db``, a plain file path, ``postgresql://...``, or
+    ``None`` for the default).
 
     With ``create=False`` a store that does not exist raises
     :class:`~tachograph.errors.StoreNotFound` saying where it looked.
@@ -36,7 +37,18 @@ def open_store(url: str | os.PathLike[str] | Store | None = None, *, create: boo
     scheme = target.split("://", 1)[0]
     if scheme == "sqlite":
         return SQLiteStore.from_url(target, create=create)
+    if scheme in ("postgresql", "postgres"):
+        # Imported here: psycopg is an optional extra, and importing tachograph never loads it.
+        try:
+            from .postgres import PostgresStore
+        except ImportError as exc:
+            raise StoreError(
+                f"{scheme}:// stores need psycopg: pip install 'tachograph[postgres]' ({exc})",
+                location=target,
+            ) from exc
+        return PostgresStore.from_url(target, create=create)
     raise StoreError(
-        f"unknown store URL scheme {scheme!r} in {target!r}; supported: sqlite:///path.db",
+        f"unknown store URL scheme {scheme!r} in {target!r}; supported: sqlite:///path.db, "
+        "postgresql://user@host/db",
         location=target,
     )
