@@ -49,7 +49,7 @@ class PgCluster:
 
 
 @pytest.fixture(scope="session")
-def pg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgCluster]:
+def pg_cluster() -> Iterator[PgCluster]:
     """The server, with the schema template and the login roles in place."""
     dsn = os.environ.get("TACHOGRAPH_TEST_PG")
     server = None
@@ -59,7 +59,9 @@ def pg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgCluster]:
                 "no PostgreSQL: set TACHOGRAPH_TEST_PG to an admin DSN, or install the server "
                 "binaries (initdb) so that the tests start a throwaway cluster"
             )
-        server = PgServer.start(tmp_path_factory.mktemp("pg", numbered=True))
+        # In a new directory of the system's temporary area, not under pytest's (mode 700):
+        # the server may run as another, unprivileged user who must reach its files.
+        server = PgServer.start()
         dsn = server.dsn
     # One template per session: parallel sessions (xdist workers sharing a CI server) each
     # install their own, and drop only what they created.

@@ -115,7 +115,7 @@ class PgServer:
             # The server runs as an unprivileged user, who must own (and reach) its files.
             shutil.chown(self.root, _RUN_AS, _RUN_AS)
             self.root.chmod(0o755)
-        subprocess.run(
+        done = subprocess.run(
             self._as_user(
                 [
                     str(self.bindir / "initdb"),
@@ -129,10 +129,12 @@ class PgServer:
                     "--no-sync",
                 ]
             ),
-            check=True,
             capture_output=True,
+            text=True,
             cwd=self.root,
         )
+        if done.returncode != 0:
+            raise RuntimeError(f"initdb failed in {self.root}: {done.stderr.strip()}")
 
     def _pg_ctl(self, *args: str) -> None:
         done = subprocess.run(
