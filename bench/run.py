@@ -31,7 +31,7 @@ from bench.common import Figure, Measure, Settings, profile_call
 
 __all__ = ["FIGURE_KEYS", "MODULES", "main", "run_suite"]
 
-MODULES = ("record", "durable", "verify", "replay", "scale", "bridge", "postgres")
+MODULES = ("record", "durable", "verify", "replay", "scale", "sealing", "bridge", "postgres")
 """Figure modules in the order they run; ``bridge`` only when tachograph.otel exists;
 ``postgres`` only when a server is available (``TACHOGRAPH_TEST_PG`` or initdb), else it says
 why and reports nothing."""
@@ -45,6 +45,8 @@ FIGURE_KEYS = (
     "replay",
     "store_growth",
     "verify_memory",
+    "seal_overhead",
+    "seal_proof",
 )
 """The figures every run of the suite produces."""
 

@@ -21,7 +21,7 @@ psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not insta
 from tachograph.store.postgres import PostgresStore  # noqa: E402
 from tachograph.testing.pgserver import PgServer, find_bindir  # noqa: E402
 
-APP = "tacho_app"  # writer + reader + all tenants: what the conformance suite needs
+APP = "tacho_app"  # writer, reader, privacy, all tenants: what the conformance suite needs
 TENANT_ROLE = "tacho_tenant"  # writer + reader, bound to the tenant it sets
 PRIVACY_ROLE = "tacho_privacy_officer"  # reader + privacy (erasure, retention)
 READER_ROLE = "tacho_reader"  # reader only
@@ -72,7 +72,7 @@ def pg_cluster() -> Iterator[PgCluster]:
             conn.execute(f"CREATE DATABASE {template}")
         PostgresStore.install_schema(cluster.url(template), partitions=8)
         admin = cluster.url(template)
-        PostgresStore.grant_login(admin, APP, all_tenants=True)
+        PostgresStore.grant_login(admin, APP, all_tenants=True, privacy=True)
         PostgresStore.grant_login(admin, TENANT_ROLE)
         PostgresStore.grant_login(admin, PRIVACY_ROLE, writer=False, privacy=True)
         PostgresStore.grant_login(admin, READER_ROLE, writer=False)

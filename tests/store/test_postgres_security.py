@@ -15,10 +15,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from tachograph.errors import PurposeDenied, RunNotFound, StoreError
-from tachograph.events import new_event
+from tachograph.errors import AppendRefused, PurposeDenied, RunNotFound, StoreError
+from tachograph.record.event import new_event
+from tachograph.store import verify_stored
+from tachograph.store.audit import AuditEntry, link_problems
+from tachograph.store.base import CheckpointRow, SealRow
 from tachograph.store.postgres import PostgresStore
-from tachograph.testing import build_run, fixed_ts
+from tachograph.testing import build_run
 
 from .conftest import APP, PRIVACY_ROLE, READER_ROLE, TENANT_ROLE, PgCluster
 
@@ -91,6 +94,10 @@ def test_the_writer_may_insert_and_select_only(pg_cluster: PgCluster, db: str) -
             "payloads": {"INSERT", "SELECT"},
             "runs": {"SELECT"},
             "store_audit": {"SELECT"},
+            "deleted_runs": {"SELECT"},
+            "subjects": {"INSERT", "SELECT"},
+            "seals": {"INSERT", "SELECT"},
+            "checkpoints": {"INSERT", "SELECT"},
         }.items():
             granted = {
                 p
@@ -129,12 +136,21 @@ def filled(open_as: Any) -> list[Any]:
         "UPDATE tachograph.runs SET events = 2",
         "DELETE FROM tachograph.runs",
         "TRUNCATE tachograph.store_audit",
+        "UPDATE tachograph.store_audit SET actor = 'mallory'",
+        "DELETE FROM tachograph.store_audit",
+        "UPDATE tachograph.seals SET leaf = '\\x00'::bytea",
+        "DELETE FROM tachograph.seals",
+        "TRUNCATE tachograph.checkpoints",
     ],
 )
 @pytest.mark.parametrize("who", ["superuser", "superuser in replica mode", "owner"])
 def test_triggers_refuse_changes_even_to_the_owner_and_a_superuser(
     pg_cluster: PgCluster, db: str, filled: list[Any], open_as: Any, sql: str, who: str
 ) -> None:
+    app = open_as(APP)
+    app.append_audit(AuditEntry(action="read", actor="t", tenant="acme"))  # rows to refuse
+    app.append_seals("acme", [SealRow("run-a", 3, b"leaf")])
+    app.put_checkpoint(CheckpointRow("acme", 1, "note", "1 x"))
     with _raw(pg_cluster, db, "postgres") as conn:
         try:
             with conn.transaction():
@@ -170,13 +186,19 @@ def test_triggers_refuse_changes_even_to_the_owner_and_a_superuser(
         "TRUNCATE tachograph.events",
         "UPDATE tachograph.payloads SET body = NULL, salt = NULL",
         "UPDATE tachograph.runs SET events = 9",
-        "SELECT tachograph.erase_payload('run-a', 1, 'no right to')",
+        "SELECT tachograph.erase_payloads('run-a', '{1}')",
+        "SELECT tachograph.delete_run_rows('run-a')",
+        "INSERT INTO tachograph.store_audit (seq, tenant, ts, actor, action, detail, hash) "
+        "VALUES (0, 'acme', 'x', 'x', 'x', '\\x7b7d', 'x')",
     ],
 )
 def test_the_writer_has_no_right_to_change_anything(
     pg_cluster: PgCluster, db: str, filled: list[Any], sql: str
 ) -> None:
-    with _raw(pg_cluster, db, APP) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+    with (
+        _raw(pg_cluster, db, TENANT_ROLE) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
         _in_tenant(conn, "acme", sql)
 
 
@@ -205,42 +227,83 @@ def test_the_database_enforces_the_chain_for_raw_inserts(
 # -- erasure and retention: only through the SECURITY DEFINER functions, audited ---------------
 
 
+def _entry(action: str = "erase") -> AuditEntry:
+    return AuditEntry(action=action, actor="officer 7", tenant="acme", detail={"reason": "r17"})
+
+
 def test_erasure_through_the_privacy_role_nulls_payload_and_salt_and_is_audited(
     open_as: Any, filled: list[Any]
 ) -> None:
     officer = open_as(PRIVACY_ROLE, tenant="acme")
-    assert officer.erase("run-a", 1, reason="subject request 17") is True
-    assert officer.erase("run-a", 1, reason="again") is False  # nothing left to erase
-    report = officer.verify("run-a")
+    assert officer.erase("acme", "run-a", [1], audit=_entry()) == 1
+    assert officer.erase("acme", "run-a", [1], audit=_entry()) == 0  # nothing left to erase
+    report = verify_stored(officer, "run-a")
     assert report.ok, report.render()
     assert report.erased == (1,)
     stored = list(officer.read("run-a"))
     assert (stored[1].payload, stored[1].salt) == (None, None)
     assert stored[2].payload == filled[2].payload
-    audit = officer.audit(run_id="run-a")
-    assert [(a["action"], a["seq"], a["detail"]["erased"]) for a in audit] == [
-        ("erase", 1, 1),
-        ("erase", 1, 0),
-    ]
-    assert audit[0]["detail"]["reason"] == "subject request 17"
-    assert audit[0]["actor"] == PRIVACY_ROLE
+    [record] = list(officer.read_audit())
+    assert (record.action, record.actor, record.tenant) == ("erase", "officer 7", "acme")
+    assert record.detail == {"reason": "r17", "run_id": "run-a", "seqs": [1]}
+    assert link_problems([record]) == []
     with pytest.raises(StoreError):
-        open_as(APP, tenant="acme").erase("run-a", 2, reason="the writer may not")
+        open_as(TENANT_ROLE, tenant="acme").erase("acme", "run-a", [2], audit=_entry())
+    with pytest.raises(StoreError):  # a store opened for acme erases nothing elsewhere
+        officer.erase("globex", "run-a", [2], audit=_entry())
 
 
-def test_retention_erases_old_payloads_of_one_tenant(open_as: Any) -> None:
+def test_an_erasure_without_its_audit_record_does_not_commit(
+    pg_cluster: PgCluster, db: str, filled: list[Any]
+) -> None:
+    with _raw(pg_cluster, db, PRIVACY_ROLE) as conn:
+        with pytest.raises(psycopg.DatabaseError, match="without a record") as info:
+            _in_tenant(conn, "acme", "SELECT tachograph.erase_payloads('run-a', '{1, 2}')")
+        assert info.value.sqlstate == "TG003"
+        with pytest.raises(psycopg.DatabaseError, match="without a record"):
+            _in_tenant(conn, "acme", "SELECT tachograph.delete_run_rows('run-a')")
+        with pytest.raises(psycopg.DatabaseError, match="does not follow the audit head"):
+            _in_tenant(
+                conn, "acme", "SELECT tachograph.audit_append(5, 't', 'acme', 'a', 'erase', "
+                "'\\x7b7d', NULL, 'h')",
+            )  # fmt: skip
+    with _raw(pg_cluster, db, APP) as conn:
+        _in_tenant(conn, "acme", "SELECT 1")
+        rows = _in_tenant(
+            conn, "acme", "SELECT count(*) FROM tachograph.payloads WHERE body IS NULL"
+        )
+        assert rows == [(0,)]
+
+
+def test_retention_deletes_a_run_audited_and_its_id_stays_taken(open_as: Any) -> None:
     app = open_as(APP)
-    old = build_run("old", 3, tenant="acme", ts=fixed_ts)
-    new = build_run("new", 3, tenant="acme", ts=lambda seq: fixed_ts(3600 + seq))
-    other = build_run("other", 3, tenant="globex", ts=fixed_ts)
-    app.append(old + new + other)
+    app.append(build_run("old", 3, tenant="acme") + build_run("old", 3, tenant="globex"))
+    app.link_subjects("acme", "old", [(1, "p")])
     officer = open_as(PRIVACY_ROLE, tenant="acme")
-    assert officer.apply_retention(fixed_ts(1800), tenant="acme", reason="30 days") == 3
-    assert app.verify("old", tenant="acme").erased == (0, 1, 2)
-    assert app.verify("new", tenant="acme").erased == ()
-    assert app.verify("other", tenant="globex").erased == ()
-    [entry] = officer.audit(tenant="acme")
-    assert (entry["action"], entry["detail"]["erased"]) == ("retention", 3)
+    assert officer.delete_run("acme", "old", audit=_entry("retention.delete")) == 3
+    with pytest.raises(RunNotFound):
+        app.run_info("old", tenant="acme")
+    assert verify_stored(app, "old", tenant="globex").ok
+    assert app.subject_events("acme", "p") == []
+    with pytest.raises(AppendRefused, match="deleted by retention"):
+        app.append(build_run("old", 1, tenant="acme"))
+    [record] = list(app.read_audit())
+    assert (record.action, record.detail["events"]) == ("retention.delete", 3)
+
+
+def test_seal_logs_are_per_tenant_and_gapless(pg_cluster: PgCluster, db: str, open_as: Any) -> None:
+    acme = open_as(TENANT_ROLE, tenant="acme")
+    assert acme.append_seals("acme", [SealRow("r", 0, b"a"), SealRow("r", 1, b"b")]) == 0
+    assert open_as(TENANT_ROLE, tenant="globex").seal_count("acme") == 0  # invisible
+    with _raw(pg_cluster, db, TENANT_ROLE) as conn:
+        with pytest.raises(psycopg.DatabaseError, match="gap") as info:
+            _in_tenant(conn, "acme", "INSERT INTO tachograph.seals VALUES ('acme', 3, 'r', 3, 'x')")
+        assert info.value.sqlstate == "TG001"
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # row-level security
+            _in_tenant(
+                conn, "acme", "INSERT INTO tachograph.seals VALUES ('globex', 0, 'r', 0, 'x')"
+            )
+    assert acme.seal_count("acme") == 2
 
 
 # -- tenants ----------------------------------------------------------------------------------
@@ -315,18 +378,19 @@ def test_a_read_for_a_denied_purpose_is_refused_and_audited(
         list(marketing.read("r1"))
     err = info.value
     assert (err.run_id, err.tenant, err.purpose) == ("r1", "acme", "marketing")
-    assert set(err.types) == {"decision", "run.finished", "run.started"}
+    assert err.what == "payloads of type decision, run.finished, run.started"
     assert isinstance(err, StoreError)
     with pytest.raises(PurposeDenied):
         marketing.verify("r1")
     # The envelopes stay readable (listing, heads); only payloads are refused.
     assert marketing.run_info("r1").events == 4
-    audit = open_as(PRIVACY_ROLE, tenant="acme").audit(run_id="r1")
-    assert [(a["action"], a["purpose"], a["actor"]) for a in audit] == [
+    audit = list(open_as(PRIVACY_ROLE, tenant="acme").read_audit())
+    assert [(a.action, a.detail["purpose"], a.actor) for a in audit] == [
         ("read.denied", "marketing", TENANT_ROLE),
         ("read.denied", "marketing", TENANT_ROLE),
     ]
-    assert audit[0]["detail"]["types"] == ["decision", "run.finished", "run.started"]
+    assert audit[0].detail["types"] == ["decision", "run.finished", "run.started"]
+    assert link_problems(audit) == []
     # support may read everything in acme, but not in globex
     assert open_as(TENANT_ROLE, tenant="acme", purpose="support").verify("r2").ok
     app.append(build_run("g1", 2, tenant="globex"))
@@ -357,6 +421,8 @@ def test_raw_sql_reads_of_denied_payloads_are_errors_not_gaps(
 def test_every_unique_key_and_index_includes_run_id_and_tables_are_partitioned(
     pg_cluster: PgCluster, db: str
 ) -> None:
+    """Per-run tables are keyed and partitioned by run_id; the seal log by tenant; the store
+    audit is one small table (a reference table in Citus)."""
     with _raw(pg_cluster, db, "postgres") as conn:
         indexes = conn.execute(
             "SELECT c.relname, i.relname, pg_get_indexdef(x.indexrelid) FROM pg_index x "
@@ -366,16 +432,22 @@ def test_every_unique_key_and_index_includes_run_id_and_tables_are_partitioned(
         ).fetchall()
         assert len(indexes) > 20
         for table, index, definition in indexes:
-            assert "run_id" in definition, (table, index, definition)
+            if table.startswith(("seals", "checkpoints")):
+                assert "(tenant," in definition, (table, index, definition)
+            elif not table.startswith("store_audit"):
+                assert "run_id" in definition, (table, index, definition)
         keys = conn.execute(
             "SELECT c.relname, pg_get_partkeydef(c.oid) FROM pg_partitioned_table p "
             "JOIN pg_class c ON c.oid = p.partrelid ORDER BY 1"
         ).fetchall()
         assert keys == [
+            ("checkpoints", "HASH (tenant)"),
+            ("deleted_runs", "HASH (run_id)"),
             ("events", "HASH (run_id)"),
             ("payloads", "HASH (run_id)"),
             ("runs", "HASH (run_id)"),
-            ("store_audit", "HASH (run_id)"),
+            ("seals", "HASH (tenant)"),
+            ("subjects", "HASH (run_id)"),
         ]
         for (definition,) in conn.execute(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE contype = 'f' "

@@ -8,9 +8,10 @@ from typing import Any
 import click
 import orjson
 
+from ..capture.loader import load_agent
 from ..errors import Divergence
-from ..replay import fork, replay, resume
-from ..report import ReplayReport
+from ..replay.api import fork, replay, resume
+from ..replay.report import ReplayReport
 from .app import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -20,7 +21,6 @@ from .app import (
     open_store,
     resolve_run,
 )
-from .loader import load_agent
 from .render import Output
 
 __all__ = ["print_report", "register"]

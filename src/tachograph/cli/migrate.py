@@ -16,8 +16,8 @@ from typing import Any
 import click
 
 from ..errors import RunNotFound, StoreError, StoreNotFound
-from ..events import Event
-from ..store import Store
+from ..record.event import Event
+from ..store import Store, verify_stored
 from ..store import open_store as open_store_raw
 from .app import EXIT_FAILED, EXIT_STORE, CliError, emit_json, json_option
 
@@ -69,7 +69,7 @@ def migrate(
     report = MigrateReport()
     for tenant, run_id in sorted(src.run_keys()):
         report.runs += 1
-        before = src.verify(run_id, tenant=tenant)
+        before = verify_stored(src, run_id, tenant=tenant)
         if not before.ok:
             report.failed.append(
                 {"tenant": tenant, "run_id": run_id, "where": "source", "report": before.render()}
@@ -77,7 +77,7 @@ def migrate(
             continue
         head = dst.head(run_id, tenant=tenant)
         if head is not None and head == (before.events - 1, before.head):
-            after = dst.verify(run_id, tenant=tenant)
+            after = verify_stored(dst, run_id, tenant=tenant)
             if after.ok:
                 report.skipped_runs += 1
                 if progress is not None:
@@ -92,7 +92,7 @@ def migrate(
             copied += len(events)
             if progress is not None:
                 progress(f"{tenant}/{run_id}: {start + copied}/{before.events} events")
-        after = dst.verify(run_id, tenant=tenant)
+        after = verify_stored(dst, run_id, tenant=tenant)
         report.events_copied += copied
         if not after.ok or after.head != before.head or after.events != before.events:
             report.failed.append(

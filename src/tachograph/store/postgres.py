@@ -12,17 +12,18 @@ A store opened with ``?tenant=T`` never sets any other tenant.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
 import psycopg
 from psycopg import errors as pg_errors
 
-from ..chain import LineChecker
 from ..errors import (
+    AppendRefused,
     DuplicateConflict,
     PurposeDenied,
     RunNotFound,
@@ -33,9 +34,11 @@ from ..errors import (
     StoreUnavailable,
     TachographError,
 )
-from ..events import Event
+from ..record.event import Event
+from ..record.rows import StoredRow
 from . import postgres_schema as schema
-from .base import Receipt, RunInfo, Store, not_found
+from .audit import AuditEntry, AuditRecord, chain_audit
+from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -247,10 +250,11 @@ class PostgresStore(Store):
     def _translate(self, exc: psycopg.Error, run_id: str | None = None) -> TachographError:
         if exc.sqlstate == "TG004":
             return PurposeDenied(
-                f"{exc.diag.message_primary} ({self.url})",
-                run_id=run_id,
-                purpose=self.purpose,
-                types=(),
+                f"{exc.diag.message_primary} ({self.url})", run_id=run_id, purpose=self.purpose
+            )
+        if exc.sqlstate == "TG006":
+            return AppendRefused(
+                f"{exc.diag.message_primary} ({self.url})", run_id=run_id, location=self.url
             )
         if exc.sqlstate in ("42501", "TG005"):  # a row-level security policy, a privilege
             return StoreError(f"refused by {self.url}: {exc.diag.message_primary}", run_id=run_id)
@@ -483,39 +487,31 @@ class PostgresStore(Store):
             )
         return not_found(run_id, ids, self.url)
 
-    def read(
-        self,
-        run_id: str,
-        *,
-        tenant: str | None = None,
-        from_seq: int = 0,
-        decode: bool = True,
-    ) -> Iterator[Event]:
-        """Stream events in pages (keyset pagination: constant memory, short transactions)."""
-        for r in self.read_rows(run_id, tenant=tenant, from_seq=from_seq):
-            body = r[15]
-            yield Event(
-                1, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11],
-                r[12], r[13], r[14],
-                orjson.loads(body) if decode and body is not None else None,
-                r[16], body,
-            )  # fmt: skip
-
     def read_rows(
         self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
-    ) -> Iterator[tuple[Any, ...]]:
-        """Stream a run's raw rows as :meth:`SQLiteStore.read_rows
-        <tachograph.store.sqlite.SQLiteStore.read_rows>` does (what verification reads)."""
+    ) -> Iterator[StoredRow]:
+        """Stream a run's rows in pages (keyset pagination: constant memory, short
+        transactions); a purpose that may not read some of its payloads is refused first."""
         tenant = self._resolve_tenant(run_id, tenant)
         denied = self._authorize(run_id, tenant, from_seq)
         if denied:
+            # Recorded in its own committed transaction: the refusal stays in the audit.
+            detail = {"run_id": run_id, "from_seq": from_seq, "purpose": self.purpose}
+            self.append_audit(
+                AuditEntry(
+                    action="read.denied",
+                    actor=self._db_user(),
+                    tenant=tenant,
+                    detail={**detail, "types": denied},
+                )
+            )
             raise PurposeDenied(
                 f"purpose {self.purpose!r} may not read payloads of type "
                 f"{', '.join(denied)} in run {run_id!r} (refusal recorded in the store audit)",
                 run_id=run_id,
                 tenant=tenant,
                 purpose=self.purpose,
-                types=tuple(denied),
+                what="payloads of type " + ", ".join(denied),
             )
         seq = from_seq
         first = True
@@ -529,7 +525,7 @@ class PostgresStore(Store):
                 return
             seq = rows[-1][2] + 1
 
-    def _page(self, tenant: str, run_id: str, seq: int) -> list[tuple[Any, ...]]:
+    def _page(self, tenant: str, run_id: str, seq: int) -> list[StoredRow]:
         with self._lock:
             try:
                 with self._conn.transaction():
@@ -544,17 +540,13 @@ class PostgresStore(Store):
             except psycopg.Error as exc:
                 raise self._translate(exc, run_id) from exc
         missing = (None, None)
-        return [(*row, *payloads.get(row[2], missing)) for row in envelopes]
+        make = StoredRow._make
+        return [make((*row, *payloads.get(row[2], missing))) for row in envelopes]
 
     def _authorize(self, run_id: str, tenant: str, from_seq: int) -> list[str]:
         # Its own transaction, committed: the audit of a refusal must survive the refusal.
         rows = self._query(tenant, "SELECT tachograph.authorize_read(%s, %s)", (run_id, from_seq))
         return list(rows[0][0] or [])
-
-    def _feed(self, checker: LineChecker, run_id: str, tenant: str | None) -> Iterator[int]:
-        for row in self.read_rows(run_id, tenant=tenant):
-            checker.feed_row(row)
-            yield 1
 
     def _exists(self, tenant: str, run_id: str) -> bool:
         return bool(
@@ -628,39 +620,214 @@ class PostgresStore(Store):
         """How many events the store holds (that this connection may see)."""
         return int(self._query(None, "SELECT count(*) FROM tachograph.events")[0][0])
 
-    # -- privacy: through the database's SECURITY DEFINER functions --------------------------
+    # -- the seal log (SPEC section 9): per tenant, keyed (tenant, idx) -------------------------
 
-    def erase(self, run_id: str, seq: int, *, tenant: str | None = None, reason: str) -> bool:
-        """Erase one payload (body and salt to NULL), audited; False if already erased.
+    def _write(self, tenant: str, work: Any) -> Any:
+        """``work(cursor)`` in one scoped transaction; driver errors translated."""
+        with self._lock:
+            try:
+                with self._conn.transaction():
+                    cur = self._conn.cursor()
+                    self._scope(cur, tenant)
+                    return work(cur)
+            except psycopg.Error as exc:
+                raise self._translate(exc) from exc
 
-        Needs a role granted ``tachograph_privacy``.
+    def append_seals(self, tenant: str, seals: Sequence[SealRow]) -> int:
+        """Append leaves atomically; the first one's index (see :meth:`Store.append_seals`).
+
+        Appenders of one tenant queue on a transaction lock, so each gets a contiguous range;
+        the database refuses a gap (``seals_contiguous``) and a reused index (the key).
         """
-        tenant = self._resolve_tenant(run_id, tenant)
-        rows = self._query(
-            tenant, "SELECT tachograph.erase_payload(%s, %s, %s)", (run_id, seq, reason)
-        )
-        return bool(rows[0][0])
 
-    def apply_retention(self, before: str, *, tenant: str, reason: str) -> int:
-        """Erase every payload of ``tenant`` recorded before ``before`` (ISO 8601), audited."""
-        rows = self._query(tenant, "SELECT tachograph.apply_retention(%s, %s)", (before, reason))
+        def work(cur: psycopg.Cursor[Any]) -> int:
+            cur.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('tachograph.seals'), hashtext(%s))",
+                (tenant,),
+            )
+            cur.execute(
+                "SELECT coalesce(max(idx) + 1, 0) FROM tachograph.seals WHERE tenant = %s",
+                (tenant,),
+            )
+            row = cur.fetchone()
+            first = int(row[0]) if row else 0
+            if seals:
+                cur.execute(
+                    "INSERT INTO tachograph.seals (tenant, idx, run_id, seq, leaf) "
+                    "SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::bigint[], "
+                    "%s::bytea[])",
+                    (
+                        tenant,
+                        [first + i for i in range(len(seals))],
+                        [s.run_id for s in seals],
+                        [s.seq for s in seals],
+                        [bytes(s.leaf) for s in seals],
+                    ),
+                )
+            return first
+
+        return int(self._write(tenant, work))
+
+    def _seal_rows(self, tenant: str, sql: str, args: Sequence[Any]) -> list[SealRow]:
+        rows = self._query(tenant, sql, args)
+        return [SealRow(str(r[0]), int(r[1]), bytes(r[2]), int(r[3])) for r in rows]
+
+    def read_seals(self, tenant: str, start: int = 0, end: int | None = None) -> list[SealRow]:
+        """Leaves ``start <= index < end`` in index order."""
+        sql = "SELECT run_id, seq, leaf, idx FROM tachograph.seals WHERE tenant = %s AND idx >= %s"
+        args: list[Any] = [tenant, start]
+        if end is not None:
+            sql += " AND idx < %s"
+            args.append(end)
+        return self._seal_rows(tenant, sql + " ORDER BY idx", args)
+
+    def seal_count(self, tenant: str) -> int:
+        """How many leaves the tenant's log holds (its indices have no gaps)."""
+        rows = self._query(
+            tenant,
+            "SELECT coalesce(max(idx) + 1, 0) FROM tachograph.seals WHERE tenant = %s",
+            (tenant,),
+        )
         return int(rows[0][0])
 
-    def audit(
-        self, *, tenant: str | None = None, run_id: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The store audit (erasures, retention, refused reads), oldest first."""
-        sql = (
-            "SELECT tenant, run_id, at, action, seq, purpose, actor, detail "
-            "FROM tachograph.store_audit"
+    def seals_for_run(self, tenant: str, run_id: str) -> list[SealRow]:
+        """The leaves sealing one run, in index order."""
+        return self._seal_rows(
+            tenant,
+            "SELECT run_id, seq, leaf, idx FROM tachograph.seals "
+            "WHERE tenant = %s AND run_id = %s ORDER BY idx",
+            (tenant, run_id),
         )
-        where, args = [], []
-        for column, value in (("tenant", tenant), ("run_id", run_id)):
-            if value is not None:
-                where.append(f"{column} = %s")
-                args.append(value)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        rows = self._query(tenant, sql + " ORDER BY at", args)
-        keys = ("tenant", "run_id", "at", "action", "seq", "purpose", "actor", "detail")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    def put_checkpoint(self, checkpoint: CheckpointRow) -> bool:
+        """Keep a checkpoint unless one of that tenant and size is kept."""
+        rows = self._query(
+            checkpoint.tenant,
+            "INSERT INTO tachograph.checkpoints (tenant, size, note, frontier) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+            (checkpoint.tenant, checkpoint.size, checkpoint.note, checkpoint.frontier),
+        )
+        return bool(rows)
+
+    def latest_checkpoint(self, tenant: str) -> CheckpointRow | None:
+        """The largest checkpoint kept for the tenant."""
+        rows = self._query(
+            tenant,
+            "SELECT tenant, size, note, frontier FROM tachograph.checkpoints "
+            "WHERE tenant = %s ORDER BY size DESC LIMIT 1",
+            (tenant,),
+        )
+        if not rows:
+            return None
+        return CheckpointRow(str(rows[0][0]), int(rows[0][1]), rows[0][2], rows[0][3])
+
+    # -- the data lifecycle: through the database's SECURITY DEFINER functions ---------------
+
+    def _db_user(self) -> str:
+        return str(self._query(None, "SELECT session_user")[0][0])
+
+    @staticmethod
+    def _audit_in(cur: psycopg.Cursor[Any], entry: AuditEntry) -> AuditRecord:
+        """Chain ``entry`` to the audit head inside the caller's transaction (which holds the
+        audit's lock from ``audit_head`` until it ends)."""
+        cur.execute("SELECT seq, hash FROM tachograph.audit_head()")
+        head = cur.fetchone()
+        seq, prev = (int(head[0]), head[1]) if head else (-1, None)
+        record = chain_audit(entry, seq=seq + 1, prev_hash=prev)
+        cur.execute(
+            "SELECT tachograph.audit_append(%s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                record.seq,
+                record.ts,
+                record.tenant,
+                record.actor,
+                record.action,
+                orjson.dumps(record.detail),
+                record.prev_hash,
+                record.hash,
+            ),
+        )
+        return record
+
+    def append_audit(self, entry: AuditEntry) -> AuditRecord:
+        """Append one record to the store audit (in the entry's tenant: a store opened for one
+        tenant may record only for that tenant)."""
+        record: AuditRecord = self._write(entry.tenant, lambda cur: self._audit_in(cur, entry))
+        return record
+
+    def read_audit(self, *, from_seq: int = 0) -> Iterator[AuditRecord]:
+        """Stream the store audit in seq order, page by page: the records of the tenants this
+        connection may see (all of them for ``tachograph_all_tenants`` and no ``?tenant=``)."""
+        seq = from_seq
+        while True:
+            rows = self._query(
+                None,
+                "SELECT seq, ts, tenant, actor, action, detail, prev_hash, hash "
+                "FROM tachograph.store_audit WHERE seq >= %s ORDER BY seq LIMIT %s",
+                (seq, _PAGE),
+            )
+            for r in rows:
+                yield AuditRecord(int(r[0]), r[1], r[2], r[3], r[4], orjson.loads(r[5]), r[6], r[7])
+            if len(rows) < _PAGE:
+                return
+            seq = int(rows[-1][0]) + 1
+
+    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
+        """Erase payloads and salts through ``erase_payloads`` with the audit record, in one
+        transaction (the database refuses to commit an erasure without one). Needs a role
+        granted ``tachograph_privacy``. Dead row versions go at the next VACUUM."""
+        wanted = sorted({int(s) for s in seqs})
+        if not wanted:
+            return 0
+
+        def work(cur: psycopg.Cursor[Any]) -> int:
+            cur.execute("SELECT seq FROM tachograph.audit_head()")  # the lock, before erasing
+            cur.execute("SELECT tachograph.erase_payloads(%s, %s)", (run_id, wanted))
+            row = cur.fetchone()
+            erased = [int(s) for s in (row[0] if row else None) or []]
+            if erased:
+                detail = {**audit.detail, "run_id": run_id, "seqs": erased}
+                self._audit_in(cur, dataclasses.replace(audit, tenant=tenant, detail=detail))
+            return len(erased)
+
+        return int(self._write(tenant, work))
+
+    def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
+        """Delete a whole run through ``delete_run_rows`` with the audit record (retention)."""
+
+        def work(cur: psycopg.Cursor[Any]) -> int:
+            cur.execute("SELECT seq FROM tachograph.audit_head()")
+            cur.execute("SELECT tachograph.delete_run_rows(%s)", (run_id,))
+            row = cur.fetchone()
+            if row is None or row[0] is None:
+                return 0
+            count = int(row[0])
+            detail = {**audit.detail, "run_id": run_id, "events": count}
+            self._audit_in(cur, dataclasses.replace(audit, tenant=tenant, detail=detail))
+            return count
+
+        return int(self._write(tenant, work))
+
+    def link_subjects(self, tenant: str, run_id: str, links: Iterable[tuple[int, str]]) -> int:
+        """Link events to data-subject ids (linking twice is harmless)."""
+        pairs = [(int(seq), str(subject)) for seq, subject in links]
+        if not pairs:
+            return 0
+        rows = self._query(
+            tenant,
+            "INSERT INTO tachograph.subjects (tenant, run_id, seq, subject) "
+            "SELECT %s, %s, * FROM unnest(%s::bigint[], %s::text[]) ON CONFLICT DO NOTHING "
+            "RETURNING 1",
+            (tenant, run_id, [p[0] for p in pairs], [p[1] for p in pairs]),
+        )
+        return len(rows)
+
+    def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
+        """``(run_id, seq)`` linked to ``subject``, by run and seq."""
+        rows = self._query(
+            tenant,
+            "SELECT run_id, seq FROM tachograph.subjects WHERE tenant = %s AND subject = %s "
+            "ORDER BY run_id, seq",
+            (tenant, subject),
+        )
+        return [(str(r), int(q)) for r, q in rows]

@@ -33,6 +33,8 @@ __all__ = [
     "RUN_TABLES",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "STORE_TABLES",
+    "TENANT_TABLES",
     "WRITER",
     "install",
     "schema_sql",
@@ -48,8 +50,15 @@ ALL_TENANTS = "tachograph_all_tenants"
 ROLES = (OWNER, WRITER, READER, PRIVACY, ALL_TENANTS)
 """Cluster-wide NOLOGIN roles; login roles are granted membership (see ``grant_login``)."""
 
-RUN_TABLES = ("events", "payloads", "runs", "store_audit")
+RUN_TABLES = ("events", "payloads", "runs", "subjects", "deleted_runs")
 """The tables keyed (and partitioned, and distributed) by ``run_id``."""
+
+TENANT_TABLES = ("seals", "checkpoints")
+"""The seal log: per tenant, keyed and partitioned by ``tenant`` (in Citus distributed by
+``tenant``, or kept as reference tables; see docs/scale.md)."""
+
+STORE_TABLES = ("store_audit",)
+"""One per store, not partitioned (in Citus a reference table)."""
 
 _TABLES = """
 CREATE TABLE tachograph.meta (key text PRIMARY KEY, value text NOT NULL);
@@ -103,18 +112,59 @@ CREATE TABLE tachograph.runs (
 CREATE INDEX runs_run_id ON tachograph.runs (run_id);
 CREATE INDEX runs_started ON tachograph.runs (started_at, run_id);
 
+-- The store audit: one hash chain per store (seq 0, 1, 2, ...), a small table that is not
+-- per run: in Citus a reference table. ``xact`` ties a record to the transaction that wrote
+-- it, so that an erasure or deletion commits only beside its record (erasure_audited).
 CREATE TABLE tachograph.store_audit (
+    seq bigint PRIMARY KEY,
     tenant text NOT NULL,
-    run_id text NOT NULL,  -- '' for actions on a whole tenant (retention)
-    audit_id uuid NOT NULL DEFAULT gen_random_uuid(),
-    at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    ts text NOT NULL,
+    actor text NOT NULL,
     action text NOT NULL,
-    seq bigint,
-    purpose text,
-    actor text NOT NULL DEFAULT session_user,
-    detail jsonb NOT NULL DEFAULT '{}',
-    PRIMARY KEY (tenant, run_id, audit_id)
+    detail bytea NOT NULL,  -- the record's detail as JSON bytes, exactly as hashed
+    prev_hash text,
+    hash text NOT NULL,
+    db_user text NOT NULL DEFAULT session_user,  -- who the database says wrote it
+    xact xid8 NOT NULL DEFAULT pg_current_xact_id()
+);
+CREATE INDEX store_audit_xact ON tachograph.store_audit (xact);
+
+-- Events linked to data subjects (per run: keyed and partitioned by run_id).
+CREATE TABLE tachograph.subjects (
+    tenant text NOT NULL,
+    run_id text NOT NULL,
+    seq bigint NOT NULL,
+    subject text NOT NULL,
+    PRIMARY KEY (tenant, run_id, seq, subject)
 ) PARTITION BY HASH (run_id);
+CREATE INDEX subjects_subject ON tachograph.subjects (tenant, subject, run_id, seq);
+
+-- Runs deleted by retention: their ids stay taken (events_chain refuses them).
+CREATE TABLE tachograph.deleted_runs (
+    tenant text NOT NULL,
+    run_id text NOT NULL,
+    deleted_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (tenant, run_id)
+) PARTITION BY HASH (run_id);
+
+-- The seal log (SPEC section 9): per tenant, not per run, so keyed and partitioned by tenant.
+CREATE TABLE tachograph.seals (
+    tenant text NOT NULL,
+    idx bigint NOT NULL,
+    run_id text NOT NULL,
+    seq bigint NOT NULL,
+    leaf bytea NOT NULL,
+    PRIMARY KEY (tenant, idx)
+) PARTITION BY HASH (tenant);
+CREATE INDEX seals_run ON tachograph.seals (tenant, run_id, idx);
+
+CREATE TABLE tachograph.checkpoints (
+    tenant text NOT NULL,
+    size bigint NOT NULL,
+    note text NOT NULL,
+    frontier text NOT NULL,
+    PRIMARY KEY (tenant, size)
+) PARTITION BY HASH (tenant);
 
 -- Which purposes may read payloads of which types; '*' matches any tenant or type.
 CREATE TABLE tachograph.read_policy (
@@ -156,6 +206,53 @@ BEGIN
         USING ERRCODE = 'TG004';
 END $$;
 
+CREATE FUNCTION tachograph.run_deleted(t text, r text) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+    SELECT EXISTS (SELECT 1 FROM tachograph.deleted_runs d WHERE d.tenant = t AND d.run_id = r)
+$$;
+
+-- Rows of a run deleted by retention (delete_run_rows lists it first) may go; nothing else.
+CREATE FUNCTION tachograph.refuse_but_retention() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+BEGIN
+    IF TG_OP = 'DELETE' AND tachograph.run_deleted(OLD.tenant, OLD.run_id) THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'tachograph: % on %.% is refused: the log is append-only',
+        TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = 'TG003';
+END $$;
+
+-- At commit (a deferred constraint trigger): an erasure or a deletion commits only with a
+-- record of the store audit written in the same transaction.
+CREATE FUNCTION tachograph.erasure_audited() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tachograph.store_audit WHERE xact = pg_current_xact_id()) THEN
+        RAISE EXCEPTION 'tachograph: % on %.% without a record in the store audit',
+            TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = 'TG003';
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- Each statement's leaves of a tenant are contiguous and start right after a stored leaf (or
+-- at 0); with the primary key (tenant, idx) that keeps every tenant's log gapless.
+CREATE FUNCTION tachograph.seals_contiguous() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+DECLARE bad record;
+BEGIN
+    SELECT n.tenant, n.lo INTO bad FROM (
+        SELECT tenant, min(idx) AS lo, max(idx) AS hi, count(*) AS c
+          FROM new_rows GROUP BY tenant) n
+     WHERE n.hi - n.lo + 1 <> n.c OR (n.lo <> 0 AND NOT EXISTS (
+        SELECT 1 FROM tachograph.seals s WHERE s.tenant = n.tenant AND s.idx = n.lo - 1))
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'tachograph: seal log of tenant % would have a gap at %',
+            quote_literal(bad.tenant), bad.lo USING ERRCODE = 'TG001';
+    END IF;
+    RETURN NULL;
+END $$;
+
 CREATE FUNCTION tachograph.refuse() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -171,6 +268,13 @@ CREATE FUNCTION tachograph.events_chain() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
 DECLARE r record; n bigint; bad record;
 BEGIN
+    SELECT d.run_id INTO bad FROM tachograph.deleted_runs d
+      JOIN (SELECT DISTINCT tenant, run_id FROM new_rows) k
+        ON k.tenant = d.tenant AND k.run_id = d.run_id LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'tachograph: run % was deleted by retention; its id cannot be used again',
+            quote_literal(bad.run_id) USING ERRCODE = 'TG006';
+    END IF;
     SELECT b.run_id, b.seq INTO bad FROM new_rows a JOIN new_rows b
         ON b.tenant = a.tenant AND b.run_id = a.run_id AND b.seq = a.seq + 1
      WHERE b.prev_hash IS DISTINCT FROM a.hash LIMIT 1;
@@ -221,8 +325,11 @@ BEGIN
 END $$;
 
 CREATE FUNCTION tachograph.payloads_erase_only() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
 BEGIN
+    IF TG_OP = 'DELETE' AND tachograph.run_deleted(OLD.tenant, OLD.run_id) THEN
+        RETURN OLD;
+    END IF;
     IF TG_OP <> 'UPDATE' OR NEW.body IS NOT NULL OR NEW.salt IS NOT NULL
        OR (NEW.tenant, NEW.run_id, NEW.seq, NEW.type)
           IS DISTINCT FROM (OLD.tenant, OLD.run_id, OLD.seq, OLD.type) THEN
@@ -233,8 +340,11 @@ BEGIN
 END $$;
 
 CREATE FUNCTION tachograph.runs_forward_only() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
 BEGIN
+    IF TG_OP = 'DELETE' AND tachograph.run_deleted(OLD.tenant, OLD.run_id) THEN
+        RETURN OLD;
+    END IF;
     IF TG_OP <> 'UPDATE' OR NEW.events <= OLD.events
        OR (NEW.tenant, NEW.run_id, NEW.actor, NEW.started_at)
           IS DISTINCT FROM (OLD.tenant, OLD.run_id, OLD.actor, OLD.started_at) THEN
@@ -255,39 +365,77 @@ BEGIN
     RETURN t;
 END $$;
 
-CREATE FUNCTION tachograph.erase_payload(p_run_id text, p_seq bigint, p_reason text)
-RETURNS boolean
+-- The store audit's head, under a transaction lock that serializes its writers (records are
+-- hashed by the client, which needs the head to chain to).
+CREATE FUNCTION tachograph.audit_head(OUT seq bigint, OUT hash text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
-DECLARE t text := tachograph.one_tenant(); n bigint;
 BEGIN
-    UPDATE tachograph.payloads SET body = NULL, salt = NULL
-     WHERE tenant = t AND run_id = p_run_id AND seq = p_seq
-       AND (body IS NOT NULL OR salt IS NOT NULL);
-    GET DIAGNOSTICS n = ROW_COUNT;
-    INSERT INTO tachograph.store_audit (tenant, run_id, action, seq, purpose, detail)
-    VALUES (t, p_run_id, 'erase', p_seq, tachograph.current_purpose(),
-            jsonb_build_object('reason', p_reason, 'erased', n));
-    RETURN n = 1;
+    PERFORM pg_advisory_xact_lock(hashtext('tachograph.store_audit'));
+    SELECT a.seq, a.hash INTO seq, hash FROM tachograph.store_audit a ORDER BY a.seq DESC LIMIT 1;
+    IF NOT FOUND THEN
+        seq := -1;
+        hash := NULL;
+    END IF;
 END $$;
 
-CREATE FUNCTION tachograph.apply_retention(p_before text, p_reason text) RETURNS bigint
+-- Append one record: it must be the head's next and chain to it, for this transaction's tenant.
+CREATE FUNCTION tachograph.audit_append(
+    p_seq bigint, p_ts text, p_tenant text, p_actor text, p_action text, p_detail bytea,
+    p_prev_hash text, p_hash text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+DECLARE h record;
+BEGIN
+    IF p_tenant IS DISTINCT FROM tachograph.one_tenant() THEN
+        RAISE EXCEPTION 'tachograph: an audit record of tenant % in a transaction of tenant %',
+            quote_literal(p_tenant), quote_literal(tachograph.one_tenant())
+            USING ERRCODE = 'TG005';
+    END IF;
+    SELECT * INTO h FROM tachograph.audit_head();
+    IF p_seq <> h.seq + 1 OR p_prev_hash IS DISTINCT FROM h.hash THEN
+        RAISE EXCEPTION 'tachograph: audit record % does not follow the audit head %',
+            p_seq, h.seq USING ERRCODE = 'TG001';
+    END IF;
+    INSERT INTO tachograph.store_audit (seq, tenant, ts, actor, action, detail, prev_hash, hash)
+    VALUES (p_seq, p_tenant, p_ts, p_actor, p_action, p_detail, p_prev_hash, p_hash);
+END $$;
+
+-- Erase payload and salt of seqs of a run of this transaction's tenant; the seqs erased now.
+-- The transaction must also append its audit record (erasure_audited checks at commit).
+CREATE FUNCTION tachograph.erase_payloads(p_run_id text, p_seqs bigint[]) RETURNS bigint[]
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+DECLARE t text := tachograph.one_tenant(); done bigint[];
+BEGIN
+    WITH erased AS (
+        UPDATE tachograph.payloads SET body = NULL, salt = NULL
+         WHERE tenant = t AND run_id = p_run_id AND seq = ANY(p_seqs)
+           AND (body IS NOT NULL OR salt IS NOT NULL)
+        RETURNING seq)
+    SELECT coalesce(array_agg(seq ORDER BY seq), '{}') INTO done FROM erased;
+    RETURN done;
+END $$;
+
+-- Delete a whole run of this transaction's tenant (retention): the number of events, or NULL
+-- if the run is not there. Its id stays taken; the audit record goes in the same transaction.
+CREATE FUNCTION tachograph.delete_run_rows(p_run_id text) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
 DECLARE t text := tachograph.one_tenant(); n bigint;
 BEGIN
-    UPDATE tachograph.payloads p SET body = NULL, salt = NULL
-      FROM tachograph.events e
-     WHERE p.tenant = t AND e.tenant = t AND e.run_id = p.run_id AND e.seq = p.seq
-       AND e.ts < p_before AND (p.body IS NOT NULL OR p.salt IS NOT NULL);
-    GET DIAGNOSTICS n = ROW_COUNT;
-    INSERT INTO tachograph.store_audit (tenant, run_id, action, purpose, detail)
-    VALUES (t, '', 'retention', tachograph.current_purpose(),
-            jsonb_build_object('before', p_before, 'reason', p_reason, 'erased', n));
+    SELECT count(*) INTO n FROM tachograph.events WHERE tenant = t AND run_id = p_run_id;
+    IF n = 0 AND NOT EXISTS (
+        SELECT 1 FROM tachograph.runs WHERE tenant = t AND run_id = p_run_id) THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO tachograph.deleted_runs (tenant, run_id) VALUES (t, p_run_id)
+        ON CONFLICT DO NOTHING;
+    DELETE FROM tachograph.subjects WHERE tenant = t AND run_id = p_run_id;
+    DELETE FROM tachograph.payloads WHERE tenant = t AND run_id = p_run_id;
+    DELETE FROM tachograph.events WHERE tenant = t AND run_id = p_run_id;
+    DELETE FROM tachograph.runs WHERE tenant = t AND run_id = p_run_id;
     RETURN n;
 END $$;
 
 -- Called by the store before it reads payloads: the types of the run (from from_seq on) that
--- the purpose may not read. A refusal is written to the audit and the function returns, so the
--- caller's transaction commits and the audit survives the refused read.
+-- the purpose may not read (the store then records the refusal in the audit and raises).
 CREATE FUNCTION tachograph.authorize_read(p_run_id text, p_from_seq bigint) RETURNS text[]
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
 DECLARE t text := tachograph.one_tenant(); p text := tachograph.current_purpose(); d text[];
@@ -299,12 +447,7 @@ BEGIN
     SELECT array_agg(DISTINCT e.type ORDER BY e.type) INTO d FROM tachograph.events e
      WHERE e.tenant = t AND e.run_id = p_run_id AND e.seq >= p_from_seq
        AND NOT tachograph.purpose_allows(t, e.type, p);
-    IF d IS NULL THEN
-        RETURN '{}';
-    END IF;
-    INSERT INTO tachograph.store_audit (tenant, run_id, action, seq, purpose, detail)
-    VALUES (t, p_run_id, 'read.denied', p_from_seq, p, jsonb_build_object('types', to_jsonb(d)));
-    RETURN d;
+    RETURN coalesce(d, '{}');
 END $$;
 """
 
@@ -331,7 +474,11 @@ def _policies(table: str) -> list[str]:
         f"ALTER TABLE tachograph.{table} FORCE ROW LEVEL SECURITY",
         f"CREATE POLICY tenant_read ON tachograph.{table} FOR SELECT USING ({select})",
         f"CREATE POLICY tenant_write ON tachograph.{table} FOR INSERT WITH CHECK ({_TENANT_EQ})",
+        # The owner is who the SECURITY DEFINER functions run as: erasure, deletion, the audit.
+        f"CREATE POLICY owner_all ON tachograph.{table} TO {OWNER} USING (true) WITH CHECK (true)",
     ]
+    if table.startswith("store_audit"):  # written only through audit_append
+        del out[3]
     if table.startswith(("payloads", "runs")):  # erasure; the head's compare-and-set
         out.append(
             f"CREATE POLICY tenant_update ON tachograph.{table} FOR UPDATE "
@@ -341,25 +488,44 @@ def _policies(table: str) -> list[str]:
 
 
 _ROW_TRIGGERS = {
-    "events": (("append_only", "BEFORE UPDATE OR DELETE", "refuse"),),
+    "events": (("append_only", "BEFORE UPDATE OR DELETE", "refuse_but_retention"),),
     "payloads": (("erase_only", "BEFORE UPDATE OR DELETE", "payloads_erase_only"),),
     "runs": (("forward_only", "BEFORE UPDATE OR DELETE", "runs_forward_only"),),
+    "subjects": (("append_only", "BEFORE UPDATE OR DELETE", "refuse_but_retention"),),
+    "deleted_runs": (("append_only", "BEFORE UPDATE OR DELETE", "refuse"),),
     "store_audit": (("append_only", "BEFORE UPDATE OR DELETE", "refuse"),),
+    "seals": (("append_only", "BEFORE UPDATE OR DELETE", "refuse"),),
+    "checkpoints": (("append_only", "BEFORE UPDATE OR DELETE", "refuse"),),
 }
+
+_STATEMENT_TRIGGERS = {"events": "events_chain", "seals": "seals_contiguous"}
+"""Statement triggers with a transition table, on the table and each partition."""
+
+_AUDITED = {"payloads": "UPDATE", "events": "DELETE"}
+"""Changes that commit only beside a store-audit record of the same transaction."""
 
 
 def _triggers(table: str, partitions: Sequence[str]) -> list[str]:
     """Append-only triggers, all ``ENABLE ALWAYS``. Row triggers of a partitioned table are
     cloned to its partitions; statement (TRUNCATE) triggers are not, so those go on each."""
     out: list[str] = []
-    chain = [table, *partitions] if table == "events" else []
-    for target in chain:  # a statement trigger fires for the table the statement names
+    statement = _STATEMENT_TRIGGERS.get(table)
+    for target in [table, *partitions] if statement else []:
+        # A statement trigger fires for the table the statement names.
         out += [
-            f"CREATE TRIGGER events_chain AFTER INSERT ON tachograph.{target} "
+            f"CREATE TRIGGER {statement} AFTER INSERT ON tachograph.{target} "
             "REFERENCING NEW TABLE AS new_rows "
-            "FOR EACH STATEMENT EXECUTE FUNCTION tachograph.events_chain()",
-            f"ALTER TABLE tachograph.{target} ENABLE ALWAYS TRIGGER events_chain",
+            f"FOR EACH STATEMENT EXECUTE FUNCTION tachograph.{statement}()",
+            f"ALTER TABLE tachograph.{target} ENABLE ALWAYS TRIGGER {statement}",
         ]
+    if table in _AUDITED:
+        for target in partitions or [table]:
+            out += [
+                f"CREATE CONSTRAINT TRIGGER erasure_audited AFTER {_AUDITED[table]} "
+                f"ON tachograph.{target} DEFERRABLE INITIALLY DEFERRED "
+                "FOR EACH ROW EXECUTE FUNCTION tachograph.erasure_audited()",
+                f"ALTER TABLE tachograph.{target} ENABLE ALWAYS TRIGGER erasure_audited",
+            ]
     for name, when, function in _ROW_TRIGGERS[table]:
         out.append(
             f"CREATE TRIGGER {name} {when} ON tachograph.{table} "
@@ -375,21 +541,31 @@ def _triggers(table: str, partitions: Sequence[str]) -> list[str]:
     return out
 
 
+_APPEND = (
+    "tachograph.events, tachograph.payloads, tachograph.subjects, tachograph.seals, "
+    "tachograph.checkpoints"
+)
+_ALL = (
+    _APPEND + ", tachograph.runs, tachograph.deleted_runs, tachograph.store_audit, "
+    "tachograph.read_policy, tachograph.meta"
+)
+_AUDIT_APPEND = "tachograph.audit_append(bigint, text, text, text, text, bytea, text, text)"
 _GRANTS = f"""
 REVOKE ALL ON SCHEMA tachograph FROM PUBLIC;
 GRANT USAGE ON SCHEMA tachograph TO {WRITER}, {READER}, {PRIVACY};
-GRANT SELECT, INSERT ON tachograph.events, tachograph.payloads TO {WRITER};
-GRANT SELECT ON tachograph.runs, tachograph.store_audit, tachograph.read_policy,
-    tachograph.meta TO {WRITER};
-GRANT SELECT ON tachograph.events, tachograph.payloads, tachograph.runs, tachograph.store_audit,
-    tachograph.read_policy, tachograph.meta TO {READER}, {PRIVACY};
-REVOKE ALL ON FUNCTION tachograph.erase_payload(text, bigint, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION tachograph.apply_retention(text, text) FROM PUBLIC;
+GRANT SELECT, INSERT ON {_APPEND} TO {WRITER};
+GRANT SELECT ON {_ALL} TO {WRITER}, {READER}, {PRIVACY};
+REVOKE ALL ON FUNCTION tachograph.erase_payloads(text, bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION tachograph.delete_run_rows(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION tachograph.authorize_read(text, bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION tachograph.erase_payload(text, bigint, text) TO {PRIVACY};
-GRANT EXECUTE ON FUNCTION tachograph.apply_retention(text, text) TO {PRIVACY};
+REVOKE ALL ON FUNCTION tachograph.audit_head() FROM PUBLIC;
+REVOKE ALL ON FUNCTION {_AUDIT_APPEND} FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tachograph.erase_payloads(text, bigint[]) TO {PRIVACY};
+GRANT EXECUTE ON FUNCTION tachograph.delete_run_rows(text) TO {PRIVACY};
 GRANT EXECUTE ON FUNCTION tachograph.authorize_read(text, bigint)
     TO {WRITER}, {READER}, {PRIVACY};
+GRANT EXECUTE ON FUNCTION tachograph.audit_head() TO {WRITER}, {READER}, {PRIVACY};
+GRANT EXECUTE ON FUNCTION {_AUDIT_APPEND} TO {WRITER}, {READER}, {PRIVACY};
 """
 
 
@@ -416,9 +592,9 @@ def schema_sql(*, partitions: int = 8) -> list[str]:
     if partitions < 0:
         raise ValueError("partitions must not be negative")
     statements = _split(_TABLES)
-    tables = list(RUN_TABLES)
-    parts: dict[str, list[str]] = {t: [] for t in RUN_TABLES}
-    for table in RUN_TABLES:
+    tables = [*RUN_TABLES, *TENANT_TABLES, *STORE_TABLES]
+    parts: dict[str, list[str]] = {t: [] for t in tables}
+    for table in (*RUN_TABLES, *TENANT_TABLES):
         for remainder in range(max(partitions, 1)):
             name = f"{table}_p{remainder}"
             parts[table].append(name)
