@@ -293,7 +293,7 @@ class PostgresStore(Store):
                         raise StoreError(
                             f"append refused by {self.url}: {exc.diag.message_primary}",
                             run_id=events[0].run_id,
-                            tenant=events[0].tenant,
+                            location=self.url,
                         ) from exc
                     raise self._translate(exc, events[0].run_id) from exc
         raise AssertionError("unreachable")  # pragma: no cover
