@@ -31,8 +31,20 @@ from bench.common import Figure, Measure, Settings, profile_call
 
 __all__ = ["FIGURE_KEYS", "MODULES", "main", "run_suite"]
 
-MODULES = ("record", "durable", "verify", "replay", "scale", "sealing", "bridge", "privacy")
-"""Figure modules in the order they run; ``bridge`` only when tachograph.otel exists."""
+MODULES = (
+    "record",
+    "durable",
+    "verify",
+    "replay",
+    "scale",
+    "sealing",
+    "bridge",
+    "privacy",
+    "postgres",
+)
+"""Figure modules in the order they run; ``bridge`` only when tachograph.otel exists;
+``postgres`` only when a server is available (``TACHOGRAPH_TEST_PG`` or initdb), else it says
+why and reports nothing."""
 
 FIGURE_KEYS = (
     "record_event",
@@ -57,6 +69,17 @@ def bridge_available() -> bool:
         return importlib.util.find_spec("tachograph.otel") is not None
     except ModuleNotFoundError:
         return False
+
+
+def postgres_available() -> bool:
+    """True when the PostgreSQL figures can run: psycopg, and a server or its binaries."""
+    if importlib.util.find_spec("psycopg") is None:
+        return False
+    if os.environ.get("TACHOGRAPH_TEST_PG"):
+        return True
+    from tachograph.testing.pgserver import find_bindir
+
+    return find_bindir() is not None
 
 
 def machine() -> dict[str, Any]:

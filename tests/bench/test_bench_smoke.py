@@ -48,6 +48,8 @@ def _expected_keys() -> set[str]:
     keys = set(bench_run.FIGURE_KEYS) | {"privacy_secrets", "privacy_pii"}
     if bench_run.bridge_available():
         keys |= {"bridge_on_off", "bridge_off_free"}
+    if bench_run.postgres_available():
+        keys |= {"pg_append_single", "pg_append_batched"}
     return keys
 
 

@@ -27,7 +27,7 @@ import time
 
 from tachograph.errors import DuplicateConflict, SequenceConflict
 from tachograph.record.event import new_event
-from tachograph.store import SQLiteStore, Store
+from tachograph.store import SQLiteStore, Store, open_store
 
 OPEN_STORES = 8
 
@@ -105,7 +105,7 @@ def main() -> None:
             result = append_own(store, run_id, count, worker)
             store.close()
     else:
-        store = SQLiteStore(db)
+        store = open_store(db) if "://" in db else SQLiteStore(db)  # a URL: PostgreSQL
         print("ready", flush=True)
         wait_for(go_file)
         if role == "own":

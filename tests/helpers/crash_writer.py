@@ -22,7 +22,7 @@ import sys
 import traceback
 
 from tachograph.record.event import new_event
-from tachograph.store import SQLiteStore
+from tachograph.store import SQLiteStore, open_store
 
 
 def say(line: str) -> None:
@@ -33,7 +33,7 @@ def say(line: str) -> None:
 def write_until_killed(db: str, run_id: str, max_batch: int, seed: int) -> None:
     rng = random.Random(seed)
     pid = os.getpid()
-    store = SQLiteStore(db)
+    store = open_store(db) if "://" in db else SQLiteStore(db)  # a URL: PostgreSQL
     head = store.head(run_id)
     seq, prev = (0, None) if head is None else (head[0] + 1, head[1])
     say(f"ready {pid} {seq}")

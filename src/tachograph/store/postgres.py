@@ -1,0 +1,833 @@
+"""A store in PostgreSQL (psycopg 3): ``postgresql://user@host/db[?tenant=T&purpose=P]``.
+
+The schema (:mod:`tachograph.store.postgres_schema`) enforces the chain, append-only, tenants
+and purposes in the database, for every client; this engine adds precise errors (which seq,
+which head) and dedupe of re-sent events, as every engine does.
+
+Each operation is one short transaction that first sets the transaction-local
+``tachograph.tenant`` (the store's tenant, the run's tenant, or ``*`` for listings across
+tenants, which only members of ``tachograph_all_tenants`` see) and ``tachograph.purpose``.
+A store opened with ``?tenant=T`` never sets any other tenant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import urllib.parse
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import orjson
+import psycopg
+from psycopg import errors as pg_errors
+
+from ..errors import (
+    AppendRefused,
+    DuplicateConflict,
+    PurposeDenied,
+    RunNotFound,
+    SchemaVersionError,
+    SequenceConflict,
+    StoreError,
+    StoreNotFound,
+    StoreUnavailable,
+    TachographError,
+)
+from ..record.event import Event
+from ..record.rows import StoredRow
+from . import postgres_schema as schema
+from .audit import AuditEntry, AuditRecord, chain_audit
+from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
+
+SCHEMA_VERSION = schema.SCHEMA_VERSION
+SCHEMES = ("postgresql", "postgres")
+
+_PAGE = 2000
+_CONFLICT_RETRIES = 5  # a head moved by a concurrent writer: re-check against the new head
+_OPTIONS = ("tenant", "purpose")  # query parameters of the URL that are ours, not libpq's
+
+# A page is two range scans of one run (envelopes, then their payloads), merged here: no join
+# for the planner to get wrong on a table it has no statistics for yet.
+_PAGE_SQL = (
+    "SELECT tenant, run_id, seq, event_id, ts, type, actor, trace_id, span_id, "
+    "idempotency_key, model, seed, payload_digest, prev_hash, hash FROM tachograph.events "
+    "WHERE tenant = %s AND run_id = %s AND seq >= %s ORDER BY seq LIMIT %s"
+)
+_PAYLOAD_PAGE_SQL = (
+    "SELECT seq, body, salt FROM tachograph.payloads "
+    "WHERE tenant = %s AND run_id = %s AND seq >= %s AND seq <= %s"
+)
+_INSERT_EVENTS = (
+    "INSERT INTO tachograph.events (tenant, run_id, seq, event_id, ts, type, actor, trace_id, "
+    "span_id, idempotency_key, model, seed, payload_digest, prev_hash, hash, status) "
+    "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], "
+    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], "
+    "%s::text[], %s::text[], %s::text[], %s::text[])"
+)
+_INSERT_PAYLOADS = (
+    "INSERT INTO tachograph.payloads (tenant, run_id, seq, type, salt, body) "
+    "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], "
+    "%s::bytea[])"
+)
+_RUN_COLUMNS = "tenant, run_id, actor, started_at, last_at, events, head_hash, status"
+
+
+def split_url(url: str) -> tuple[str, dict[str, str]]:
+    """The libpq connection string of ``url`` and the options that are tachograph's."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise StoreError(f"not a PostgreSQL URL: {redact(url)!r}", location=redact(url))
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in query if k in _OPTIONS}
+    rest = urllib.parse.urlencode([(k, v) for k, v in query if k not in _OPTIONS])
+    return urllib.parse.urlunsplit(parts._replace(query=rest)), ours
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and ``Store.url``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+class PostgresStore(Store):
+    """A store in a PostgreSQL database holding the ``tachograph`` schema.
+
+    ``tenant`` confines every operation to one tenant (row-level security then holds the
+    connection to it); ``purpose`` is what payloads are read for, checked against the
+    database's ``read_policy`` (a refused read raises :class:`PurposeDenied` and is audited).
+    With ``create=True`` a database without the schema gets it, when the role may install it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        tenant: str | None = None,
+        purpose: str | None = None,
+        create: bool = True,
+        partitions: int = 8,
+    ) -> None:
+        conninfo, options = split_url(url)
+        self.url = redact(url)
+        self.tenant = tenant if tenant is not None else options.get("tenant") or None
+        self.purpose = purpose if purpose is not None else options.get("purpose") or "default"
+        self._lock = threading.RLock()
+        try:
+            self._conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            text = str(exc)
+            if "does not exist" in text and "database" in text:
+                raise StoreNotFound(
+                    f"no database for {self.url}: {text.strip()}", location=self.url
+                ) from exc
+            raise StoreUnavailable(
+                f"cannot connect to {self.url}: {text.strip()}", location=self.url
+            ) from exc
+        try:
+            self._open(create=create, partitions=partitions)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @classmethod
+    def from_url(cls, url: str, *, create: bool = True) -> PostgresStore:
+        """Open the store a ``postgresql:`` URL names."""
+        return cls(url, create=create)
+
+    # -- installing --------------------------------------------------------------------------
+
+    @classmethod
+    def install_schema(cls, admin_url: str, *, partitions: int = 8) -> bool:
+        """Install roles and schema through ``admin_url`` (a superuser); False if present."""
+        conninfo, _ = split_url(admin_url)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            return schema.install(conn, partitions=partitions)
+
+    @classmethod
+    def grant_login(
+        cls,
+        admin_url: str,
+        name: str,
+        *,
+        writer: bool = True,
+        reader: bool = True,
+        privacy: bool = False,
+        all_tenants: bool = False,
+        password: str | None = None,
+    ) -> None:
+        """Create login role ``name`` (if absent) and grant it the chosen tachograph roles."""
+        roles = [
+            role
+            for role, wanted in (
+                (schema.WRITER, writer),
+                (schema.READER, reader),
+                (schema.PRIVACY, privacy),
+                (schema.ALL_TENANTS, all_tenants),
+            )
+            if wanted
+        ]
+        conninfo, _ = split_url(admin_url)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            for statement in schema.login_sql(name, roles, password=password):
+                conn.execute(statement)
+
+    def _open(self, *, create: bool, partitions: int) -> None:
+        cur = self._conn.cursor()
+        cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema.SCHEMA,))
+        if cur.fetchone() is None:
+            cur.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            row = cur.fetchone()
+            if create and row is not None and row[0]:
+                schema.install(self._conn, partitions=partitions)
+            else:
+                raise StoreNotFound(
+                    f"no tachograph schema in {self.url}: install it once as a superuser "
+                    "with PostgresStore.install_schema(ADMIN_URL)",
+                    location=self.url,
+                )
+        try:
+            cur.execute("SELECT value FROM tachograph.meta WHERE key = 'schema_version'")
+            row = cur.fetchone()
+        except pg_errors.InsufficientPrivilege as exc:
+            raise StoreError(
+                f"role cannot read the tachograph schema in {self.url}: grant it "
+                f"{schema.WRITER} or {schema.READER}",
+                location=self.url,
+            ) from exc
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.url} has schema version {version}; this tachograph reads up to "
+                f"{SCHEMA_VERSION}: upgrade tachograph",
+                location=self.url,
+                expected=SCHEMA_VERSION,
+                actual=version,
+            )
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version recorded in the database."""
+        row = self._conn.execute(
+            "SELECT value FROM tachograph.meta WHERE key = 'schema_version'"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._conn.close()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _scope(self, cur: psycopg.Cursor[Any], tenant: str | None) -> None:
+        """Set this transaction's tenant and purpose (the keys of row-level security)."""
+        effective = self.tenant if self.tenant is not None else (tenant or "*")
+        cur.execute(
+            "SELECT set_config('tachograph.tenant', %s, true), "
+            "set_config('tachograph.purpose', %s, true)",
+            (effective, self.purpose),
+        )
+
+    def _query(self, tenant: str | None, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        """One statement in its own scoped transaction; driver errors translated."""
+        with self._lock:
+            try:
+                with self._conn.transaction():
+                    cur = self._conn.cursor()
+                    self._scope(cur, tenant)
+                    cur.execute(sql, args)
+                    return cur.fetchall()
+            except psycopg.Error as exc:
+                raise self._translate(exc) from exc
+
+    def _translate(self, exc: psycopg.Error, run_id: str | None = None) -> TachographError:
+        if exc.sqlstate == "TG004":
+            return PurposeDenied(
+                f"{exc.diag.message_primary} ({self.url})", run_id=run_id, purpose=self.purpose
+            )
+        if exc.sqlstate == "TG006":
+            return AppendRefused(
+                f"{exc.diag.message_primary} ({self.url})", run_id=run_id, location=self.url
+            )
+        if exc.sqlstate in ("42501", "TG005"):  # a row-level security policy, a privilege
+            return StoreError(f"refused by {self.url}: {exc.diag.message_primary}", run_id=run_id)
+        return StoreUnavailable(
+            f"{self.url} failed: {str(exc).strip()}", location=self.url, run_id=run_id
+        )
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
+        """Append a batch atomically (see :meth:`Store.append`).
+
+        ``durable=False`` commits with ``synchronous_commit = off``: a server crash may lose
+        the last batches, a client crash never does.
+        """
+        if not events:
+            return []
+        with self._lock:
+            for attempt in range(_CONFLICT_RETRIES + 1):
+                try:
+                    with self._conn.transaction():
+                        return self._append_txn(events, durable)
+                except psycopg.Error as exc:
+                    if exc.sqlstate in ("TG001", "23505") and attempt < _CONFLICT_RETRIES:
+                        # A concurrent writer moved a head after our checks (the trigger's
+                        # compare-and-set or the primary key caught it): check again against
+                        # the new head, which makes it a precise conflict or a duplicate.
+                        continue
+                    if exc.sqlstate in ("TG001", "23505"):
+                        raise SequenceConflict(
+                            f"run heads kept moving under this append: {exc.diag.message_primary}",
+                            run_id=events[0].run_id,
+                            seq=events[0].seq,
+                        ) from exc
+                    if isinstance(exc, pg_errors.InsufficientPrivilege):
+                        raise StoreError(
+                            f"append refused by {self.url}: {exc.diag.message_primary}",
+                            run_id=events[0].run_id,
+                            location=self.url,
+                        ) from exc
+                    raise self._translate(exc, events[0].run_id) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _append_txn(self, events: Sequence[Event], durable: bool) -> list[Receipt]:
+        cur = self._conn.cursor()
+        if not durable:
+            cur.execute("SET LOCAL synchronous_commit = off")
+        by_tenant: dict[str, list[int]] = {}
+        for index, ev in enumerate(events):
+            by_tenant.setdefault(ev.tenant, []).append(index)
+        receipts: list[Receipt | None] = [None] * len(events)
+        for tenant, indexes in by_tenant.items():
+            self._scope(cur, tenant)
+            self._append_tenant(cur, tenant, [events[i] for i in indexes], indexes, receipts)
+        return [r for r in receipts if r is not None]
+
+    def _append_tenant(
+        self,
+        cur: psycopg.Cursor[Any],
+        tenant: str,
+        events: list[Event],
+        indexes: list[int],
+        receipts: list[Receipt | None],
+    ) -> None:
+        run_ids = sorted({ev.run_id for ev in events})
+        cur.execute(
+            "SELECT run_id, events, head_hash FROM tachograph.runs "
+            "WHERE tenant = %s AND run_id = ANY(%s)",
+            (tenant, run_ids),
+        )
+        heads: dict[str, list[Any]] = {r[0]: [r[1], r[2]] for r in cur.fetchall()}
+        stored_counts = {run_id: head[0] for run_id, head in heads.items()}
+        # Events at a seq the store already holds: fetch what is there, to dedupe or refuse.
+        old = [ev for ev in events if ev.seq < stored_counts.get(ev.run_id, 0)]
+        stored: dict[tuple[str, int], tuple[str, str]] = {}
+        if old:
+            cur.execute(
+                "SELECT e.run_id, e.seq, e.event_id, e.hash FROM tachograph.events e "
+                "JOIN unnest(%s::text[], %s::bigint[]) AS k(run_id, seq) "
+                "ON e.run_id = k.run_id AND e.seq = k.seq WHERE e.tenant = %s",
+                ([ev.run_id for ev in old], [ev.seq for ev in old], tenant),
+            )
+            stored = {(r[0], r[1]): (r[2], r[3]) for r in cur.fetchall()}
+        fresh: list[Event] = []
+        in_batch: dict[tuple[str, int], Event] = {}
+        for ev, index in zip(events, indexes, strict=True):
+            count, head_hash = heads.get(ev.run_id, [0, None])
+            if ev.seq < count:
+                have = stored.get((ev.run_id, ev.seq))
+                if have is None and (ev.run_id, ev.seq) in in_batch:
+                    twin = in_batch[(ev.run_id, ev.seq)]
+                    have = (twin.event_id, twin.hash)
+                if have is not None and have == (ev.event_id, ev.hash):
+                    receipts[index] = Receipt(
+                        ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True
+                    )
+                    continue
+                raise DuplicateConflict(
+                    f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
+                    run_id=ev.run_id,
+                    seq=ev.seq,
+                    expected=have[1] if have else None,
+                    actual=ev.hash,
+                )
+            if ev.seq != count or ev.prev_hash != head_hash:
+                raise SequenceConflict(
+                    f"run {ev.run_id!r}: event expected at seq {count} after head "
+                    f"{head_hash}, got seq {ev.seq} after {ev.prev_hash}",
+                    run_id=ev.run_id,
+                    seq=ev.seq,
+                    expected={"seq": count, "prev_hash": head_hash},
+                    actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
+                )
+            heads[ev.run_id] = [count + 1, ev.hash]
+            in_batch[(ev.run_id, ev.seq)] = ev
+            fresh.append(ev)
+            receipts[index] = Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash)
+        if not fresh:
+            return
+        self._check_event_ids(cur, tenant, fresh)
+        self._insert(cur, fresh)
+
+    def _check_event_ids(self, cur: psycopg.Cursor[Any], tenant: str, fresh: list[Event]) -> None:
+        """An event id stored elsewhere (another run or seq) is a conflict.
+
+        Unique keys include ``run_id`` (so that the schema distributes); across runs this is a
+        lookup, exact for one writer, and under concurrency the per-run unique key holds.
+        """
+        seen: dict[str, Event] = {}
+        for ev in fresh:
+            twin = seen.setdefault(ev.event_id, ev)
+            if twin is not ev:
+                raise DuplicateConflict(
+                    f"event_id {ev.event_id} appears twice in the batch with other content",
+                    run_id=ev.run_id,
+                    seq=ev.seq,
+                    expected=twin.hash,
+                    actual=ev.hash,
+                )
+        cur.execute(
+            "SELECT event_id, run_id, seq, hash FROM tachograph.events "
+            "WHERE event_id = ANY(%s) AND tenant = %s",
+            ([ev.event_id for ev in fresh], tenant),
+        )
+        for event_id, run_id, seq, digest in cur.fetchall():
+            ev = seen[event_id]
+            raise DuplicateConflict(
+                f"event_id {event_id} is already stored at {run_id!r} seq {seq}",
+                run_id=ev.run_id,
+                seq=ev.seq,
+                expected=digest,
+                actual=ev.hash,
+            )
+
+    @staticmethod
+    def _insert(cur: psycopg.Cursor[Any], fresh: list[Event]) -> None:
+        columns: list[list[Any]] = [[] for _ in range(16)]
+        bodies: list[bytes | None] = []
+        for ev in fresh:
+            status = None
+            if ev.type == "run.finished" and isinstance(ev.payload, dict):
+                found = ev.payload.get("status")
+                status = found if isinstance(found, str) else None
+            elif ev.type == "run.finished" and ev.payload is None and ev.payload_bytes:
+                found = orjson.loads(ev.payload_bytes).get("status")
+                status = found if isinstance(found, str) else None
+            row = (
+                ev.tenant, ev.run_id, ev.seq, ev.event_id, ev.ts, ev.type, ev.actor,
+                ev.trace_id, ev.span_id, ev.idempotency_key, ev.model, ev.seed,
+                ev.payload_digest, ev.prev_hash, ev.hash, status,
+            )  # fmt: skip
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+            body = ev.payload_bytes
+            if body is None and ev.payload is not None:
+                body = orjson.dumps(ev.payload)
+            bodies.append(body)
+        cur.execute(_INSERT_EVENTS, columns)
+        cur.execute(
+            _INSERT_PAYLOADS,
+            (columns[0], columns[1], columns[2], columns[5], [ev.salt for ev in fresh], bodies),
+        )
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
+        """The last ``(seq, hash)`` of a run, from its summary row (one index lookup)."""
+        rows = self._query(
+            tenant,
+            "SELECT events - 1, head_hash FROM tachograph.runs WHERE tenant = %s AND run_id = %s",
+            (tenant, run_id),
+        )
+        return (int(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def _resolve_tenant(self, run_id: str, tenant: str | None) -> str:
+        if tenant is not None:
+            return tenant
+        rows = self._query(
+            None,
+            "SELECT tenant FROM tachograph.runs WHERE run_id = %s "
+            "UNION SELECT tenant FROM tachograph.events WHERE run_id = %s LIMIT 2",
+            (run_id, run_id),
+        )
+        if not rows:
+            raise self._not_found(run_id)
+        if len(rows) > 1:
+            raise StoreError(
+                f"run id {run_id!r} exists under several tenants; name one with tenant=",
+                run_id=run_id,
+            )
+        return str(rows[0][0])
+
+    def _not_found(self, run_id: str, tenant: str | None = None) -> Exception:
+        ids = [r[0] for r in self._query(None, "SELECT run_id FROM tachograph.runs")]
+        elsewhere = [
+            str(r[0])
+            for r in self._query(
+                None, "SELECT tenant FROM tachograph.runs WHERE run_id = %s", (run_id,)
+            )
+        ]
+        if tenant is not None and elsewhere:
+            where = ", ".join(repr(t) for t in elsewhere)
+            return RunNotFound(
+                f"no run {run_id!r} in tenant {tenant!r} of {self.url}; it exists in tenant "
+                f"{where}",
+                run_id=run_id,
+                suggestions=[],
+                location=self.url,
+                tenants=elsewhere,
+            )
+        return not_found(run_id, ids, self.url)
+
+    def read_rows(
+        self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
+    ) -> Iterator[StoredRow]:
+        """Stream a run's rows in pages (keyset pagination: constant memory, short
+        transactions); a purpose that may not read some of its payloads is refused first."""
+        tenant = self._resolve_tenant(run_id, tenant)
+        denied = self._authorize(run_id, tenant, from_seq)
+        if denied:
+            # Recorded in its own committed transaction: the refusal stays in the audit.
+            detail = {"run_id": run_id, "from_seq": from_seq, "purpose": self.purpose}
+            self.append_audit(
+                AuditEntry(
+                    action="read.denied",
+                    actor=self._db_user(),
+                    tenant=tenant,
+                    detail={**detail, "types": denied},
+                )
+            )
+            raise PurposeDenied(
+                f"purpose {self.purpose!r} may not read payloads of type "
+                f"{', '.join(denied)} in run {run_id!r} (refusal recorded in the store audit)",
+                run_id=run_id,
+                tenant=tenant,
+                purpose=self.purpose,
+                what="payloads of type " + ", ".join(denied),
+            )
+        seq = from_seq
+        first = True
+        while True:
+            rows = self._page(tenant, run_id, seq)
+            if first and not rows and not self._exists(tenant, run_id):
+                raise self._not_found(run_id, tenant)
+            first = False
+            yield from rows
+            if len(rows) < _PAGE:
+                return
+            seq = rows[-1][2] + 1
+
+    def _page(self, tenant: str, run_id: str, seq: int) -> list[StoredRow]:
+        with self._lock:
+            try:
+                with self._conn.transaction():
+                    cur = self._conn.cursor()
+                    self._scope(cur, tenant)
+                    cur.execute(_PAGE_SQL, (tenant, run_id, seq, _PAGE))
+                    envelopes = cur.fetchall()
+                    if not envelopes:
+                        return []
+                    cur.execute(_PAYLOAD_PAGE_SQL, (tenant, run_id, seq, envelopes[-1][2]))
+                    payloads = {r[0]: (r[1], r[2]) for r in cur.fetchall()}
+            except psycopg.Error as exc:
+                raise self._translate(exc, run_id) from exc
+        missing = (None, None)
+        make = StoredRow._make
+        return [make((*row, *payloads.get(row[2], missing))) for row in envelopes]
+
+    def _authorize(self, run_id: str, tenant: str, from_seq: int) -> list[str]:
+        # Its own transaction, committed: the audit of a refusal must survive the refusal.
+        rows = self._query(tenant, "SELECT tachograph.authorize_read(%s, %s)", (run_id, from_seq))
+        return list(rows[0][0] or [])
+
+    def _exists(self, tenant: str, run_id: str) -> bool:
+        return bool(
+            self._query(
+                tenant,
+                "SELECT 1 FROM tachograph.runs WHERE tenant = %s AND run_id = %s "
+                "UNION ALL SELECT 1 FROM tachograph.events WHERE tenant = %s AND run_id = %s "
+                "LIMIT 1",
+                (tenant, run_id, tenant, run_id),
+            )
+        )
+
+    def runs(
+        self,
+        *,
+        actor: str | None = None,
+        tenant: str | None = None,
+        status: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunInfo]:
+        """Runs, newest first, filtered."""
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (("actor", actor), ("tenant", tenant)):
+            if value is not None:
+                where.append(f"{column} = %s")
+                args.append(value)
+        if status == "unfinished":
+            where.append("status IS NULL")
+        elif status is not None:
+            where.append("status = %s")
+            args.append(status)
+        if since is not None:
+            where.append("started_at >= %s")
+            args.append(since)
+        if until is not None:
+            where.append("started_at < %s")
+            args.append(until)
+        sql = f"SELECT {_RUN_COLUMNS} FROM tachograph.runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at DESC, run_id"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [RunInfo(*row) for row in self._query(tenant, sql, args)]
+
+    def run_info(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
+        """The summary of one run."""
+        tenant = self._resolve_tenant(run_id, tenant)
+        rows = self._query(
+            tenant,
+            f"SELECT {_RUN_COLUMNS} FROM tachograph.runs WHERE tenant = %s AND run_id = %s",
+            (tenant, run_id),
+        )
+        if not rows:
+            raise self._not_found(run_id, tenant)
+        return RunInfo(*rows[0])
+
+    def run_keys(self) -> list[tuple[str, str]]:
+        """Every ``(tenant, run_id)`` that has events or a summary row."""
+        rows = self._query(
+            None,
+            "SELECT tenant, run_id FROM tachograph.runs "
+            "UNION SELECT DISTINCT tenant, run_id FROM tachograph.events",
+        )
+        return [(str(t), str(r)) for t, r in rows]
+
+    def count_events(self) -> int:
+        """How many events the store holds (that this connection may see)."""
+        return int(self._query(None, "SELECT count(*) FROM tachograph.events")[0][0])
+
+    # -- the seal log (SPEC section 9): per tenant, keyed (tenant, idx) -------------------------
+
+    def _write(self, tenant: str, work: Any) -> Any:
+        """``work(cursor)`` in one scoped transaction; driver errors translated."""
+        with self._lock:
+            try:
+                with self._conn.transaction():
+                    cur = self._conn.cursor()
+                    self._scope(cur, tenant)
+                    return work(cur)
+            except psycopg.Error as exc:
+                raise self._translate(exc) from exc
+
+    def append_seals(self, tenant: str, seals: Sequence[SealRow]) -> int:
+        """Append leaves atomically; the first one's index (see :meth:`Store.append_seals`).
+
+        Appenders of one tenant queue on a transaction lock, so each gets a contiguous range;
+        the database refuses a gap (``seals_contiguous``) and a reused index (the key).
+        """
+
+        def work(cur: psycopg.Cursor[Any]) -> int:
+            cur.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('tachograph.seals'), hashtext(%s))",
+                (tenant,),
+            )
+            cur.execute(
+                "SELECT coalesce(max(idx) + 1, 0) FROM tachograph.seals WHERE tenant = %s",
+                (tenant,),
+            )
+            row = cur.fetchone()
+            first = int(row[0]) if row else 0
+            if seals:
+                cur.execute(
+                    "INSERT INTO tachograph.seals (tenant, idx, run_id, seq, leaf) "
+                    "SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::bigint[], "
+                    "%s::bytea[])",
+                    (
+                        tenant,
+                        [first + i for i in range(len(seals))],
+                        [s.run_id for s in seals],
+                        [s.seq for s in seals],
+                        [bytes(s.leaf) for s in seals],
+                    ),
+                )
+            return first
+
+        return int(self._write(tenant, work))
+
+    def _seal_rows(self, tenant: str, sql: str, args: Sequence[Any]) -> list[SealRow]:
+        rows = self._query(tenant, sql, args)
+        return [SealRow(str(r[0]), int(r[1]), bytes(r[2]), int(r[3])) for r in rows]
+
+    def read_seals(self, tenant: str, start: int = 0, end: int | None = None) -> list[SealRow]:
+        """Leaves ``start <= index < end`` in index order."""
+        sql = "SELECT run_id, seq, leaf, idx FROM tachograph.seals WHERE tenant = %s AND idx >= %s"
+        args: list[Any] = [tenant, start]
+        if end is not None:
+            sql += " AND idx < %s"
+            args.append(end)
+        return self._seal_rows(tenant, sql + " ORDER BY idx", args)
+
+    def seal_count(self, tenant: str) -> int:
+        """How many leaves the tenant's log holds (its indices have no gaps)."""
+        rows = self._query(
+            tenant,
+            "SELECT coalesce(max(idx) + 1, 0) FROM tachograph.seals WHERE tenant = %s",
+            (tenant,),
+        )
+        return int(rows[0][0])
+
+    def seals_for_run(self, tenant: str, run_id: str) -> list[SealRow]:
+        """The leaves sealing one run, in index order."""
+        return self._seal_rows(
+            tenant,
+            "SELECT run_id, seq, leaf, idx FROM tachograph.seals "
+            "WHERE tenant = %s AND run_id = %s ORDER BY idx",
+            (tenant, run_id),
+        )
+
+    def put_checkpoint(self, checkpoint: CheckpointRow) -> bool:
+        """Keep a checkpoint unless one of that tenant and size is kept."""
+        rows = self._query(
+            checkpoint.tenant,
+            "INSERT INTO tachograph.checkpoints (tenant, size, note, frontier) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+            (checkpoint.tenant, checkpoint.size, checkpoint.note, checkpoint.frontier),
+        )
+        return bool(rows)
+
+    def latest_checkpoint(self, tenant: str) -> CheckpointRow | None:
+        """The largest checkpoint kept for the tenant."""
+        rows = self._query(
+            tenant,
+            "SELECT tenant, size, note, frontier FROM tachograph.checkpoints "
+            "WHERE tenant = %s ORDER BY size DESC LIMIT 1",
+            (tenant,),
+        )
+        if not rows:
+            return None
+        return CheckpointRow(str(rows[0][0]), int(rows[0][1]), rows[0][2], rows[0][3])
+
+    # -- the data lifecycle: through the database's SECURITY DEFINER functions ---------------
+
+    def _db_user(self) -> str:
+        return str(self._query(None, "SELECT session_user")[0][0])
+
+    @staticmethod
+    def _audit_in(cur: psycopg.Cursor[Any], entry: AuditEntry) -> AuditRecord:
+        """Chain ``entry`` to the audit head inside the caller's transaction (which holds the
+        audit's lock from ``audit_head`` until it ends)."""
+        cur.execute("SELECT seq, hash FROM tachograph.audit_head()")
+        head = cur.fetchone()
+        seq, prev = (int(head[0]), head[1]) if head else (-1, None)
+        record = chain_audit(entry, seq=seq + 1, prev_hash=prev)
+        cur.execute(
+            "SELECT tachograph.audit_append(%s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                record.seq,
+                record.ts,
+                record.tenant,
+                record.actor,
+                record.action,
+                orjson.dumps(record.detail),
+                record.prev_hash,
+                record.hash,
+            ),
+        )
+        return record
+
+    def append_audit(self, entry: AuditEntry) -> AuditRecord:
+        """Append one record to the store audit (in the entry's tenant: a store opened for one
+        tenant may record only for that tenant)."""
+        record: AuditRecord = self._write(entry.tenant, lambda cur: self._audit_in(cur, entry))
+        return record
+
+    def read_audit(self, *, from_seq: int = 0) -> Iterator[AuditRecord]:
+        """Stream the store audit in seq order, page by page: the records of the tenants this
+        connection may see (all of them for ``tachograph_all_tenants`` and no ``?tenant=``)."""
+        seq = from_seq
+        while True:
+            rows = self._query(
+                None,
+                "SELECT seq, ts, tenant, actor, action, detail, prev_hash, hash "
+                "FROM tachograph.store_audit WHERE seq >= %s ORDER BY seq LIMIT %s",
+                (seq, _PAGE),
+            )
+            for r in rows:
+                yield AuditRecord(int(r[0]), r[1], r[2], r[3], r[4], orjson.loads(r[5]), r[6], r[7])
+            if len(rows) < _PAGE:
+                return
+            seq = int(rows[-1][0]) + 1
+
+    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
+        """Erase payloads and salts through ``erase_payloads`` with the audit record, in one
+        transaction (the database refuses to commit an erasure without one). Needs a role
+        granted ``tachograph_privacy``. Dead row versions go at the next VACUUM."""
+        wanted = sorted({int(s) for s in seqs})
+        if not wanted:
+            return 0
+
+        def work(cur: psycopg.Cursor[Any]) -> int:
+            cur.execute("SELECT seq FROM tachograph.audit_head()")  # the lock, before erasing
+            cur.execute("SELECT tachograph.erase_payloads(%s, %s)", (run_id, wanted))
+            row = cur.fetchone()
+            erased = [int(s) for s in (row[0] if row else None) or []]
+            if erased:
+                detail = {**audit.detail, "run_id": run_id, "seqs": erased}
+                self._audit_in(cur, dataclasses.replace(audit, tenant=tenant, detail=detail))
+            return len(erased)
+
+        return int(self._write(tenant, work))
+
+    def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
+        """Delete a whole run through ``delete_run_rows`` with the audit record (retention)."""
+
+        def work(cur: psycopg.Cursor[Any]) -> int:
+            cur.execute("SELECT seq FROM tachograph.audit_head()")
+            cur.execute("SELECT tachograph.delete_run_rows(%s)", (run_id,))
+            row = cur.fetchone()
+            if row is None or row[0] is None:
+                return 0
+            count = int(row[0])
+            detail = {**audit.detail, "run_id": run_id, "events": count}
+            self._audit_in(cur, dataclasses.replace(audit, tenant=tenant, detail=detail))
+            return count
+
+        return int(self._write(tenant, work))
+
+    def link_subjects(self, tenant: str, run_id: str, links: Iterable[tuple[int, str]]) -> int:
+        """Link events to data-subject ids (linking twice is harmless)."""
+        pairs = [(int(seq), str(subject)) for seq, subject in links]
+        if not pairs:
+            return 0
+        rows = self._query(
+            tenant,
+            "INSERT INTO tachograph.subjects (tenant, run_id, seq, subject) "
+            "SELECT %s, %s, * FROM unnest(%s::bigint[], %s::text[]) ON CONFLICT DO NOTHING "
+            "RETURNING 1",
+            (tenant, run_id, [p[0] for p in pairs], [p[1] for p in pairs]),
+        )
+        return len(rows)
+
+    def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
+        """``(run_id, seq)`` linked to ``subject``, by run and seq."""
+        rows = self._query(
+            tenant,
+            "SELECT run_id, seq FROM tachograph.subjects WHERE tenant = %s AND subject = %s "
+            "ORDER BY run_id, seq",
+            (tenant, subject),
+        )
+        return [(str(r), int(q)) for r, q in rows]

@@ -1,0 +1,128 @@
+"""``tacho`` against a PostgreSQL store, as subprocesses: the demo, every read command, and
+``tacho migrate`` between engines, resumed after a SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tachograph.store import SQLiteStore
+from tachograph.store.postgres import PostgresStore
+from tachograph.testing import build_run
+
+TIMEOUT = 300
+TACHO = [sys.executable, "-c", "import sys; from tachograph.cli import main; main(sys.argv[1:])"]
+
+
+def _tacho(
+    env: dict[str, str], cwd: Path, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [*TACHO, *args],
+        capture_output=True, text=True, env=env, cwd=cwd, timeout=TIMEOUT,
+    )  # fmt: skip
+    if check:
+        assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+    return done
+
+
+def test_demo_and_every_read_command_work_on_postgres(
+    tmp_path: Path, child_env: dict[str, str], pg_url: str
+) -> None:
+    store = ["--store", pg_url]
+    _tacho(child_env, tmp_path, *store, "demo")
+    runs = json.loads(_tacho(child_env, tmp_path, *store, "runs", "--json").stdout)
+    assert runs["runs"], runs
+    run_id = runs["runs"][0]["run_id"]
+    shown = json.loads(_tacho(child_env, tmp_path, *store, "show", run_id, "--json").stdout)
+    assert shown
+    _tacho(child_env, tmp_path, *store, "state", run_id, "--at", "9", "--json")
+    verified = json.loads(_tacho(child_env, tmp_path, *store, "verify", run_id, "--json").stdout)
+    assert verified["ok"] is True, verified
+    exported = tmp_path / "run.jsonl"
+    _tacho(child_env, tmp_path, *store, "export", run_id, "-o", str(exported))
+    assert len(exported.read_text().splitlines()) == runs["runs"][0]["events"]
+    _tacho(child_env, tmp_path, "verify", str(exported))
+    _tacho(
+        child_env, tmp_path, *store, "replay", run_id,
+        "--agent", "tachograph.demo.agent:billing_agent",
+    )  # fmt: skip
+    every = json.loads(_tacho(child_env, tmp_path, *store, "verify", "--all", "--json").stdout)
+    assert every["ok"] is True, every
+
+
+def _fill_sqlite(path: Path, runs: int, length: int) -> dict[str, list[Any]]:
+    made = {}
+    with SQLiteStore(path) as store:
+        for n in range(runs):
+            events = build_run(
+                f"run-{n:02d}", length, tenant=("acme", "globex")[n % 2], status="ok"
+            )
+            store.append(events)
+            made[f"run-{n:02d}"] = events
+    return made
+
+
+def test_migrate_sqlite_to_postgres_and_back(
+    tmp_path: Path, child_env: dict[str, str], pg_url: str
+) -> None:
+    made = _fill_sqlite(tmp_path / "src.db", 6, 40)
+    out = _tacho(child_env, tmp_path, "migrate", str(tmp_path / "src.db"), pg_url, "--json")
+    report = json.loads(out.stdout)
+    assert (report["ok"], report["runs"], report["copied_runs"]) == (True, 6, 6)
+    assert report["events_copied"] == 240
+    with PostgresStore(pg_url) as pg:
+        for run_id, events in made.items():
+            assert list(pg.read(run_id)) == events
+    again = json.loads(
+        _tacho(child_env, tmp_path, "migrate", str(tmp_path / "src.db"), pg_url, "--json").stdout
+    )
+    assert (again["skipped_runs"], again["events_copied"]) == (6, 0)
+    back = tmp_path / "back.db"
+    report = json.loads(
+        _tacho(child_env, tmp_path, "migrate", pg_url, f"sqlite:///{back}", "--json").stdout
+    )
+    assert (report["ok"], report["copied_runs"], report["events_copied"]) == (True, 6, 240)
+    with SQLiteStore(back) as copy:
+        for run_id, events in made.items():
+            assert list(copy.read(run_id)) == events
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_migrate_resumes_after_a_kill(
+    tmp_path: Path, child_env: dict[str, str], pg_url: str
+) -> None:
+    made = _fill_sqlite(tmp_path / "src.db", 4, 3000)
+    proc = subprocess.Popen(
+        [*TACHO, "migrate", str(tmp_path / "src.db"), pg_url,
+         "--batch", "100"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    for lines, _line in enumerate(proc.stderr, 1):
+        if lines == 45:  # mid-way through the second run
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=TIMEOUT)
+    assert proc.returncode == -signal.SIGKILL
+    with PostgresStore(pg_url) as pg:
+        partial = pg.count_events()
+    assert 0 < partial < 12_000
+    out = _tacho(child_env, tmp_path, "migrate", str(tmp_path / "src.db"), pg_url, "--json")
+    report = json.loads(out.stdout)
+    assert report["ok"] is True, report
+    assert report["events_copied"] == 12_000 - partial
+    assert report["skipped_runs"] + report["copied_runs"] == 4
+    assert report["resumed_runs"] >= 1
+    with PostgresStore(pg_url) as pg:
+        assert pg.count_events() == 12_000
+        for run_id, events in made.items():
+            assert pg.verify(run_id).ok
+            assert [e.hash for e in pg.read(run_id)] == [e.hash for e in events]
