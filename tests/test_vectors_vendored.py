@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_VECTORS_DIR, VECTORS_DIR
+VECTORS_DIR = Path(__file__).resolve().parent / "vectors"
+SHARED_VECTORS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "vectors"
 
 # Files the repository adds beside the vendored data: the licence of the JCS test data, which
 # the shared folder states only in its README.
@@ -19,7 +20,8 @@ def _files(root: Path) -> dict[str, bytes]:
 
 def test_vendored_vectors_are_present_with_their_licences() -> None:
     files = _files(VECTORS_DIR)
-    assert "README.md" in files and "events/refund_run.jsonl" in files
+    assert "README.md" in files
+    assert "events/refund_run.jsonl" in files
     assert b"Apache License" in files["jcs/LICENSE"]
     assert b"Apache License" in files["merkle/LICENSE"]
 

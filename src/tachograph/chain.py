@@ -15,7 +15,14 @@ from typing import Any
 
 import orjson
 
-from .canonical import MAX_SAFE_INTEGER, DuplicateKeyError, canonical, loads, loads_strict
+from .canonical import (
+    MAX_DEPTH,
+    MAX_SAFE_INTEGER,
+    DuplicateKeyError,
+    canonical,
+    loads,
+    loads_strict,
+)
 from .errors import ProfileError
 from .events import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, envelope_bytes
 
@@ -192,8 +199,8 @@ def _check_values(line: dict[str, Any]) -> str | None:
             if key == "type" and value in ("handoff", "decision"):
                 continue
             return f"{key} {value!r} is not well formed"
-    if not _is_int(line["seq"]) or line["seq"] < 0:
-        return f"seq {line['seq']!r} must be a non-negative integer"
+    if not _is_int(line["seq"]) or not 0 <= line["seq"] <= MAX_SAFE_INTEGER:
+        return f"seq {line['seq']!r} must be an integer from 0 to 2**53 - 1"
     actor = line["actor"]
     if type(actor) is not str or not 1 <= len(actor) <= 128:
         return f"actor {actor!r} must be a string of 1-128 characters"
@@ -515,7 +522,7 @@ def _row_plainly_well_formed(r: tuple[Any, ...]) -> bool:
         return False
     return (
         type(seq) is int
-        and seq >= 0
+        and 0 <= seq <= MAX_SAFE_INTEGER
         and type(actor) is str
         and 1 <= len(actor) <= 128
         and actor.isascii()
@@ -611,6 +618,9 @@ def _parse_line(raw: bytes | str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"duplicate key {exc.key!r} in line"
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"not valid JSON: {exc}"
+    except RecursionError:
+        # Only nesting far beyond the profile's 64 levels reaches the parser's limit.
+        return None, f"nested deeper than {MAX_DEPTH} levels (SPEC section 2)"
     if type(data) is not dict:
         return None, "a line must be a JSON object"
     return data, None

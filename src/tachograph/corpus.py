@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from .errors import CorpusError, VerificationFailed
+from .canonical import loads_untrusted
+from .errors import CorpusError, FormatError, VerificationFailed
 from .events import ENVELOPE_KEYS, Event, envelope_bytes, hash_envelope, new_event, now_ts
 from .jsonl import write_events
 from .recorder import Processor
@@ -113,8 +114,10 @@ def _sidecar_of(path: Path) -> Path:
 
 def _read_sidecar(path: Path) -> dict[str, Any]:
     try:
-        data = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        data = loads_untrusted(path.read_bytes(), location=f"sidecar {path.name}")
+    except OSError as exc:
+        raise CorpusError(f"sidecar {path.name} cannot be read: {exc}", path=str(path)) from None
+    except FormatError as exc:
         raise CorpusError(f"sidecar {path.name} cannot be read: {exc}", path=str(path)) from None
     if not isinstance(data, dict):
         raise CorpusError(f"sidecar {path.name} is not a JSON object", path=str(path))

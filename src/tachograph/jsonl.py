@@ -11,12 +11,14 @@ from typing import IO, Any
 import orjson
 
 from .chain import VerifyReport, iter_jsonl_runs
-from .errors import FormatError, VerificationFailed
+from .errors import AppendRefused, FormatError, VerificationFailed
 from .events import Event, event_from_line
 from .store.base import Store
 
 __all__ = [
+    "ImportRefused",
     "ImportReport",
+    "Refusal",
     "export_run",
     "import_jsonl",
     "read_jsonl",
@@ -104,22 +106,65 @@ def _to_event(line: dict[str, Any]) -> Event:
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why an import stored nothing: the run and seq at fault (when known) and the reason."""
+
+    reason: str
+    """``verification``, ``conflict`` (the store holds other events there) or ``store``."""
+    message: str
+    run_id: str | None = None
+    tenant: str | None = None
+    seq: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "reason": self.reason,
+            "message": self.message,
+            "run_id": self.run_id,
+            "tenant": self.tenant,
+            "seq": self.seq,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ImportReport:
-    """What an import did: runs and events seen, events written, duplicates skipped."""
+    """What an import did: runs and events seen, events written, duplicates skipped.
+
+    An import is atomic: ``stored`` is true when the whole file is in the store (``written``
+    new events, ``duplicates`` already there), false when nothing of it was stored; then
+    ``refused`` says why.
+    """
 
     runs: tuple[VerifyReport, ...]
     events: int
     written: int
     duplicates: int
+    refused: tuple[Refusal, ...] = ()
+
+    @property
+    def stored(self) -> bool:
+        """True when the file was stored whole."""
+        return not self.refused
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
         return {
+            "ok": self.stored,
+            "stored": self.stored,
             "runs": [r.to_dict() for r in self.runs],
             "events": self.events,
             "written": self.written,
             "duplicates": self.duplicates,
+            "refused": [r.to_dict() for r in self.refused],
         }
+
+
+class ImportRefused(AppendRefused):
+    """An import that stored nothing because the store refused part of it; ``report`` is the
+    :class:`ImportReport` (``stored`` false, ``refused`` naming the event)."""
+
+    report: ImportReport
 
 
 def import_jsonl(
@@ -128,11 +173,16 @@ def import_jsonl(
     *,
     progress: Callable[[int], None] | None = None,
 ) -> ImportReport:
-    """Verify every run in the file, then store them; events already stored are skipped.
+    """Verify every run in the file, then store them all in one atomic unit.
 
     Nothing is stored if any run fails verification: :class:`VerificationFailed` is raised with
-    the reports (``err.reports``), each naming the run, the seq and the failed check. A file
-    given by path is read twice (verify, then store) so memory stays flat; a stream is held.
+    the reports (``err.reports``), each naming the run, the seq and the failed check. Nothing is
+    stored either if the store refuses any event (another event at that seq, an event id
+    already used): :class:`ImportRefused` is raised with ``err.report``. A store that fails
+    (a full disk, an I/O error) raises :class:`~tachograph.errors.StoreUnavailable`, again with
+    nothing stored: the events go in one transaction (:meth:`Store.append_all`). Events
+    already stored are skipped. A file given by path is read twice (verify, then store) so
+    memory stays flat; a stream is held.
     """
     if not isinstance(source, (str, os.PathLike)):
         data = source.read()
@@ -147,28 +197,36 @@ def import_jsonl(
             reports=failed,
             report=failed[0],
         )
-    written = duplicates = total = 0
-    batch: list[Event] = []
+    total = sum(r.events for r in reports)
 
-    def flush() -> None:
-        nonlocal written, duplicates
-        for receipt in store.append(batch):
-            if receipt.duplicate:
-                duplicates += 1
-            else:
-                written += 1
-        if progress is not None:
-            progress(len(batch))
-        batch.clear()
-
-    for _checker, parsed in iter_jsonl_runs(_open_lines(source_lines)):
-        for line in parsed:
-            if line is None:  # pragma: no cover - verification refused such files above
-                continue
-            batch.append(_to_event(line))
-            total += 1
-            if len(batch) >= _BATCH:
-                flush()
+    def batches() -> Iterator[list[Event]]:
+        batch: list[Event] = []
+        for _checker, parsed in iter_jsonl_runs(_open_lines(source_lines)):
+            for line in parsed:
+                if line is None:  # pragma: no cover - verification refused such files above
+                    continue
+                batch.append(_to_event(line))
+                if len(batch) >= _BATCH:
+                    yield batch
+                    batch = []
         if batch:
-            flush()
+            yield batch
+
+    try:
+        written, duplicates = store.append_all(batches(), progress=progress)
+    except AppendRefused as exc:
+        refusal = Refusal(
+            "conflict",
+            str(exc),
+            run_id=getattr(exc, "run_id", None),
+            tenant=getattr(exc, "tenant", None),
+            seq=getattr(exc, "seq", None),
+        )
+        report = ImportReport(tuple(reports), total, 0, 0, (refusal,))
+        raise ImportRefused(
+            f"import refused, nothing stored: {exc}",
+            report=report,
+            run_id=refusal.run_id,
+            seq=refusal.seq,
+        ) from exc
     return ImportReport(tuple(reports), total, written, duplicates)

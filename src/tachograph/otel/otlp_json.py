@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from ..canonical import MAX_DEPTH, loads_untrusted, nesting_depth
 from ..errors import FormatError
 
 __all__ = ["SPAN_KINDS", "OtlpEvent", "OtlpSpan", "parse_otlp_json"]
@@ -187,19 +188,26 @@ def _documents(data: bytes | str | Any) -> Iterator[Any]:
     if not isinstance(data, (bytes, str)):
         yield data
         return
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     try:
-        yield orjson.loads(raw)
-        return
+        whole = orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
+    else:
+        if nesting_depth(whole) > MAX_DEPTH:
+            raise FormatError(
+                f"the document nests deeper than {MAX_DEPTH} levels (SPEC section 2)",
+                location="document",
+            )
+        yield whole
+        return
     for number, line in enumerate(raw.splitlines(), 1):  # JSON Lines: one document per line
         if not line.strip():
             continue
         try:
-            yield orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise FormatError(f"line {number} is not JSON: {exc}", line=number) from None
+            yield loads_untrusted(line, location=f"line {number}")
+        except FormatError as exc:
+            raise FormatError(str(exc), line=number) from None
 
 
 def parse_otlp_json(data: bytes | str | Any) -> list[OtlpSpan]:

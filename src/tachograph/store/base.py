@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..chain import LineChecker, VerifyReport
-from ..errors import RunNotFound
+from ..errors import RunNotFound, TachographError
 from ..events import Event
 
 __all__ = ["Receipt", "RunInfo", "Store", "suggest"]
@@ -79,6 +79,26 @@ class Store(abc.ABC):
         ``(run, seq)`` with other content raises :class:`~tachograph.errors.DuplicateConflict`.
         """
 
+    def append_all(
+        self,
+        batches: Iterable[Sequence[Event]],
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """Append several batches as ONE atomic unit: all of them are stored, or none.
+
+        What an import needs (a file is stored whole or not at all, whatever fails and
+        wherever the process is killed). Returns ``(written, duplicates)``. Engines that can
+        hold one transaction over several batches override this to keep memory flat; this
+        default joins the batches into one :meth:`append`.
+        """
+        joined = [event for batch in batches for event in batch]
+        receipts = self.append(joined)
+        if progress is not None:
+            progress(len(joined))
+        duplicates = sum(1 for r in receipts if r.duplicate)
+        return len(receipts) - duplicates, duplicates
+
     @abc.abstractmethod
     def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
         """The last ``(seq, hash)`` of a run, or ``None`` if it has no events."""
@@ -137,11 +157,7 @@ class Store(abc.ABC):
 
     def verify(self, run_id: str, *, tenant: str | None = None) -> VerifyReport:
         """Verify one stored run (SPEC section 8), streaming."""
-        summary = self._summary(run_id, tenant)
-        checker = LineChecker(source=self.url)
-        for _ in self._feed(checker, run_id, tenant):
-            pass
-        return _finish(checker, run_id, tenant, summary)
+        return self._verify_one(run_id, tenant, None)
 
     def _summary(self, run_id: str, tenant: str | None) -> RunInfo | None:
         # Read before the chain: appends only add, so the chain is never shorter than a
@@ -173,17 +189,32 @@ class Store(abc.ABC):
         for run_tenant, run_id in self.run_keys():
             if tenant is not None and run_tenant != tenant:
                 continue
-            summary = self._summary(run_id, run_tenant)
-            checker = LineChecker(source=self.url)
-            pending = 0
-            for _ in self._feed(checker, run_id, run_tenant):
+            yield self._verify_one(run_id, run_tenant, progress)
+
+    def _verify_one(
+        self, run_id: str, tenant: str | None, progress: Callable[[int], None] | None
+    ) -> VerifyReport:
+        checker = LineChecker(source=self.url)
+        pending = 0
+        try:
+            summary = self._summary(run_id, tenant)
+            for _ in self._feed(checker, run_id, tenant):
                 pending += 1
                 if progress is not None and pending >= 1000:
                     progress(pending)
                     pending = 0
-            if progress is not None and pending:
-                progress(pending)
-            yield _finish(checker, run_id, run_tenant, summary)
+        except RunNotFound:
+            raise
+        except (TachographError, ValueError, TypeError, OverflowError) as exc:
+            # One unreadable run (a damaged page, a tampered row the engine cannot even
+            # return) fails with a report; it does not stop the others from being reported.
+            if checker.run_id is None:
+                checker.run_id, checker.tenant = run_id, tenant
+            checker.feed_malformed(f"the store could not read this run: {exc}")
+            return checker.report()
+        if progress is not None and pending:
+            progress(pending)
+        return _finish(checker, run_id, tenant, summary)
 
     def run_keys(self) -> list[tuple[str, str]]:
         """Every ``(tenant, run_id)`` in the store; engines also list orphaned events' runs."""
