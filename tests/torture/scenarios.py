@@ -1,0 +1,72 @@
+"""The table of fault-injection scenarios: one entry per writing operation.
+
+Each :class:`Scenario` names how to prepare a store, which ``worker.py`` operation to run, and
+what must hold after any fault: the events acknowledged are there, and (``atomic``) a unit is
+either wholly present or absent. Adding a kill point for another operation (erase, retention,
+sealing, as they land) is one entry here and one function in ``worker.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import tachograph as tg
+from tachograph.jsonl import write_events
+from tachograph.testing import build_run
+
+IMPORT_RUNS = (("imp-0", 1000), ("imp-1", 1000), ("imp-2", 500))
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    """The ``worker.py`` operation."""
+    prepare: Callable[[Path], list[str]]
+    """Prepare files in a folder; returns extra arguments for the worker."""
+    atomic_runs: tuple[tuple[str, int], ...] = ()
+    """Runs that must be stored whole (with this many events) or not at all."""
+
+
+def _nothing(_folder: Path) -> list[str]:
+    return []
+
+
+def _import_file(folder: Path) -> list[str]:
+    path = folder / "import.jsonl"
+    with path.open("wb") as out:
+        for run_id, length in IMPORT_RUNS:
+            write_events(build_run(run_id, length), out)
+    return [str(path)]
+
+
+SCENARIOS = (
+    Scenario("append", _nothing),
+    Scenario("batch", _nothing),
+    Scenario("import", _import_file, atomic_runs=IMPORT_RUNS),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    name: str
+    syscall: str
+    action: str
+    """strace's inject action: ``signal=KILL`` or ``error=EIO`` ..."""
+
+
+FAULTS = (
+    Fault("kill-at-fsync", "fdatasync,fsync", "signal=KILL"),
+    Fault("kill-at-write", "pwrite64,write", "signal=KILL"),
+    Fault("eio-at-fsync", "fdatasync,fsync", "error=EIO"),
+    Fault("enospc-at-write", "pwrite64", "error=ENOSPC"),
+)
+
+
+def stored_counts(db: Path) -> dict[str, int]:
+    """Events per run in a store (empty when the store was never created)."""
+    if not db.exists():
+        return {}
+    with tg.open_store(db) as store:
+        return {info.run_id: info.events for info in store.runs(limit=None)}
