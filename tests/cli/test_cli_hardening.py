@@ -393,3 +393,23 @@ def test_every_read_command_works_on_a_read_only_folder(
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 3
     assert "read-only" in err
+
+
+# -- 6. tacho doctor --------------------------------------------------------------------------
+
+
+def test_doctor_reports_a_healthy_store_and_advises_on_problems(tacho: Tacho, run_id: str) -> None:
+    os.chmod(tacho.store, 0o600)
+    data = tacho.json("doctor")
+    assert data["ok"] is True
+    checks = {f["check"]: f["level"] for f in data["findings"]}
+    assert checks == {"integrity": "ok", "verification": "ok", "permissions": "ok", "schema": "ok"}
+    os.chmod(tacho.store, 0o666)
+    con = _untrigger(tacho.store)
+    con.execute("UPDATE events SET actor='mallory' WHERE run_id=? AND seq=2", (run_id,))
+    con.commit()
+    con.close()
+    result = tacho("doctor")
+    assert result.exit_code == 1
+    assert "problem  verification" in result.stdout
+    assert "chmod go-w" in result.stdout

@@ -71,7 +71,7 @@ EXIT_USAGE = 2
 EXIT_STORE = 3
 """The store cannot be opened or read, or the named run is not in it."""
 
-PLUGGED = ("corpus", "otel")
+PLUGGED = ("corpus", "otel", "doctor")
 """Command modules loaded when present: each defines ``register(cli: click.Group)``."""
 
 F = TypeVar("F", bound=Callable[..., Any])
