@@ -192,7 +192,7 @@ def _absolute_if_meant(path: str) -> str:
     """``sqlite:///x/y.db`` is ``x/y.db`` relative to the current folder (SQLAlchemy's rule;
     ``sqlite:////x/y.db`` is absolute), unless ``x`` does not exist here but ``/x`` does:
     then the URL was written the way ``file:///x/y.db`` reads, and means the absolute path
-    (``sqlite:///tmp/runs.db`` is ``/tmp/runs.db`` when there is no ``./tmp``)."""
+    (``sqlite:///srv/runs.db`` is ``/srv/runs.db`` when there is no ``./srv``)."""
     if path.startswith("/") or path == ":memory:":
         return path
     first = Path(path).parts[0]
