@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tachograph.events import Event, new_event
+from tachograph.record.event import Event, new_event
 
 __all__ = [
     "Figure",

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import tachograph
-from tachograph.events import Event
-from tachograph.recorder import Recorder
+from tachograph.capture.recorder import Recorder
+from tachograph.record.event import Event
 from tachograph.store import Receipt, SQLiteStore
 
 from .common import (

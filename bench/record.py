@@ -4,15 +4,16 @@ called outside any run against a plain call."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
 
 import tachograph
-from tachograph.events import Event, new_event
-from tachograph.recorder import Recorder
-from tachograph.store.base import Receipt, RunInfo, Store
+from tachograph.capture.recorder import Recorder
+from tachograph.record.event import Event, new_event
+from tachograph.store.audit import AuditEntry, AuditRecord, chain_audit
+from tachograph.store.base import CheckpointRow, Receipt, RunInfo, SealRow, Store, StoredRow
 
 from .common import Figure, Settings, Target, interleaved, loop_sample, measure_of, payload_of_size
 
@@ -33,14 +34,9 @@ class NullStore(Store):
     def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
         return None
 
-    def read(
-        self,
-        run_id: str,
-        *,
-        tenant: str | None = None,
-        from_seq: int = 0,
-        decode: bool = True,
-    ) -> Iterator[Event]:
+    def read_rows(
+        self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
+    ) -> Iterator[StoredRow]:
         return iter(())
 
     def runs(
@@ -60,6 +56,42 @@ class NullStore(Store):
 
     def count_events(self) -> int:
         return 0
+
+    def append_seals(self, tenant: str, seals: Sequence[SealRow]) -> int:
+        return 0
+
+    def read_seals(self, tenant: str, start: int = 0, end: int | None = None) -> list[SealRow]:
+        return []
+
+    def seal_count(self, tenant: str) -> int:
+        return 0
+
+    def seals_for_run(self, tenant: str, run_id: str) -> list[SealRow]:
+        return []
+
+    def put_checkpoint(self, checkpoint: CheckpointRow) -> bool:
+        return False
+
+    def latest_checkpoint(self, tenant: str) -> CheckpointRow | None:
+        return None
+
+    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
+        return 0
+
+    def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
+        return 0
+
+    def append_audit(self, entry: AuditEntry) -> AuditRecord:
+        return chain_audit(entry, seq=0, prev_hash=None)
+
+    def read_audit(self, *, from_seq: int = 0) -> Iterator[AuditRecord]:
+        return iter(())
+
+    def link_subjects(self, tenant: str, run_id: str, links: Iterable[tuple[int, str]]) -> int:
+        return 0
+
+    def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
+        return []
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from bench.common import Figure, Measure, Settings, profile_call
 
 __all__ = ["FIGURE_KEYS", "MODULES", "main", "run_suite"]
 
-MODULES = ("record", "durable", "verify", "replay", "scale", "bridge")
+MODULES = ("record", "durable", "verify", "replay", "scale", "sealing", "bridge")
 """Figure modules in the order they run; ``bridge`` only when tachograph.otel exists."""
 
 FIGURE_KEYS = (
@@ -43,6 +43,8 @@ FIGURE_KEYS = (
     "replay",
     "store_growth",
     "verify_memory",
+    "seal_overhead",
+    "seal_proof",
 )
 """The figures every run of the suite produces."""
 

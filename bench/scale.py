@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tachograph.events import Event
+from tachograph.record.event import Event
 from tachograph.store import SQLiteStore
 
 from .common import Figure, Measure, Settings, Target, build_run, interleaved, measure_of, scaled

@@ -32,7 +32,7 @@ from tests.regression.agents import lenient_billing_agent  # noqa: E402
 
 import tachograph as tg  # noqa: E402
 from tachograph.demo.agent import billing_agent, billing_agent_v2  # noqa: E402
-from tachograph.regression import SIDECAR_SUFFIX, save_run  # noqa: E402
+from tachograph.regression.runner import SIDECAR_SUFFIX, save_run  # noqa: E402
 
 # (run id, agent, task, verdict, wrong step type or None, note)
 RUNS: list[tuple[str, Callable[..., Any], str, str, str | None, str]] = [

@@ -16,7 +16,8 @@ import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tachograph.canonical import (
+from tachograph.errors import ProfileError, TachographError
+from tachograph.record.canonical import (
     MAX_DEPTH,
     MAX_SAFE_INTEGER,
     DuplicateKeyError,
@@ -27,7 +28,6 @@ from tachograph.canonical import (
     loads,
     loads_strict,
 )
-from tachograph.errors import ProfileError, TachographError
 
 # -- the reference vectors ---------------------------------------------------------------------
 

@@ -12,10 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tachograph import chain
-from tachograph.chain import Check, VerifyReport, iter_jsonl_runs, verify_events, verify_lines
-from tachograph.events import new_event
-from tachograph.jsonl import read_jsonl, verify_jsonl
+from tachograph.record import verify as chain
+from tachograph.record.event import new_event
+from tachograph.record.jsonl import read_jsonl, verify_jsonl
+from tachograph.record.verify import (
+    Check,
+    VerifyReport,
+    iter_jsonl_runs,
+    verify_events,
+    verify_lines,
+)
 from tachograph.testing import build_run
 
 RUN_ID = "run_2026_10_15_0042"

@@ -18,7 +18,7 @@ from tachograph.errors import (
     StoreNotFound,
     TachographError,
 )
-from tachograph.events import new_event
+from tachograph.record.event import new_event
 from tachograph.store import SQLiteStore
 from tachograph.testing import build_run
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import rfc8785
 
-from tachograph.canonical import canonical
 from tachograph.errors import EventError, ProfileError
-from tachograph.events import (
+from tachograph.record.canonical import canonical
+from tachograph.record.event import (
     ENVELOPE_KEYS,
     LINE_KEYS,
     Effect,
@@ -30,7 +30,7 @@ from tachograph.events import (
     new_ulid,
     now_ts,
 )
-from tachograph.events import _format_ts as format_ts
+from tachograph.record.event import _format_ts as format_ts
 from tachograph.store import SQLiteStore
 
 CROCKFORD = re.compile(r"[0123456789ABCDEFGHJKMNPQRSTVWXYZ]{26}", re.ASCII)

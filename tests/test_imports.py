@@ -55,7 +55,7 @@ def _imported_by(module: str, python: str, env: dict[str, str]) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "module", ["tachograph", "tachograph.store", "tachograph.jsonl", "tachograph.testing"]
+    "module", ["tachograph", "tachograph.store", "tachograph.record.jsonl", "tachograph.testing"]
 )
 def test_import_does_not_pull_in_heavy_or_optional_packages(
     module: str, python: str, child_env: dict[str, str]

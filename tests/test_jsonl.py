@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from tachograph.canonical import canonical
-from tachograph.chain import Check
 from tachograph.errors import FormatError, VerificationFailed
-from tachograph.jsonl import export_run, import_jsonl, read_jsonl, verify_jsonl, write_events
+from tachograph.record.canonical import canonical
+from tachograph.record.jsonl import export_run, import_jsonl, read_jsonl, verify_jsonl, write_events
+from tachograph.record.verify import Check
 from tachograph.store import SQLiteStore
 from tachograph.testing import build_run
 

@@ -7,10 +7,37 @@ the agent's own code against it.
 
 from __future__ import annotations
 
-from .agent import Agent, Run, RunResult, agent, arecord_run, fingerprint, record, record_run
-from .canonical import canonical
-from .chain import Check, Failure, VerifyReport, verify_events, verify_lines
-from .diff import Change, RunDiff, diff_runs, diff_values
+from ._version import __version__
+
+# The subpackage tachograph.record (SPEC in code) is loaded, through capture, before the
+# function ``record`` is bound below, so the facade's ``record`` stays the function.
+from .capture.agent import (
+    Agent,
+    Run,
+    RunResult,
+    agent,
+    arecord_run,
+    fingerprint,
+    record,
+    record_run,
+)
+from .capture.recorder import Durability
+from .capture.runtime import (
+    ModelAliasWarning,
+    accept_output,
+    decide,
+    emit,
+    external,
+    guardrail,
+    handoff,
+    model,
+    now,
+    reject_output,
+    rng,
+    select_plan,
+    tool,
+    uuid4,
+)
 from .errors import (
     AgentLoadError,
     AppendRefused,
@@ -33,31 +60,15 @@ from .errors import (
     VerificationFailed,
     WriteFailed,
 )
-from .events import Effect, Event, EventType, new_event
-from .fold import State, fold
-from .jsonl import ImportReport, export_run, import_jsonl, read_jsonl, verify_jsonl
-from .recorder import Durability
+from .record.canonical import canonical
+from .record.event import Effect, Event, EventType, new_event
+from .record.jsonl import ImportReport, export_run, import_jsonl, read_jsonl, verify_jsonl
+from .record.verify import Check, Failure, VerifyReport, verify_events, verify_lines
 from .replay import areplay, fork, replay, resume
-from .report import DivergenceItem, DivergenceKind, Drift, ReplayReport
-from .runtime import (
-    ModelAliasWarning,
-    accept_output,
-    decide,
-    emit,
-    external,
-    guardrail,
-    handoff,
-    model,
-    now,
-    reject_output,
-    rng,
-    select_plan,
-    tool,
-    uuid4,
-)
+from .replay.diff import Change, RunDiff, diff_runs, diff_values
+from .replay.fold import State, fold
+from .replay.report import DivergenceItem, DivergenceKind, Drift, ReplayReport
 from .store import Receipt, RunInfo, SQLiteStore, Store, open_store
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Agent",

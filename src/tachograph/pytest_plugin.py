@@ -29,7 +29,7 @@ import pytest
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr, TracebackStyle
 
-    from .regression import CaseResult, CorpusRun
+    from .regression.runner import CaseResult, CorpusRun
 
 __all__ = ["TachoCorpus", "TachoRunItem"]
 
@@ -40,7 +40,7 @@ def _agent(target: str) -> Any:
     """The agent for ``module:attr``, imported once per process."""
     agent = _AGENTS.get(target)
     if agent is None:
-        from .cli.loader import load_agent
+        from .capture.loader import load_agent
 
         agent = _AGENTS[target] = load_agent(target)
     return agent
@@ -101,7 +101,7 @@ class TachoRunItem(pytest.Item):
 
     def runtest(self) -> None:
         """Replay the run; fail with its report unless it is reproduced or fixed."""
-        from .regression import check_run
+        from .regression.runner import check_run
 
         result = check_run(self.entry, _agent(self.agent), match=self.match)
         self.user_properties.append(("tacho_outcome", result.outcome.value))
@@ -135,7 +135,7 @@ class TachoCorpus(pytest.Collector):
 
     def collect(self) -> list[TachoRunItem]:
         """One item per saved run, in corpus order."""
-        from .regression import load_corpus
+        from .regression.runner import load_corpus
 
         return [
             TachoRunItem.from_parent(
@@ -198,7 +198,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("tacho_corpus")
     if marker is None or "tacho_result" not in metafunc.fixturenames:
         return
-    from .regression import load_corpus
+    from .regression.runner import load_corpus
 
     folder = marker.args[0] if marker.args else marker.kwargs.get("dir")
     if not folder:
@@ -210,7 +210,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def tacho_result(request: pytest.FixtureRequest) -> CaseResult:
     """The replay of one saved run (parametrized by the ``tacho_corpus`` marker)."""
-    from .regression import CorpusRun, check_run
+    from .regression.runner import CorpusRun, check_run
 
     entry = getattr(request, "param", None)
     if not isinstance(entry, CorpusRun):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import tachograph as tg
-from tachograph.jsonl import write_events
+from tachograph.record.jsonl import write_events
 from tachograph.testing import build_run
 
 from .conftest import Tacho
@@ -98,7 +98,7 @@ def _fields(event: tg.Event) -> dict[str, object]:
 
 
 def _rehash(event: tg.Event, prev: str) -> tg.Event:
-    from tachograph.events import envelope_bytes, hash_envelope
+    from tachograph.record.event import envelope_bytes, hash_envelope
 
     fields = _fields(event)
     fields["prev_hash"] = prev

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import tachograph as tg
 from tachograph.cli.app import EXIT_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE
 from tachograph.demo.agent import billing_agent
-from tachograph.events import LINE_KEYS
+from tachograph.record.event import LINE_KEYS
 
 from .conftest import TASK, Tacho
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tachograph.cli.render import is_dry_run, summarize, type_style
-from tachograph.events import Event, new_event
+from tachograph.record.event import Event, new_event
 
 
 def _event(type: str, payload: dict[str, Any]) -> Event:

@@ -9,6 +9,7 @@ import pytest
 
 import tachograph as tg
 from tachograph.cli.app import EXIT_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE
+from tachograph.cli.app import cli as tg_cli
 from tachograph.demo import agent as demo
 
 from .conftest import Tacho
@@ -49,6 +50,25 @@ def test_replay_of_a_changed_agent_reports_the_step_and_exits_1(tacho: Tacho, ru
     assert "DIVERGED (simulation)" in text.stdout
     assert "seq 9: args_changed" in text.stdout
     assert "$.payload.args.amount_cents: 2500 -> 1250" in text.stdout
+
+
+def test_replay_of_an_exported_file_needs_no_store(
+    tacho: Tacho, run_id: str, tmp_path: Path
+) -> None:
+    exported = tmp_path / "one.jsonl"
+    assert tacho("export", run_id, "-o", str(exported)).exit_code == EXIT_OK
+    nowhere = tmp_path / "no-store-here.db"
+    calls = demo.PAYMENTS.calls
+    result = tacho.runner.invoke(
+        tg_cli, ["--store", str(nowhere), "replay", str(exported), "--agent", V1, "--json"]
+    )
+    assert result.exit_code == EXIT_OK, result.output
+    assert '"reproduced": true' in result.stdout
+    assert demo.PAYMENTS.calls == calls
+    assert not nowhere.exists()  # no store was opened, let alone created
+    changed = tacho.runner.invoke(tg_cli, ["replay", str(exported), "--agent", V2])
+    assert changed.exit_code == EXIT_FAILED
+    assert "seq 9: args_changed" in changed.stdout
 
 
 def test_replay_options_are_passed_through(tacho: Tacho, run_id: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tachograph.cli.app import EXIT_OK, EXIT_STORE, EXIT_USAGE
-from tachograph.events import now_ts
+from tachograph.record.event import now_ts
 
 from .conftest import Tacho
 

@@ -26,7 +26,7 @@ import sys
 import time
 
 from tachograph.errors import DuplicateConflict, SequenceConflict
-from tachograph.events import new_event
+from tachograph.record.event import new_event
 from tachograph.store import SQLiteStore, Store
 
 OPEN_STORES = 8

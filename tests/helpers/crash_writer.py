@@ -21,7 +21,7 @@ import random
 import sys
 import traceback
 
-from tachograph.events import new_event
+from tachograph.record.event import new_event
 from tachograph.store import SQLiteStore
 
 

@@ -60,7 +60,7 @@ def test_a_messages_agent_is_recorded_and_replayed_offline(srv: FakeLLMServer, d
     assert request["request"]["system"] == SYSTEM
     assert request["request"]["tools"] == ANTHROPIC_TOOLS
     assert request["request"]["max_tokens"] == 512
-    assert request["prompt_hash"] == tachograph.runtime.sha256_text(SYSTEM)
+    assert request["prompt_hash"] == tachograph.capture.runtime.sha256_text(SYSTEM)
     answer = recorded[2]
     assert answer.model == ANTHROPIC_SNAPSHOT
     body = answer.payload["response"]["body"]

@@ -393,7 +393,7 @@ def test_responses_api_agent(srv: FakeLLMServer, db: str, stream: bool) -> None:
     request = recorded[1].payload
     assert request["http"]["path"] == "/v1/responses"
     assert request["request"]["instructions"] == SYSTEM
-    assert request["prompt_hash"] == tachograph.runtime.sha256_text(SYSTEM)
+    assert request["prompt_hash"] == tachograph.capture.runtime.sha256_text(SYSTEM)
     answers = [e for e in recorded if e.type == "model.response"]
     assert {e.model for e in answers} == {OPENAI_SNAPSHOT}
     assert all(e.payload["usage"]["total_tokens"] > 0 for e in answers)

@@ -16,7 +16,7 @@ from otel_weather import MODEL, declared_agent, failing_agent, weather_agent
 
 import tachograph as tg
 import tachograph.otel as tgo
-from tachograph.otel._spans import attribute_value, capture_content_from_env
+from tachograph.otel.spans import attribute_value, capture_content_from_env
 from tachograph.store import SQLiteStore
 
 
@@ -94,7 +94,9 @@ def test_genai_spans_names_kinds_parentage_and_attributes(
     assert dict(tool.attributes or {}) == {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": "get_weather",
-        "gen_ai.tool.call.id": tool_key,
+        # the model's own call id; tachograph's key is its own attribute
+        "gen_ai.tool.call.id": "call_1",
+        "tachograph.idempotency_key": tool_key,
         "gen_ai.tool.type": "function",
         "tachograph.effect": "read",
     }
@@ -175,7 +177,7 @@ def test_content_only_with_the_opt_in(
     assert outputs == [
         {
             "role": "assistant",
-            "finish_reason": "tool_calls",
+            "finish_reason": "tool_call",
             "parts": [
                 {
                     "type": "tool_call",

@@ -17,6 +17,7 @@ from otel_weather import MODEL, weather_agent
 import tachograph as tg
 import tachograph.otel as tgo
 from fakes.otlp_receiver import OTLPReceiver, ReceivedSpan
+from tachograph.capture.recorder import Recorder
 from tachograph.cli.app import cli
 from tachograph.otel.export import (
     DEFAULT_ENDPOINT,
@@ -25,7 +26,6 @@ from tachograph.otel.export import (
     resolve_endpoint,
     ts_to_ns,
 )
-from tachograph.recorder import Recorder
 from tachograph.store import SQLiteStore
 
 
@@ -95,7 +95,8 @@ def test_untraced_run_arrives_with_recorded_times_and_derived_ids(
     assert chats[0]["attributes"]["gen_ai.usage.input_tokens"] == 86
     assert chats[1]["attributes"]["gen_ai.response.finish_reasons"] == ["stop"]
     tool_key = next(e.idempotency_key for e in events if e.type == "tool.requested")
-    assert tool["attributes"]["gen_ai.tool.call.id"] == tool_key
+    assert tool["attributes"]["gen_ai.tool.call.id"] == "call_1"
+    assert tool["attributes"]["tachograph.idempotency_key"] == tool_key
 
     # Every event is a span event, at its recorded time, on its span.
     received = {

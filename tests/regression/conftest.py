@@ -24,7 +24,7 @@ import pytest
 
 import tachograph as tg
 from tachograph.demo.agent import billing_agent, billing_agent_v2
-from tachograph.regression import save_run
+from tachograph.regression.runner import save_run
 
 from .agents import lenient_billing_agent
 

@@ -15,7 +15,7 @@ import pytest
 import tachograph as tg
 from tachograph.demo.agent import billing_agent, billing_agent_v2
 from tachograph.errors import RunNotFound
-from tachograph.regression import (
+from tachograph.regression.runner import (
     CorpusError,
     Outcome,
     Verdict,

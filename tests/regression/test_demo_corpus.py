@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import tachograph as tg
-from tachograph.regression import Verdict, load_corpus
+from tachograph.regression.runner import Verdict, load_corpus
 
 from .conftest import REPO
 from .test_cli import tacho, tacho_exe

@@ -79,7 +79,7 @@ def test_a_changed_prompt_is_caught_at_the_first_request(
     assert (first.kind, first.seq) == (tg.DivergenceKind.REQUEST_CHANGED, FIRST_REQUEST)
     paths = {c.path: (c.old, c.new) for c in first.changes}
     assert paths["$.payload.request.messages[0].content"][1] == new_prompt
-    assert paths["$.payload.prompt_hash"][1] == tg.runtime.sha256_text(new_prompt)
+    assert paths["$.payload.prompt_hash"][1] == tg.capture.runtime.sha256_text(new_prompt)
 
 
 def test_a_changed_model_is_labelled_a_simulation(

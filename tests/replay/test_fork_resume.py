@@ -12,6 +12,7 @@ import tachograph as tg
 from agents import shop
 from agents.fixtures import run_child
 from agents.ledger import Ledger
+from tachograph.replay.diff import MISSING
 
 FIRST_RESPONSE, NOTE_REQUESTED, REFUND_REQUESTED, FINISHED = 5, 11, 13, 20
 
@@ -87,7 +88,7 @@ def test_fork_with_an_override_records_a_child_run(
     # the child's steps are the parent's up to the override
     diff = tg.diff_runs(parent, child)
     assert diff.seq == FIRST_RESPONSE
-    assert ("$.payload.overridden", tg.diff.MISSING, True) in [
+    assert ("$.payload.overridden", MISSING, True) in [
         (c.path, c.old, c.new) for c in diff.changes
     ]
 

@@ -14,7 +14,7 @@ import pytest
 import tachograph as tg
 from agents import shop
 from agents.ledger import Ledger
-from tachograph.diff import MISSING
+from tachograph.replay.diff import MISSING
 
 # Seqs of the recorded shop run (see SHOP_TYPES in tests/runtime/test_record.py).
 GUARDRAIL, FIRST_REQUEST, LOOKUP_DONE, COMPUTE = 1, 4, 7, 9
@@ -136,7 +136,7 @@ def expected_changes(name: str, store: tg.SQLiteStore, run_id: str) -> list[tupl
             (
                 "$.payload.prompt_hash",
                 events[FIRST_REQUEST].payload["prompt_hash"],
-                tg.runtime.prompt_hash({"system": "Be terse."}),
+                tg.capture.runtime.prompt_hash({"system": "Be terse."}),
             ),
         ],
         "args changed": [("$.payload.args.share", 1.0, 0.5)],
@@ -366,7 +366,7 @@ def test_an_erased_input_refuses_the_replay(
 
 
 def test_bad_match_mode_fails_loudly(store: tg.SQLiteStore, recorded: str) -> None:
-    with pytest.raises(tg.ReplayError, match="'strict' or 'key'"):
+    with pytest.raises(tg.ReplayError, match="expected one of 'strict', 'key'"):
         tg.replay(store, recorded, shop.build(), match="fuzzy")
 
 
@@ -400,7 +400,7 @@ def test_external_reads_are_served_without_fetching(store: tg.SQLiteStore) -> No
     @tg.agent(name="pricing")
     async def pricing(task: str) -> Any:
         p = tg.external("prices", price, key=task)
-        s = await tg.runtime.aexternal("stock", stock)
+        s = await tg.capture.runtime.aexternal("stock", stock)
         return {
             "price": p,
             "stock": s[task],

@@ -254,7 +254,7 @@ def test_a_refused_run_does_not_break_other_runs_of_the_store(tmp_path: Path) ->
         await other
 
     asyncio.run(main())
-    assert not tg.recorder.writer_for(store).unreported()  # the caller was told
+    assert not tg.capture.recorder.writer_for(store).unreported()  # the caller was told
     assert [row[1] for row in stored(path, "B")][-1] == "run.finished"
     assert len(stored(path, "B")) == 22
     assert store.verify("B").ok

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import threading
 import warnings
 from pathlib import Path
@@ -42,9 +43,17 @@ SHOP_TYPES = [
 ]
 
 
-def spec_key(run_id: str, name: str, args: Any) -> str:
-    """SPEC section 5, computed independently of tachograph (rfc8785 + hashlib)."""
-    return f"{run_id}:{name}:{hashlib.sha256(rfc8785.dumps(args)).hexdigest()[:16]}"
+def spec_key(run_id: str, name: str, args: Any, secret: str) -> str:
+    """SPEC section 5, computed independently of tachograph (rfc8785 + hmac)."""
+    h = hmac.new(bytes.fromhex(secret), rfc8785.dumps(args), hashlib.sha256).hexdigest()
+    return f"{run_id}:{name}:{h[:16]}"
+
+
+def key_secret(store: tg.SQLiteStore, run_id: str) -> str:
+    secret = store.events(run_id)[0].payload["key_secret"]
+    assert isinstance(secret, str)
+    assert len(secret) == 32
+    return secret
 
 
 def test_sync_agent_records_every_step_in_order(store: tg.SQLiteStore, ledger: Ledger) -> None:
@@ -230,12 +239,13 @@ def test_tools_receive_the_spec_idempotency_key(store: tg.SQLiteStore) -> None:
         send_mail(to="b@example.com", body="hello")
         pay_out("A-1", 2500)
         pay_out("A-1", 2500)
-    base = spec_key("keys-1", "send_mail", {"to": "a@example.com", "body": "hello"})
+    secret = key_secret(store, "keys-1")
+    base = spec_key("keys-1", "send_mail", {"to": "a@example.com", "body": "hello"}, secret)
     assert seen_keys == [
         base,
         base + "#1",
         base + "#2",
-        spec_key("keys-1", "send_mail", {"to": "b@example.com", "body": "hello"}),
+        spec_key("keys-1", "send_mail", {"to": "b@example.com", "body": "hello"}, secret),
         "keys-1:pay_out:A-1-2500",
         "keys-1:pay_out:A-1-2500#1",
     ]
@@ -250,7 +260,12 @@ def test_tools_receive_the_spec_idempotency_key(store: tg.SQLiteStore) -> None:
 def test_model_calls_are_keyed_by_their_request(store: tg.SQLiteStore, ledger: Ledger) -> None:
     tg.record_run(shop.build(), shop.TASK, store=store, run_id="mk")
     request = next(e for e in store.events("mk") if e.type == "model.request")
-    assert request.idempotency_key == spec_key("mk", shop.MODEL_ID, request.payload["request"])
+    secret = key_secret(store, "mk")
+    expected = spec_key("mk", shop.MODEL_ID, request.payload["request"], secret)
+    assert request.idempotency_key == expected
+    # a plain SHA-256 of the request (the rule before key secrets) no longer gives the key
+    plain = hashlib.sha256(rfc8785.dumps(request.payload["request"])).hexdigest()[:16]
+    assert request.idempotency_key != f"mk:{shop.MODEL_ID}:{plain}"
 
 
 # -- misuse -----------------------------------------------------------------------------------

@@ -215,25 +215,25 @@ def test_appends_are_not_blocked_by_the_triggers(store: SQLiteStore) -> None:
 
 
 def test_the_schema_version_is_recorded(store: SQLiteStore, path: Path) -> None:
-    assert store.schema_version == SCHEMA_VERSION == 2
+    assert store.schema_version == SCHEMA_VERSION == len(sqlite_module.MIGRATIONS) + 1
     raw = sqlite3.connect(path)
     try:
         meta = dict(raw.execute("SELECT key, value FROM meta").fetchall())
     finally:
         raw.close()
-    assert meta == {"schema_version": "2", "format_version": "1"}
+    assert meta == {"schema_version": str(SCHEMA_VERSION), "format_version": "1"}
 
 
 def test_a_newer_schema_is_refused(path: Path) -> None:
     SQLiteStore(path).close()
     raw = sqlite3.connect(path, isolation_level=None)
-    raw.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    raw.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
     raw.close()
     for opener in (lambda: SQLiteStore(path), lambda: open_store(str(path), create=False)):
         with pytest.raises(SchemaVersionError) as info:
             opener()
         err = info.value
-        assert (err.expected, err.actual) == (2, 3)
+        assert (err.expected, err.actual) == (SCHEMA_VERSION, SCHEMA_VERSION + 1)
         assert "upgrade tachograph" in str(err)
         assert err.location == str(path)
 
@@ -243,18 +243,20 @@ def test_an_older_schema_is_migrated_forward(path: Path, monkeypatch: pytest.Mon
     events = build_run("run-a", 3)
     store.append(events)
     store.close()
-    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     monkeypatch.setattr(
         sqlite_module,
         "MIGRATIONS",
         {
             **sqlite_module.MIGRATIONS,
-            2: "ALTER TABLE runs ADD COLUMN note TEXT;\nCREATE INDEX runs_actor ON runs (actor);\n",
+            SCHEMA_VERSION: (
+                "ALTER TABLE runs ADD COLUMN note TEXT;\nCREATE INDEX runs_actor ON runs (actor);\n"
+            ),
         },
     )
     store = SQLiteStore(path)
     try:
-        assert store.schema_version == 3
+        assert store.schema_version == SCHEMA_VERSION + 1
         columns = [r[1] for r in store._db.execute("PRAGMA table_info(runs)")]
         assert "note" in columns
         assert list(store.read("run-a")) == events
@@ -262,25 +264,22 @@ def test_an_older_schema_is_migrated_forward(path: Path, monkeypatch: pytest.Mon
         store.close()
     fresh = SQLiteStore(path.with_name("fresh.db"))  # a new store is created at the newest
     try:
-        assert fresh.schema_version == 3
+        assert fresh.schema_version == SCHEMA_VERSION + 1
     finally:
         fresh.close()
 
 
 def test_a_version_1_store_gains_the_run_indexes(path: Path) -> None:
-    store = SQLiteStore(path)
-    events = build_run("run-a", 3)
-    store.append(events)
-    store.close()
-    raw = sqlite3.connect(path, isolation_level=None)  # rebuild the version 1 layout exactly
-    raw.execute("DROP INDEX runs_run_id")
-    raw.execute("DROP INDEX runs_started_run")
-    raw.execute("CREATE INDEX runs_started ON runs (started_at)")
-    raw.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    raw = sqlite3.connect(path, isolation_level=None)  # the version 1 layout exactly
+    for statement in sqlite_module._statements(sqlite_module._SCHEMA_V1):
+        raw.execute(statement)
+    raw.execute("INSERT INTO meta VALUES ('schema_version', '1'), ('format_version', '1')")
     raw.close()
+    events = build_run("run-a", 3)
     store = SQLiteStore(path)
     try:
-        assert store.schema_version == 2
+        store.append(events)
+        assert store.schema_version == SCHEMA_VERSION
         indexes = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master")}
         assert {"runs_run_id", "runs_started_run"} <= indexes
         assert "runs_started" not in indexes
@@ -295,13 +294,13 @@ def test_a_version_1_store_gains_the_run_indexes(path: Path) -> None:
 
 def test_a_failing_migration_changes_nothing(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     SQLiteStore(path).close()
-    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     monkeypatch.setattr(
         sqlite_module,
         "MIGRATIONS",
         {
             **sqlite_module.MIGRATIONS,
-            2: "ALTER TABLE runs ADD COLUMN note TEXT;\nTHIS IS NOT SQL;\n",
+            SCHEMA_VERSION: "ALTER TABLE runs ADD COLUMN note TEXT;\nTHIS IS NOT SQL;\n",
         },
     )
     with pytest.raises(StoreUnavailable):
@@ -309,11 +308,46 @@ def test_a_failing_migration_changes_nothing(path: Path, monkeypatch: pytest.Mon
     monkeypatch.undo()
     store = SQLiteStore(path)
     try:
-        assert store.schema_version == 2
+        assert store.schema_version == SCHEMA_VERSION
         columns = [r[1] for r in store._db.execute("PRAGMA table_info(runs)")]
         assert "note" not in columns  # the first statement was rolled back with the second
     finally:
         store.close()
+
+
+def test_a_version_2_store_gains_an_empty_seal_log(path: Path) -> None:
+    raw = sqlite3.connect(path, isolation_level=None)  # build the version 2 layout exactly
+    for statement in sqlite_module._statements(sqlite_module._SCHEMA_V1):
+        raw.execute(statement)
+    for statement in sqlite_module._statements(sqlite_module.MIGRATIONS[1]):
+        raw.execute(statement)
+    raw.execute("INSERT INTO meta VALUES ('schema_version', '2'), ('format_version', '1')")
+    raw.close()
+    store = SQLiteStore(path)
+    try:
+        assert store.schema_version == SCHEMA_VERSION
+        assert store.seal_count("default") == 0
+        assert store.latest_checkpoint("default") is None
+        events = build_run("run-a", 3)
+        store.append(events)
+        assert list(store.read("run-a")) == events
+    finally:
+        store.close()
+
+
+def test_seal_rows_refuse_update_and_delete(store: SQLiteStore) -> None:
+    from tachograph.store.base import CheckpointRow, SealRow
+
+    store.append_seals("default", [SealRow("r", 0, b"leaf")])
+    store.put_checkpoint(CheckpointRow("default", 1, "note", "1 x"))
+    for sql in (
+        "UPDATE seals SET leaf=x'00'",
+        "DELETE FROM seals",
+        "UPDATE checkpoints SET note='other'",
+        "DELETE FROM checkpoints",
+    ):
+        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+            store._db.execute(sql)
 
 
 def test_a_file_that_is_not_a_database_is_store_unavailable(path: Path) -> None:
@@ -399,8 +433,8 @@ def test_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         relative.close()
         absolute.close()
         memory.close()
-    with pytest.raises(StoreError, match="supported: sqlite:///"):
-        open_store("postgres://localhost/runs")
+    with pytest.raises(StoreError, match=r"known schemes: .*sqlite:///path\.db"):
+        open_store("nosuchengine://localhost/runs")
 
 
 def test_run_not_found_names_the_file_and_suggests(store: SQLiteStore, path: Path) -> None:

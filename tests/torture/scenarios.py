@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tachograph as tg
-from tachograph.jsonl import write_events
+from tachograph.record.jsonl import write_events
 from tachograph.testing import build_run
 
 IMPORT_RUNS = (("imp-0", 1000), ("imp-1", 1000), ("imp-2", 500))

@@ -16,11 +16,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tachograph.chain import LineChecker
-from tachograph.corpus import _read_sidecar
 from tachograph.errors import TachographError
-from tachograph.jsonl import verify_jsonl, write_events
 from tachograph.otel.otlp_json import parse_otlp_json
+from tachograph.record.jsonl import verify_jsonl, write_events
+from tachograph.record.verify import LineChecker
+from tachograph.regression.corpus import read_sidecar
 from tachograph.testing import build_run
 
 from .sizes import SIZE, report
@@ -114,7 +114,7 @@ def test_corpus_sidecar_reader(data: bytes) -> None:
         path = Path(folder) / "run.meta.json"
         path.write_bytes(data)
         try:
-            _read_sidecar(path)
+            read_sidecar(path)
         except TachographError:
             pass
 

@@ -13,7 +13,7 @@ import sys
 
 import tachograph as tg
 from tachograph.errors import TachographError
-from tachograph.jsonl import import_jsonl
+from tachograph.record.jsonl import import_jsonl
 from tachograph.testing import build_run
 
 

@@ -11,7 +11,8 @@ Conventions (for every command module, built in or plugged in):
 - Exit codes: :data:`EXIT_OK` (0) success; :data:`EXIT_FAILED` (1) a verification failure, a
   divergence or failing tests; :data:`EXIT_USAGE` (2) a usage error (bad option, an agent that
   does not import, a confirmation that is required); :data:`EXIT_STORE` (3) the store cannot be
-  opened or read, or the run is not in it. A :class:`~tachograph.errors.TachographError` that
+  opened or read, or the run is not in it, or a read's ``--purpose`` is denied
+  (:class:`~tachograph.errors.PurposeDenied`). A :class:`~tachograph.errors.TachographError` that
   escapes a command is mapped to one of these by :class:`TachoGroup`.
 - Optional command modules ``tachograph.cli.<name>`` for the names in :data:`PLUGGED` are
   loaded at import time and their ``register(cli)`` is called, when the module exists.
@@ -33,6 +34,7 @@ import orjson
 from ..errors import (
     AgentLoadError,
     ConfirmationRequired,
+    PolicyError,
     ProfileError,
     RunNotFound,
     StoreError,
@@ -71,7 +73,7 @@ EXIT_USAGE = 2
 EXIT_STORE = 3
 """The store cannot be opened or read, or the named run is not in it."""
 
-PLUGGED = ("corpus", "otel", "doctor")
+PLUGGED = ("corpus", "otel", "seal", "privacy", "doctor")
 """Command modules loaded when present: each defines ``register(cli: click.Group)``."""
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -188,7 +190,7 @@ def emit_json(data: Any) -> None:
 
 def exit_code_for(exc: TachographError) -> int:
     """The documented exit code for an error that escaped a command."""
-    if isinstance(exc, (AgentLoadError, ConfirmationRequired, ProfileError)):
+    if isinstance(exc, (AgentLoadError, ConfirmationRequired, PolicyError, ProfileError)):
         return EXIT_USAGE
     if isinstance(exc, StoreError) or isinstance(getattr(exc, "cause", None), StoreError):
         return EXIT_STORE  # a write that failed because the store did (full, read-only)

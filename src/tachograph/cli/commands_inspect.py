@@ -11,13 +11,13 @@ from typing import Any
 
 import click
 
-from ..chain import VerifyReport
-from ..diff import RunDiff, diff_runs
 from ..errors import FormatError, StoreError
-from ..events import FORMAT_VERSION, Event
-from ..fold import fold
-from ..jsonl import verify_jsonl
-from ..store import DEFAULT_STORE, RunInfo, Store
+from ..record.event import FORMAT_VERSION, Event
+from ..record.jsonl import verify_jsonl
+from ..record.verify import VerifyReport
+from ..replay.diff import RunDiff, diff_runs
+from ..replay.fold import fold
+from ..store import DEFAULT_STORE, RunInfo, Store, verify_all, verify_stored
 from ..store import open_store as open_store_raw
 from .app import (
     EXIT_FAILED,
@@ -30,6 +30,7 @@ from .app import (
     resolve_run,
     state,
 )
+from .privacy import purpose_option, scoped_store
 from .render import Output, event_style, is_dry_run, summarize
 
 __all__ = ["register", "run_header", "show_timeline"]
@@ -127,7 +128,7 @@ def show_timeline(
     out.table(headers, rows, styles=styles, cell_styles=cells, keep=("SEQ", "TYPE"))
 
 
-def _as_timestamp(text: str | None, option: str) -> str | None:
+def as_timestamp(text: str | None, option: str) -> str | None:
     """An ISO 8601 time (date alone, space or ``T``, any offset) as a stored UTC timestamp."""
     if text is None:
         return None
@@ -172,8 +173,8 @@ def runs_cmd(
     as_json: bool,
 ) -> None:
     """List runs, newest first, with filters."""
-    since_ts = _as_timestamp(since, "--since")
-    until_ts = _as_timestamp(until, "--until")
+    since_ts = as_timestamp(since, "--since")
+    until_ts = as_timestamp(until, "--until")
     with open_store() as store:
         found = store.runs(
             actor=actor,
@@ -218,14 +219,16 @@ def runs_cmd(
 @click.argument("run_id", metavar="RUN")
 @click.option("--full", is_flag=True, help="Print every payload, pretty-printed.")
 @click.option("--tenant", help="The run's tenant, if its id exists under several.")
+@purpose_option
 @json_option
-def show_cmd(run_id: str, full: bool, tenant: str | None, as_json: bool) -> None:
+def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json: bool) -> None:
     """Show a run as a timeline: seq, time, actor, type and a one-line summary."""
-    with open_store() as store:
+    with open_store() as raw:
+        store = scoped_store(raw, purpose)
         info = resolve_run(store, run_id, tenant=tenant)
         events = store.events(info.run_id, tenant=info.tenant)
         # What is shown must say when it cannot be trusted: verify what was read.
-        report = store.verify(info.run_id, tenant=info.tenant)
+        report = verify_stored(raw, info.run_id, tenant=info.tenant)
     tampered = frozenset(f.seq for f in report.failures)
     if as_json:
         rows = []
@@ -252,10 +255,14 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, as_json: bool) -> None
     "--at", "at", type=int, default=None, metavar="N", help="Fold up to seq N (default: the end)."
 )
 @click.option("--tenant", help="The run's tenant, if its id exists under several.")
+@purpose_option
 @json_option
-def state_cmd(run_id: str, at: int | None, tenant: str | None, as_json: bool) -> None:
+def state_cmd(
+    run_id: str, at: int | None, tenant: str | None, purpose: str, as_json: bool
+) -> None:
     """Print the state the agent had reached at step N (the fold of events 0..N)."""
-    with open_store() as store:
+    with open_store() as raw:
+        store = scoped_store(raw, purpose)
         info = resolve_run(store, run_id, tenant=tenant)
         run_id = info.run_id
         if at is not None and not 0 <= at < info.events:
@@ -276,10 +283,10 @@ def state_cmd(run_id: str, at: int | None, tenant: str | None, as_json: bool) ->
 def _verify_reports(store: Store, out: Output, run_id: str | None) -> list[VerifyReport]:
     if run_id is not None:
         info = resolve_run(store, run_id)
-        return [store.verify(info.run_id, tenant=info.tenant)]
+        return [verify_stored(store, info.run_id, tenant=info.tenant)]
     total = store.count_events()
     with out.progress(total, "verifying") as advance:
-        return list(store.verify_all(progress=advance))
+        return list(verify_all(store, progress=advance))
 
 
 def _verify_file(path: Path, out: Output) -> list[VerifyReport]:
@@ -314,24 +321,45 @@ def _open_store_at(path: str) -> Store:
         raise CliError(f"cannot open store {path}: {exc}", exit_code=EXIT_STORE) from exc
 
 
-@click.command("verify", short_help="Verify runs or a JSONL file.")
-@click.argument("target", metavar="[RUN|FILE]", required=False)
+@click.command("verify", short_help="Verify runs, a store, a JSONL file or an evidence folder.")
+@click.argument("target", metavar="[RUN|FILE|DIR]", required=False)
 @click.option("--all", "all_runs", is_flag=True, help="Verify every run in the store (default).")
+@click.option("--key", "keys", multiple=True, help="Trusted log verifier key (string or file).")
+@click.option("--witness", "witnesses", multiple=True, help="Witness URL or directory to consult.")
+@click.option("--witness-key", "witness_keys", multiple=True, help="Trusted witness key.")
+@click.option("--min-witnesses", default=0, type=int, help="Cosignatures an evidence folder needs.")
 @json_option
-def verify_cmd(target: str | None, all_runs: bool, as_json: bool) -> None:
-    """Verify the hash chain of a run, of every run, or of a JSONL file (SPEC section 8).
+def verify_cmd(
+    target: str | None,
+    all_runs: bool,
+    keys: tuple[str, ...],
+    witnesses: tuple[str, ...],
+    witness_keys: tuple[str, ...],
+    min_witnesses: int,
+    as_json: bool,
+) -> None:
+    """Verify the hash chain of a run, of every run, or of a JSONL file (SPEC section 8),
+    and say per stored run how far it is sealed (SPEC section 9).
 
-    With no argument every run in the store is verified. A FILE is a JSONL export. Exits 1
-    if anything fails, naming the run, the seq and the check that failed.
+    With no argument every run in the store is verified. A FILE is a JSONL export; a DIR is
+    an evidence folder (tacho evidence), checked offline against --key. Exits 1 if anything
+    fails, naming the run, the seq and the check that failed.
     """
     if target is not None and all_runs:
         raise click.UsageError("give a RUN or FILE, or --all, not both")
+    if target is not None and Path(target).is_dir():
+        from .seal import verify_evidence_dir
+
+        verify_evidence_dir(Path(target), keys, witness_keys, min_witnesses, as_json)
+        return
     out = Output()
+    verdicts: dict[Any, Any] = {}
     if target is not None and Path(target).is_file() and _is_sqlite_file(Path(target)):
         # ``tacho verify store.db``: every run of that store, as ``--store store.db verify``.
         with _open_store_at(target) as store:
             source = store.url
             reports = _verify_reports(store, out, None)
+            verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
         target = None
     elif target is not None and (Path(target).is_file() or _looks_like_file(target)):
         path = Path(target)
@@ -343,7 +371,10 @@ def verify_cmd(target: str | None, all_runs: bool, as_json: bool) -> None:
         with open_store() as store:
             source = store.url
             reports = _verify_reports(store, out, target)
-    failed = [r for r in reports if not r.ok]
+            verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
+    failed = [
+        r for r in reports if not r.ok or not verdicts.get((r.tenant, r.run_id), _NO_SEAL).ok
+    ]
     # An empty file handed over as evidence proves nothing: that is a failure, not a pass.
     # (An empty store is merely empty.)
     empty_file = not reports and target is not None and Path(target).is_file()
@@ -352,7 +383,7 @@ def verify_cmd(target: str | None, all_runs: bool, as_json: bool) -> None:
             {
                 "source": source,
                 "ok": not failed and not empty_file,
-                "runs": [r.to_dict() for r in reports],
+                "runs": [_with_seal(r, verdicts) for r in reports],
                 "verified": len(reports) - len(failed),
                 "failed": len(failed),
             }
@@ -361,7 +392,12 @@ def verify_cmd(target: str | None, all_runs: bool, as_json: bool) -> None:
         # A large store gets a summary and its failures, not one line per verified run.
         listed = reports if len(reports) <= _LIST_VERIFIED else failed
         for report in listed:
-            out.line(report.render(), style="green" if report.ok else "bold red")
+            verdict = verdicts.get((report.tenant, report.run_id))
+            text = report.render()
+            if verdict is not None:
+                text = text.split("; unsealed (", 1)[0] + "; " + verdict.render()
+            ok = report.ok and (verdict is None or verdict.ok)
+            out.line(text, style="green" if ok else "bold red")
         if not reports:
             out.line(
                 f"no runs in {source}" + (": an empty file verifies nothing" if empty_file else ""),
@@ -375,6 +411,42 @@ def verify_cmd(target: str | None, all_runs: bool, as_json: bool) -> None:
             )
     if failed or empty_file:
         sys.exit(EXIT_FAILED)
+
+
+class _NoSeal:
+    ok = True
+
+
+_NO_SEAL = _NoSeal()
+
+
+def _seal_verdicts(
+    store: Store,
+    reports: list[VerifyReport],
+    keys: tuple[str, ...],
+    witnesses: tuple[str, ...],
+    witness_keys: tuple[str, ...],
+) -> dict[Any, Any]:
+    # The sealing commands are optional (they need the [seal] extra to check signatures).
+    try:
+        from .seal import seal_verdicts
+    except ImportError:  # pragma: no cover - a trimmed installation
+        return {}
+    verified = [r for r in reports if r.ok]
+    return seal_verdicts(
+        store, verified, keys=keys, witnesses=witnesses, witness_keys=witness_keys
+    )
+
+
+def _with_seal(report: VerifyReport, verdicts: dict[Any, Any]) -> dict[str, Any]:
+    data = report.to_dict()
+    verdict = verdicts.get((report.tenant, report.run_id))
+    if verdict is not None:
+        data["seal"] = verdict.to_dict()
+        data["sealed"] = verdict.status == "sealed"
+        if not verdict.ok:
+            data["status"] = "failed"
+    return data
 
 
 @click.command("diff", short_help="Show where two runs first differ.")

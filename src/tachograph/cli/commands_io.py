@@ -12,8 +12,9 @@ from typing import IO, Any, NoReturn
 import click
 
 from ..errors import FormatError, StoreError, StoreNotFound, VerificationFailed
-from ..jsonl import ImportRefused, Refusal, export_run, import_jsonl, verify_jsonl
+from ..record.jsonl import ImportRefused, Refusal, export_run, import_jsonl, verify_jsonl
 from ..store import open_store as open_store_raw
+from ..store import verify_stored
 from ..views.text import escape
 from .app import (
     EXIT_FAILED,
@@ -26,6 +27,7 @@ from .app import (
     resolve_run,
     state,
 )
+from .privacy import purpose_option, scoped_store
 from .render import Output
 
 __all__ = ["register"]
@@ -68,11 +70,27 @@ def _destination(path: str | None) -> Iterator[IO[bytes]]:
 @click.option(
     "-o", "--output", metavar="FILE", help="Write to FILE instead of stdout ('-' for stdout)."
 )
-def export_cmd(run_ids: tuple[str, ...], all_runs: bool, output: str | None) -> None:
-    """Export runs as JSON Lines (SPEC section 4), one event per line, in seq order."""
+@click.option(
+    "--blobs",
+    "with_blobs",
+    is_flag=True,
+    help="Also copy the blobs the runs reference into FILE.blobs/ (needs --output).",
+)
+@purpose_option
+def export_cmd(
+    run_ids: tuple[str, ...], all_runs: bool, output: str | None, with_blobs: bool, purpose: str
+) -> None:
+    """Export runs as JSON Lines (SPEC section 4), one event per line, in seq order.
+
+    Payloads the --purpose may not read are exported erased (payload and salt null), so the
+    file still verifies.
+    """
     if bool(run_ids) == all_runs:
         raise click.UsageError("name one or more runs, or give --all")
-    with open_store() as store:
+    if with_blobs and output in (None, "-"):
+        raise click.UsageError("--blobs needs --output FILE (the blobs go to FILE.blobs/)")
+    with open_store() as raw:
+        store = scoped_store(raw, purpose, whole_events=True)
         keys = (
             store.run_keys()
             if all_runs
@@ -82,19 +100,33 @@ def export_cmd(run_ids: tuple[str, ...], all_runs: bool, output: str | None) -> 
         # run that does not verify is named on stderr and the export exits 1.
         failed = [
             report
-            for report in (store.verify(run_id, tenant=tenant) for tenant, run_id in keys)
+            for report in (verify_stored(raw, run_id, tenant=tenant) for tenant, run_id in keys)
             if not report.ok
         ]
         total = 0
         with _destination(output) as out:
             for tenant, run_id in keys:
                 total += export_run(store, run_id, out, tenant=tenant)
+        copied = _export_blobs(raw, store, keys, output) if with_blobs and output else 0
     if output not in (None, "-"):
-        click.echo(escape(f"exported {len(keys)} run(s), {total} events to {output}"), err=True)
+        blobs_note = f" and {copied} blob(s) to {output}.blobs" if with_blobs else ""
+        click.echo(
+            escape(f"exported {len(keys)} run(s), {total} events to {output}{blobs_note}"),
+            err=True,
+        )
     for report in failed:
         click.echo(f"TAMPERED: {escape(report.render())}", err=True)
     if failed:
         sys.exit(EXIT_FAILED)
+
+
+def _export_blobs(raw: Any, store: Any, keys: list[tuple[str, str]], output: str) -> int:
+    from ..lifecycle.blobs import BlobStore, copy_blobs
+
+    source, dest = BlobStore.beside(raw), BlobStore(f"{output}.blobs")
+    return sum(
+        copy_blobs(store.read(run_id, tenant=tenant), source, dest) for tenant, run_id in keys
+    )
 
 
 def _count_lines(path: Path) -> int:

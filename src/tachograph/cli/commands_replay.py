@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import click
 import orjson
 
+from ..capture.loader import load_agent
 from ..errors import Divergence
-from ..replay import fork, replay, resume
-from ..report import ReplayReport
+from ..replay.api import fork, replay, resume
+from ..replay.history import RunHistory
+from ..replay.report import ReplayReport
 from .app import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -20,7 +23,6 @@ from .app import (
     open_store,
     resolve_run,
 )
-from .loader import load_agent
 from .render import Output
 
 __all__ = ["print_report", "register"]
@@ -71,7 +73,7 @@ def _parse_override(text: str | None) -> Any:
 
 
 @click.command("replay", short_help="Replay a run against the agent's code.")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN|FILE")
 @click.option("--agent", "agent_path", required=True, metavar="MODULE:FUNCTION", help=_AGENT_HELP)
 @click.option(
     "--match",
@@ -97,9 +99,24 @@ def replay_cmd(
 ) -> None:
     """Replay a run against the agent's current code; nothing runs live, nothing is written.
 
-    Exits 0 when the agent reproduces the run, 1 at a divergence (the report names the step).
+    RUN is a run of the store, or a JSONL file of one run (``tacho export``), which needs no
+    store. Exits 0 when the agent reproduces the run, 1 at a divergence (the report names the
+    step).
     """
     agent = load_agent(agent_path)
+    if os.path.isfile(run_id):
+        history = RunHistory.from_jsonl(run_id)
+        report = replay(
+            history,
+            None,
+            agent,
+            match=match,
+            collect=collect,
+            allow_unverified=allow_unverified,
+            rerun_pure=rerun_pure,
+        )
+        _finish(report, as_json)
+        return
     with open_store() as store:
         info = resolve_run(store, run_id)
         report = replay(

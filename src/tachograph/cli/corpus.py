@@ -11,9 +11,10 @@ from pathlib import Path
 
 import click
 
+from ..capture.loader import load_agent
+from ..capture.recorder import Processor
 from ..errors import AgentLoadError
-from ..recorder import Processor
-from ..regression import CorpusError, load_corpus, save_run, test_corpus
+from ..regression.runner import CorpusError, load_corpus, save_run, test_corpus
 from .app import (
     EXIT_FAILED,
     EXIT_OK,
@@ -24,7 +25,6 @@ from .app import (
     open_store,
     resolve_run,
 )
-from .loader import load_agent
 
 __all__ = ["register"]
 
@@ -226,7 +226,7 @@ def test_command(
     except CorpusError as exc:
         raise CliError(str(exc), exit_code=EXIT_USAGE) from exc
     if junit is not None:
-        from ..regression import junit_xml
+        from ..regression.runner import junit_xml
 
         junit.parent.mkdir(parents=True, exist_ok=True)
         junit.write_text(junit_xml(report), encoding="utf-8")

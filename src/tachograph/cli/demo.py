@@ -15,9 +15,10 @@ from pathlib import Path
 import click
 import orjson
 
-from ..agent import record_run
-from ..jsonl import export_run, verify_jsonl
-from ..replay import replay
+from ..capture.agent import record_run
+from ..record.jsonl import export_run, verify_jsonl
+from ..replay.api import replay
+from ..store import verify_stored
 from .app import EXIT_FAILED, emit_json, open_store
 from .commands_inspect import run_header, show_timeline
 from .commands_replay import print_report
@@ -69,7 +70,7 @@ def demo_cmd(as_json: bool) -> None:
         )
         run_id = result.run_id
         refunds = demo_agent.PAYMENTS.calls - calls_before
-        verify = store.verify(run_id)
+        verify = verify_stored(store, run_id)
         events = store.events(run_id)
         same = replay(store, run_id, demo_agent.billing_agent)
         refunds_after_replay = demo_agent.PAYMENTS.calls - calls_before

@@ -23,21 +23,23 @@ from .app import (
     open_store,
     resolve_run,
 )
+from .privacy import purpose_option, scoped_store
 
 __all__ = ["register"]
 
-_INSTALL_HINT = "Install the extra: pip install 'tachograph[otel]'"
+_EXTRA = "pip install 'tachograph[otel]'"
 
 
-def _require_otel() -> None:
+def _require_otel(command: str) -> None:
+    """One line and exit 2 without the ``otel`` extra, never a traceback."""
     try:
         import opentelemetry.sdk.trace  # noqa: F401
     except ImportError as exc:
+        missing = exc.name or "opentelemetry"
         raise CliError(
-            f"OpenTelemetry is not installed ({exc.name})",
+            f"tacho otel {command} needs the 'otel' extra ({missing} is not installed): {_EXTRA}",
             exit_code=EXIT_USAGE,
-            hints=(_INSTALL_HINT,),
-        ) from exc
+        ) from None
 
 
 @click.group("otel", short_help="Export runs as OpenTelemetry traces; import GenAI traces.")
@@ -83,6 +85,7 @@ def otel_group() -> None:
     show_default=True,
     help="The service.name resource attribute of the spans.",
 )
+@purpose_option
 @json_option
 def export_command(
     run_id: str,
@@ -92,6 +95,7 @@ def export_command(
     timeout: float,
     content: bool | None,
     service_name: str,
+    purpose: str,
     as_json: bool,
 ) -> None:
     """Turn a recorded run into spans (its recorded timestamps and ids) and send them over
@@ -100,14 +104,15 @@ def export_command(
     Exit 0 when the endpoint accepted the spans, 1 when it did not (the exporter's error is
     printed), 3 when the run is not in the store.
     """
-    _require_otel()
+    _require_otel("export")
     from ..otel.export import export_run, parse_headers
 
     try:
         header_map = parse_headers(headers)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--header") from None
-    with open_store() as store:
+    with open_store() as raw:
+        store = scoped_store(raw, purpose)
         info = resolve_run(store, run_id, tenant=tenant)
         result = export_run(
             store,
@@ -139,15 +144,33 @@ def export_command(
 @otel_group.command("import", short_help="Record GenAI traces (OTLP/JSON) as runs.")
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--tenant", default="default", show_default=True, help="Tenant of the new runs.")
+@click.option(
+    "--group-by",
+    default=None,
+    metavar="ATTR",
+    help="Join traces whose spans share this attribute's value into one run "
+    "(default: gen_ai.conversation.id, session.id, the Traceloop session id).",
+)
+@click.option(
+    "--gap",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Join traces naming no conversation when one starts within SECONDS of the last.",
+)
 @json_option
-def import_command(file: str, tenant: str, as_json: bool) -> None:
+def import_command(
+    file: str, tenant: str, group_by: str | None, gap: float | None, as_json: bool
+) -> None:
     """Read OTLP/JSON traces of GenAI spans (current or older OpenTelemetry GenAI conventions,
     OpenInference, OpenLLMetry) from FILE ('-' for stdin) and record each trace as a run,
-    labelled as imported. Runs already imported are skipped.
+    labelled as imported; the traces of one conversation become one run (see --group-by and
+    --gap). Runs already imported are skipped.
 
     Exit 0 when at least one run was found, 1 when the file holds no GenAI trace or is not
-    OTLP/JSON.
+    OTLP/JSON, 2 when it does not exist or without the 'otel' extra.
     """
+    _require_otel("import")
     from ..otel.importer import import_otlp
 
     source: Any
@@ -161,7 +184,7 @@ def import_command(file: str, tenant: str, as_json: bool) -> None:
         source = path
     with open_store(create=True) as store:
         try:
-            result = import_otlp(store, source, tenant=tenant)
+            result = import_otlp(store, source, tenant=tenant, group_by=group_by, gap=gap)
         except FormatError as exc:
             raise CliError(f"cannot import {source}: {exc}", exit_code=EXIT_FAILED) from exc
     if as_json:

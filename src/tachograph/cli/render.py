@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ..events import Event
+from ..record.event import Event
 from ..views.text import escape, escape_json
 
 __all__ = ["Output", "event_style", "is_dry_run", "summarize", "type_style"]

@@ -9,7 +9,7 @@ counting, ...) inside a tachograph run::
 
     client = instrument(Anthropic())
 
-Recording happens at the client's HTTP transport (see :mod:`tachograph.integrations._http`),
+Recording happens at the client's HTTP transport (see :mod:`tachograph.integrations.transport`),
 below the SDK's middleware and retry loop: each HTTP attempt is one model call. In a replay the
 same client answers from the record and no HTTP request leaves the process; the SDK builds its
 own ``Message`` objects, stream events and exceptions (``RateLimitError``,
@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'tachograph[anthropic]'"
     ) from exc
 
-from ._http import DEFAULT_REQUEST_HEADERS, Provider, install, installed, uninstall
+from .transport import DEFAULT_REQUEST_HEADERS, Provider, install, installed, uninstall
 
 __all__ = ["DEFAULT_REQUEST_HEADERS", "instrument", "is_instrumented", "uninstrument"]
 

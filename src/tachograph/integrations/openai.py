@@ -8,7 +8,7 @@ the responses API, embeddings, ...; streaming or not) inside a tachograph run::
 
     client = instrument(OpenAI())
 
-Recording happens at the client's HTTP transport (see :mod:`tachograph.integrations._http`):
+Recording happens at the client's HTTP transport (see :mod:`tachograph.integrations.transport`):
 the request is kept as sent, the answer whole (a stream event by event), the exact model that
 answered is pinned on the ``model.response`` event and the token usage is kept. In a replay the
 same client answers from the record and no HTTP request leaves the process; the SDK builds its
@@ -28,7 +28,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "tachograph.integrations.openai needs the openai SDK: pip install 'tachograph[openai]'"
     ) from exc
 
-from ._http import DEFAULT_REQUEST_HEADERS, Provider, install, installed, uninstall
+from .transport import DEFAULT_REQUEST_HEADERS, Provider, install, installed, uninstall
 
 __all__ = ["DEFAULT_REQUEST_HEADERS", "instrument", "is_instrumented", "uninstrument"]
 

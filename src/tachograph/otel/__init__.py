@@ -13,7 +13,9 @@ each event records its span's trace and span ids.
   conventions, OpenInference, OpenLLMetry) and records them as tachograph runs
   (``tacho otel import``).
 
-``import tachograph`` never imports OpenTelemetry; this package does.
+``import tachograph`` never imports OpenTelemetry, and neither does importing this package:
+the bridge (and with it OpenTelemetry) loads when first used, so that a base install can still
+import ``tachograph.otel.importer`` and gets a plain ImportError naming the extra otherwise.
 """
 
 from __future__ import annotations
@@ -21,22 +23,29 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..recorder import add_observer, remove_observer
-
-try:
-    from .bridge import TachographSpanObserver
-except ImportError as exc:  # pragma: no cover - only without the extra
-    if (exc.name or "").startswith("opentelemetry"):
-        raise ImportError(
-            "tachograph.otel needs OpenTelemetry: pip install 'tachograph[otel]'", name=exc.name
-        ) from exc
-    raise
+from ..capture.recorder import add_observer, remove_observer
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
+    from .bridge import TachographSpanObserver
     from .export import ExportResult
     from .importer import ImportedRun, ImportResult
+
+_EXTRA = "pip install 'tachograph[otel]'"
+
+
+def _bridge() -> Any:
+    try:
+        from . import bridge
+    except ImportError as exc:
+        if (exc.name or "").startswith("opentelemetry"):
+            raise ImportError(
+                f"tachograph.otel needs OpenTelemetry ({exc.name} is not installed): {_EXTRA}",
+                name=exc.name,
+            ) from exc
+        raise
+    return bridge
 
 __all__ = [
     "ExportResult",
@@ -69,7 +78,7 @@ def instrument(
     instrumentation.
     """
     global _installed
-    observer = TachographSpanObserver(
+    observer: TachographSpanObserver = _bridge().TachographSpanObserver(
         tracer_provider,
         genai_spans=genai_spans,
         capture_content=capture_content,
@@ -93,7 +102,9 @@ def uninstrument() -> None:
 
 
 def __getattr__(name: str) -> Any:
-    # export and import pull in the OTLP exporter and more; only when used.
+    # The bridge, export and import pull in OpenTelemetry and more; only when used.
+    if name == "TachographSpanObserver":
+        return _bridge().TachographSpanObserver
     if name in ("export_run", "ExportResult"):
         from . import export
 

@@ -35,6 +35,7 @@ GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+GEN_AI_TOOL_DEFINITIONS: Final = "gen_ai.tool.definitions"
 ERROR_TYPE: Final = "error.type"
 
 OP_CHAT: Final = "chat"

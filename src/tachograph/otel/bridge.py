@@ -1,10 +1,11 @@
 """The live bridge: every recorded event becomes a span event, and GenAI spans around the calls.
 
-:class:`TachographSpanObserver` is a recorder :class:`~tachograph.recorder.Observer`. For each
-appended event it adds a span event (named after the event type, with ``tachograph.run_id``,
-``tachograph.seq``, ``tachograph.event_id`` and ``tachograph.hash``) to the span the event
-happened in, and the event records that span's trace and span ids: the trace says where and
-when, the event log says why and what exactly, and each points at the other.
+:class:`TachographSpanObserver` is a recorder :class:`~tachograph.capture.recorder.Observer`.
+For each appended event it adds a span event (named after the event type, with
+``tachograph.run_id``, ``tachograph.seq``, ``tachograph.event_id`` and ``tachograph.hash``) to
+the span the event happened in, and the event records that span's trace and span ids: the
+trace says where and when, the event log says why and what exactly, and each points at the
+other.
 
 With ``genai_spans=True`` (the default) the bridge also creates the spans of the OpenTelemetry
 GenAI semantic conventions itself: ``invoke_agent {actor}`` (INTERNAL) for the run, made the
@@ -33,17 +34,18 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
-from ..events import Event
-from ..recorder import Observer, Recorder
-from . import _spans as S
+from .._version import __version__
+from ..capture.recorder import Observer, Recorder
+from ..record.event import Event
 from . import attributes as A
+from . import spans as S
 
 __all__ = ["TachographSpanObserver"]
 
 _log = logging.getLogger("tachograph.otel")
 
 _SCOPE = "tachograph"
-_SCOPE_VERSION = "0.1.0"
+_SCOPE_VERSION = __version__
 
 Ids = tuple[str | None, str | None]
 
@@ -64,6 +66,7 @@ class _RunState:
     replay_until: int = 0
     calls: dict[tuple[str, str | None], list[Span]] = field(default_factory=dict)
     spans: dict[str, Span] = field(default_factory=dict)
+    call_ids: S.ToolCallIds = field(default_factory=S.ToolCallIds)
 
     def replayed(self, seq: int) -> bool:
         return 0 < seq <= self.replay_until
@@ -256,7 +259,12 @@ class TachographSpanObserver(Observer):
                 S.tool_span_name(payload.get("tool")),
                 context=self._parent_context(state),
                 kind=SpanKind.INTERNAL,
-                attributes=S.tool_start_attributes(payload, key=key, content=self.capture_content),
+                attributes=S.tool_start_attributes(
+                    payload,
+                    key=key,
+                    content=self.capture_content,
+                    call_id=state.call_ids.claim(payload.get("tool"), payload.get("args")),
+                ),
             )
         with self._lock:
             state.calls.setdefault((_kind_of(type_), key), []).append(span)
@@ -288,6 +296,8 @@ class TachographSpanObserver(Observer):
                 with self._lock:
                     self._runs.pop(recorder, None)
             return
+        if event.type == "model.response" and isinstance(event.payload, dict):
+            state.call_ids.answered(event.payload.get("response"))
         if event.type in S.COMPLETION_TYPES and not skipped:
             self._end_call(state, event)
         elif event.type == "run.finished":

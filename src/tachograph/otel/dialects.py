@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from ..providers import genai
 from . import attributes as A
 from .otlp_json import OtlpSpan
 
@@ -91,55 +92,13 @@ def detect_dialect(spans: Sequence[OtlpSpan]) -> str:
 # -- message forms ------------------------------------------------------------------------------
 
 
-def _text_of(parts: Any) -> str | None:
-    if not isinstance(parts, list):
-        return None
-    texts = [
-        p["content"]
-        for p in parts
-        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("content"), str)
-    ]
-    return "".join(texts) if texts else None
+_text_of = genai.text_of_parts
+semconv_message = genai.normalized_from_semconv
+openai_message = genai.normalized_from_openai
 
 
 def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "name": name, "arguments": loads(arguments)}
-
-
-def semconv_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A GenAI ``{"role", "parts"}`` message in the normalized form."""
-    raw = message.get("parts")
-    parts: list[Any] = raw if isinstance(raw, list) else []
-    out: dict[str, Any] = {"role": message.get("role"), "content": _text_of(parts)}
-    calls = [
-        _call(p.get("id"), p.get("name"), p.get("arguments"))
-        for p in parts
-        if isinstance(p, dict) and p.get("type") == "tool_call"
-    ]
-    if calls:
-        out["tool_calls"] = calls
-    responses = [p for p in parts if isinstance(p, dict) and p.get("type") == "tool_call_response"]
-    if responses:
-        first = responses[0]
-        out["content"] = first.get("response", first.get("result"))
-        out["tool_call_id"] = first.get("id")
-    return out
-
-
-def openai_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """An OpenAI-style message (``tool_calls[].function``) in the normalized form."""
-    out: dict[str, Any] = {"role": message.get("role"), "content": message.get("content")}
-    calls = []
-    for call in message.get("tool_calls") or ():
-        if isinstance(call, dict):
-            nested = call.get("function")
-            function: dict[str, Any] = nested if isinstance(nested, dict) else call
-            calls.append(_call(call.get("id"), function.get("name"), function.get("arguments")))
-    if calls:
-        out["tool_calls"] = calls
-    if message.get("tool_call_id"):
-        out["tool_call_id"] = message["tool_call_id"]
-    return out
 
 
 def indexed(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
@@ -247,6 +206,8 @@ def _model_step(span: OtlpSpan) -> Step:
             A.OI_COMPLETION_TOKENS,
         ),
     }
+    step["params"] = _params(a, params)
+    step["tools"] = _tools(a)
     message_events = [e for e in span.events if A.GEN_AI_EVENT_CONTENT in e.attributes]
     if A.GEN_AI_INPUT_MESSAGES in a or A.GEN_AI_OUTPUT_MESSAGES in a:
         inputs = loads(a.get(A.GEN_AI_INPUT_MESSAGES))
@@ -304,6 +265,54 @@ def _model_step(span: OtlpSpan) -> Step:
             step["output_text"] = out["content"]
             step["tool_calls"] = out.get("tool_calls", [])
     return step
+
+
+_PARAMS = (
+    ("temperature", A.GEN_AI_REQUEST_TEMPERATURE),
+    ("top_p", A.GEN_AI_REQUEST_TOP_P),
+    ("max_tokens", A.GEN_AI_REQUEST_MAX_TOKENS),
+    ("seed", A.GEN_AI_REQUEST_SEED),
+)
+
+
+def _params(a: Mapping[str, Any], invocation: Any) -> dict[str, Any]:
+    """The sampling parameters the span recorded (GenAI attributes, OpenInference
+    ``llm.invocation_parameters``); a parameter it does not have was not captured."""
+    out: dict[str, Any] = {}
+    for name, key in _PARAMS:
+        if a.get(key) is not None:
+            out[name] = a[key]
+    if isinstance(invocation, dict):
+        for name in ("temperature", "top_p", "max_tokens", "seed"):
+            if name not in out and invocation.get(name) is not None:
+                out[name] = invocation[name]
+        if "max_tokens" not in out and invocation.get("max_completion_tokens") is not None:
+            out["max_tokens"] = invocation["max_completion_tokens"]
+    return out
+
+
+def _tools(a: Mapping[str, Any]) -> list[Any] | None:
+    """The tools offered to the model, when the span recorded them: GenAI
+    ``gen_ai.tool.definitions``, OpenInference ``llm.tools.N.tool.json_schema``, OpenLLMetry
+    ``llm.request.functions.N.*``."""
+    defined = loads(a.get(A.GEN_AI_TOOL_DEFINITIONS))
+    if isinstance(defined, list):
+        return defined
+    rows = indexed(a, "llm.tools")
+    if rows:
+        return [loads(r.get("tool.json_schema")) for r in rows]
+    functions = indexed(a, "llm.request.functions")
+    if functions:
+        return [
+            {
+                "type": "function",
+                "name": f.get("name"),
+                **({"description": f["description"]} if "description" in f else {}),
+                **({"parameters": loads(f["parameters"])} if "parameters" in f else {}),
+            }
+            for f in functions
+        ]
+    return None
 
 
 def _tool_step(span: OtlpSpan) -> Step:

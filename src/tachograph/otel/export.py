@@ -26,10 +26,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..events import Event
+from .._version import __version__
+from ..record.event import Event
 from ..store.base import Store
-from . import _spans as S
 from . import attributes as A
+from . import spans as S
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -184,7 +185,7 @@ def build_spans(
     limits = SpanLimits(max_events=max(1024, 2 * len(events)))
     provider = TracerProvider(resource=Resource.create(attrs), id_generator=ids, span_limits=limits)
     provider.add_span_processor(collect)
-    tracer = provider.get_tracer("tachograph", "0.1.0")
+    tracer = provider.get_tracer("tachograph", __version__)
 
     first, last = events[0], events[-1]
     context = None
@@ -208,7 +209,10 @@ def build_spans(
     root_ctx = trace.set_span_in_context(root)
     completions = _completion_of(events)
     owner: dict[int, Any] = {}  # event seq -> span it belongs to
+    call_ids = S.ToolCallIds()
     for request in events:
+        if request.type == "model.response" and isinstance(request.payload, dict):
+            call_ids.answered(request.payload.get("response"))
         if request.seq not in plan.call_span_ids:
             continue
         ids.next_span_id = int(plan.call_span_ids[request.seq], 16)
@@ -234,7 +238,10 @@ def build_spans(
                 context=root_ctx,
                 kind=SpanKind.INTERNAL,
                 attributes=S.tool_start_attributes(
-                    payload, key=request.idempotency_key, content=capture_content
+                    payload,
+                    key=request.idempotency_key,
+                    content=capture_content,
+                    call_id=call_ids.claim(payload.get("tool"), payload.get("args")),
                 ),
                 start_time=ts_to_ns(request.ts),
             )

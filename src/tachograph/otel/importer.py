@@ -4,7 +4,7 @@ Each trace becomes one run (or one run per top-level agent span, when a trace ho
 so that traces from other instrumentations can be folded, diffed and kept beside native runs.
 The run is labelled as imported (``run.started`` labels ``tachograph.imported: "otlp"``,
 ``tachograph.dialect``, ``tachograph.content_captured``, ``tachograph.imported_at``) and built
-with tachograph's own :func:`~tachograph.events.new_event`, so it hashes, chains and verifies
+with tachograph's own :func:`~tachograph.record.event.new_event`, so it hashes, chains and verifies
 like any run.
 
 Mapping (see docs/otel.md): the agent span gives ``run.started`` (at its start) and
@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..canonical import canonical
+from .._version import __version__
 from ..errors import FormatError, ProfileError
-from ..events import Event, new_event, now_ts
+from ..record.canonical import canonical
+from ..record.event import Event, new_event, now_ts
 from ..store.base import Store
 from . import attributes as A
 from .dialects import Step, classify, detect_dialect, extract_steps
@@ -43,7 +44,7 @@ from .otlp_json import OtlpSpan, parse_otlp_json
 
 __all__ = ["ImportResult", "ImportedRun", "import_otlp", "runs_from_spans"]
 
-_RECORDER = "tachograph-0.1.0"
+_RECORDER = f"tachograph-{__version__}"
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,8 @@ class _Builder:
         self.run_id, self.actor, self.tenant, self.trace_id = run_id, actor, tenant, trace_id
         self.events: list[Event] = []
         self._keys: dict[str, int] = {}
+        self.trace_of: dict[str, str] = {}
+        """Span id -> its trace id, when one run is made of several traces."""
 
     def key(self, name: str, args: Any) -> str:
         """SPEC section 5's default key, ``#n`` on repeats."""
@@ -168,7 +171,7 @@ class _Builder:
                 payload=_json_safe(payload),
                 prev_hash=prev.hash if prev else None,
                 tenant=self.tenant,
-                trace_id=self.trace_id,
+                trace_id=self.trace_of.get(span_id, self.trace_id),
                 span_id=span_id,
                 ts=_ts(ns),
                 **kw,
@@ -189,11 +192,19 @@ def _model_events(
     request_payload: dict[str, Any] = {"request": request}
     if step["provider"] is not None:
         request_payload["provider"] = step["provider"]
+    not_captured: list[str] = []
     if step["input_messages"] is not None:
         request["messages"] = step["input_messages"]
     else:
-        request_payload["not_captured"] = ["messages"]
-    key = b.key(model, request)
+        not_captured.append("messages")
+    if step.get("tools") is not None:
+        request["tools"] = step["tools"]
+    else:
+        not_captured.append("tools")
+    request.update(step.get("params") or {})
+    if not_captured:
+        request_payload["not_captured"] = not_captured
+    key = b.key(model, {k: request[k] for k in ("model", "messages") if k in request})
     meta = {"idempotency_key": key, "model": model}
     out = [(step["start_ns"], 1, "model.request", request_payload, meta)]
     if span.status_code == 2:
@@ -273,11 +284,12 @@ def _build_run(
     agent = next((s for s in agents if by_id[s["span_id"]].parent_span_id not in by_id), None)
     agent = agent or (agents[0] if agents else None)
     root = by_id[agent["span_id"]] if agent else None
-    trace_id = spans[0].trace_id
+    trace_id = (root or min(spans, key=lambda s: s.start_ns)).trace_id
     run_id = _run_id(trace_id, root, several)
     resource_name = spans[0].resource.get("service.name")
     actor = str((agent or {}).get("agent_name") or resource_name or "otel-import")[:128]
     b = _Builder(run_id, actor, tenant, trace_id)
+    b.trace_of = {s.span_id: s.trace_id for s in spans}
 
     calls = [s for s in steps if s["kind"] in ("model", "tool")]
     start = root.start_ns if root else min(s["start_ns"] for s in calls)
@@ -339,16 +351,78 @@ def _build_run(
     return ImportedRun(run_id, trace_id, dialect, tuple(b.events))
 
 
+CONVERSATION_ATTRIBUTES: tuple[str, ...] = (
+    A.GEN_AI_CONVERSATION_ID,
+    "session.id",
+    "traceloop.association.properties.session_id",
+)
+"""Attributes that name the conversation a span belongs to (GenAI, OpenInference,
+OpenLLMetry): traces that share one are one run."""
+
+
+def _conversation(spans: Sequence[OtlpSpan], names: Sequence[str]) -> str | None:
+    for span in sorted(spans, key=lambda s: s.start_ns):
+        for name in names:
+            value = span.attributes.get(name)
+            if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+                return f"{name}={value}"
+    return None
+
+
+def _conversations(
+    traces: Sequence[list[OtlpSpan]], *, group_by: str | None, gap: float | None
+) -> list[list[OtlpSpan]]:
+    """Join the traces of one conversation: an instrumentation alone makes each model call
+    its own trace. Traces with an agent span stay apart (the agent span is the run); the
+    others are joined by a conversation attribute (``group_by``, else
+    :data:`CONVERSATION_ATTRIBUTES`), else, with ``gap`` (seconds), when one starts within
+    ``gap`` of the previous one's end."""
+    names = (group_by,) if group_by else CONVERSATION_ATTRIBUTES
+    out: list[list[OtlpSpan]] = []
+    by_key: dict[str, list[OtlpSpan]] = {}
+    loose: list[list[OtlpSpan]] = []
+    for spans in traces:
+        if any(classify(s) == "agent" for s in spans):
+            out.append(spans)
+            continue
+        key = _conversation(spans, names)
+        if key is None:
+            loose.append(spans)
+        elif key in by_key:
+            by_key[key].extend(spans)
+        else:
+            by_key[key] = list(spans)
+            out.append(by_key[key])
+    if gap is None:
+        return out + loose
+    limit = int(gap * 1_000_000_000)
+    current: list[OtlpSpan] | None = None
+    for spans in sorted(loose, key=lambda t: min(s.start_ns for s in t)):
+        start = min(s.start_ns for s in spans)
+        if current is not None and start - max(s.end_ns for s in current) <= limit:
+            current.extend(spans)
+        else:
+            current = list(spans)
+            out.append(current)
+    return out
+
+
 def runs_from_spans(
-    spans: Sequence[OtlpSpan], *, tenant: str = "default", source: str | None = None
+    spans: Sequence[OtlpSpan],
+    *,
+    tenant: str = "default",
+    source: str | None = None,
+    group_by: str | None = None,
+    gap: float | None = None,
 ) -> list[ImportedRun]:
-    """Build the runs (not stored) for every trace with GenAI spans among ``spans``."""
+    """Build the runs (not stored) for every conversation with GenAI spans among ``spans``:
+    one per agent span, else per conversation (see :func:`_conversations`), else per trace."""
     traces: dict[str, list[OtlpSpan]] = {}
     for span in spans:
         traces.setdefault(span.trace_id, []).append(span)
     imported_at = now_ts()
     runs: list[ImportedRun] = []
-    for trace_spans in traces.values():
+    for trace_spans in _conversations(list(traces.values()), group_by=group_by, gap=gap):
         groups = _roots(trace_spans)
         for group in groups:
             if not any(classify(s) for s in group):
@@ -370,9 +444,13 @@ def import_otlp(
     source: str | os.PathLike[str] | IO[bytes] | bytes | Mapping[str, Any],
     *,
     tenant: str = "default",
+    group_by: str | None = None,
+    gap: float | None = None,
 ) -> ImportResult:
     """Read OTLP/JSON traces (a path, a binary stream, bytes, or a parsed document) and record
-    each GenAI trace as a tachograph run. Runs already in the store are skipped."""
+    each GenAI conversation as a tachograph run (``group_by``: the attribute naming the
+    conversation; ``gap``: join traces without one that follow within so many seconds).
+    Runs already in the store are skipped."""
     name: str | None = None
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
@@ -385,7 +463,7 @@ def import_otlp(
     else:
         data = source.read()
     spans = parse_otlp_json(data)
-    runs = runs_from_spans(spans, tenant=tenant, source=name)
+    runs = runs_from_spans(spans, tenant=tenant, source=name, group_by=group_by, gap=gap)
     out: list[ImportedRun] = []
     for run in runs:
         if store.head(run.run_id, tenant=tenant) is not None:

@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from ..canonical import MAX_DEPTH, loads_untrusted, nesting_depth
 from ..errors import FormatError
+from ..record.canonical import MAX_DEPTH, loads_untrusted, nesting_depth
 
 __all__ = ["SPAN_KINDS", "OtlpEvent", "OtlpSpan", "parse_otlp_json"]
 

@@ -1,42 +1,33 @@
-"""Stores: the contract, the engines, and opening one from a URL."""
+"""Stores: the rows-only contract, the engines, opening one from a URL, and verifying one.
+
+``open_store("scheme://...")`` finds the engine through the entry point group
+``tachograph.stores`` (:mod:`tachograph.store.registry`); a plain path means SQLite.
+:func:`verify_stored` and :func:`verify_all` hold a stored run's rows against its summary with
+:func:`~tachograph.record.verify.verify_run`; the stores themselves know nothing of it.
+"""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from ..errors import StoreError
+from ..record.rows import StoredRow
 from .base import Receipt, RunInfo, Store
+from .memory import MemoryStore
+from .registry import DEFAULT_STORE, engines, open_store, store_url
 from .sqlite import SQLiteStore
+from .verify import read_verified, run_summary, verify_all, verify_stored
 
-__all__ = ["DEFAULT_STORE", "Receipt", "RunInfo", "SQLiteStore", "Store", "open_store", "store_url"]
-
-DEFAULT_STORE = "sqlite:///.tachograph/tachograph.db"
-"""Where runs go when nothing else is said: ``./.tachograph/tachograph.db``."""
-
-
-def store_url(url: str | os.PathLike[str] | None = None) -> str:
-    """The store URL in force: the argument, else ``TACHOGRAPH_STORE``, else the default."""
-    if url is not None:
-        return str(url)
-    return os.environ.get("TACHOGRAPH_STORE") or DEFAULT_STORE
-
-
-def open_store(url: str | os.PathLike[str] | Store | None = None, *, create: bool = True) -> Store:
-    """Open a store by URL (``sqlite:///path.db``, a plain file path, or ``None`` for the default).
-
-    With ``create=False`` a store that does not exist raises
-    :class:`~tachograph.errors.StoreNotFound` saying where it looked.
-    """
-    if isinstance(url, Store):
-        return url
-    target = store_url(url)
-    if isinstance(url, Path) or "://" not in target:
-        return SQLiteStore(target, create=create)
-    scheme = target.split("://", 1)[0]
-    if scheme == "sqlite":
-        return SQLiteStore.from_url(target, create=create)
-    raise StoreError(
-        f"unknown store URL scheme {scheme!r} in {target!r}; supported: sqlite:///path.db",
-        location=target,
-    )
+__all__ = [
+    "DEFAULT_STORE",
+    "MemoryStore",
+    "Receipt",
+    "RunInfo",
+    "SQLiteStore",
+    "Store",
+    "StoredRow",
+    "engines",
+    "open_store",
+    "read_verified",
+    "run_summary",
+    "store_url",
+    "verify_all",
+    "verify_stored",
+]

@@ -1,8 +1,11 @@
 """The store contract: what every engine must do, and nothing more.
 
-A store keeps rows, enforces order and uniqueness, and answers queries. Hashing, canonical
-bytes and checks happen in the core before a store sees an event. Every engine runs the same
-conformance suite (:mod:`tachograph.testing.conformance`).
+A store keeps rows, enforces order and uniqueness, and answers queries. It knows nothing of
+verification: hashing, canonical bytes and checks happen in the core before a store sees an
+event, and :func:`~tachograph.record.verify.verify_run` checks what a store hands back
+(:class:`~tachograph.record.rows.StoredRow` values and the run summary). Every engine runs the
+same conformance suite (:mod:`tachograph.testing.conformance`) and is opened from a URL through
+the registry (:mod:`tachograph.store.registry`).
 """
 
 from __future__ import annotations
@@ -11,13 +14,29 @@ import abc
 import difflib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..chain import LineChecker, VerifyReport
-from ..errors import RunNotFound, TachographError
-from ..events import Event
+import orjson
 
-__all__ = ["Receipt", "RunInfo", "Store", "suggest"]
+from ..errors import RunNotFound, StoreError
+from ..record.event import Event
+from ..record.rows import StoredRow
+from .audit import AuditEntry, AuditRecord
+
+if TYPE_CHECKING:
+    from ..record.verify import VerifyReport
+
+__all__ = [
+    "CheckpointRow",
+    "Receipt",
+    "RunInfo",
+    "SealRow",
+    "Store",
+    "StoredRow",
+    "not_found",
+    "row_event",
+    "suggest",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +79,51 @@ class RunInfo:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class SealRow:
+    """One leaf of a tenant's seal log (SPEC section 9), as a store keeps it.
+
+    ``leaf`` is the logged bytes; ``run_id`` and ``seq`` repeat two of its fields so that a
+    store can find a run's seals without parsing them. ``index`` is the leaf's position in the
+    tenant's log (``-1`` before it is appended).
+    """
+
+    run_id: str
+    seq: int
+    leaf: bytes
+    index: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    """A signed checkpoint of a tenant's seal log: its tree ``size``, the signed ``note``
+    (UTF-8 text) and the ``frontier`` it was computed from (opaque text for the store)."""
+
+    tenant: str
+    size: int
+    note: str
+    frontier: str
+
+
 class Store(abc.ABC):
     """The contract every engine implements.
 
     Appends are atomic per batch and enforce the chain; duplicates of stored events are
-    acknowledged without writing; reads stream in constant memory.
+    acknowledged without writing; reads stream in constant memory. An engine registered
+    under a URL scheme (entry point group ``tachograph.stores``) is opened with
+    :meth:`from_url`.
     """
 
     url: str
+
+    @classmethod
+    def from_url(cls, url: str, *, create: bool = True) -> Store:
+        """Open the store ``url`` names (``scheme://...``); engines in the registry implement it.
+
+        With ``create=False`` a store that does not exist raises
+        :class:`~tachograph.errors.StoreNotFound` instead of being made.
+        """
+        raise StoreError(f"{cls.__name__} cannot be opened from a URL ({url})", location=url)
 
     @abc.abstractmethod
     def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
@@ -88,9 +144,10 @@ class Store(abc.ABC):
         """Append several batches as ONE atomic unit: all of them are stored, or none.
 
         What an import needs (a file is stored whole or not at all, whatever fails and
-        wherever the process is killed). Returns ``(written, duplicates)``. Engines that can
-        hold one transaction over several batches override this to keep memory flat; this
-        default joins the batches into one :meth:`append`.
+        wherever the process is killed). Returns ``(written, duplicates)``. This default is
+        atomic because :meth:`append` is: it joins the batches into one batch (memory grows
+        with the file). Engines that can hold one transaction over several batches override
+        it to keep memory flat (SQLite does).
         """
         joined = [event for batch in batches for event in batch]
         receipts = self.append(joined)
@@ -104,18 +161,15 @@ class Store(abc.ABC):
         """The last ``(seq, hash)`` of a run, or ``None`` if it has no events."""
 
     @abc.abstractmethod
-    def read(
-        self,
-        run_id: str,
-        *,
-        tenant: str | None = None,
-        from_seq: int = 0,
-        decode: bool = True,
-    ) -> Iterator[Event]:
-        """Stream a run's events in seq order from ``from_seq``, in constant memory.
+    def read_rows(
+        self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
+    ) -> Iterator[StoredRow]:
+        """Stream a run's rows in seq order from ``from_seq``, in constant memory, exactly as
+        stored (nothing decoded, nothing checked): what verification and export read.
 
-        With ``decode=False`` payloads are left as canonical bytes in ``payload_bytes``
-        (``payload`` is ``None``), which is what verification needs.
+        Without ``tenant`` the run id must be unique across tenants (else
+        :class:`~tachograph.errors.StoreError`); a run that is not there raises
+        :class:`~tachograph.errors.RunNotFound` with close matches, never reads as empty.
         """
 
     @abc.abstractmethod
@@ -140,8 +194,81 @@ class Store(abc.ABC):
     def count_events(self) -> int:
         """How many events the store holds."""
 
+    # -- the seal log (SPEC section 9): rows only; the Merkle math is tachograph.record.merkle
+
+    @abc.abstractmethod
+    def append_seals(self, tenant: str, seals: Sequence[SealRow]) -> int:
+        """Append leaves to ``tenant``'s seal log atomically; return the first one's index.
+
+        Indices are 0, 1, 2, ... per tenant, with no gaps, in the order given; concurrent
+        appenders each get a contiguous range. Leaves are never changed or removed.
+        """
+
+    @abc.abstractmethod
+    def read_seals(self, tenant: str, start: int = 0, end: int | None = None) -> list[SealRow]:
+        """The leaves with ``start <= index < end`` (``end`` default: all), in index order."""
+
+    @abc.abstractmethod
+    def seal_count(self, tenant: str) -> int:
+        """How many leaves ``tenant``'s seal log holds."""
+
+    @abc.abstractmethod
+    def seals_for_run(self, tenant: str, run_id: str) -> list[SealRow]:
+        """The leaves that seal one run, in index order."""
+
+    @abc.abstractmethod
+    def put_checkpoint(self, checkpoint: CheckpointRow) -> bool:
+        """Keep a checkpoint; ``False`` (and nothing written) if one of that tenant and size
+        is already kept. Checkpoints are never changed or removed."""
+
+    @abc.abstractmethod
+    def latest_checkpoint(self, tenant: str) -> CheckpointRow | None:
+        """The kept checkpoint of ``tenant`` with the largest size, or ``None``."""
+
+    # -- data lifecycle: erasure, deletion, the store audit, data subjects -------------------
+
+    @abc.abstractmethod
+    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
+        """Erase the payloads and salts of ``seqs`` of a run (SPEC section 4); return how many
+        were erased now (already erased ones, and seqs the run does not have, count 0).
+
+        The envelopes stay, so the chain still verifies, reporting the seqs as erased. Each
+        payload and its salt go together in one transaction with the audit record (written
+        only when something was erased, so erasing twice records once). Afterwards the
+        plaintext must be gone from the engine's files (journals and free space included).
+        """
+
+    @abc.abstractmethod
+    def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
+        """Delete a whole run (retention only); return how many events were deleted.
+
+        The run's summary and subject links go with it, the audit record is written in the
+        same transaction, and the run id stays taken: appending to it again is refused.
+        """
+
+    @abc.abstractmethod
+    def append_audit(self, entry: AuditEntry) -> AuditRecord:
+        """Append one record to the store audit (hash-chained, see :mod:`.audit`)."""
+
+    @abc.abstractmethod
+    def read_audit(self, *, from_seq: int = 0) -> Iterator[AuditRecord]:
+        """Stream the store audit in ``seq`` order."""
+
+    @abc.abstractmethod
+    def link_subjects(self, tenant: str, run_id: str, links: Iterable[tuple[int, str]]) -> int:
+        """Record that event ``seq`` of a run holds data of subject ``id``, for each
+        ``(seq, id)``; return how many links are new (linking twice is harmless)."""
+
+    @abc.abstractmethod
+    def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
+        """``(run_id, seq)`` of every event linked to ``subject`` in ``tenant``, in order."""
+
+    def run_keys(self) -> list[tuple[str, str]]:
+        """Every ``(tenant, run_id)`` in the store; engines also list orphaned events' runs."""
+        return [(info.tenant, info.run_id) for info in self.runs()]
+
     def close(self) -> None:  # noqa: B027 - optional for engines without resources
-        """Release the engine's resources."""
+        """Release the engine's resources. Closing twice is harmless."""
 
     def __enter__(self) -> Store:
         return self
@@ -151,30 +278,37 @@ class Store(abc.ABC):
 
     # -- derived operations, the same for every engine ------------------------------------
 
+    def read(
+        self,
+        run_id: str,
+        *,
+        tenant: str | None = None,
+        from_seq: int = 0,
+        decode: bool = True,
+    ) -> Iterator[Event]:
+        """Stream a run's events in seq order from ``from_seq``, in constant memory.
+
+        With ``decode=False`` payloads are left as the stored bytes in ``payload_bytes``
+        (``payload`` is ``None``); decoded events carry both.
+        """
+        for r in self.read_rows(run_id, tenant=tenant, from_seq=from_seq):
+            yield row_event(r, decode=decode)
+
     def events(self, run_id: str, *, tenant: str | None = None) -> list[Event]:
         """All events of a run, decoded, as a list (use :meth:`read` for large runs)."""
         return list(self.read(run_id, tenant=tenant))
 
+    def resolve(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
+        """Alias of :meth:`run_info`, for readability at call sites."""
+        return self.run_info(run_id, tenant=tenant)
+
+    # -- conveniences: verification is not the store's, these only call it -----------------
+
     def verify(self, run_id: str, *, tenant: str | None = None) -> VerifyReport:
-        """Verify one stored run (SPEC section 8), streaming."""
-        return self._verify_one(run_id, tenant, None)
+        """``tachograph.store.verify_stored(self, run_id, tenant=tenant)``."""
+        from .verify import verify_stored
 
-    def _summary(self, run_id: str, tenant: str | None) -> RunInfo | None:
-        # Read before the chain: appends only add, so the chain is never shorter than a
-        # summary read first, unless events were taken away.
-        try:
-            return self.run_info(run_id, tenant=tenant)
-        except RunNotFound:
-            return None
-
-    def _feed(self, checker: LineChecker, run_id: str, tenant: str | None) -> Iterator[int]:
-        """Feed a run's events to ``checker``, yielding once per event (for progress).
-
-        Engines may override this with a faster path over their raw rows.
-        """
-        for event in self.read(run_id, tenant=tenant, decode=False):
-            checker.feed_event(event)
-            yield 1
+        return verify_stored(self, run_id, tenant=tenant)
 
     def verify_all(
         self,
@@ -182,77 +316,39 @@ class Store(abc.ABC):
         tenant: str | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> Iterator[VerifyReport]:
-        """Verify every run, one at a time, in constant memory.
+        """``tachograph.store.verify_all(self, tenant=tenant, progress=progress)``."""
+        from .verify import verify_all
 
-        ``progress`` is called with the number of events checked since its last call.
-        """
-        for run_tenant, run_id in self.run_keys():
-            if tenant is not None and run_tenant != tenant:
-                continue
-            yield self._verify_one(run_id, run_tenant, progress)
-
-    def _verify_one(
-        self, run_id: str, tenant: str | None, progress: Callable[[int], None] | None
-    ) -> VerifyReport:
-        checker = LineChecker(source=self.url)
-        pending = 0
-        try:
-            summary = self._summary(run_id, tenant)
-            for _ in self._feed(checker, run_id, tenant):
-                pending += 1
-                if progress is not None and pending >= 1000:
-                    progress(pending)
-                    pending = 0
-        except RunNotFound:
-            raise
-        except (TachographError, ValueError, TypeError, OverflowError) as exc:
-            # One unreadable run (a damaged page, a tampered row the engine cannot even
-            # return) fails with a report; it does not stop the others from being reported.
-            if checker.run_id is None:
-                checker.run_id, checker.tenant = run_id, tenant
-            checker.feed_malformed(f"the store could not read this run: {exc}")
-            return checker.report()
-        if progress is not None and pending:
-            progress(pending)
-        return _finish(checker, run_id, tenant, summary)
-
-    def run_keys(self) -> list[tuple[str, str]]:
-        """Every ``(tenant, run_id)`` in the store; engines also list orphaned events' runs."""
-        return [(info.tenant, info.run_id) for info in self.runs()]
-
-    def resolve(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
-        """Alias of :meth:`run_info`, for readability at call sites."""
-        return self.run_info(run_id, tenant=tenant)
+        return verify_all(self, tenant=tenant, progress=progress)
 
 
-def _finish(
-    checker: LineChecker, run_id: str, tenant: str | None, summary: RunInfo | None = None
-) -> VerifyReport:
-    if checker.position == 0:
-        # A store lists a run only once an event of it was appended: a listed run with no
-        # events lost them behind the store's back. That must not read as "verified".
-        checker.run_id, checker.tenant = run_id, tenant
-        checker.feed_missing("the store lists this run but holds none of its events")
-    elif summary is not None and checker.position < summary.events:
-        # The chain alone cannot show a cut tail; the store's own summary, written in the
-        # same transaction as every append, can (unless it was rewritten too: unsealed).
-        checker.feed_missing(
-            f"the store's run summary records {summary.events} events, but the chain stops "
-            f"at seq {checker.position - 1}: its tail is missing"
-        )
-    elif (
-        summary is not None
-        and checker.position == summary.events
-        and not checker.failures
-        and checker.head != summary.head_hash
-    ):
-        checker.position -= 1
-        checker.feed_missing(
-            f"the last event hashes to {checker.head}, but the store's run summary records "
-            f"{summary.head_hash}: the tail was replaced"
-        )
-        checker.position += 1
-    return checker.report()
+def row_event(r: StoredRow, *, decode: bool = True) -> Event:
+    """The :class:`Event` a stored row holds; ``decode=False`` leaves ``payload`` as ``None``."""
+    body = r.payload_bytes
+    return Event(
+        1,
+        r.tenant,
+        r.run_id,
+        r.seq,
+        r.event_id,
+        r.ts,
+        r.type,
+        r.actor,
+        r.trace_id,
+        r.span_id,
+        r.idempotency_key,
+        r.model,
+        r.seed,
+        r.payload_digest,
+        r.prev_hash,
+        r.hash,
+        # Stored bodies are orjson's output for a payload checked against the profile at
+        # write time: no integer literal beyond 2^53 can occur, so no widening pass (a regex
+        # over the bytes cost ten times the parse). Tampered bytes fail check 5.
+        orjson.loads(body) if decode and body is not None else None,
+        r.salt,
+        body,
+    )
 
 
 def suggest(run_id: str, candidates: Iterable[str]) -> list[str]:
@@ -267,8 +363,26 @@ def suggest(run_id: str, candidates: Iterable[str]) -> list[str]:
     return seen[:5]
 
 
-def not_found(run_id: str, candidates: Iterable[str], where: str) -> RunNotFound:
-    """A :class:`RunNotFound` that lists close matches."""
+def not_found(
+    run_id: str,
+    candidates: Iterable[str],
+    where: str,
+    *,
+    tenant: str | None = None,
+    elsewhere: Sequence[str] = (),
+) -> RunNotFound:
+    """A :class:`RunNotFound` that lists close matches, or, when the run was looked up in
+    ``tenant`` but exists in the tenants ``elsewhere``, names those."""
+    if tenant is not None and elsewhere:
+        tenants = list(elsewhere)
+        return RunNotFound(
+            f"no run {run_id!r} in tenant {tenant!r} of {where}; it exists in tenant "
+            + ", ".join(repr(t) for t in tenants),
+            run_id=run_id,
+            suggestions=[],
+            location=where,
+            tenants=tenants,
+        )
     matches = suggest(run_id, candidates)
     hint = f"; did you mean {', '.join(matches)}?" if matches else ""
     return RunNotFound(

@@ -8,6 +8,8 @@ other than erasing it (setting both body and salt to NULL).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import random
 import sqlite3
@@ -21,23 +23,24 @@ from typing import Any
 
 import orjson
 
-from ..chain import LineChecker
 from ..errors import (
     DuplicateConflict,
     FormatError,
-    RunNotFound,
     SchemaVersionError,
     SequenceConflict,
     StoreError,
     StoreNotFound,
     StoreUnavailable,
 )
-from ..events import Event
+from ..record.event import Event
+from ..record.rows import StoredRow
 from .base import Receipt, RunInfo, Store, not_found
+from .sqlite_lifecycle import LIFECYCLE_MIGRATION, SQLiteLifecycle
+from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "interrupt_waits"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -97,6 +100,12 @@ CREATE INDEX runs_run_id ON runs (run_id);
 CREATE INDEX runs_started_run ON runs (started_at, run_id);
 DROP INDEX runs_started;
 """,
+    # 2 -> 3: the seal log (SPEC section 9): one append-only Merkle leaf list per tenant, and
+    # the signed checkpoints issued over it.
+    2: SEAL_SCHEMA,
+    # 3 -> 4, step "lifecycle": the store audit, data subjects and retention's deletions
+    # (see sqlite_lifecycle.py).
+    3: LIFECYCLE_MIGRATION,
 }
 
 _COLUMNS = (
@@ -104,6 +113,9 @@ _COLUMNS = (
     "e.idempotency_key, e.model, e.seed, e.payload_digest, e.prev_hash, e.hash, p.body, p.salt"
 )
 _PAGE = 2000
+# A driver tuple of the _COLUMNS, which are StoredRow's fields in order, as a StoredRow: the
+# tuple constructor itself, half the cost of StoredRow._make (whose length check cannot fail).
+_as_row: Callable[[tuple[Any, ...]], StoredRow] = functools.partial(tuple.__new__, StoredRow)
 _LOCK_DEADLINE = 120.0  # seconds a writer keeps retrying a locked database before giving up
 _BUSY_SLICE = 0.1  # seconds SQLite itself waits on a lock before _retry takes over
 _ANNOUNCE_AFTER = 1.0  # a wait longer than this says what it waits for
@@ -201,7 +213,7 @@ def _absolute_if_meant(path: str) -> str:
     return "/" + path if Path("/" + first).exists() else path
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
     """A store in one SQLite file.
 
     ``synchronous="full"`` (the default) makes every committed batch survive power loss;
@@ -240,6 +252,7 @@ class SQLiteStore(Store):
         self._lock = threading.RLock()
         self._busy_deadline = max(float(busy_timeout), _LOCK_DEADLINE)
         self.read_only = False
+        self._closed = False
         try:
             if not memory and not _writable(Path(self.path)):
                 self._open_read_only()
@@ -327,6 +340,19 @@ class SQLiteStore(Store):
         return cls(path, create=create, synchronous=query.get("synchronous", "full"))
 
     # -- plumbing --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _using(self, what: str, run_id: str | None = None) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock, with the driver's errors translated at the door."""
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable(f"{self.url} is closed", location=self.path, run_id=run_id)
+            try:
+                yield self._db
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(
+                    f"{what} {self.path} failed: {exc}", location=self.path, run_id=run_id
+                ) from exc
 
     def _retry(self, action: Any) -> Any:
         """Run ``action`` and retry while the database is locked by another process.
@@ -426,12 +452,14 @@ class SQLiteStore(Store):
     @property
     def schema_version(self) -> int:
         """The schema version recorded in the database."""
-        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        with self._using("reading the schema version of") as db:
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         return int(row[0])
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (closing again is harmless)."""
         with self._lock:
+            self._closed = True
             self._db.close()
 
     # -- writing ---------------------------------------------------------------------------
@@ -440,6 +468,8 @@ class SQLiteStore(Store):
         """Append a batch atomically (see :meth:`Store.append`)."""
         if not events:
             return []
+        if self._closed:
+            raise StoreUnavailable(f"{self.url} is closed", location=self.path)
         self._refuse_read_only()
         try:
             return list(self._retry(lambda: self._append(events)))
@@ -508,6 +538,8 @@ class SQLiteStore(Store):
         A conflict, an I/O error (a full disk) or a kill anywhere before COMMIT leaves the
         store as it was: SQLite rolls the transaction back, or recovery drops it on reopen.
         """
+        if self._closed:
+            raise StoreUnavailable(f"{self.url} is closed", location=self.path)
         try:
             result: tuple[int, int] = self._retry(lambda: self._append_all(batches, progress))
         except sqlite3.DatabaseError as exc:
@@ -553,6 +585,7 @@ class SQLiteStore(Store):
                     key,
                 ).fetchone()
                 if row is None:
+                    self._refuse_deleted(db, ev.tenant, ev.run_id)
                     state = [0, None, ev.actor, ev.ts, None, False]
                 else:
                     state = [row[0], row[1], row[2], row[3], row[4], True]
@@ -662,8 +695,8 @@ class SQLiteStore(Store):
         same in a store of a million events as in one of ten thousand. ``verify`` is what
         checks the events themselves.
         """
-        with self._lock:
-            row = self._db.execute(
+        with self._using("reading") as db:
+            row = db.execute(
                 "SELECT events - 1, head_hash FROM runs WHERE tenant=? AND run_id=?",
                 (tenant, run_id),
             ).fetchone()
@@ -672,13 +705,14 @@ class SQLiteStore(Store):
     def _resolve_tenant(self, run_id: str, tenant: str | None) -> str:
         if tenant is not None:
             return tenant
-        with self._lock:
-            rows = self._db.execute(
+        with self._using("reading", run_id) as db:
+            rows = db.execute(
                 "SELECT tenant FROM runs WHERE run_id=? LIMIT 2", (run_id,)
             ).fetchall()
         if not rows:
-            with self._lock:  # an orphan run (events without a summary row) still resolves
-                rows = self._db.execute(
+            # an orphan run (events without a summary row) still resolves
+            with self._using("reading", run_id) as db:
+                rows = db.execute(
                     "SELECT DISTINCT tenant FROM events WHERE run_id=? LIMIT 2", (run_id,)
                 ).fetchall()
         if not rows:
@@ -691,23 +725,12 @@ class SQLiteStore(Store):
         return str(rows[0][0])
 
     def _not_found(self, run_id: str, tenant: str | None = None) -> Exception:
-        with self._lock:
-            ids = [r[0] for r in self._db.execute("SELECT run_id FROM runs")]
+        with self._using("reading", run_id) as db:
+            ids = [r[0] for r in db.execute("SELECT run_id FROM runs")]
             elsewhere = [
-                str(r[0])
-                for r in self._db.execute("SELECT tenant FROM runs WHERE run_id=?", (run_id,))
+                str(r[0]) for r in db.execute("SELECT tenant FROM runs WHERE run_id=?", (run_id,))
             ]
-        if tenant is not None and elsewhere:
-            where = ", ".join(repr(t) for t in elsewhere)
-            return RunNotFound(
-                f"no run {run_id!r} in tenant {tenant!r} of {self.path}; it exists in tenant "
-                f"{where}",
-                run_id=run_id,
-                suggestions=[],
-                location=self.path,
-                tenants=elsewhere,
-            )
-        return not_found(run_id, ids, self.path)
+        return not_found(run_id, ids, self.path, tenant=tenant, elsewhere=elsewhere)
 
     def read(
         self,
@@ -718,39 +741,34 @@ class SQLiteStore(Store):
         decode: bool = True,
     ) -> Iterator[Event]:
         """Stream events in pages (keyset pagination: constant memory, no long-lived cursor)."""
-        for r in self.read_rows(run_id, tenant=tenant, from_seq=from_seq):
-            body = r[15]
-            payload = _decode_body(body, r) if decode and body is not None else None
-            yield Event(
-                1,
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                r[6],
-                r[7],
-                r[8],
-                r[9],
-                r[10],
-                r[11],
-                r[12],
-                r[13],
-                r[14],
-                # Stored bodies are orjson's output for a payload checked against the profile
-                # at write time: no integer literal beyond 2^53 can occur, so no widening pass
-                # (a regex over the bytes cost ten times the parse). Tampered bytes fail check 5.
-                payload,
-                r[16],
-                body,
-            )
+        # From the driver's tuples, not through StoredRow: replay reads every event this way.
+        loads = orjson.loads
+        for page in self._pages(run_id, tenant, from_seq):
+            for r in page:
+                (tenant_, run, seq, event_id, ts, kind, actor, trace_id, span_id, key, model,
+                 seed, digest, prev_hash, stored_hash, body, salt) = r  # fmt: skip
+                try:
+                    # Stored bodies are orjson's output for a payload checked against the
+                    # profile at write time: no integer literal beyond 2^53 can occur, so no
+                    # widening pass (a regex over the bytes cost ten times the parse).
+                    payload = loads(body) if decode and body is not None else None
+                except (orjson.JSONDecodeError, TypeError):
+                    # Tampered bytes: a typed error naming the run and seq (check 5 in verify).
+                    payload = _decode_body(body, r)
+                yield Event(
+                    1, tenant_, run, seq, event_id, ts, kind, actor, trace_id, span_id, key,
+                    model, seed, digest, prev_hash, stored_hash, payload, salt, body,
+                )  # fmt: skip
 
     def read_rows(
         self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
-    ) -> Iterator[tuple[Any, ...]]:
-        """Stream a run's raw rows: the 14 stored envelope columns (``v`` is not stored),
-        ``hash``, the stored payload bytes and the salt. What verification reads."""
+    ) -> Iterator[StoredRow]:
+        """Stream a run's rows as stored (see :meth:`Store.read_rows`), a page at a time."""
+        for page in self._pages(run_id, tenant, from_seq):
+            yield from map(_as_row, page)
+
+    def _pages(self, run_id: str, tenant: str | None, from_seq: int) -> Iterator[list[Any]]:
+        # Pages of the driver's tuples: the columns of _COLUMNS, StoredRow's fields in order.
         tenant = self._resolve_tenant(run_id, tenant)
         seq = from_seq
         first = True
@@ -761,20 +779,14 @@ class SQLiteStore(Store):
                 # (and verify) as an empty one.
                 raise self._not_found(run_id, tenant)
             first = False
-            yield from rows
+            yield rows
             if len(rows) < _PAGE:
                 return
             seq = rows[-1][2] + 1
 
-    def _feed(self, checker: LineChecker, run_id: str, tenant: str | None) -> Iterator[int]:
-        # Rows straight into the checker: building an Event per row costs as much as reading it.
-        for row in self.read_rows(run_id, tenant=tenant):
-            checker.feed_row(row)
-            yield 1
-
     def _exists(self, tenant: str, run_id: str) -> bool:
-        with self._lock:
-            row = self._db.execute(
+        with self._using("reading", run_id) as db:
+            row = db.execute(
                 "SELECT 1 FROM runs WHERE tenant=? AND run_id=? "
                 "UNION ALL SELECT 1 FROM events WHERE tenant=? AND run_id=? LIMIT 1",
                 (tenant, run_id, tenant, run_id),
@@ -787,26 +799,19 @@ class SQLiteStore(Store):
             "WHERE e.tenant=? AND e.run_id=? AND e.seq>=? ORDER BY e.seq LIMIT ?"
         )
         args = (tenant, run_id, seq, _PAGE)
-        with self._lock:
+        with self._using(f"reading run {run_id!r} from", run_id) as db:
             try:
-                try:
-                    return self._db.execute(sql, args).fetchall()
-                except sqlite3.OperationalError as exc:
-                    if "decode" not in str(exc).lower():
-                        raise
-                # A TEXT value that is not UTF-8: read it with lone surrogates standing for the
-                # bad bytes, so that verification reports the row instead of failing to read it.
-                self._db.text_factory = _lenient_text
-                try:
-                    return self._db.execute(sql, args).fetchall()
-                finally:
-                    self._db.text_factory = str
-            except sqlite3.DatabaseError as exc:
-                raise StoreUnavailable(
-                    f"reading run {run_id!r} from {self.path} failed: {exc}",
-                    location=self.path,
-                    run_id=run_id,
-                ) from exc
+                return db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "decode" not in str(exc).lower():
+                    raise
+            # A TEXT value that is not UTF-8: read it with lone surrogates standing for the
+            # bad bytes, so that verification reports the row instead of failing to read it.
+            db.text_factory = _lenient_text
+            try:
+                return db.execute(sql, args).fetchall()
+            finally:
+                db.text_factory = str
 
     def runs(
         self,
@@ -843,15 +848,15 @@ class SQLiteStore(Store):
         sql += " ORDER BY started_at DESC, run_id"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
+        with self._using("listing runs of") as db:
+            rows = db.execute(sql, args).fetchall()
         return [RunInfo(*row) for row in rows]
 
     def run_info(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
         """The summary of one run."""
         tenant = self._resolve_tenant(run_id, tenant)
-        with self._lock:
-            row = self._db.execute(
+        with self._using("reading", run_id) as db:
+            row = db.execute(
                 "SELECT tenant, run_id, actor, started_at, last_at, events, head_hash, status "
                 "FROM runs WHERE tenant=? AND run_id=?",
                 (tenant, run_id),
@@ -862,26 +867,26 @@ class SQLiteStore(Store):
 
     def run_keys(self) -> list[tuple[str, str]]:
         """Every ``(tenant, run_id)`` that has events or a summary row, including orphans."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._using("listing runs of") as db:
+            rows = db.execute(
                 "SELECT tenant, run_id FROM runs UNION SELECT DISTINCT tenant, run_id FROM events"
             ).fetchall()
         return [(str(t), str(r)) for t, r in rows]
 
     def count_events(self) -> int:
         """How many events the store holds."""
-        with self._lock:
-            return int(self._db.execute("SELECT count(*) FROM events").fetchone()[0])
+        with self._using("counting events of") as db:
+            return int(db.execute("SELECT count(*) FROM events").fetchone()[0])
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` result (``"ok"`` when sound)."""
-        with self._lock:
-            return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+        with self._using("checking") as db:
+            return str(db.execute("PRAGMA integrity_check").fetchone()[0])
 
     def raw_payload(self, event_id: str) -> bytes | None:
         """The stored canonical payload bytes of one event."""
-        with self._lock:
-            row = self._db.execute(
+        with self._using("reading") as db:
+            row = db.execute(
                 "SELECT p.body FROM events e JOIN payloads p ON p.id=e.id WHERE e.event_id=?",
                 (event_id,),
             ).fetchone()

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..events import Event, new_event
+from ..record.event import Event, new_event
 
 __all__ = ["build_run", "fixed_ts"]
 

@@ -1,9 +1,10 @@
 """The store conformance suite: the store contract (:mod:`tachograph.store.base`) as tests.
 
 Every engine runs the same suite, as eventsourcing's ``tests/persistence.py`` does for its
-recorders. Subclass :class:`StoreConformance` in a test module whose class name starts with
-``Test`` and implement :meth:`~StoreConformance.make_store`; pytest collects every ``test_*``
-method below for that engine::
+recorders: the memory reference engine, SQLite, and any engine registered under a URL scheme.
+Subclass :class:`StoreConformance` in a test module whose class name starts with ``Test`` and
+implement :meth:`~StoreConformance.make_store`; pytest collects every ``test_*`` method below
+for that engine::
 
     class TestSQLiteStore(StoreConformance):
         def make_store(self, tmp_path: Path) -> Store:
@@ -21,14 +22,26 @@ import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
-from ..chain import VerifyReport
-from ..errors import DuplicateConflict, RunNotFound, SequenceConflict, StoreError
-from ..events import Event, new_event
-from ..jsonl import export_run, import_jsonl
+from ..errors import (
+    AppendRefused,
+    DuplicateConflict,
+    RunNotFound,
+    SequenceConflict,
+    StoreError,
+)
+from ..record.event import Event, new_event
+from ..record.jsonl import export_run, import_jsonl
+from ..record.rows import StoredRow
+from ..record.verify import Check, VerifyReport, verify_run
+from ..store.audit import AuditEntry
 from ..store.base import Receipt, RunInfo, Store
+from ..store.registry import open_store
+from ..store.verify import verify_all, verify_stored
 from . import build_run, fixed_ts
+from .seal_conformance import SealLogConformance
 
 __all__ = ["StoreConformance"]
 
@@ -45,11 +58,15 @@ def _ids(infos: list[RunInfo]) -> list[str]:
     return [info.run_id for info in infos]
 
 
-class StoreConformance(abc.ABC):
-    """What every store must do. Subclass it and implement :meth:`make_store`."""
+class StoreConformance(SealLogConformance, abc.ABC):
+    """What every store must do. Subclass it and implement :meth:`make_store`.
+
+    The seal-log tests (SPEC section 9) come from :class:`SealLogConformance`.
+    """
 
     persistent: bool = True
-    """Whether a store made again from the same ``tmp_path`` sees what the first one wrote."""
+    """Whether a store made again from the same ``tmp_path``, or opened again from its URL, sees
+    what the first one wrote (``False``: it starts empty each time, which is checked too)."""
 
     stream_events: int = 200_000
     """Length of the run the constant-memory read test streams."""
@@ -330,7 +347,7 @@ class StoreConformance(abc.ABC):
     def test_verify_a_stored_run(self, store: Store) -> None:
         events = build_run("run-a", 5, status="ok")
         store.append(events)
-        report = store.verify("run-a")
+        report = verify_stored(store, "run-a")
         assert isinstance(report, VerifyReport)
         assert report.ok, report.render()
         assert (report.run_id, report.tenant, report.events) == ("run-a", "default", 5)
@@ -345,14 +362,67 @@ class StoreConformance(abc.ABC):
             for start in range(0, length, 1000):
                 store.append(events[start : start + 1000])
         ticks: list[int] = []
-        reports = list(store.verify_all(progress=ticks.append))
+        reports = list(verify_all(store, progress=ticks.append))
         assert sorted((r.run_id, r.events, r.ok) for r in reports) == sorted(
             (run_id, length, True) for run_id, length in lengths.items()
         )
         assert sum(ticks) == sum(lengths.values())
         assert max(ticks) <= 1000  # reported as it goes, not once at the end
-        only = list(store.verify_all(tenant="t-short"))
+        only = list(verify_all(store, tenant="t-short"))
+        assert [(r.run_id, r.events) for r in store.verify_all(tenant="t-short")] == [
+            ("short", 3)
+        ]
         assert [(r.run_id, r.events) for r in only] == [("short", 3)]
+
+    def test_read_rows_streams_the_stored_rows(self, store: Store) -> None:
+        events = build_run("run-a", 5, tenant="acme")
+        store.append(events[:2])
+        store.append(events[2:])
+        rows = list(store.read_rows("run-a"))
+        assert all(type(row) is StoredRow for row in rows)
+        expected = [StoredRow.of(e) for e in events]
+        # the bytes are the engine's to keep (any key order); everything else is as appended
+        assert [r._replace(payload_bytes=None) for r in rows] == [
+            r._replace(payload_bytes=None) for r in expected
+        ]
+        for row, event in zip(rows, events, strict=True):
+            assert isinstance(row.payload_bytes, bytes)
+            assert orjson.loads(row.payload_bytes) == event.payload
+        assert list(store.read_rows("run-a", tenant="acme", from_seq=3)) == rows[3:]
+        assert list(store.read_rows("run-a", from_seq=5)) == []
+        with pytest.raises(RunNotFound):
+            list(store.read_rows("run-a", tenant="default"))
+        with pytest.raises(RunNotFound):
+            list(store.read_rows("run-b"))
+
+    def test_a_read_during_appends_has_no_gap_and_no_repeat(self, store: Store) -> None:
+        events = build_run("run-a", 6)
+        store.append(events[:3])
+        reading = store.read_rows("run-a")
+        first = next(reading)
+        store.append(events[3:])
+        seqs = [first.seq, *(r.seq for r in reading)]
+        # what was stored when the read began, and perhaps what came after: never a hole
+        assert seqs in (list(range(3)), list(range(6))), seqs
+        assert [r.seq for r in store.read_rows("run-a")] == list(range(6))
+
+    def test_verify_stored_holds_the_chain_against_the_summary(self, store: Store) -> None:
+        events = build_run("run-a", 6, status="ok")
+        for start in range(0, 6, 2):
+            store.append(events[start : start + 2])
+        report = verify_stored(store, "run-a")
+        assert report.ok, report.render()
+        assert (report.events, report.head, report.source) == (6, events[-1].hash, store.url)
+        assert store.verify("run-a") == report  # the convenience is the same check
+        assert [r.events for r in verify_all(store)] == [6]
+        with pytest.raises(RunNotFound):
+            verify_stored(store, "run-b")
+
+    def test_rows_of_another_run_do_not_verify_against_a_summary(self, store: Store) -> None:
+        store.append(build_run("run-a", 3) + build_run("run-b", 3))
+        report = verify_run(store.read_rows("run-b"), store.run_info("run-a"))
+        assert report.first_failure is not None
+        assert (report.first_failure.seq, report.first_failure.check) == (0, Check.SEQUENCE)
 
     # -- interchange ----------------------------------------------------------------------
 
@@ -381,20 +451,46 @@ class StoreConformance(abc.ABC):
     # -- durability and memory --------------------------------------------------------------
 
     def test_what_was_appended_is_there_after_reopening(self, tmp_path: Path) -> None:
-        if not self.persistent:
-            pytest.skip("engine does not persist across instances")
         events = build_run("run-a", 5)
         first = self.make_store(tmp_path)
+        url = first.url
         try:
             first.append(events)
         finally:
             first.close()
-        second = self.make_store(tmp_path)
-        try:
-            assert list(second.read("run-a")) == events
-            assert second.verify("run-a").ok
-        finally:
-            second.close()
+        openers: list[Callable[[], Store]] = [
+            lambda: self.make_store(tmp_path),
+            lambda: open_store(url, create=True),
+        ]
+        for again in openers:
+            second = again()
+            try:
+                if self.persistent:
+                    assert list(second.read("run-a")) == events
+                    assert verify_stored(second, "run-a").ok
+                else:
+                    assert second.count_events() == 0
+                    with pytest.raises(RunNotFound):
+                        second.run_info("run-a")
+            finally:
+                second.close()
+
+    def test_a_closed_store_refuses_work_with_a_store_error(self, tmp_path: Path) -> None:
+        store = self.make_store(tmp_path)
+        events = build_run("run-a", 2)
+        store.append(events[:1])
+        store.close()
+        store.close()  # twice is harmless
+        for work in (
+            lambda: store.append(events[1:]),
+            lambda: list(store.read_rows("run-a")),
+            lambda: store.run_info("run-a"),
+            store.runs,
+            store.count_events,
+        ):
+            with pytest.raises(StoreError) as info:
+                work()
+            assert type(info.value).__module__ == "tachograph.errors", repr(info.value)
 
     def _fill(self, store: Store, run_id: str, tag: str, length: int) -> None:
         """Append a long run quickly: chained by seq and prev_hash, hashes not recomputed.
@@ -460,3 +556,75 @@ class StoreConformance(abc.ABC):
         assert (small_count, big_count) == (small, big)
         # Ten times the events must not take (anywhere near) ten times the memory.
         assert big_peak < 2 * small_peak + 512 * 1024, (small_peak, big_peak)
+
+    # -- the data lifecycle: erasure, deletion, the store audit, data subjects ------------
+
+    @staticmethod
+    def _entry(action: str = "erase", **detail: object) -> AuditEntry:
+        return AuditEntry(action=action, actor="conformance", detail={"reason": "test", **detail})
+
+    def test_erase_nulls_payload_and_salt_and_records_it(self, store: Store) -> None:
+        events = build_run("run-a", 5, status="ok")
+        store.append(events)
+        assert store.erase("default", "run-a", [1, 3], audit=self._entry()) == 2
+        read = store.events("run-a")
+        assert [e.seq for e in read if e.erased] == [1, 3]
+        assert read[2] == events[2]
+        assert [e.hash for e in read] == [e.hash for e in events]  # envelopes untouched
+        report = store.verify("run-a")
+        assert report.ok
+        assert report.erased == (1, 3)
+        (record,) = list(store.read_audit())
+        assert (record.seq, record.action, record.prev_hash) == (0, "erase", None)
+        assert record.detail == {"reason": "test", "run_id": "run-a", "seqs": [1, 3]}
+        assert record.hash == record.recomputed_hash()
+
+    def test_erase_is_idempotent_and_ignores_unknown_seqs(self, store: Store) -> None:
+        store.append(build_run("run-a", 4))
+        assert store.erase("default", "run-a", [2], audit=self._entry()) == 1
+        assert store.erase("default", "run-a", [2, 40], audit=self._entry()) == 0
+        assert store.erase("default", "run-a", [], audit=self._entry()) == 0
+        assert len(list(store.read_audit())) == 1  # nothing erased, nothing recorded
+
+    def test_erase_stays_inside_its_tenant(self, store: Store) -> None:
+        store.append(build_run("run-a", 3, tenant="t1"))
+        store.append(build_run("run-a", 3, tenant="t2"))
+        assert store.erase("t1", "run-a", [1], audit=self._entry()) == 1
+        assert store.verify("run-a", tenant="t2").erased == ()
+        assert store.verify("run-a", tenant="t1").erased == (1,)
+
+    def test_the_audit_is_a_hash_chain(self, store: Store) -> None:
+        first = store.append_audit(self._entry("read", purpose="debug"))
+        second = store.append_audit(AuditEntry(action="read", actor="x", tenant="t9"))
+        assert (first.seq, second.seq) == (0, 1)
+        assert second.prev_hash == first.hash
+        assert list(store.read_audit()) == [first, second]
+        assert list(store.read_audit(from_seq=1)) == [second]
+        assert second.tenant == "t9"
+
+    def test_delete_run_removes_it_and_keeps_its_id_taken(self, store: Store) -> None:
+        store.append(build_run("run-a", 4, status="ok"))
+        store.append(build_run("run-b", 2))
+        store.link_subjects("default", "run-a", [(1, "p")])
+        assert store.delete_run("default", "run-a", audit=self._entry("retention.delete")) == 4
+        assert _ids(store.runs()) == ["run-b"]
+        assert store.count_events() == 2
+        assert store.subject_events("default", "p") == []
+        with pytest.raises(RunNotFound):
+            store.run_info("run-a")
+        with pytest.raises(AppendRefused):
+            store.append(build_run("run-a", 1))
+        assert store.delete_run("default", "run-a", audit=self._entry("retention.delete")) == 0
+        (record,) = list(store.read_audit())
+        assert record.detail["events"] == 4
+        assert [r.ok for r in store.verify_all()] == [True]
+
+    def test_subjects_link_events_across_runs(self, store: Store) -> None:
+        store.append(build_run("run-a", 3))
+        store.append(build_run("run-b", 3))
+        assert store.link_subjects("default", "run-b", [(2, "p1"), (1, "p1")]) == 2
+        assert store.link_subjects("default", "run-a", [(1, "p1"), (1, "p2")]) == 2
+        assert store.link_subjects("default", "run-a", [(1, "p1")]) == 0
+        assert store.subject_events("default", "p1") == [("run-a", 1), ("run-b", 1), ("run-b", 2)]
+        assert store.subject_events("other", "p1") == []
+

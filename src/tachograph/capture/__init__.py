@@ -1,0 +1,1 @@
+"""Capture: the boundary every recording call crosses, the decorators, the recorder."""

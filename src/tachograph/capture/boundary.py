@@ -1,0 +1,418 @@
+"""The capture boundary: the one way a call crosses into the record and back.
+
+Decorators, HTTP transports and framework adapters all do the same three things::
+
+    ticket = begin_call("tool", "issue_refund", args, effect="irreversible")
+    if ticket is None:            # no run: do the plain thing
+        return fn(**args)
+    if ticket.served:             # replay: the record answers, nothing runs
+        return ticket.answer()
+    try:
+        result = fn(**args)       # live (or dry run: ticket.dry_run)
+    except Exception as exc:
+        ticket.fail(exc)
+        raise
+    return ticket.complete(result)
+
+:func:`begin_call` runs the recording's processors on the request first, derives the
+idempotency key and prompt hash from the processed data, then either has the record serve the
+answer (replay, and the recorded part of a fork or resume) or writes the intent, durably
+before a ``write`` or ``irreversible`` tool runs, and hands back a live ticket.
+:func:`wrap_call` makes the sync and async wrappers of a function from one description.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ..errors import ProfileError, RecordingError
+from ..record.event import Effect, Event
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = [
+    "CallKind",
+    "CallTicket",
+    "Engine",
+    "ReplayStopped",
+    "begin_call",
+    "error_info",
+    "wrap_call",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ReplayStopped(BaseException):
+    """Unwinds the agent when a replay cannot go on. A ``BaseException``, so that an agent's
+    ``except Exception`` cannot swallow it; replay turns it into a report."""
+
+
+class CallKind(str, enum.Enum):
+    """What crosses the boundary: a tool call or a model call."""
+
+    TOOL = "tool"
+    MODEL = "model"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: str | CallKind) -> CallKind:
+        """The kind named by ``value``, or an error listing the valid names."""
+        try:
+            return cls(value)
+        except ValueError:
+            valid = ", ".join(repr(k.value) for k in cls)
+            raise RecordingError(f"unknown call kind {value!r}; expected one of {valid}") from None
+
+
+def error_info(exc: BaseException) -> dict[str, str]:
+    """``{type, message}`` for an exception; ``type`` is ``module.Class`` outside builtins."""
+    recorded = getattr(exc, "recorded_info", None)
+    if isinstance(recorded, dict) and isinstance(recorded.get("type"), str):
+        return {"type": recorded["type"], "message": str(recorded.get("message", ""))}
+    cls = type(exc)
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    return {"type": name, "message": str(exc)}
+
+
+class Engine(Protocol):
+    """What serves recorded answers to a session (implemented by :mod:`tachograph.replay`).
+
+    Capture knows only this protocol, so that recording never depends on replay.
+    """
+
+    key_run_id: str
+    """The run whose keys the record holds (the source run, while serving)."""
+    key_secret: bytes | None
+    live_after_source: bool
+
+    def serving(self) -> bool:
+        """Whether recorded steps may still be served."""
+
+    def serve_call(self, ticket: CallTicket) -> None:
+        """Serve ``ticket`` from the record (``ticket.served``), or leave it live; may raise
+        :class:`ReplayStopped`."""
+
+    def serve_step(self, type_: str, payload: dict[str, Any]) -> bool:
+        """Match a decision or custom event; True when it must not be recorded."""
+
+    def serve_value(self, type_: str, payload: dict[str, Any]) -> tuple[bool, Any]:
+        """``(True, value)`` when the record serves a clock, random or external value."""
+
+    def compare_rerun(self, ticket: CallTicket, result: Any, error: BaseException | None) -> None:
+        """A pure tool re-run in replay: compare its fresh answer with the recorded one."""
+
+    def recorded_completion(self, key: str | None) -> Event | None:
+        """The recorded completion of the call with idempotency key ``key``."""
+
+
+class CallTicket:
+    """One call across the boundary: served from the record, or live and to be completed.
+
+    ``served`` says the record answered (:meth:`answer` returns it or raises the recorded
+    error). Otherwise the call runs (``dry_run`` says to simulate it instead of touching the
+    world) and :meth:`complete` or :meth:`fail` records how it ended.
+    """
+
+    __slots__ = (
+        "_done",
+        "compare_with",
+        "completion",
+        "dry_run",
+        "effect",
+        "error",
+        "intent_recorded",
+        "key",
+        "kind",
+        "model",
+        "name",
+        "payload",
+        "record_completion",
+        "request_type",
+        "seed",
+        "served",
+        "session",
+        "value",
+    )
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        kind: CallKind,
+        name: str,
+        payload: dict[str, Any],
+        key: str,
+        effect: Effect | None,
+        model: str | None,
+        seed: int | None,
+    ) -> None:
+        self.session = session
+        self.kind = kind
+        self.name = name
+        self.request_type = "tool.requested" if kind is CallKind.TOOL else "model.request"
+        self.payload = payload
+        """The request payload as recorded (after processors)."""
+        self.key: str | None = key
+        self.effect = effect
+        self.model = model
+        self.seed = seed
+        self.served = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.completion: Event | None = None
+        """The recorded completion that served this call, when served."""
+        self.dry_run = False
+        self.compare_with: Event | None = None
+        self.record_completion = True
+        self.intent_recorded = False
+        """True when the intent is already in the run (a resumed call whose process died)."""
+        self._done = False
+
+    @property
+    def live(self) -> bool:
+        """True when the call must run (or be simulated) now."""
+        return not self.served
+
+    def answer(self) -> Any:
+        """The served answer: the recorded value, or the recorded error raised."""
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def complete(
+        self,
+        result: Any,
+        *,
+        model: str | None = None,
+        usage: Any = None,
+    ) -> Any:
+        """Record the live result (``tool.completed`` / ``model.response``); returns it.
+
+        For a model call the envelope's ``model`` is ``model``, else the id the response
+        names, else the one requested; ``usage`` defaults to the response's own ``usage``.
+        """
+        if self.compare_with is not None:
+            engine = self.session.engine
+            if engine is not None:
+                engine.compare_rerun(self, result, None)
+            return result
+        if not self._may_record():
+            return result
+        if self.kind is CallKind.TOOL:
+            payload: dict[str, Any] = {"tool": self.name, "result": result}
+            if self.dry_run:
+                payload["dry_run"] = True
+                self.session.used_dry_run = True
+            self._append("tool.completed", payload, None, "result", "returned")
+            return result
+        answered = model or self.model
+        if model is None and isinstance(result, dict) and isinstance(result.get("model"), str):
+            answered = result["model"]
+        body: dict[str, Any] = {"response": result}
+        if usage is None and isinstance(result, dict) and isinstance(result.get("usage"), dict):
+            usage = result["usage"]
+        if usage is not None:
+            body["usage"] = usage
+        self._append("model.response", body, answered, "response", "answered")
+        return result
+
+    def fail(
+        self,
+        exc: BaseException | None = None,
+        *,
+        info: dict[str, Any] | None = None,
+        response: Any = None,
+        model: str | None = None,
+    ) -> None:
+        """Record that the call failed (``tool.failed`` / ``model.failed``).
+
+        ``info`` replaces the ``{type, message}`` drawn from ``exc``; ``response`` keeps what
+        came back with the failure (an HTTP error response).
+        """
+        if self.compare_with is not None:
+            engine = self.session.engine
+            if engine is not None and exc is not None:
+                engine.compare_rerun(self, None, exc)
+            return
+        if not self._may_record():
+            return
+        error = dict(info) if info is not None else error_info(exc or RuntimeError("failed"))
+        if self.kind is CallKind.TOOL:
+            self._append("tool.failed", {"tool": self.name, "error": error}, None, None, None)
+            return
+        body: dict[str, Any] = {"error": error}
+        if response is not None:
+            body["response"] = response
+        self._append("model.failed", body, model or self.model, None, None)
+
+    def _may_record(self) -> bool:
+        if self._done:
+            raise RecordingError(
+                f"the call of {self.name!r} (key {self.key}) was already completed",
+                key=self.key,
+            )
+        self._done = True
+        return self.session.recorder is not None and self.record_completion
+
+    def _append(
+        self,
+        type_: str,
+        payload: dict[str, Any],
+        model: str | None,
+        field: str | None,
+        verb: str | None,
+    ) -> None:
+        recorder = self.session.recorder
+        assert recorder is not None
+        is_model = self.kind is CallKind.MODEL
+        try:
+            recorder.append(
+                type_,
+                payload,
+                idempotency_key=self.key,
+                model=model if is_model else None,
+                seed=self.seed if is_model else None,
+            )
+        except ProfileError as exc:
+            if field is None or verb is None:
+                raise
+            self._unrecordable(exc, field, verb)
+
+    def _unrecordable(self, exc: ProfileError, field: str, verb: str) -> None:
+        """The call ran but its answer cannot be recorded: close the intent with a failure
+        (so the record does not show a crash) and raise an error naming the call and path."""
+        path = str(exc.fields.get("path") or "")
+        path = path.replace(f"payload.{field}", f"{self.name}.{field}", 1)
+        message = str(exc).replace(f"payload.{field}", f"{self.name}.{field}")
+        is_tool = self.kind is CallKind.TOOL
+        error = ProfileError(
+            f"{'tool' if is_tool else 'model'} {self.name!r} {verb} a value outside the JSON "
+            f"profile: {message}",
+            path=path,
+            tool=self.name if is_tool else None,
+            model=self.model,
+        )
+        recorder = self.session.recorder
+        assert recorder is not None
+        body: dict[str, Any] = {"error": error_info(error)}
+        if is_tool:
+            body = {"tool": self.name, **body}
+        recorder.append(
+            "tool.failed" if is_tool else "model.failed",
+            body,
+            idempotency_key=self.key,
+            model=None if is_tool else self.model,
+        )
+        raise error
+
+
+def begin_call(
+    kind: CallKind | str,
+    name: str,
+    request: Any,
+    *,
+    effect: Effect | str | None = None,
+    key: str | Callable[[Any], Any] | None = None,
+    model: str | None = None,
+    seed: int | None = None,
+    schema_version: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> CallTicket | None:
+    """Start a call in the current run; ``None`` outside any run.
+
+    ``request`` is the tool's arguments (an object) or the model request. ``key`` is the
+    call's own idempotency key, or a function deriving the key part from the (processed)
+    arguments; by default SPEC section 5's keyed hash. ``extra`` adds fields to a model
+    request's payload (an HTTP transport adds ``http``). ``effect`` defaults to
+    ``irreversible`` for tools: a tool nobody classified must be assumed to be dangerous.
+    """
+    from .session import current_session
+
+    session = current_session()
+    if session is None:
+        return None
+    call_kind = CallKind.parse(kind)
+    return session.begin_call(
+        call_kind,
+        name,
+        request,
+        effect=Effect.parse(effect) if effect is not None else None,
+        key=key,
+        model=model,
+        seed=seed,
+        schema_version=schema_version,
+        extra=extra,
+    )
+
+
+Begin = Callable[[tuple[Any, ...], dict[str, Any]], "tuple[CallTicket | None, Callable[..., Any]]"]
+"""``begin(args, kwargs) -> (ticket or None, how to run the call live)``."""
+
+
+def wrap_call(
+    fn: F,
+    begin: Begin,
+    *,
+    served: Callable[[CallTicket], Any] | None = None,
+    finish: Callable[[CallTicket, Any], Any] | None = None,
+) -> F:
+    """The wrapper of ``fn`` (sync or async, as ``fn`` is) that crosses the boundary.
+
+    ``begin(args, kwargs)`` returns the ticket (``None`` outside a run) and the callable that
+    runs the call live (``fn`` itself, a dry-run stand-in, or ``fn`` with the key injected).
+    ``served(ticket)`` turns a served answer into the caller's value (default
+    :meth:`CallTicket.answer`); ``finish(ticket, result)`` records a live result (default
+    :meth:`CallTicket.complete`) and returns what the caller gets.
+    """
+    serve = served or CallTicket.answer
+
+    def done(ticket: CallTicket, result: Any) -> Any:
+        if finish is not None:
+            return finish(ticket, result)
+        return ticket.complete(result)
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            ticket, run = begin(args, kwargs)
+            if ticket is None:
+                return await fn(*args, **kwargs)
+            if ticket.served:
+                return serve(ticket)
+            try:
+                result = run()
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception as exc:
+                ticket.fail(exc)
+                raise
+            return done(ticket, result)
+
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ticket, run = begin(args, kwargs)
+        if ticket is None:
+            return fn(*args, **kwargs)
+        if ticket.served:
+            return serve(ticket)
+        try:
+            result = run()
+        except Exception as exc:
+            ticket.fail(exc)
+            raise
+        return done(ticket, result)
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,413 @@
+"""A run being recorded: the chain head, the writer behind it, and the durability policy.
+
+The caller's thread builds each event (canonical bytes, digest, hash: the chain must be
+extended in order) and hands it to a :class:`Writer`, whose thread appends batches to the store.
+``flush`` waits until everything handed over is durable. A write that fails is raised on the
+next append or flush as :class:`~tachograph.errors.WriteFailed`, never dropped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import enum
+import logging
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import RecordingError, WriteFailed
+from ..record.event import Event
+from ..record.seal import Processor, Sealer
+from ..store.base import Store
+
+__all__ = [
+    "Durability",
+    "Observer",
+    "Processor",
+    "Recorder",
+    "Writer",
+    "add_observer",
+    "close_writer",
+    "remove_observer",
+    "writer_for",
+]
+
+_log = logging.getLogger("tachograph")
+
+class Durability(str, enum.Enum):
+    """When recorded events are made durable.
+
+    ``effects`` (default): before every ``write`` or ``irreversible`` tool runs, and at run end.
+    ``every``: each event before the recording call returns. ``batch``: whenever the writer
+    gets to it, and at run end; fastest, loses the tail of a crashed run.
+
+    Whatever the policy, the intent of a ``write`` or ``irreversible`` tool is durable before
+    the tool runs, because the record format requires it (SPEC section 6): ``batch`` adds
+    nothing beyond that, so today it behaves as ``effects``.
+    """
+
+    EFFECTS = "effects"
+    EVERY = "every"
+    BATCH = "batch"
+
+    @classmethod
+    def parse(cls, value: str | Durability) -> Durability:
+        """Return the policy named by ``value`` or fail listing the valid names."""
+        try:
+            return cls(value)
+        except ValueError:
+            valid = ", ".join(repr(d.value) for d in cls)
+            raise RecordingError(f"unknown durability {value!r}; expected one of {valid}") from None
+
+
+RunKey = tuple[str, str]
+"""``(tenant, run_id)``."""
+
+
+class Writer:
+    """Appends events to one store from a background thread, in batches.
+
+    A batch the store refuses is retried run by run, so that only the runs whose events were
+    refused fail: each of them raises :class:`~tachograph.errors.WriteFailed` on its next
+    append or flush (its chain in memory is ahead of the store for good), while other runs
+    recorded through the same store go on.
+    """
+
+    def __init__(self, store: Store, *, max_batch: int = 512) -> None:
+        self.store = store
+        self.max_batch = max_batch
+        self._cond = threading.Condition()
+        self._queue: list[Event] = []
+        self._submitted = 0
+        self._written = 0
+        self._failed: dict[RunKey, BaseException] = {}
+        self._reported: set[RunKey] = set()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, event: Event) -> int:
+        """Queue one event; returns a ticket for :meth:`wait`."""
+        run = (event.tenant, event.run_id)
+        with self._cond:
+            if run in self._failed:
+                raise self._failure(run)
+            if self._closed:
+                raise WriteFailed("the writer is closed")
+            self._queue.append(event)
+            self._submitted += 1
+            ticket = self._submitted
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="tachograph-writer", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+            return ticket
+
+    def wait(self, ticket: int | None = None, *, run: RunKey | None = None) -> None:
+        """Block until the event with ``ticket`` (default: everything submitted) is handled;
+        raise :class:`WriteFailed` if events of ``run`` (default: of any run) were lost."""
+        with self._cond:
+            target = self._submitted if ticket is None else ticket
+            while self._written < target:
+                # A timed wait: an untimed one cannot be interrupted by Ctrl-C on POSIX.
+                self._cond.wait(0.25)
+            failed = [run] if run is not None and run in self._failed else []
+            if run is None:
+                failed = list(self._failed)
+            if failed:
+                raise self._failure(failed[0])
+
+    flush = wait
+
+    def drain(self) -> None:
+        """Block until everything submitted is handled, without raising (for exit)."""
+        with self._cond:
+            while self._written < self._submitted:
+                self._cond.wait()
+
+    def _failure(self, run: RunKey) -> WriteFailed:
+        error = self._failed[run]
+        self._reported.add(run)
+        return WriteFailed(
+            f"events of run {run[1]!r} could not be written to {self.store.url}: {error}; "
+            "the run is incomplete",
+            cause=error,
+            run_id=run[1],
+        )
+
+    def unreported(self) -> dict[RunKey, BaseException]:
+        """Failures no caller has been told about yet."""
+        with self._cond:
+            return {k: v for k, v in self._failed.items() if k not in self._reported}
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                batch = self._queue[: self.max_batch]
+                # Later events of a failed run would only be refused in turn: skip them (they
+                # still count as handled, in queue order, so that tickets stay in step).
+                live = [e for e in batch if (e.tenant, e.run_id) not in self._failed]
+            failed = self._append(live) if live else {}
+            with self._cond:
+                del self._queue[: len(batch)]
+                self._written += len(batch)
+                self._failed.update(failed)
+                self._cond.notify_all()
+
+    def _append(self, batch: list[Event]) -> dict[RunKey, BaseException]:
+        """Append a batch; on refusal retry it run by run. Returns the runs that failed."""
+        try:
+            self.store.append(batch)
+            return {}
+        except BaseException as exc:  # surfaced to the run's caller on its next call
+            first_error = exc
+        groups: dict[RunKey, list[Event]] = {}
+        for event in batch:
+            groups.setdefault((event.tenant, event.run_id), []).append(event)
+        if len(groups) == 1:
+            return {next(iter(groups)): first_error}
+        failed: dict[RunKey, BaseException] = {}
+        for run, events in groups.items():
+            try:
+                self.store.append(events)
+            except BaseException as exc:
+                failed[run] = exc
+        return failed
+
+    def close(self) -> None:
+        """Write what is queued, then stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+
+_writers: weakref.WeakKeyDictionary[Store, Writer] = weakref.WeakKeyDictionary()
+_writers_lock = threading.Lock()
+
+
+def writer_for(store: Store) -> Writer:
+    """The one writer of a store in this process."""
+    with _writers_lock:
+        writer = _writers.get(store)
+        if writer is None:
+            writer = _writers[store] = Writer(store)
+        return writer
+
+
+def close_writer(store: Store) -> None:
+    """Write what is queued for ``store`` and stop its writer thread (the store stays open).
+
+    Failures nobody was told about are raised, as a flush would.
+    """
+    with _writers_lock:
+        writer = _writers.pop(store, None)
+    if writer is None:
+        return
+    writer.close()
+    lost = writer.unreported()
+    if lost:
+        (_, run_id), error = next(iter(lost.items()))
+        raise WriteFailed(
+            f"events of run {run_id!r} could not be written to {store.url}: {error}",
+            cause=error,
+            run_id=run_id,
+        )
+
+
+@atexit.register
+def _flush_all() -> None:  # pragma: no cover - runs at interpreter exit
+    for writer in list(_writers.values()):
+        writer.drain()
+        for (_, run_id), error in writer.unreported().items():
+            print(f"tachograph: events of run {run_id!r} lost: {error}", file=sys.stderr)
+
+
+def _otel_context() -> tuple[str | None, str | None]:
+    """Trace and span ids of the current OpenTelemetry span, if OpenTelemetry is in use."""
+    trace_mod = sys.modules.get("opentelemetry.trace")
+    if trace_mod is None:
+        return None, None
+    try:
+        ctx = trace_mod.get_current_span().get_span_context()
+    except Exception:  # observability never breaks the host
+        return None, None
+    if not ctx.is_valid:
+        return None, None
+    return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
+
+
+Listener = Callable[[Event], None]
+
+
+class Observer:
+    """Sees every event of every run it is attached to: before it is built, and after.
+
+    ``before`` may return ``(trace_id, span_id)`` to put on the event (for example the ids of
+    a span it has just started); ``after`` sees the appended event. Subclass and override
+    either. Errors in an observer are logged and never reach the agent.
+    """
+
+    def before(
+        self,
+        recorder: Recorder,
+        type: str,
+        payload: dict[str, Any],
+        *,
+        idempotency_key: str | None,
+        model: str | None,
+    ) -> tuple[str | None, str | None] | None:
+        """Called before an event is built; may return trace context for it."""
+        return None
+
+    def after(self, recorder: Recorder, event: Event) -> None:
+        """Called after an event has been appended (not necessarily durable yet)."""
+
+
+_GLOBAL_OBSERVERS: list[Observer] = []
+
+
+def add_observer(observer: Observer) -> None:
+    """Attach an observer to every run recorded from now on in this process."""
+    if observer not in _GLOBAL_OBSERVERS:
+        _GLOBAL_OBSERVERS.append(observer)
+
+
+def remove_observer(observer: Observer) -> None:
+    """Detach an observer added with :func:`add_observer`."""
+    if observer in _GLOBAL_OBSERVERS:
+        _GLOBAL_OBSERVERS.remove(observer)
+
+
+class Recorder:
+    """Appends events to one run, extending its chain; thread-safe.
+
+    Events are built by the run's :class:`~tachograph.record.seal.Sealer` (processors, then
+    canonical bytes, digest, hash and link) and handed to the store's :class:`Writer`.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        run_id: str,
+        actor: str,
+        tenant: str = "default",
+        durability: Durability | str = Durability.EFFECTS,
+        processors: Sequence[Processor] = (),
+        listeners: Sequence[Listener] = (),
+        observers: Sequence[Observer] | None = None,
+        head: tuple[int, str] | None = None,
+    ) -> None:
+        self.store = store
+        self.sealer = Sealer(
+            run_id=run_id, actor=actor, tenant=tenant, processors=processors, head=head
+        )
+        self.run_id = self.sealer.run_id
+        self.tenant = self.sealer.tenant
+        self.actor = self.sealer.actor
+        self.durability = Durability.parse(durability)
+        self.listeners = list(listeners)
+        self.observers = list(_GLOBAL_OBSERVERS if observers is None else observers)
+        self.writer = writer_for(store)
+        self._lock = threading.Lock()
+        self.finished = False
+        self._last_ticket = 0
+
+    @property
+    def processors(self) -> tuple[Processor, ...]:
+        """The processors every payload goes through before it is hashed."""
+        return self.sealer.processors
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next event will have."""
+        return self.sealer.next_seq
+
+    @property
+    def head_hash(self) -> str | None:
+        """The hash of the run's last event."""
+        return self.sealer.head_hash
+
+    def append(
+        self,
+        type: str,
+        payload: dict[str, Any],
+        *,
+        processed: bool = False,
+        actor: str | None = None,
+        idempotency_key: str | None = None,
+        model: str | None = None,
+        seed: int | None = None,
+        durable: bool = False,
+        trace: tuple[str | None, str | None] | None = None,
+    ) -> Event:
+        """Append one event; with ``durable=True`` return only once it is on disk.
+
+        ``processed=True`` says the payload already went through the processors (the capture
+        boundary processes a request before it derives its key).
+        """
+        if not processed:
+            payload = self.sealer.process(type, payload)
+        if self.finished:  # checked again under the lock; here so no observer sees it
+            raise RecordingError(
+                f"run {self.run_id!r} has finished; nothing more can be recorded in it",
+                run_id=self.run_id,
+            )
+        for observer in self.observers:
+            try:
+                ctx = observer.before(
+                    self, type, payload, idempotency_key=idempotency_key, model=model
+                )
+            except Exception:
+                _log.exception("tachograph: observer %r failed before an event", observer)
+                ctx = None
+            if ctx is not None and trace is None:
+                trace = ctx
+        trace_id, span_id = trace if trace is not None else _otel_context()
+        with self._lock:
+            if self.finished:
+                raise RecordingError(
+                    f"run {self.run_id!r} has finished; nothing more can be recorded in it",
+                    run_id=self.run_id,
+                )
+            event = self.sealer.seal(
+                type,
+                payload,
+                processed=True,
+                actor=actor,
+                idempotency_key=idempotency_key,
+                model=model,
+                seed=seed,
+                trace_id=trace_id,
+                span_id=span_id,
+            )
+            ticket = self.writer.submit(event)
+            self._last_ticket = ticket
+            if type == "run.finished":
+                self.finished = True
+        if durable or self.durability is Durability.EVERY:
+            self.writer.wait(ticket, run=(self.tenant, self.run_id))
+        for observer in self.observers:
+            try:
+                observer.after(self, event)
+            except Exception:  # observability never breaks the host
+                _log.exception("tachograph: observer %r failed after an event", observer)
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception:
+                _log.exception("tachograph: listener %r failed", listener)
+        return event
+
+    def flush(self) -> None:
+        """Wait until every event appended so far is durable."""
+        self.writer.wait(self._last_ticket, run=(self.tenant, self.run_id))

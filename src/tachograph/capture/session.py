@@ -1,0 +1,319 @@
+"""The session behind every recording call: record live, serve from a record, or both.
+
+One :class:`Session` is current per context (a :class:`contextvars.ContextVar`). It has an
+optional *recorder* (where new events go) and an optional *engine* (an
+:class:`~tachograph.capture.boundary.Engine` that serves recorded answers and compares what
+the agent does with the record; :mod:`tachograph.replay` provides it):
+
+=========  ========================  =====================================================
+mode       engine                    recorder
+=========  ========================  =====================================================
+record     none                      a new run
+replay     the recorded run          none: nothing is written, nothing runs
+fork       the parent up to step N   a new run naming its parent; live after step N
+resume     the crashed run           the same run, appended after its head; live after it
+=========  ========================  =====================================================
+
+The session is found through a context variable: asyncio tasks created inside a run inherit
+it, threads do not (``threading.Thread`` starts with an empty context; hand work over with
+``asyncio.to_thread`` or ``contextvars.copy_context().run``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import random
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import ProfileError, RecordingError
+from ..record.canonical import canonical
+from ..record.event import Effect
+from ..record.seal import KeyDeriver, Processor
+from .boundary import CallKind, CallTicket, Engine, error_info
+from .recorder import Recorder
+
+__all__ = ["EFFECTS", "Session", "current_session", "error_info", "prompt_hash"]
+
+_current: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
+    "tachograph_session", default=None
+)
+
+EFFECTS = frozenset({Effect.WRITE, Effect.IRREVERSIBLE})
+"""Tools that change the world: their intent is made durable first, and dry run replaces them."""
+
+
+def current_session() -> Session | None:
+    """The session of the current context, or None outside any run."""
+    return _current.get()
+
+
+def prompt_hash(request: Any) -> str | None:
+    """The fingerprint of the system prompt in a request (see :mod:`tachograph.capture.runtime`)."""
+    from .runtime import prompt_hash as compute
+
+    return compute(request)
+
+
+class Session:
+    """Record, serve, or both; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        mode: str,
+        run_id: str,
+        actor: str,
+        recorder: Recorder | None = None,
+        engine: Engine | None = None,
+        key_secret: bytes | None = None,
+        dry_run: bool = False,
+        seed: int | None = None,
+        processors: Sequence[Processor] = (),
+    ) -> None:
+        self.mode = mode
+        self.run_id = run_id
+        self.actor = actor
+        self.recorder = recorder
+        self.engine = engine
+        self.processors = tuple(recorder.processors if recorder is not None else processors)
+        self.dry_run = dry_run
+        self.used_dry_run = False
+        self.notes: list[str] = []
+        self.fatal_error: BaseException | None = None
+        # While a record is being served, keys are derived as the recorded run derived them,
+        # so that they equal the recorded ones; a call that goes live in another run (a
+        # fork) is re-based onto it by live_key.
+        if engine is not None:
+            self.keys = KeyDeriver(engine.key_run_id, engine.key_secret)
+        else:
+            self.keys = KeyDeriver(run_id, key_secret)
+        self._key_lock = threading.Lock()
+        self._rng: random.Random | None = None
+        self._seed = seed
+        self._token: contextvars.Token[Session | None] | None = None
+
+    # -- context ---------------------------------------------------------------------------
+
+    def activate(self) -> None:
+        """Make this the current session of the context."""
+        if _current.get() is not None:
+            raise RecordingError("a tachograph run is already active in this context")
+        self._token = _current.set(self)
+
+    def deactivate(self) -> None:
+        """Restore the previous (empty) context."""
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
+
+    # -- processing and keys ---------------------------------------------------------------
+
+    def process(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """The payload as it is recorded (and compared): every processor applied."""
+        if self.recorder is not None:
+            return self.recorder.sealer.process(type_, payload)
+        for processor in self.processors:
+            payload = processor(type_, payload)
+        return payload
+
+    def make_key(
+        self,
+        name: str,
+        args: Any,
+        custom: Callable[[Any], Any] | None = None,
+        *,
+        args_jcs: bytes | None = None,
+    ) -> str:
+        """SPEC section 5: ``{run_id}:{name}:{h}`` (or the tool's own), ``#n`` on repeats.
+        ``args`` must already be processed (redacted)."""
+        with self._key_lock:  # threads handed the context may call tools at the same time
+            return self.keys.key(name, args, custom=custom, args_jcs=args_jcs)
+
+    def live_key(self, key: str) -> str:
+        """A key derived against the served run, re-based onto the run being recorded."""
+        source = self.keys.run_id
+        if self.run_id == source:
+            return key
+        prefix = source + ":"
+        suffix = key[len(prefix) :] if key.startswith(prefix) else key
+        return f"{self.run_id}:{suffix}"
+
+    def serving(self) -> bool:
+        """Whether the engine may still serve recorded steps."""
+        return self.engine is not None and self.engine.serving()
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def begin_call(
+        self,
+        kind: CallKind,
+        name: str,
+        request: Any,
+        *,
+        effect: Effect | None = None,
+        key: str | Callable[[Any], Any] | None = None,
+        model: str | None = None,
+        seed: int | None = None,
+        schema_version: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> CallTicket:
+        """Start a call: processors, then key and prompt hash, then serve or go live."""
+        what = "tool" if kind is CallKind.TOOL else "model"
+        field = "args" if kind is CallKind.TOOL else "request"
+        try:
+            canonical(request, f"{name}.{field}")
+        except ProfileError as exc:
+            raise ProfileError(
+                f"{what} {name!r}: {exc}",
+                path=exc.fields.get("path"),
+                tool=name if kind is CallKind.TOOL else None,
+            ) from None
+        if kind is CallKind.TOOL:
+            effect = effect or Effect.IRREVERSIBLE
+            payload: dict[str, Any] = {"tool": name, "args": request, "effect": effect.value}
+            if schema_version is not None:
+                payload["schema_version"] = schema_version
+            payload = self.process("tool.requested", payload)
+            key_args: Any = payload.get("args")
+        else:
+            payload = {"request": request, **(extra or {})}
+            payload = self.process("model.request", payload)
+            processed_request = payload.get("request")
+            hashed = prompt_hash(processed_request)
+            if hashed is not None:
+                payload["prompt_hash"] = hashed
+            if isinstance(processed_request, dict):
+                key_args = processed_request
+            else:
+                key_args = {k: payload[k] for k in ("http", "request") if k in payload}
+        call_key = key if isinstance(key, str) else self.make_key(name, key_args, key)
+        ticket = CallTicket(
+            self,
+            kind=kind,
+            name=name,
+            payload=payload,
+            key=call_key,
+            effect=effect,
+            model=model,
+            seed=seed,
+        )
+        if self.serving():
+            assert self.engine is not None
+            self.engine.serve_call(ticket)
+            if ticket.served or ticket.intent_recorded or ticket.compare_with is not None:
+                return ticket
+        return self.go_live(ticket)
+
+    def go_live(self, ticket: CallTicket, *, record_intent: bool = True) -> CallTicket:
+        """Run the call live: write its intent (durable before an effect) and hand it back."""
+        if self.recorder is None:
+            raise RecordingError(
+                f"nothing to serve {ticket.name!r} from and no run to record it in"
+            )
+        if ticket.key is not None:
+            ticket.key = self.live_key(ticket.key)
+        if ticket.kind is CallKind.TOOL and self.dry_run and ticket.effect in EFFECTS:
+            ticket.dry_run = True
+        if record_intent:
+            # intent before effect (SPEC section 6): on disk before the tool may touch the world
+            durable = ticket.effect in EFFECTS and not ticket.dry_run
+            self.recorder.append(
+                ticket.request_type,
+                ticket.payload,
+                processed=True,
+                idempotency_key=ticket.key,
+                model=ticket.model,
+                seed=ticket.seed,
+                durable=durable,
+            )
+        return ticket
+
+    def simulated(self, seq: int, why: str) -> None:
+        """The agent now acts on a simulated result. A dry-run result is never taken for a
+        real one: whatever this session does live from here on runs in dry run too."""
+        if self.recorder is None or self.dry_run:
+            return
+        self.dry_run = True
+        self.notes.append(
+            f"seq {seq} {why}: the agent acts on a simulated result, so every write and "
+            "irreversible tool after it ran in dry run"
+        )
+
+    # -- decisions and values ----------------------------------------------------------------
+
+    def emit(
+        self,
+        type_: str,
+        payload: dict[str, Any],
+        *,
+        actor: str | None = None,
+        durable: bool = False,
+    ) -> None:
+        """A decision or custom event: compared in replay, recorded when live."""
+        canonical(payload, "payload")  # fail on bad input in every mode
+        processed = self.process(type_, payload)
+        if self.serving():
+            assert self.engine is not None
+            if self.engine.serve_step(type_, processed):
+                return
+        if self.recorder is not None:
+            self.recorder.append(type_, processed, processed=True, actor=actor, durable=durable)
+
+    def value(
+        self,
+        type_: str,
+        payload: dict[str, Any],
+        compute: Callable[[], Any],
+        *,
+        seed: int | None = None,
+    ) -> Any:
+        """A value the world supplies (clock, randomness, external read): served when
+        recorded, else computed, recorded and returned."""
+        served, value = self.serve_value(type_, payload)
+        if served:
+            return value
+        value = compute()
+        self.record_value(type_, payload, value, seed=seed)
+        return value
+
+    def serve_value(self, type_: str, payload: dict[str, Any]) -> tuple[bool, Any]:
+        """Phase one of :meth:`value`: ``(True, recorded value)`` when the record serves it,
+        else ``(False, None)`` and the caller computes it (async callers await it)."""
+        if self.serving():
+            assert self.engine is not None
+            return self.engine.serve_value(type_, self.process(type_, payload))
+        return False, None
+
+    def record_value(
+        self, type_: str, payload: dict[str, Any], value: Any, *, seed: int | None = None
+    ) -> None:
+        """Phase two of :meth:`value`: record a value computed live."""
+        if self.recorder is not None:
+            body = dict(payload)
+            body["seed" if type_ == "random.seed" else "value"] = value
+            self.recorder.append(type_, body, seed=seed)
+
+    def recorded_completion(self, key: str | None) -> Any:
+        """The recorded completion of the call with idempotency key ``key``, if served."""
+        return self.engine.recorded_completion(key) if self.engine is not None else None
+
+    def rng(self) -> random.Random:
+        """The run's seeded generator; its seed is recorded once (``random.seed``)."""
+        if self._rng is None:
+            seed = self.value(
+                "random.seed",
+                {"source": "tachograph.rng"},
+                lambda: (
+                    self._seed if self._seed is not None else random.SystemRandom().getrandbits(53)
+                ),
+            )
+            self._rng = random.Random(seed)
+        return self._rng
+
+    def uuid4(self) -> uuid.UUID:
+        """A random UUID drawn from the recorded stream of values."""
+        text = self.value("random.value", {"source": "tachograph.uuid4"}, lambda: str(uuid.uuid4()))
+        return uuid.UUID(str(text))

@@ -1,0 +1,292 @@
+"""Sealing commands (SPEC section 9): ``keys init``, ``seal``, ``witness``, ``evidence``, and
+the sealing half of ``verify`` (per-run verdicts on a store; evidence folders)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import SealingError
+from ..record.checkpoint import COSIGNATURE, SIGNATURE, Note, SigningKey, VerifierKey
+from ..record.verify import VerifyReport
+from ..store import Store
+from .app import EXIT_FAILED, EXIT_USAGE, CliError, emit_json, json_option, open_store, state
+
+__all__ = ["parse_keys", "register", "seal_verdicts", "verify_evidence_dir"]
+
+
+def parse_keys(values: Sequence[str]) -> list[VerifierKey]:
+    """Verifier keys from option values: a key string, or a file of key lines (a signing key
+    file gives its public half)."""
+    keys: list[VerifierKey] = []
+    for value in values:
+        path = Path(value)
+        lines = path.read_text().splitlines() if path.is_file() else [value]
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                if line.startswith("PRIVATE+KEY+"):
+                    keys.append(SigningKey.parse(line).verifier)
+                else:
+                    keys.append(VerifierKey.parse(line))
+            except SealingError as exc:
+                raise CliError(f"--key {value}: {exc}", exit_code=EXIT_USAGE) from exc
+    return keys
+
+
+def _default_keys() -> list[VerifierKey]:
+    from ..sealing.log import load_signing_key
+
+    try:
+        key = load_signing_key()
+    except SealingError:
+        return []
+    return [key.verifier] if key is not None else []
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+@click.group("keys", short_help="Make signing keys for checkpoints.")
+def keys_group() -> None:
+    """Signing keys for checkpoints (log keys) and cosignatures (witness keys)."""
+
+
+@keys_group.command("init", short_help="Make a signing key file; print its verifier key.")
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Key file to create (mode 0600). Default: TACHOGRAPH_SIGNING_KEY.",
+)
+@click.option("--name", default=None, help="Key name (host-like). Default: the log origin's host.")
+@click.option("--witness", "for_witness", is_flag=True, help="A witness (cosignature) key.")
+@json_option
+def keys_init(out: Path | None, name: str | None, for_witness: bool, as_json: bool) -> None:
+    """Create a new Ed25519 key in a file of its own (never inside the store's folder) and
+    print the verifier key that auditors and witnesses trust."""
+    from ..record.checkpoint import generate_key
+    from ..sealing.log import DEFAULT_LOG_NAME, LOG_NAME_ENV, SIGNING_KEY_ENV
+
+    target = out or (Path(os.environ[SIGNING_KEY_ENV]) if os.environ.get(SIGNING_KEY_ENV) else None)
+    if target is None:
+        raise click.UsageError(f"give --out PATH (or set {SIGNING_KEY_ENV})")
+    store_url = state().store_url
+    store_path = (
+        Path(store_url.split("sqlite:///", 1)[-1])
+        if "://" not in store_url or (store_url.startswith("sqlite:///"))
+        else None
+    )
+    if store_path is not None and _inside(target, store_path.parent):
+        raise CliError(
+            f"{target} is inside the store's folder {store_path.parent.resolve()}: a signing key "
+            "must live apart from the store it vouches for",
+            exit_code=EXIT_USAGE,
+        )
+    default = (os.environ.get(LOG_NAME_ENV) or DEFAULT_LOG_NAME) + (
+        "/witness" if for_witness else "/tachograph"
+    )
+    key = generate_key(name or default, kind=COSIGNATURE if for_witness else SIGNATURE)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise CliError(
+            f"{target} exists; refusing to overwrite a key", exit_code=EXIT_USAGE
+        ) from None
+    with os.fdopen(fd, "w") as f:
+        f.write(key.encode() + "\n")
+    data = {"key_file": str(target), "name": key.name, "verifier_key": str(key.verifier)}
+    if as_json:
+        emit_json(data)
+    else:
+        click.echo(str(key.verifier))
+
+
+@click.command("seal", short_help="Issue a checkpoint over the seals waiting for one.")
+@click.option("--tenant", default="default", show_default=True)
+@click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--witness", "witnesses", multiple=True, help="Witness URL or directory to push to.")
+@json_option
+def seal_cmd(tenant: str, key_file: str | None, witnesses: tuple[str, ...], as_json: bool) -> None:
+    """Sign and keep a checkpoint of TENANT's seal log (with the key in --key-file or
+    TACHOGRAPH_SIGNING_KEY), and push it to the witnesses."""
+    from ..record.checkpoint import Checkpoint
+    from ..sealing import SealLog, load_signing_key, witness_for
+
+    key = load_signing_key(key_file)
+    if key is None:
+        raise click.UsageError("give --key-file or set TACHOGRAPH_SIGNING_KEY")
+    with open_store() as store:
+        log = SealLog(
+            store,
+            tenant=tenant,
+            key=key,
+            witnesses=[witness_for(w, log_keys=[key.verifier]) for w in witnesses],
+        )
+        note = log.issue()
+    cp = Checkpoint.parse(note.text)
+    data = {
+        "origin": cp.origin,
+        "size": cp.size,
+        "checkpoint": (log.cosigned or note).to_bytes().decode(),
+        "witness_errors": log.witness_errors,
+    }
+    if as_json:
+        emit_json(data)
+    else:
+        click.echo(f"checkpoint {cp.origin} size {cp.size}")
+        for error in log.witness_errors:
+            click.echo(f"witness: {error}", err=True)
+    if log.witness_errors:
+        sys.exit(EXIT_FAILED)
+
+
+@click.command("witness", short_help="Run a witness over HTTP on 127.0.0.1.")
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False))
+@click.option("--key-file", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--log-key", "log_keys", multiple=True, required=True, help="Trusted log key.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=0, type=int, help="Port (default: any free one).")
+@json_option
+def witness_cmd(
+    directory: str, key_file: str, log_keys: tuple[str, ...], host: str, port: int, as_json: bool
+) -> None:
+    """Keep the latest checkpoint of each trusted log in DIR and cosign only consistent
+    growth (c2sp.org/tlog-witness add-checkpoint); refuse forks and equivocation."""
+    from ..sealing.witness import Witness, serve
+
+    key = SigningKey.load(key_file)
+    witness = Witness(directory, log_keys=parse_keys(log_keys), key=key)
+    server = serve(witness, host=host, port=port)
+    bound_host, bound_port = server.server_address[:2]
+    url = f"http://{bound_host!s}:{bound_port}"
+    if as_json:
+        emit_json({"url": url, "verifier_key": str(key.verifier), "dir": directory})
+    else:
+        click.echo(f"witness {key.name} listening on {url}")
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        pass
+    finally:
+        server.server_close()
+
+
+@click.command("evidence", short_help="Write a run's offline evidence bundle.")
+@click.argument("run_id", metavar="RUN")
+@click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False))
+@click.option("--key", "keys", multiple=True, help="Verifier key(s) to list in the bundle.")
+@click.option(
+    "--witness", default=None, help="Witness URL or directory holding a cosigned checkpoint."
+)
+@click.option(
+    "--witness-key", "witness_keys", multiple=True, help="Witness verifier key(s) to list."
+)
+@json_option
+def evidence_cmd(
+    run_id: str,
+    out: str,
+    keys: tuple[str, ...],
+    witness: str | None,
+    witness_keys: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Write RUN's lines, its tlog-proof, the checkpoint and the verifier keys into OUT."""
+    from ..sealing import origin_for, witness_for, write_evidence
+    from .app import resolve_run
+
+    log_keys = parse_keys(keys) or _default_keys()
+    with open_store() as store:
+        info = resolve_run(store, run_id)
+        note = None
+        if witness is not None:
+            note = witness_for(witness, log_keys=log_keys).latest(origin_for(info.tenant))
+        path = write_evidence(
+            store,
+            info.run_id,
+            out,
+            tenant=info.tenant,
+            verifier_keys=[*log_keys, *parse_keys(witness_keys)],
+            witness_note=note,
+        )
+    if as_json:
+        emit_json({"run_id": info.run_id, "directory": str(path)})
+    else:
+        click.echo(f"evidence for {info.run_id} written to {path}")
+
+
+def verify_evidence_dir(
+    directory: Path,
+    keys: Sequence[str],
+    witness_keys: Sequence[str],
+    min_witnesses: int,
+    as_json: bool,
+) -> None:
+    """``tacho verify DIR``: check an evidence folder offline, exit 1 if anything fails."""
+    from ..sealing import verify_evidence
+
+    report = verify_evidence(
+        directory,
+        keys=parse_keys(keys),
+        witness_keys=parse_keys(witness_keys),
+        min_witnesses=min_witnesses,
+    )
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(report.render())
+    if not report.ok:
+        sys.exit(EXIT_FAILED)
+
+
+def seal_verdicts(
+    store: Store,
+    reports: Sequence[VerifyReport],
+    *,
+    keys: Sequence[str] = (),
+    witnesses: Sequence[str] = (),
+    witness_keys: Sequence[str] = (),
+) -> dict[tuple[str | None, str | None], Any]:
+    """The sealing verdict of each verified run, by ``(tenant, run_id)``."""
+    from ..sealing import audit_tenant, origin_for, run_verdict, witness_for
+
+    trusted = parse_keys(keys) or _default_keys()
+    wkeys = parse_keys(witness_keys)
+    audits = {}
+    verdicts: dict[tuple[str | None, str | None], Any] = {}
+    for report in reports:
+        if report.tenant is None or report.run_id is None:
+            continue
+        if report.tenant not in audits:
+            notes: list[Note] = []
+            for target in witnesses:
+                held = witness_for(target, log_keys=trusted).latest(origin_for(report.tenant))
+                if held is not None:
+                    notes.append(held)
+            audits[report.tenant] = audit_tenant(
+                store, report.tenant, keys=trusted, witness_notes=notes, witness_keys=wkeys
+            )
+        info = store.run_info(report.run_id, tenant=report.tenant)
+        verdicts[(report.tenant, report.run_id)] = run_verdict(store, info, audits[report.tenant])
+    return verdicts
+
+
+def register(group: click.Group) -> None:
+    """Add the sealing commands to ``group``."""
+    for command in (keys_group, seal_cmd, witness_cmd, evidence_cmd):
+        group.add_command(command)

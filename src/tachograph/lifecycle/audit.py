@@ -1,0 +1,108 @@
+"""The store audit, as a reader sees it: list it and verify its chain.
+
+The records themselves (:class:`~tachograph.store.audit.AuditRecord`) are written by the store
+engines, in the same transaction as the change they record.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..store.audit import AuditEntry, AuditRecord, link_problems
+from ..store.base import Store
+
+__all__ = [
+    "AuditEntry",
+    "AuditRecord",
+    "AuditReport",
+    "current_actor",
+    "list_audit",
+    "verify_audit",
+    "verify_records",
+]
+
+
+def current_actor() -> str:
+    """Who is acting, for the audit: ``TACHOGRAPH_ACTOR``, else the operating-system user."""
+    named = os.environ.get("TACHOGRAPH_ACTOR")
+    if named:
+        return named
+    try:
+        return getpass.getuser()
+    except Exception:  # no user database entry (some containers)
+        return f"uid:{os.getuid()}" if hasattr(os, "getuid") else "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    """The result of checking the store audit's chain."""
+
+    records: int
+    head: str | None
+    problems: tuple[tuple[int, str], ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """True when every record links to the one before and hashes to its ``hash``."""
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "ok": self.ok,
+            "records": self.records,
+            "head": self.head,
+            "problems": [{"seq": seq, "problem": text} for seq, text in self.problems],
+        }
+
+    def render(self) -> str:
+        """One line, or one per problem."""
+        if self.ok:
+            return f"store audit verified: {self.records} record(s), head {self.head}"
+        lines = [f"store audit FAILED: {len(self.problems)} problem(s) in {self.records} records"]
+        lines += [f"  record {seq}: {text}" for seq, text in self.problems]
+        return "\n".join(lines)
+
+
+def verify_records(records: Iterable[AuditRecord]) -> AuditReport:
+    """Check a sequence of audit records (as read from a store or a file)."""
+    seen: list[AuditRecord] = []
+
+    def counted() -> Iterable[AuditRecord]:
+        for record in records:
+            seen.append(record)
+            yield record
+
+    problems = link_problems(counted())
+    return AuditReport(
+        records=len(seen), head=seen[-1].hash if seen else None, problems=tuple(problems)
+    )
+
+
+def verify_audit(store: Store) -> AuditReport:
+    """Verify the store audit's hash chain."""
+    return verify_records(store.read_audit())
+
+
+def list_audit(
+    store: Store,
+    *,
+    tenant: str | None = None,
+    action: str | None = None,
+    run_id: str | None = None,
+    limit: int | None = None,
+) -> list[AuditRecord]:
+    """Audit records, oldest first, filtered by tenant, action (a prefix such as ``read`` or
+    ``retention``) and run; ``limit`` keeps the newest that many."""
+    found = [
+        r
+        for r in store.read_audit()
+        if (tenant is None or r.tenant == tenant)
+        and (action is None or r.action == action or r.action.startswith(action + "."))
+        and (run_id is None or r.detail.get("run_id") == run_id)
+    ]
+    return found[-limit:] if limit else found

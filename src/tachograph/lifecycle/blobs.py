@@ -1,0 +1,363 @@
+"""Blobs: payload values kept outside the log, by content address, each with a time to live.
+
+A value moved out is replaced, before hashing, by a reference (SPEC section 6)
+``{"$blob": "sha256:<hex>", "size": <int>, "media_type": <str>}``; the chain commits to the
+reference, so the blob can expire without breaking verification. The folder sits beside the
+store (``<store file>.blobs/sha256/ab/cdef...``), one file per blob (mode 0600) and a
+``.meta`` file beside it with its size, media type and expiry.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import RecordingError
+from ..record.canonical import canonical
+from ..record.event import Event, now_ts
+from .times import shift
+
+__all__ = [
+    "BlobCheck",
+    "BlobInfo",
+    "BlobRule",
+    "BlobStore",
+    "blob_ref",
+    "check_blobs",
+    "copy_blobs",
+    "is_blob_ref",
+    "refs_in",
+]
+
+BLOB_KEY = "$blob"
+
+
+def is_blob_ref(value: Any) -> bool:
+    """True for a reference object of SPEC section 6."""
+    return (
+        isinstance(value, dict)
+        and set(value) == {BLOB_KEY, "size", "media_type"}
+        and isinstance(value[BLOB_KEY], str)
+        and value[BLOB_KEY].startswith("sha256:")
+        and isinstance(value["size"], int)
+        and isinstance(value["media_type"], str)
+    )
+
+
+def blob_ref(data: bytes, media_type: str) -> dict[str, Any]:
+    """The reference to ``data``."""
+    return {
+        BLOB_KEY: "sha256:" + hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "media_type": media_type,
+    }
+
+
+def refs_in(value: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(path, reference)`` for every blob reference inside a payload."""
+    if is_blob_ref(value):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from refs_in(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from refs_in(item, f"{path}[{index}]")
+
+
+@dataclass(frozen=True, slots=True)
+class BlobInfo:
+    """A stored blob's metadata."""
+
+    digest: str
+    size: int
+    media_type: str
+    created: str
+    expires: str | None
+    """Record-format UTC time after which retention deletes it; ``None``: kept."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "digest": self.digest,
+            "size": self.size,
+            "media_type": self.media_type,
+            "created": self.created,
+            "expires": self.expires,
+        }
+
+
+def _write_private(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` atomically, readable by the owner only."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class BlobStore:
+    """A content-addressed folder of blobs with their times to live."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    @classmethod
+    def beside(cls, store: Any) -> BlobStore:
+        """The blob folder of a store (``<file>.blobs``) or of a store file path."""
+        base = getattr(store, "path", store)
+        return cls(f"{base}.blobs")
+
+    def path_for(self, digest: str) -> Path:
+        """Where the blob with ``digest`` (``sha256:<hex>``) lives."""
+        hexdigest = digest.removeprefix("sha256:")
+        if len(hexdigest) != 64 or any(c not in "0123456789abcdef" for c in hexdigest):
+            raise RecordingError(f"not a blob digest: {digest!r}")
+        return self.root / "sha256" / hexdigest[:2] / hexdigest[2:]
+
+    def put(
+        self,
+        data: bytes,
+        *,
+        media_type: str = "application/octet-stream",
+        ttl: float | None = None,
+        now: str | None = None,
+    ) -> dict[str, Any]:
+        """Store ``data`` (kept ``ttl`` seconds, or until deleted when ``None``); return its
+        reference. Storing the same bytes again keeps the later of the two expiries."""
+        ref = blob_ref(data, media_type)
+        target = self.path_for(ref[BLOB_KEY])
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        created = now or now_ts()
+        expires = None if ttl is None else shift(created, ttl)
+        old = self.info(ref[BLOB_KEY])
+        if old is not None:
+            created = old.created
+            if old.expires is None or (expires is not None and old.expires > expires):
+                expires = old.expires
+        if not target.exists():
+            _write_private(target, data)
+        meta: dict[str, Any] = {
+            "size": len(data),
+            "media_type": media_type,
+            "created": created,
+            "expires": expires,
+        }
+        _write_private(target.with_name(target.name + ".meta"), orjson.dumps(meta))
+        return ref
+
+    def put_value(
+        self, value: Any, *, ttl: float | None = None, now: str | None = None
+    ) -> dict[str, Any]:
+        """Store a payload value: a string as UTF-8 text, anything else as canonical JSON."""
+        if isinstance(value, str):
+            return self.put(
+                value.encode("utf-8"), media_type="text/plain; charset=utf-8", ttl=ttl, now=now
+            )
+        return self.put(canonical(value), media_type="application/json", ttl=ttl, now=now)
+
+    def get(self, digest: str) -> bytes | None:
+        """The blob's bytes, or ``None`` if it is not (or no longer) here."""
+        try:
+            return self.path_for(digest).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def info(self, digest: str) -> BlobInfo | None:
+        """The blob's metadata, or ``None``."""
+        try:
+            meta = orjson.loads(self.path_for(digest).with_suffix(".meta").read_bytes())
+        except FileNotFoundError:
+            return None
+        return BlobInfo(digest, meta["size"], meta["media_type"], meta["created"], meta["expires"])
+
+    def delete(self, digest: str) -> bool:
+        """Remove a blob and its metadata; ``False`` if it was not here."""
+        target = self.path_for(digest)
+        existed = target.exists()
+        target.unlink(missing_ok=True)
+        target.with_suffix(".meta").unlink(missing_ok=True)
+        return existed
+
+    def __iter__(self) -> Iterator[BlobInfo]:
+        folder = self.root / "sha256"
+        if not folder.is_dir():
+            return
+        for meta in sorted(folder.glob("??/*.meta")):
+            info = self.info("sha256:" + meta.parent.name + meta.stem)
+            if info is not None:
+                yield info
+
+    def expired(self, now: str | None = None) -> list[BlobInfo]:
+        """Blobs whose time to live has passed at ``now`` (default: now)."""
+        moment = now or now_ts()
+        return [b for b in self if b.expires is not None and b.expires <= moment]
+
+
+_Path = tuple[str, ...]
+
+
+def _parse(path: str) -> _Path:
+    text = path[2:] if path.startswith("$.") else path
+    parts = tuple(p for p in text.split(".") if p)
+    if not parts:
+        raise RecordingError(f"blob path {path!r} names no key")
+    return parts
+
+
+def _replace(value: Any, path: _Path, swap: Any) -> Any:
+    if not path or not isinstance(value, dict) or path[0] not in value:
+        return value
+    key, rest = path[0], path[1:]
+    out = dict(value)
+    out[key] = swap(value[key]) if not rest else _replace(value[key], rest, swap)
+    return out
+
+
+class BlobRule:
+    """A recording processor that moves values out of the log into a :class:`BlobStore`.
+
+    A value moves when it sits at one of ``paths`` (``$.response``, ``result.document``), or,
+    with ``threshold``, when any top-level payload value's canonical form is at least that many
+    bytes. ``types`` limits the rule to event types (``fnmatch`` patterns); ``ttl`` is the
+    blobs' time to live in seconds (``None``: until deleted). Pass it as
+    ``record(..., processors=[BlobRule(...)])``: it runs before hashing, so the chain commits
+    to the reference.
+    """
+
+    def __init__(
+        self,
+        blobs: BlobStore,
+        *,
+        paths: Sequence[str] = (),
+        threshold: int | None = None,
+        types: Sequence[str] = ("*",),
+        ttl: float | None = None,
+    ) -> None:
+        if not paths and threshold is None:
+            raise RecordingError("a blob rule needs paths, a size threshold, or both")
+        self.blobs = blobs
+        self.paths = tuple(_parse(p) for p in paths)
+        self.threshold = threshold
+        self.types = tuple(types)
+        self.ttl = ttl
+
+    def _offload(self, value: Any) -> Any:
+        if value is None or is_blob_ref(value):
+            return value
+        return self.blobs.put_value(value, ttl=self.ttl)
+
+    def __call__(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if not any(fnmatch.fnmatchcase(type_, t) for t in self.types):
+            return payload
+        for path in self.paths:
+            payload = _replace(payload, path, self._offload)
+        if self.threshold is not None:
+            payload = {
+                key: (
+                    self._offload(value)
+                    if not is_blob_ref(value)
+                    and value is not None
+                    and len(canonical(value)) >= self.threshold
+                    else value
+                )
+                for key, value in payload.items()
+            }
+        return payload
+
+
+@dataclass(frozen=True, slots=True)
+class BlobCheck:
+    """Blobs referenced by a run: verified, expired (missing: not a failure), or failing."""
+
+    run_id: str | None
+    verified: tuple[str, ...] = ()
+    expired: tuple[tuple[int, str, str], ...] = ()
+    """``(seq, path, digest)`` of references whose blob is gone."""
+    failures: tuple[tuple[int, str, str], ...] = field(default=())
+    """``(seq, path, message)`` of blobs whose bytes do not match their reference."""
+
+    @property
+    def ok(self) -> bool:
+        """True unless a present blob mismatches its reference (SPEC section 6, check 5)."""
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "run_id": self.run_id,
+            "ok": self.ok,
+            "verified": list(self.verified),
+            "expired": [{"seq": s, "path": p, "digest": d} for s, p, d in self.expired],
+            "failures": [{"seq": s, "path": p, "message": m} for s, p, m in self.failures],
+        }
+
+    def render(self) -> str:
+        """One line, then one per failure."""
+        head = f"blobs of {self.run_id}: {len(self.verified)} verified, {len(self.expired)} expired"
+        if self.failures:
+            head += f", {len(self.failures)} FAILED"
+        return "\n".join(
+            [head] + [f"  seq {s} {p}: check 5 (payload digest): {m}" for s, p, m in self.failures]
+        )
+
+
+def check_blobs(events: Iterable[Event], blobs: BlobStore) -> BlobCheck:
+    """Check the blobs a run references: a present blob's digest and size must match."""
+    run_id = None
+    verified: list[str] = []
+    expired: list[tuple[int, str, str]] = []
+    failures: list[tuple[int, str, str]] = []
+    for event in events:
+        run_id = event.run_id
+        for path, ref in refs_in(event.payload):
+            data = blobs.get(ref[BLOB_KEY])
+            if data is None:
+                expired.append((event.seq, path, ref[BLOB_KEY]))
+                continue
+            actual = "sha256:" + hashlib.sha256(data).hexdigest()
+            if actual != ref[BLOB_KEY] or len(data) != ref["size"]:
+                failures.append(
+                    (
+                        event.seq,
+                        path,
+                        f"blob {ref[BLOB_KEY]} ({ref['size']} bytes) holds {len(data)} bytes "
+                        f"hashing to {actual}",
+                    )
+                )
+            else:
+                verified.append(ref[BLOB_KEY])
+    return BlobCheck(run_id, tuple(verified), tuple(expired), tuple(failures))
+
+
+def copy_blobs(events: Iterable[Event], source: BlobStore, dest: BlobStore) -> int:
+    """Copy the present blobs the events reference from ``source`` to ``dest``; how many."""
+    copied = 0
+    for event in events:
+        for _path, ref in refs_in(event.payload):
+            data = source.get(ref[BLOB_KEY])
+            info = source.info(ref[BLOB_KEY])
+            if data is None or dest.get(ref[BLOB_KEY]) is not None:
+                continue
+            target = dest.path_for(ref[BLOB_KEY])
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _write_private(target, data)
+            meta = info.to_dict() if info else {"size": len(data), "media_type": ref["media_type"]}
+            meta.pop("digest", None)
+            meta.setdefault("created", now_ts())
+            meta.setdefault("expires", None)
+            _write_private(target.with_name(target.name + ".meta"), orjson.dumps(meta))
+            copied += 1
+    return copied

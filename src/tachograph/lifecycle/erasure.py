@@ -1,0 +1,234 @@
+"""Erasure on request: null payloads and salts (SPEC section 4) without breaking the chain.
+
+:func:`erase` picks the events (by seq, by type, by data subject), asks the store to erase
+them (the store writes the audit record in the same transaction and scrubs its files), and
+reports what was erased now. Erasing again erases nothing more and records nothing more.
+A data subject's erasure also erases the ``run.started`` payload of every run it touches: that
+payload holds the run's key secret, without which the idempotency keys reveal nothing (SPEC
+section 5).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RecordingError, RunNotFound
+from ..record.event import Event
+from ..store.audit import AuditEntry
+from ..store.base import Store
+from .audit import current_actor
+
+__all__ = ["ErasureReport", "RunErasure", "SubjectRule", "erase", "link_subject"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunErasure:
+    """What one run had picked and what was erased now."""
+
+    tenant: str
+    run_id: str
+    seqs: tuple[int, ...]
+    """The seqs picked for erasure (already erased ones included)."""
+    erased: int
+    """How many of them were erased by this call."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "tenant": self.tenant,
+            "run_id": self.run_id,
+            "seqs": list(self.seqs),
+            "erased": self.erased,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureReport:
+    """The result of :func:`erase`."""
+
+    reason: str
+    actor: str
+    runs: tuple[RunErasure, ...]
+    subject: str | None = None
+
+    @property
+    def erased(self) -> int:
+        """Payloads erased by this call, over every run."""
+        return sum(r.erased for r in self.runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "reason": self.reason,
+            "actor": self.actor,
+            "subject": self.subject,
+            "erased": self.erased,
+            "runs": [r.to_dict() for r in self.runs],
+        }
+
+
+def _picked(
+    events: Iterable[Event], seqs: set[int], types: Sequence[str], everything: bool
+) -> list[int]:
+    return [
+        e.seq
+        for e in events
+        if everything or e.seq in seqs or any(fnmatch.fnmatchcase(e.type, t) for t in types)
+    ]
+
+
+def _tenant_of(store: Store, run_id: str, tenant: str | None) -> str:
+    return store.run_info(run_id, tenant=tenant).tenant
+
+
+def erase(
+    store: Store,
+    run_id: str | None = None,
+    *,
+    reason: str,
+    seqs: Iterable[int] = (),
+    types: Sequence[str] = (),
+    subject: str | None = None,
+    tenant: str | None = None,
+    actor: str | None = None,
+) -> ErasureReport:
+    """Erase payloads and salts; return what was erased.
+
+    * ``run_id`` with ``seqs`` and/or ``types`` (``fnmatch`` patterns such as ``model.*``):
+      those events of that run; with neither, every payload of the run.
+    * ``subject``: every event linked to that data subject (:func:`link_subject`,
+      :class:`SubjectRule`), in every run of ``tenant`` (``"default"`` if not given) or only in
+      ``run_id``, plus each such run's ``run.started`` payload (its key secret).
+
+    ``reason`` is required and goes into the store audit with ``actor`` (default: the
+    operating-system user, or ``TACHOGRAPH_ACTOR``) and the erased seqs.
+    """
+    if not reason or not reason.strip():
+        raise RecordingError("an erasure needs a reason (it is recorded in the store audit)")
+    who = actor or current_actor()
+    wanted = {int(s) for s in seqs}
+    plan: list[tuple[str, str, list[int]]] = []
+    if subject is not None:
+        scope = tenant or (_tenant_of(store, run_id, None) if run_id else "default")
+        by_run: dict[str, set[int]] = {}
+        for linked_run, seq in store.subject_events(scope, subject):
+            if run_id is None or linked_run == run_id:
+                by_run.setdefault(linked_run, {0}).add(seq)
+        for linked_run, linked in sorted(by_run.items()):
+            if wanted or types:  # narrowed further by seq or type
+                events = list(store.read(linked_run, tenant=scope, decode=False))
+                narrowed = set(_picked(events, wanted, types, False)) & linked
+                linked = narrowed | {0}
+            plan.append((scope, linked_run, sorted(linked)))
+    elif run_id is not None:
+        info = store.run_info(run_id, tenant=tenant)
+        events = list(store.read(info.run_id, tenant=info.tenant, decode=False))
+        missing = sorted(wanted - {e.seq for e in events})
+        if missing:
+            raise RunNotFound(
+                f"run {info.run_id!r} has no event at seq {', '.join(map(str, missing))} "
+                f"(it has seq 0..{len(events) - 1}); nothing was erased",
+                run_id=info.run_id,
+                seq=missing[0],
+            )
+        everything = not wanted and not types
+        plan.append((info.tenant, info.run_id, _picked(events, wanted, types, everything)))
+    else:
+        raise RecordingError("name a run, a data subject, or both")
+    results = []
+    for run_tenant, target, picked in plan:
+        detail: dict[str, Any] = {"reason": reason}
+        if subject is not None:
+            detail["subject"] = subject
+        entry = AuditEntry(action="erase", actor=who, tenant=run_tenant, detail=detail)
+        count = store.erase(run_tenant, target, picked, audit=entry)
+        results.append(RunErasure(run_tenant, target, tuple(picked), count))
+    return ErasureReport(reason=reason, actor=who, runs=tuple(results), subject=subject)
+
+
+def link_subject(
+    store: Store,
+    run_id: str,
+    subject: str,
+    *,
+    seqs: Iterable[int] | None = None,
+    tenant: str = "default",
+) -> int:
+    """Link events of a run (every event so far when ``seqs`` is ``None``) to a data subject,
+    so that ``erase(store, subject=...)`` finds them; returns how many links are new."""
+    if not subject:
+        raise RecordingError("a data-subject id must not be empty")
+    picked = (
+        [e.seq for e in store.read(run_id, tenant=tenant, decode=False)]
+        if seqs is None
+        else list(seqs)
+    )
+    return store.link_subjects(tenant, run_id, [(seq, subject) for seq in picked])
+
+
+_Path = tuple[str, ...]
+
+
+def _parse_path(path: str) -> _Path:
+    text = path[2:] if path.startswith("$.") else path
+    parts = tuple(p for p in text.split(".") if p)
+    if not parts:
+        raise RecordingError(f"subject path {path!r} names no key")
+    return parts
+
+
+def _at(value: Any, path: _Path) -> Any:
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+class SubjectRule:
+    """A recording listener that links each event to the data subjects named in it.
+
+    ``paths`` are payload paths (``$.args.customer_id``, ``input.user``); a string or integer
+    found there is a subject id. ``types`` limits the rule to event types (``fnmatch``
+    patterns). Pass it as ``record(..., listeners=[SubjectRule(store, paths=[...])])``; links
+    go to the store as each event is recorded, so one :func:`erase` by subject finds the
+    person's events across runs.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        paths: Sequence[str],
+        types: Sequence[str] = ("*",),
+        subject: Callable[[Any], str | None] | None = None,
+    ) -> None:
+        self.store = store
+        self.paths = tuple(_parse_path(p) for p in paths)
+        self.types = tuple(types)
+        self.subject = subject
+
+    def subjects_in(self, event: Event) -> list[str]:
+        """The subject ids this rule finds in ``event``."""
+        if not any(fnmatch.fnmatchcase(event.type, t) for t in self.types):
+            return []
+        found: list[str] = []
+        for path in self.paths:
+            value = _at(event.payload, path)
+            if self.subject is not None:
+                value = self.subject(value)
+            if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+                continue
+            if str(value) not in found:
+                found.append(str(value))
+        return found
+
+    def __call__(self, event: Event) -> None:
+        found = self.subjects_in(event)
+        if found:
+            self.store.link_subjects(
+                event.tenant, event.run_id, [(event.seq, subject) for subject in found]
+            )

@@ -1,0 +1,428 @@
+"""Purpose-scoped reads: every read of payloads names why, and a policy says what it may see.
+
+A :class:`PurposePolicy` maps purposes to what they may read: every purpose sees envelopes
+(type, time, actor, hashes); ``payloads`` lists the event types (``fnmatch`` patterns) whose
+whole payloads it sees, ``fields`` the types of which it sees only some top-level keys, and
+``tenants`` the tenants it may read at all. :class:`ScopedStore` wraps a store so that each
+read applies that policy and appends a record (who, tenant, purpose, what, when) to the store
+audit; a read the policy refuses raises :class:`~tachograph.errors.PurposeDenied` (and the
+refusal is recorded too).
+
+The default policy (:data:`DEFAULT_POLICY`) and purpose (:data:`DEFAULT_PURPOSE`, ``debug``)
+are documented in docs/privacy.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..errors import PolicyError, PurposeDenied, RunNotFound
+from ..record.event import Event
+from ..record.rows import StoredRow
+from ..store.audit import AuditEntry, AuditRecord
+from ..store.base import CheckpointRow, Receipt, RunInfo, SealRow, Store
+from .audit import current_actor
+from .tomlfile import load_toml
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "DEFAULT_PURPOSE",
+    "PurposePolicy",
+    "PurposeRule",
+    "ScopedStore",
+    "load_policy",
+    "policy_in_force",
+    "scoped",
+]
+
+DEFAULT_PURPOSE = "debug"
+"""The purpose of a read that names none (``--purpose`` on the CLI)."""
+
+POLICY_ENV = "TACHOGRAPH_PURPOSE_POLICY"
+"""Environment variable naming a purpose policy file (TOML) to use instead of the default."""
+
+
+def _matches(event_type: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(event_type, p) for p in patterns)
+
+
+@dataclass(frozen=True, slots=True)
+class PurposeRule:
+    """What one purpose may read."""
+
+    name: str
+    payloads: tuple[str, ...] = ()
+    """Event types (patterns) whose whole payloads this purpose reads."""
+    fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Event type pattern -> the top-level payload keys this purpose reads of it."""
+    tenants: tuple[str, ...] = ("*",)
+    """Tenants (patterns) this purpose may read."""
+    description: str = ""
+
+    def view(self, event_type: str) -> str | tuple[str, ...] | None:
+        """``"whole"``, the keys it may read, or ``None`` (envelope only)."""
+        if _matches(event_type, self.payloads):
+            return "whole"
+        for pattern, keys in self.fields.items():
+            if fnmatch.fnmatchcase(event_type, pattern):
+                return keys
+        return None
+
+    def allows_tenant(self, tenant: str) -> bool:
+        """Whether this purpose may read ``tenant`` at all."""
+        return _matches(tenant, self.tenants)
+
+
+@dataclass(frozen=True, slots=True)
+class PurposePolicy:
+    """Purposes by name."""
+
+    rules: Mapping[str, PurposeRule]
+    source: str = "built-in default"
+
+    def rule(self, purpose: str) -> PurposeRule:
+        """The rule of ``purpose``; an unknown purpose is denied."""
+        found = self.rules.get(purpose)
+        if found is None:
+            raise PurposeDenied(
+                f"unknown purpose {purpose!r} (policy: {self.source}); known purposes: "
+                f"{', '.join(sorted(self.rules))}",
+                purpose=purpose,
+                what="any",
+            )
+        return found
+
+
+_AUDIT_RECORD_TYPES = (
+    "run.finished",
+    "decision",
+    "plan.selected",
+    "guardrail.*",
+    "output.*",
+    "handoff",
+)
+
+DEFAULT_POLICY = PurposePolicy(
+    {
+        "debug": PurposeRule(
+            "debug", payloads=("*",), description="developers investigating a run: everything"
+        ),
+        "replay": PurposeRule(
+            "replay", payloads=("*",), description="replay, fork and resume: everything"
+        ),
+        "audit": PurposeRule(
+            "audit",
+            payloads=_AUDIT_RECORD_TYPES,
+            fields={
+                "run.started": ("parent", "labels"),
+                "tool.requested": ("tool", "effect", "schema_version"),
+                "tool.*": ("tool",),
+                "model.failed": ("error",),
+            },
+            description="auditors: envelopes, decisions and guardrails, tool names and effects",
+        ),
+        "metrics": PurposeRule("metrics", description="counting and timing: envelopes only"),
+    }
+)
+"""The policy used when none is configured: ``debug`` and ``replay`` read everything,
+``audit`` reads envelopes and decisions (not model traffic or tool arguments), ``metrics``
+reads envelopes only."""
+
+
+def _strings(value: Any, key: str, path: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise PolicyError(f"{path}: {key} must be a list of strings", path=path, key=key)
+
+
+def load_policy(path: str | os.PathLike[str]) -> PurposePolicy:
+    """Read a purpose policy (TOML)::
+
+    [purposes.audit]
+    payloads = ["decision", "guardrail.*"]
+    tenants = ["*"]
+    [purposes.audit.fields]
+    "tool.requested" = ["tool", "effect"]
+    """
+    where = str(path)
+    data = load_toml(path)
+    purposes = data.get("purposes")
+    if not isinstance(purposes, dict) or not purposes:
+        raise PolicyError(f"{where}: no [purposes.NAME] tables", path=where, key="purposes")
+    rules: dict[str, PurposeRule] = {}
+    for name, body in purposes.items():
+        if not isinstance(body, dict):
+            raise PolicyError(f"{where}: purposes.{name} must be a table", path=where, key=name)
+        unknown = set(body) - {"payloads", "fields", "tenants", "description"}
+        if unknown:
+            raise PolicyError(
+                f"{where}: purposes.{name} has unknown keys {sorted(unknown)}", path=where, key=name
+            )
+        fields_table = body.get("fields", {})
+        if not isinstance(fields_table, dict):
+            raise PolicyError(f"{where}: purposes.{name}.fields must be a table", path=where)
+        rules[name] = PurposeRule(
+            name,
+            payloads=_strings(body.get("payloads", []), "payloads", where),
+            fields={k: _strings(v, f"fields.{k}", where) for k, v in fields_table.items()},
+            tenants=_strings(body.get("tenants", ["*"]), "tenants", where),
+            description=str(body.get("description", "")),
+        )
+    return PurposePolicy(rules, source=where)
+
+
+def policy_in_force(path: str | os.PathLike[str] | None = None) -> PurposePolicy:
+    """The policy at ``path``, else the file ``TACHOGRAPH_PURPOSE_POLICY`` names, else the
+    default."""
+    target = path if path is not None else os.environ.get(POLICY_ENV)
+    return load_policy(target) if target else DEFAULT_POLICY
+
+
+class ScopedStore(Store):
+    """A store seen through one purpose: reads are filtered by the policy and audited.
+
+    Payloads a purpose may not see are withheld: ``payload`` and ``salt`` are ``None`` (so a
+    withheld line reads, and verifies, as erased: the reader cannot tell a withheld value from
+    the chain). Of a type the purpose may read only some keys of, the payload holds just those
+    keys and ``salt`` is ``None``; with ``whole_events=True`` (exports, which must verify) such
+    payloads are withheld instead. ``tenant`` confines every read and listing to one tenant.
+    """
+
+    def __init__(
+        self,
+        inner: Store,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        policy: PurposePolicy | None = None,
+        actor: str | None = None,
+        tenant: str | None = None,
+        whole_events: bool = False,
+    ) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.purpose = purpose
+        self.policy = policy or DEFAULT_POLICY
+        self.actor = actor or current_actor()
+        self.tenant = tenant
+        self.whole_events = whole_events
+        self._rule: PurposeRule | None = None
+
+    @property
+    def path(self) -> Any:
+        """The inner store's file, for engines that have one (blob folders sit beside it)."""
+        return getattr(self.inner, "path", None)
+
+    def rule(self) -> PurposeRule:
+        """The purpose's rule (an unknown purpose is denied and the refusal recorded)."""
+        if self._rule is None:
+            try:
+                self._rule = self.policy.rule(self.purpose)
+            except PurposeDenied:
+                self._record("read.denied", self.tenant or "default", {"what": "any"})
+                raise
+        return self._rule
+
+    def _record(self, action: str, tenant: str, detail: dict[str, Any]) -> AuditRecord | None:
+        if getattr(self.inner, "read_only", False):
+            # A store opened read-only (a read-only file, folder or medium, e.g. an archive)
+            # cannot take an audit record. Refusing the read would make such a store
+            # unreadable through tachograph while the bytes stay readable to anyone, so the
+            # read is allowed and goes unrecorded (docs/privacy.md says so).
+            return None
+        return self.inner.append_audit(
+            AuditEntry(
+                action=action,
+                actor=self.actor,
+                tenant=tenant,
+                detail={"purpose": self.purpose, **detail},
+            )
+        )
+
+    def _check_tenant(self, run_id: str, tenant: str | None) -> str:
+        if self.tenant is not None and tenant not in (None, self.tenant):
+            raise RunNotFound(
+                f"no run {run_id!r} in tenant {self.tenant!r}", run_id=run_id, suggestions=[]
+            )
+        resolved = self.inner.run_info(run_id, tenant=tenant or self.tenant).tenant
+        rule = self.rule()
+        if not rule.allows_tenant(resolved):
+            self._record("read.denied", resolved, {"run_id": run_id, "what": "tenant"})
+            raise PurposeDenied(
+                f"purpose {self.purpose!r} may not read tenant {resolved!r}",
+                purpose=self.purpose,
+                run_id=run_id,
+                tenant=resolved,
+                what="tenant",
+            )
+        return resolved
+
+    def _filter(self, event: Event, rule: PurposeRule) -> Event:
+        view = rule.view(event.type)
+        if view == "whole" or event.erased:
+            return event
+        if view is None or self.whole_events:
+            return dataclasses.replace(event, payload=None, salt=None, payload_bytes=None)
+        payload = event.payload
+        if payload is None and event.payload_bytes is not None:
+            payload = orjson.loads(event.payload_bytes)
+        kept = {k: v for k, v in (payload or {}).items() if k in view}
+        return dataclasses.replace(event, payload=kept, salt=None, payload_bytes=None)
+
+    def read(
+        self,
+        run_id: str,
+        *,
+        tenant: str | None = None,
+        from_seq: int = 0,
+        decode: bool = True,
+    ) -> Iterator[Event]:
+        """The run's events as the purpose may see them; the read is recorded first."""
+        resolved = self._check_tenant(run_id, tenant)
+        rule = self.rule()
+        self._record("read", resolved, {"run_id": run_id, "from_seq": from_seq})
+        return (
+            self._filter(e, rule)
+            for e in self.inner.read(run_id, tenant=resolved, from_seq=from_seq, decode=decode)
+        )
+
+    def read_rows(
+        self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
+    ) -> Iterator[StoredRow]:
+        """The run's rows as the purpose may see them (a payload it may not read comes
+        without its bytes and salt, as erased); the read is recorded first."""
+        resolved = self._check_tenant(run_id, tenant)
+        rule = self.rule()
+        self._record("read", resolved, {"run_id": run_id, "from_seq": from_seq})
+        for row in self.inner.read_rows(run_id, tenant=resolved, from_seq=from_seq):
+            if rule.view(row.type) == "whole":
+                yield row
+            else:
+                yield row._replace(payload_bytes=None, salt=None)
+
+    # -- everything else passes through, confined to the tenant ---------------------------
+
+    def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
+        """Appends pass through."""
+        return self.inner.append(events, durable=durable)
+
+    def append_all(
+        self,
+        batches: Iterable[Sequence[Event]],
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """Atomic multi-batch appends pass through (the inner engine keeps memory flat)."""
+        return self.inner.append_all(batches, progress=progress)
+
+    def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
+        """The inner store's head."""
+        return self.inner.head(run_id, tenant=tenant)
+
+    def runs(self, **filters: Any) -> list[RunInfo]:
+        """Runs, confined to the scoped tenant."""
+        if self.tenant is not None:
+            filters["tenant"] = self.tenant
+        return self.inner.runs(**filters)
+
+    def run_info(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
+        """A run's summary, confined to the scoped tenant."""
+        return self.inner.run_info(run_id, tenant=self._confined(run_id, tenant))
+
+    def _confined(self, run_id: str, tenant: str | None) -> str | None:
+        if self.tenant is not None and tenant not in (None, self.tenant):
+            raise RunNotFound(
+                f"no run {run_id!r} in tenant {self.tenant!r}", run_id=run_id, suggestions=[]
+            )
+        return tenant or self.tenant
+
+    def run_keys(self) -> list[tuple[str, str]]:
+        """Run keys, confined to the scoped tenant."""
+        keys = self.inner.run_keys()
+        return [k for k in keys if self.tenant is None or k[0] == self.tenant]
+
+    def count_events(self) -> int:
+        """The inner store's count."""
+        return self.inner.count_events()
+
+    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
+        """Erasure passes through."""
+        return self.inner.erase(tenant, run_id, seqs, audit=audit)
+
+    def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
+        """Deletion passes through."""
+        return self.inner.delete_run(tenant, run_id, audit=audit)
+
+    def append_audit(self, entry: AuditEntry) -> AuditRecord:
+        """Audit appends pass through."""
+        return self.inner.append_audit(entry)
+
+    def read_audit(self, *, from_seq: int = 0) -> Iterator[AuditRecord]:
+        """The inner store's audit."""
+        return self.inner.read_audit(from_seq=from_seq)
+
+    def link_subjects(self, tenant: str, run_id: str, links: Iterable[tuple[int, str]]) -> int:
+        """Subject links pass through."""
+        return self.inner.link_subjects(tenant, run_id, links)
+
+    def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
+        """The inner store's subject index."""
+        return self.inner.subject_events(tenant, subject)
+
+    # -- the seal log: envelopes only (leaf hashes and checkpoints), read by every purpose
+
+    def append_seals(self, tenant: str, seals: Sequence[SealRow]) -> int:
+        """The inner store's seal log."""
+        return self.inner.append_seals(tenant, seals)
+
+    def read_seals(self, tenant: str, start: int = 0, end: int | None = None) -> list[SealRow]:
+        """The inner store's seal log."""
+        return self.inner.read_seals(tenant, start, end)
+
+    def seal_count(self, tenant: str) -> int:
+        """The inner store's seal log."""
+        return self.inner.seal_count(tenant)
+
+    def seals_for_run(self, tenant: str, run_id: str) -> list[SealRow]:
+        """The inner store's seal log."""
+        return self.inner.seals_for_run(tenant, run_id)
+
+    def put_checkpoint(self, checkpoint: CheckpointRow) -> bool:
+        """The inner store's checkpoints."""
+        return self.inner.put_checkpoint(checkpoint)
+
+    def latest_checkpoint(self, tenant: str) -> CheckpointRow | None:
+        """The inner store's checkpoints."""
+        return self.inner.latest_checkpoint(tenant)
+
+    def close(self) -> None:
+        """Close the inner store."""
+        self.inner.close()
+
+
+def scoped(
+    store: Store,
+    purpose: str = DEFAULT_PURPOSE,
+    *,
+    policy: PurposePolicy | None = None,
+    actor: str | None = None,
+    tenant: str | None = None,
+    whole_events: bool = False,
+) -> ScopedStore:
+    """``store`` seen through ``purpose`` (see :class:`ScopedStore`)."""
+    return ScopedStore(
+        store,
+        purpose=purpose,
+        policy=policy,
+        actor=actor,
+        tenant=tenant,
+        whole_events=whole_events,
+    )

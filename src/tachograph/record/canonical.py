@@ -1,0 +1,395 @@
+"""Canonical bytes: RFC 8785 (JCS) for the closed value profile of SPEC section 2.
+
+Two encoders produce the same bytes:
+
+* the **fast path** hands the value to orjson with sorted keys. orjson's output is already JCS
+  for everything in the profile except integral floats (orjson prints ``1.0``, JCS ``1``) and
+  object keys that sort differently by UTF-16 code units than by code points (only possible
+  with characters at or above U+E000). A single scan of the value validates the profile and
+  tells whether one of those cases is present.
+* the **exact path** is a small, direct transcription of RFC 8785 (ECMAScript number
+  formatting, UTF-16 key order). It runs only when the scan asks for it.
+
+The test suite proves both byte-identical to the reference vectors and to the ``rfc8785``
+package over generated values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import orjson
+
+from ..errors import ProfileError
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_SAFE_INTEGER",
+    "canonical",
+    "canonical_exact",
+    "check_profile",
+    "es6_number",
+    "loads",
+    "loads_strict",
+    "loads_untrusted",
+    "nesting_depth",
+]
+
+MAX_SAFE_INTEGER = 2**53 - 1
+"""Largest integer magnitude admitted in a record (SPEC section 2)."""
+
+MAX_DEPTH = 64
+"""Deepest nesting of arrays and objects admitted in a record."""
+
+_EXACT = 1  # the value needs the exact encoder
+_INF = math.inf
+
+
+class _Reject(Exception):
+    """Internal: the fast scan found a problem; the slow locator names it."""
+
+
+def _scan(value: Any, depth: int) -> int:
+    t = type(value)
+    if t is dict:
+        if depth > MAX_DEPTH:
+            raise _Reject
+        flags = 0
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Reject
+            if not key.isascii():
+                flags |= _EXACT
+            it = type(item)
+            if it is str or it is bool or item is None:
+                continue
+            if it is int:
+                if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                    continue
+                raise _Reject
+            flags |= _scan(item, depth + 1)
+        return flags
+    if t is list:
+        if depth > MAX_DEPTH:
+            raise _Reject
+        flags = 0
+        for item in value:
+            it = type(item)
+            if it is str or it is bool or item is None:
+                continue
+            if it is int:
+                if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                    continue
+                raise _Reject
+            flags |= _scan(item, depth + 1)
+        return flags
+    if t is str or t is bool or value is None:
+        return 0
+    if t is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return 0
+        raise _Reject
+    if t is float:
+        if value != value or value == _INF or value == -_INF:
+            raise _Reject
+        # orjson prints integral floats with ".0" and magnitudes below 1e-5 with an exponent
+        # where ECMAScript uses fixed notation down to 1e-6: those take the exact path.
+        return _EXACT if value.is_integer() or -1e-5 < value < 1e-5 else 0
+    raise _Reject
+
+
+def _describe(value: Any) -> str:
+    t = type(value)
+    if t.__module__ == "builtins":
+        return t.__qualname__
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def _join(path: str, key: str) -> str:
+    if key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def _locate(value: Any, path: str, depth: int) -> ProfileError | None:
+    """Walk slowly and return an error naming the first bad value, or None if all is well."""
+    t = type(value)
+    if t is dict or t is list:
+        if depth > MAX_DEPTH:
+            return ProfileError(
+                f"{path}: nesting deeper than {MAX_DEPTH} levels is not allowed",
+                path=path,
+                reason="depth",
+            )
+        if t is dict:
+            for key, item in value.items():
+                if type(key) is not str:
+                    where = f"{path}[{key!r}]"
+                    return ProfileError(
+                        f"{where}: object key {key!r} ({_describe(key)}) is not a string",
+                        path=where,
+                        reason="key",
+                    )
+                bad = _check_string(key, _join(path, key), what="object key")
+                if bad is not None:
+                    return bad
+                bad = _locate(item, _join(path, key), depth + 1)
+                if bad is not None:
+                    return bad
+        else:
+            for index, item in enumerate(value):
+                bad = _locate(item, f"{path}[{index}]", depth + 1)
+                if bad is not None:
+                    return bad
+        return None
+    if t is str:
+        return _check_string(value, path, what="string")
+    if t is bool or value is None:
+        return None
+    if t is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return None
+        return ProfileError(
+            f"{path}: integer {value} is outside the safe range ±(2**53 - 1); "
+            "record it as a string",
+            path=path,
+            reason="integer",
+        )
+    if t is float:
+        if math.isfinite(value):
+            return None
+        return ProfileError(
+            f"{path}: {value!r} is not allowed (finite floats only)", path=path, reason="float"
+        )
+    hint = "convert it first"
+    if t is tuple:
+        hint = "convert it to a list first"
+    elif isinstance(value, (str, int, float)):
+        hint = f"convert it to a plain {type(value).__mro__[1].__name__} first"
+    return ProfileError(
+        f"{path}: {_describe(value)} is not a JSON value; {hint}", path=path, reason="type"
+    )
+
+
+def _check_string(value: str, path: str, *, what: str) -> ProfileError | None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(value[exc.start])
+        return ProfileError(
+            f"{path}: {what} contains a lone surrogate U+{code:04X}", path=path, reason="surrogate"
+        )
+    return None
+
+
+def _fail(value: Any, path: str) -> ProfileError:
+    error = _locate(value, path, 1)
+    if error is None:  # pragma: no cover - the scan and the locator disagree: a bug
+        error = ProfileError(f"{path}: value is outside the JSON profile", path=path)
+    return error
+
+
+def check_profile(value: Any, path: str = "value") -> None:
+    """Raise :class:`ProfileError` naming the first value outside the profile, if any."""
+    error = _locate(value, path, 1)
+    if error is not None:
+        raise error
+
+
+def canonical(value: Any, path: str = "value") -> bytes:
+    """Return ``JCS(value)`` as UTF-8 bytes, or raise :class:`ProfileError` naming ``path``."""
+    try:
+        flags = _scan(value, 1)
+    except _Reject:
+        raise _fail(value, path) from None
+    except RecursionError:
+        raise _fail(value, path) from None
+    if flags:
+        return canonical_exact(value, path)
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):
+        raise _fail(value, path) from None
+
+
+# -- the exact path ---------------------------------------------------------------------------
+
+
+def es6_number(value: float) -> str:
+    """Format a finite double as ECMAScript's ``Number.prototype.toString`` does.
+
+    RFC 8785 section 3.2.2.3: shortest round-trip digits, fixed notation from 1e-6 to 1e21.
+    """
+    if value == 0:
+        return "0"
+    if value != value or value in (_INF, -_INF):
+        raise ValueError(f"{value!r} has no JSON form")
+    sign = "-" if value < 0 else ""
+    text = repr(abs(value))  # shortest round-trip digits, as ECMAScript requires
+    mantissa, _, exp = text.partition("e")
+    intpart, _, frac = mantissa.partition(".")
+    digits = intpart + frac
+    point = len(intpart) + (int(exp) if exp else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0")
+    k, n = len(digits), point
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        out = (
+            digits[0]
+            + ("." + digits[1:] if k > 1 else "")
+            + ("e+" if e >= 0 else "e-")
+            + str(abs(e))
+        )
+    return sign + out
+
+
+def _utf16_key(item: tuple[str, Any]) -> bytes:
+    return item[0].encode("utf-16-be")
+
+
+def _exact(value: Any, out: list[str]) -> None:
+    t = type(value)
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif t is str:
+        out.append(json.dumps(value, ensure_ascii=False))
+    elif t is int:
+        out.append(str(value))
+    elif t is float:
+        out.append(es6_number(value))
+    elif t is list:
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _exact(item, out)
+        out.append("]")
+    elif t is dict:
+        out.append("{")
+        for i, (key, item) in enumerate(sorted(value.items(), key=_utf16_key)):
+            if i:
+                out.append(",")
+            out.append(json.dumps(key, ensure_ascii=False))
+            out.append(":")
+            _exact(item, out)
+        out.append("}")
+    else:  # pragma: no cover - callers validate first
+        raise _Reject
+
+
+def canonical_exact(value: Any, path: str = "value") -> bytes:
+    """The reference encoder: slow, direct RFC 8785. Validates the profile first."""
+    check_profile(value, path)
+    out: list[str] = []
+    _exact(value, out)
+    return "".join(out).encode("utf-8")
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+_LONG_DIGITS = re.compile(rb"\d{16}")
+
+
+def _widen(value: Any) -> Any:
+    """Turn integers beyond ±(2^53 - 1) into the double of the same value (SPEC section 2)."""
+    t = type(value)
+    if t is int:
+        return float(value) if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else value
+    if t is dict:
+        return {k: _widen(v) for k, v in value.items()}
+    if t is list:
+        return [_widen(v) for v in value]
+    return value
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse trusted JSON (our own stored bytes) quickly; large integers become doubles."""
+    value = orjson.loads(data)
+    raw = data.encode() if isinstance(data, str) else data
+    if _LONG_DIGITS.search(raw):
+        value = _widen(value)
+    return value
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object with the same key twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise DuplicateKeyError(key)
+        result[key] = value
+    return result
+
+
+def _parse_int(text: str) -> int | float:
+    number = int(text)
+    return float(number) if not -MAX_SAFE_INTEGER <= number <= MAX_SAFE_INTEGER else number
+
+
+def loads_strict(data: str | bytes) -> Any:
+    """Parse untrusted JSON: duplicate keys raise :class:`DuplicateKeyError`.
+
+    ``NaN`` and ``Infinity`` literals parse, so that the profile check can name them; large
+    integers become doubles, as SPEC section 2 prescribes.
+    """
+    if isinstance(data, bytes):
+        data = data.decode("utf-8")
+    return json.loads(data, object_pairs_hook=_pairs, parse_int=_parse_int)
+
+
+def nesting_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """How deeply arrays and objects nest in ``value``, counted without recursion (so that a
+    hostile document cannot raise :class:`RecursionError`); stops counting past ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        t = type(item)
+        if t is dict or t is list:
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    return deepest
+            stack.extend((child, depth) for child in (item.values() if t is dict else item))
+    return deepest
+
+
+def loads_untrusted(data: bytes | str, *, location: str) -> Any:
+    """Parse a JSON document from outside (an OTLP file, a corpus sidecar): invalid UTF-8,
+    lone surrogates, bad JSON and nesting deeper than 64 levels (SPEC section 2) raise
+    :class:`~tachograph.errors.FormatError` naming ``location``, never anything else."""
+    from ..errors import FormatError
+
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise FormatError(f"{location}: not valid JSON: {exc}", location=location) from None
+    if nesting_depth(value) > MAX_DEPTH:
+        raise FormatError(
+            f"{location}: nested deeper than {MAX_DEPTH} levels (SPEC section 2)",
+            location=location,
+        )
+    return value

@@ -1,0 +1,234 @@
+"""JSONL interchange (SPEC section 4): export runs exactly, import them only once verified."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import orjson
+
+from ..errors import AppendRefused, FormatError, VerificationFailed
+from .event import Event, event_from_line
+from .verify import VerifyReport, iter_jsonl_runs
+
+if TYPE_CHECKING:  # record sits below store: a store is only handed in
+    from ..store.base import Store
+
+__all__ = [
+    "ImportRefused",
+    "ImportReport",
+    "Refusal",
+    "export_run",
+    "import_jsonl",
+    "read_jsonl",
+    "verify_jsonl",
+    "write_events",
+]
+
+_BATCH = 1000
+
+
+def _line_bytes(event: Event) -> bytes:
+    line = event.to_line()
+    if event.payload is None and event.payload_bytes is not None:
+        # Undecoded payload: splice the canonical bytes in, without a decode/encode round trip.
+        line["payload"] = orjson.Fragment(event.payload_bytes)
+    return orjson.dumps(line) + b"\n"
+
+
+def write_events(events: Iterable[Event], out: IO[bytes]) -> int:
+    """Write events as interchange lines; returns how many."""
+    count = 0
+    for event in events:
+        out.write(_line_bytes(event))
+        count += 1
+    return count
+
+
+def export_run(store: Store, run_id: str, out: IO[bytes], *, tenant: str | None = None) -> int:
+    """Write one stored run to ``out`` as JSONL, in seq order; returns the event count."""
+    return write_events(store.read(run_id, tenant=tenant, decode=False), out)
+
+
+def _open_lines(source: str | os.PathLike[str] | IO[bytes]) -> Iterator[bytes]:
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.exists():
+            raise FormatError(f"no such file: {path}", location=str(path))
+        with path.open("rb") as handle:
+            yield from handle
+    else:
+        yield from source
+
+
+def verify_jsonl(
+    source: str | os.PathLike[str] | IO[bytes],
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> list[VerifyReport]:
+    """Verify every run in a JSONL file (SPEC section 8); one report per run."""
+    name = str(source) if isinstance(source, (str, os.PathLike)) else None
+    reports = []
+    for checker, parsed in iter_jsonl_runs(_open_lines(source), source=name):
+        reports.append(checker.report())
+        if progress is not None:
+            progress(len(parsed))
+    return reports
+
+
+def read_jsonl(source: str | os.PathLike[str] | IO[bytes]) -> list[list[Event]]:
+    """Read and verify a JSONL file; return its runs as lists of events.
+
+    Raises :class:`VerificationFailed` (with ``reports``) if any run fails.
+    """
+    name = str(source) if isinstance(source, (str, os.PathLike)) else None
+    runs: list[list[Event]] = []
+    failed: list[VerifyReport] = []
+    for checker, parsed in iter_jsonl_runs(_open_lines(source), source=name):
+        report = checker.report()
+        if not report.ok:
+            failed.append(report)
+            continue
+        runs.append([_to_event(line) for line in parsed if line is not None])
+    if failed:
+        raise VerificationFailed(
+            "refused: " + "; ".join(r.render() for r in failed), reports=failed, report=failed[0]
+        )
+    return runs
+
+
+def _to_event(line: dict[str, Any]) -> Event:
+    event = event_from_line(line)
+    if event.payload is not None:
+        object.__setattr__(event, "payload_bytes", orjson.dumps(event.payload))
+    return event
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why an import stored nothing: the run and seq at fault (when known) and the reason."""
+
+    reason: str
+    """``verification``, ``conflict`` (the store holds other events there) or ``store``."""
+    message: str
+    run_id: str | None = None
+    tenant: str | None = None
+    seq: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "reason": self.reason,
+            "message": self.message,
+            "run_id": self.run_id,
+            "tenant": self.tenant,
+            "seq": self.seq,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    """What an import did: runs and events seen, events written, duplicates skipped.
+
+    An import is atomic: ``stored`` is true when the whole file is in the store (``written``
+    new events, ``duplicates`` already there), false when nothing of it was stored; then
+    ``refused`` says why.
+    """
+
+    runs: tuple[VerifyReport, ...]
+    events: int
+    written: int
+    duplicates: int
+    refused: tuple[Refusal, ...] = ()
+
+    @property
+    def stored(self) -> bool:
+        """True when the file was stored whole."""
+        return not self.refused
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "ok": self.stored,
+            "stored": self.stored,
+            "runs": [r.to_dict() for r in self.runs],
+            "events": self.events,
+            "written": self.written,
+            "duplicates": self.duplicates,
+            "refused": [r.to_dict() for r in self.refused],
+        }
+
+
+class ImportRefused(AppendRefused):
+    """An import that stored nothing because the store refused part of it; ``report`` is the
+    :class:`ImportReport` (``stored`` false, ``refused`` naming the event)."""
+
+    report: ImportReport
+
+
+def import_jsonl(
+    store: Store,
+    source: str | os.PathLike[str] | IO[bytes],
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> ImportReport:
+    """Verify every run in the file, then store them all in one atomic unit.
+
+    Nothing is stored if any run fails verification: :class:`VerificationFailed` is raised with
+    the reports (``err.reports``), each naming the run, the seq and the failed check. Nothing is
+    stored either if the store refuses any event (another event at that seq, an event id
+    already used): :class:`ImportRefused` is raised with ``err.report``. A store that fails
+    (a full disk, an I/O error) raises :class:`~tachograph.errors.StoreUnavailable`, again with
+    nothing stored: the events go in one transaction (:meth:`Store.append_all`). Events
+    already stored are skipped. A file given by path is read twice (verify, then store) so
+    memory stays flat; a stream is held.
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        data = source.read()
+        source_lines: Any = data.splitlines(keepends=True)
+    else:
+        source_lines = source
+    reports = verify_jsonl(source_lines)
+    failed = [r for r in reports if not r.ok]
+    if failed:
+        raise VerificationFailed(
+            "import refused, nothing stored: " + "; ".join(r.render() for r in failed),
+            reports=failed,
+            report=failed[0],
+        )
+    total = sum(r.events for r in reports)
+
+    def batches() -> Iterator[list[Event]]:
+        batch: list[Event] = []
+        for _checker, parsed in iter_jsonl_runs(_open_lines(source_lines)):
+            for line in parsed:
+                if line is None:  # pragma: no cover - verification refused such files above
+                    continue
+                batch.append(_to_event(line))
+                if len(batch) >= _BATCH:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    try:
+        written, duplicates = store.append_all(batches(), progress=progress)
+    except AppendRefused as exc:
+        refusal = Refusal(
+            "conflict",
+            str(exc),
+            run_id=getattr(exc, "run_id", None),
+            tenant=getattr(exc, "tenant", None),
+            seq=getattr(exc, "seq", None),
+        )
+        report = ImportReport(tuple(reports), total, 0, 0, (refusal,))
+        raise ImportRefused(
+            f"import refused, nothing stored: {exc}",
+            report=report,
+            run_id=refusal.run_id,
+            seq=refusal.seq,
+        ) from exc
+    return ImportReport(tuple(reports), total, written, duplicates)

@@ -1,0 +1,229 @@
+"""The one write pipeline: turn steps into chained events (SPEC sections 3 to 5).
+
+Every writer (the recorder, a corpus rewritten through processors, an OTLP import, an ingest
+server) goes through a :class:`Sealer`, in this order:
+
+1. **processors** (redaction) run on the payload, so that nothing below ever sees raw data;
+2. **keys** (SPEC section 5) are derived from the *processed* arguments, under the run's key
+   secret (an HMAC), so that the envelope, which can never be erased, cannot confirm a guess;
+3. **canonical bytes** of the payload are computed once, then the salted digest, the envelope,
+   its hash and the link to the previous event.
+
+A sealer is pure: it draws randomness (salts, ids) but does no I/O and holds no thread.
+Callers that share one across threads serialise :meth:`Sealer.seal` themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from .canonical import canonical
+from .event import (
+    ENVELOPE_KEYS,
+    Event,
+    check_actor,
+    check_run_id,
+    check_tenant,
+    check_type,
+    envelope_bytes,
+    hash_envelope,
+    new_event,
+)
+
+__all__ = [
+    "KEY_SECRET_FIELD",
+    "KeyDeriver",
+    "Processor",
+    "Sealer",
+    "default_key",
+    "key_secret_of",
+    "new_key_secret",
+]
+
+Processor = Callable[[str, dict[str, Any]], dict[str, Any]]
+"""``processor(event_type, payload) -> payload``: applied in order before anything is derived."""
+
+KEY_SECRET_FIELD = "key_secret"
+"""Where the run's key secret sits in the ``run.started`` payload (SPEC section 5)."""
+
+
+def new_key_secret() -> str:
+    """16 bytes from the system's secure generator, as 32 lower-case hex characters."""
+    return os.urandom(16).hex()
+
+
+def key_secret_of(started_payload: Mapping[str, Any] | None) -> bytes | None:
+    """The key secret recorded in a ``run.started`` payload, or ``None`` (an older run, or an
+    erased payload)."""
+    if not isinstance(started_payload, Mapping):
+        return None
+    text = started_payload.get(KEY_SECRET_FIELD)
+    if not isinstance(text, str) or len(text) != 32:
+        return None
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        return None
+
+
+def default_key(
+    run_id: str, name: str, args_jcs: bytes, secret: bytes | None, repeat: int = 0
+) -> str:
+    """SPEC section 5: ``{run_id}:{name}:{h}`` with ``#{n}`` for the n-th repeat.
+
+    ``h`` is the first 16 hex of ``HMAC-SHA256(secret, JCS(args))``; a run without a secret
+    (recorded before the rule) used ``SHA-256(JCS(args))``.
+    """
+    if secret is None:
+        h = hashlib.sha256(args_jcs).hexdigest()[:16]
+    else:
+        h = hmac.new(secret, args_jcs, hashlib.sha256).hexdigest()[:16]
+    base = f"{run_id}:{name}:{h}"
+    return base if repeat == 0 else f"{base}#{repeat}"
+
+
+class KeyDeriver:
+    """The idempotency keys of one run, counting repeats (``#1``, ``#2``, ...).
+
+    Not thread-safe by itself: the session that owns it takes a lock around :meth:`key`.
+    """
+
+    def __init__(self, run_id: str, secret: bytes | None) -> None:
+        self.run_id = run_id
+        self.secret = secret
+        self._counts: dict[str, int] = {}
+
+    def key(
+        self,
+        name: str,
+        args: Any,
+        *,
+        custom: Callable[[Any], Any] | None = None,
+        args_jcs: bytes | None = None,
+    ) -> str:
+        """The key of a call of ``name`` with (processed) ``args``; ``custom`` derives the
+        tool's own key part from the arguments instead."""
+        if custom is not None:
+            base = f"{self.run_id}:{name}:{custom(args)}"
+        else:
+            body = args_jcs if args_jcs is not None else canonical(args)
+            base = default_key(self.run_id, name, body, self.secret)
+        n = self._counts.get(base, 0)
+        self._counts[base] = n + 1
+        return base if n == 0 else f"{base}#{n}"
+
+
+class Sealer:
+    """Builds the events of one run in order: processors, then digest, envelope, hash, link.
+
+    ``head`` is ``(seq, hash)`` of the run's last event when the run goes on (a resume).
+    """
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        actor: str,
+        tenant: str = "default",
+        processors: Sequence[Processor] = (),
+        head: tuple[int, str] | None = None,
+    ) -> None:
+        self.run_id = check_run_id(run_id)
+        self.tenant = check_tenant(tenant)
+        self.actor = check_actor(actor)
+        self.processors = tuple(processors)
+        self.next_seq = 0 if head is None else head[0] + 1
+        self.head_hash: str | None = None if head is None else head[1]
+        self._checked_types: set[str] = set()
+
+    def process(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """The payload as it will be stored: every processor applied, in order.
+
+        The key secret of ``run.started`` is not shown to processors (a secrets detector
+        would take it for an API key); it is put back after them.
+        """
+        if not self.processors:
+            return payload
+        secret = None
+        if type_ == "run.started" and KEY_SECRET_FIELD in payload:
+            payload = dict(payload)
+            secret = payload.pop(KEY_SECRET_FIELD)
+        for processor in self.processors:
+            payload = processor(type_, payload)
+        if secret is not None:
+            payload = {**payload, KEY_SECRET_FIELD: secret}
+        return payload
+
+    def seal(
+        self,
+        type_: str,
+        payload: dict[str, Any],
+        *,
+        processed: bool = False,
+        actor: str | None = None,
+        idempotency_key: str | None = None,
+        model: str | None = None,
+        seed: int | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
+        ts: str | None = None,
+        event_id: str | None = None,
+    ) -> Event:
+        """The next event of the run. ``processed=True`` says the payload already went
+        through :meth:`process` (the capture boundary processes before deriving keys)."""
+        if type_ not in self._checked_types:
+            check_type(type_)
+            self._checked_types.add(type_)
+        if actor is not None and actor != self.actor:
+            check_actor(actor)
+        body = payload if processed else self.process(type_, payload)
+        event = new_event(
+            run_id=self.run_id,
+            seq=self.next_seq,
+            type=type_,
+            actor=actor or self.actor,
+            payload=body,
+            prev_hash=self.head_hash,
+            tenant=self.tenant,
+            trace_id=trace_id,
+            span_id=span_id,
+            idempotency_key=idempotency_key,
+            model=model,
+            seed=seed,
+            ts=ts,
+            event_id=event_id,
+            checked=True,
+        )
+        self.next_seq += 1
+        self.head_hash = event.hash
+        return event
+
+    def reseal(self, event: Event) -> Event:
+        """``event`` as the next event of this run: its payload processed again, its digest,
+        link and hash recomputed, every other envelope field kept (a corpus fixture rewritten
+        through processors still reads as the same run). An erased event keeps its digest
+        and is only re-linked."""
+        if event.erased:
+            linked = replace(event, seq=self.next_seq, prev_hash=self.head_hash)
+            values = [getattr(linked, k) for k in ENVELOPE_KEYS]
+            rebuilt = replace(linked, hash=hash_envelope(envelope_bytes(*values)))
+            self.next_seq += 1
+            self.head_hash = rebuilt.hash
+            return rebuilt
+        return self.seal(
+            event.type,
+            dict(event.payload),
+            actor=event.actor,
+            idempotency_key=event.idempotency_key,
+            model=event.model,
+            seed=event.seed,
+            trace_id=event.trace_id,
+            span_id=event.span_id,
+            ts=event.ts,
+            event_id=event.event_id,
+        )

@@ -1,0 +1,785 @@
+"""Verification of runs (SPEC section 8): pure functions over stored rows, events or lines.
+
+:func:`verify_run` is the one check of a stored run, used by every caller (the CLI, replay,
+fork, resume, the corpus and imports) so that "verified" has one strength: the chain, held
+against the store's run summary. :func:`verify_lines` checks interchange lines with the same
+checker. The report is a value (:class:`VerifyReport`) with a human rendering
+(:meth:`VerifyReport.render`) and a JSON form (:meth:`VerifyReport.to_dict`). Check numbers are
+those of SPEC section 8.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..errors import ProfileError, RunNotFound, TachographError
+from .canonical import (
+    MAX_DEPTH,
+    MAX_SAFE_INTEGER,
+    DuplicateKeyError,
+    canonical,
+    loads,
+    loads_strict,
+)
+from .event import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, envelope_bytes
+from .rows import RunSummary, StoredRow
+
+__all__ = [
+    "Check",
+    "Failure",
+    "LineChecker",
+    "VerifyReport",
+    "iter_jsonl_runs",
+    "verify_events",
+    "verify_lines",
+    "verify_run",
+]
+
+
+class Check(enum.IntEnum):
+    """The five checks of SPEC section 8, by number."""
+
+    FORMAT = 1
+    SEQUENCE = 2
+    HASH = 3
+    LINK = 4
+    PAYLOAD = 5
+
+    @property
+    def title(self) -> str:
+        """A short human name."""
+        return _TITLES[self]
+
+
+_TITLES = {
+    Check.FORMAT: "well-formed line",
+    Check.SEQUENCE: "sequence, run and tenant",
+    Check.HASH: "envelope hash",
+    Check.LINK: "link to previous event",
+    Check.PAYLOAD: "payload digest",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed check: at position ``seq`` of the run (line ``line`` of a file, if any)."""
+
+    seq: int
+    check: Check
+    message: str
+    line: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "seq": self.seq,
+            "check": int(self.check),
+            "check_name": self.check.name.lower(),
+            "message": self.message,
+            "line": self.line,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """The outcome of verifying one run.
+
+    ``ok`` is true when every check held. ``erased`` lists the seqs whose payloads were erased
+    (reported, not a failure). ``sealed`` is always false in format version 1: a hash chain
+    alone cannot reveal a truncated tail or a chain rewritten end to end.
+    """
+
+    run_id: str | None
+    tenant: str | None
+    events: int
+    failures: tuple[Failure, ...] = ()
+    erased: tuple[int, ...] = ()
+    head: str | None = None
+    sealed: bool = False
+    source: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when the run verifies."""
+        return not self.failures
+
+    @property
+    def status(self) -> str:
+        """``"verified"`` or ``"failed"``."""
+        return "verified" if self.ok else "failed"
+
+    @property
+    def first_failure(self) -> Failure | None:
+        """The first failing check, by position."""
+        return self.failures[0] if self.failures else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A stable JSON form (documented in docs/cli.md)."""
+        first = self.first_failure
+        return {
+            "run_id": self.run_id,
+            "tenant": self.tenant,
+            "status": self.status,
+            "events": self.events,
+            "head": self.head,
+            "first_failure": first.to_dict() if first else None,
+            "failures": [f.to_dict() for f in self.failures],
+            "erased": list(self.erased),
+            "sealed": self.sealed,
+            "source": self.source,
+        }
+
+    def render(self) -> str:
+        """A paragraph a person can read."""
+        name = self.run_id or "(unnamed run)"
+        if self.ok:
+            text = f"{name}: verified, {self.events} events, chain intact"
+            if self.erased:
+                text += f"; {len(self.erased)} payload(s) erased at seq {_seqs(self.erased)}"
+            text += "; unsealed (no signed checkpoint: a truncated tail would not show)"
+            return text
+        first = self.first_failure
+        assert first is not None
+        where = f"seq {first.seq}" + (f" (line {first.line})" if first.line is not None else "")
+        text = (
+            f"{name}: FAILED at {where}, check {int(first.check)} ({first.check.title}): "
+            f"{first.message}"
+        )
+        if len(self.failures) > 1:
+            text += f" [{len(self.failures) - 1} more failure(s) after it]"
+        return text
+
+
+def _seqs(seqs: tuple[int, ...]) -> str:
+    shown = ", ".join(str(s) for s in seqs[:10])
+    return shown + (", ..." if len(seqs) > 10 else "")
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _check_line_format(line: Any) -> str | None:
+    """Return why a parsed line is malformed (check 1), or None."""
+    if type(line) is not dict:
+        return "a line must be a JSON object"
+    keys = line.keys()
+    if keys != LINE_KEYS:
+        missing = sorted(LINE_KEYS - keys)
+        unknown = sorted(keys - LINE_KEYS)
+        parts = []
+        if missing:
+            parts.append("missing key(s) " + ", ".join(missing))
+        if unknown:
+            parts.append("unknown key(s) " + ", ".join(unknown))
+        return "; ".join(parts)
+    return _check_values(line)
+
+
+def _lone_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _check_values(line: dict[str, Any]) -> str | None:
+    """Check 1 on the values of a line (or of a stored event) that has all its keys."""
+    if line["v"] != 1 or not _is_int(line["v"]):
+        return f"v must be 1, not {line['v']!r}"
+    for key in ("tenant", "run_id", "event_id", "ts", "type"):
+        value = line[key]
+        pattern = PATTERNS[key]
+        if type(value) is not str or not pattern.fullmatch(value):
+            if key == "type" and value in ("handoff", "decision"):
+                continue
+            return f"{key} {value!r} is not well formed"
+    if not _is_int(line["seq"]) or not 0 <= line["seq"] <= MAX_SAFE_INTEGER:
+        return f"seq {line['seq']!r} must be an integer from 0 to 2**53 - 1"
+    actor = line["actor"]
+    if type(actor) is not str or not 1 <= len(actor) <= 128:
+        return f"actor {actor!r} must be a string of 1-128 characters"
+    for key in ("actor", "idempotency_key", "model"):
+        value = line[key]
+        if type(value) is str and _lone_surrogate(value):
+            return f"{key} {value!r} contains a lone surrogate (not valid Unicode)"
+    for key, pattern in (("trace_id", PATTERNS["trace_id"]), ("span_id", PATTERNS["span_id"])):
+        value = line[key]
+        if value is not None and (
+            type(value) is not str or not pattern.fullmatch(value) or not value.strip("0")
+        ):
+            return f"{key} {value!r} is not a W3C id"
+    for key in ("idempotency_key", "model"):
+        if line[key] is not None and type(line[key]) is not str:
+            return f"{key} must be a string or null"
+    seed = line["seed"]
+    if seed is not None and (not _is_int(seed) or abs(seed) > 2**53 - 1):
+        return f"seed {seed!r} must be an integer or null"
+    for key in ("payload_digest", "hash"):
+        value = line[key]
+        if type(value) is not str or not PATTERNS["digest"].fullmatch(value):
+            return f"{key} {value!r} is not 'sha256:' + 64 hex"
+    prev = line["prev_hash"]
+    if prev is not None and (type(prev) is not str or not PATTERNS["digest"].fullmatch(prev)):
+        return f"prev_hash {prev!r} is not null or 'sha256:' + 64 hex"
+    salt = line["salt"]
+    if salt is not None and (type(salt) is not str or not PATTERNS["salt"].fullmatch(salt)):
+        return f"salt {salt!r} is not 32 lower-case hex characters"
+    payload = line["payload"]
+    if payload is not None:
+        if type(payload) is not dict:
+            return "payload must be an object or null"
+        try:
+            canonical(payload, "payload")
+        except ProfileError as exc:
+            return str(exc)
+    return None
+
+
+class LineChecker:
+    """Checks the lines of one run in order (SPEC section 8), keeping only constant state.
+
+    Feed lines with :meth:`feed`; read the report with :meth:`report`. Memory does not grow with
+    the run except for the lists of failures (capped) and erased seqs.
+    """
+
+    def __init__(self, *, source: str | None = None, max_failures: int = 100) -> None:
+        self.source = source
+        self.max_failures = max_failures
+        self.position = 0
+        self.run_id: str | None = None
+        self.tenant: str | None = None
+        self.prev_recomputed: str | None = None
+        self.failures: list[Failure] = []
+        self.erased: list[int] = []
+        self.head: str | None = None
+
+    def _fail(self, check: Check, message: str, line: int | None) -> None:
+        if len(self.failures) < self.max_failures:
+            self.failures.append(Failure(self.position, check, message, line))
+
+    def feed_malformed(self, message: str, line: int | None = None) -> None:
+        """Record a line that could not even be parsed (check 1)."""
+        self._fail(Check.FORMAT, message, line)
+        self.prev_recomputed = None
+        self.position += 1
+
+    def feed_missing(self, message: str) -> None:
+        """Record that the event due at the current position is absent (check 2)."""
+        self._fail(Check.SEQUENCE, message, None)
+
+    def feed(self, data: dict[str, Any], line: int | None = None) -> None:
+        """Check one parsed line."""
+        pos = self.position
+        self.position += 1
+        problem = _check_line_format(data)
+        if problem is not None:
+            self._fail_at(pos, Check.FORMAT, problem, line)
+            self.prev_recomputed = None
+            return
+        if self.run_id is None:
+            self.run_id, self.tenant = data["run_id"], data["tenant"]
+        self._check_rest(
+            pos,
+            line,
+            data["seq"],
+            data["run_id"],
+            data["tenant"],
+            envelope_bytes(*(data[k] for k in ENVELOPE_KEYS)),
+            data["hash"],
+            data["prev_hash"],
+            data["payload_digest"],
+            data["payload"],
+            data["salt"],
+            None,
+        )
+
+    def _fail_at(self, pos: int, check: Check, message: str, line: int | None) -> None:
+        if len(self.failures) < self.max_failures:
+            self.failures.append(Failure(pos, check, message, line))
+
+    def _check_rest(
+        self,
+        pos: int,
+        line: int | None,
+        seq: int,
+        run_id: str,
+        tenant: str,
+        env_jcs: bytes,
+        stored_hash: str,
+        prev_hash: str | None,
+        payload_digest: str,
+        payload: Any,
+        salt: str | None,
+        payload_bytes: bytes | None,
+    ) -> None:
+        recomputed = "sha256:" + hashlib.sha256(env_jcs).hexdigest()
+        if seq != pos:
+            self._fail_at(pos, Check.SEQUENCE, f"seq is {seq}, expected {pos}", line)
+        elif run_id != self.run_id:
+            self._fail_at(
+                pos, Check.SEQUENCE, f"run_id is {run_id!r}, not the run's {self.run_id!r}", line
+            )
+        elif tenant != self.tenant:
+            self._fail_at(
+                pos, Check.SEQUENCE, f"tenant is {tenant!r}, not the run's {self.tenant!r}", line
+            )
+        elif stored_hash != recomputed:
+            self._fail_at(
+                pos,
+                Check.HASH,
+                f"hash is {stored_hash}, but the envelope hashes to {recomputed}",
+                line,
+            )
+        elif prev_hash != self.prev_recomputed or (pos == 0 and prev_hash is not None):
+            expected = self.prev_recomputed if pos else None
+            self._fail_at(pos, Check.LINK, f"prev_hash is {prev_hash}, expected {expected}", line)
+        elif payload is None and salt is None:
+            self.erased.append(pos)
+        elif payload is None or salt is None:
+            which = "payload" if payload is None else "salt"
+            self._fail_at(
+                pos,
+                Check.PAYLOAD,
+                f"{which} is null but the other is not: erasure must remove both",
+                line,
+            )
+        else:
+            salt_bytes = bytes.fromhex(salt)
+            if payload_bytes is not None:
+                actual = _stored_digest(salt_bytes, payload_bytes)
+                if actual != payload_digest:
+                    actual = _exact_stored_digest(salt_bytes, payload_bytes)
+            else:
+                h = hashlib.sha256(salt_bytes)
+                h.update(canonical(payload, "payload"))
+                actual = "sha256:" + h.hexdigest()
+            if actual != payload_digest:
+                self._fail_at(
+                    pos,
+                    Check.PAYLOAD,
+                    f"payload and salt digest to {actual}, but payload_digest is {payload_digest}",
+                    line,
+                )
+        self.prev_recomputed = recomputed
+        self.head = recomputed
+
+    def feed_event(self, event: Event) -> None:
+        """Check one event from a store.
+
+        Check 1 runs on stored values too: SQLite columns are not strictly typed, and a
+        tampered row must produce a report, never an exception.
+        """
+        pos = self.position
+        self.position += 1
+        if self.run_id is None:
+            self.run_id, self.tenant = event.run_id, event.tenant
+        problem = _check_event_format(event)
+        if problem is not None:
+            self._fail_at(pos, Check.FORMAT, problem, None)
+            self.prev_recomputed = None
+            return
+        self._check_rest(
+            pos,
+            None,
+            event.seq,
+            event.run_id,
+            event.tenant,
+            event.envelope_jcs(),
+            event.hash,
+            event.prev_hash,
+            event.payload_digest,
+            event.payload_bytes if event.payload_bytes is not None else event.payload,
+            event.salt,
+            event.payload_bytes,
+        )
+
+    def feed_row(self, row: StoredRow) -> None:
+        """Check one stored row (see :class:`~tachograph.record.rows.StoredRow`) without
+        building an Event. A row that is not plainly well formed takes the full path of
+        :meth:`feed_event`."""
+        (tenant, run_id, seq, event_id, ts, kind, actor, trace_id, span_id, key, model, seed,
+         digest, prev_hash, stored_hash, body, salt) = row  # fmt: skip
+        if not _row_plainly_well_formed(row):
+            self.feed_event(
+                Event(1, tenant, run_id, seq, event_id, ts, kind, actor, trace_id, span_id, key,
+                      model, seed, digest, prev_hash, stored_hash, None, salt, body)
+            )  # fmt: skip
+            return
+        pos = self.position
+        self.position += 1
+        if self.run_id is None:
+            self.run_id, self.tenant = run_id, tenant
+        env = envelope_bytes(1, tenant, run_id, seq, event_id, ts, kind, actor, trace_id,
+                             span_id, key, model, seed, digest, prev_hash)  # fmt: skip
+        self._check_rest(
+            pos,
+            None,
+            seq,
+            run_id,
+            tenant,
+            env,
+            stored_hash,
+            prev_hash,
+            digest,
+            body,
+            salt,
+            body,
+        )
+
+    def hold_against(self, summary: RunSummary | None) -> None:
+        """After the last row: hold the chain against the store's summary of the run.
+
+        The chain alone cannot show a cut tail or a replaced last event; the summary, which a
+        store writes in the same transaction as every append, can (unless it was rewritten
+        too: only a seal catches that).
+        """
+        if self.position == 0:
+            # A store lists a run only once an event of it was appended: a listed run with no
+            # events lost them behind the store's back. That must not read as "verified".
+            if summary is not None:
+                self.run_id, self.tenant = summary.run_id, summary.tenant
+                self.feed_missing("the store lists this run but holds none of its events")
+            else:
+                self.feed_missing("the run has no events")
+            return
+        if summary is None:
+            return
+        if (self.run_id, self.tenant) != (summary.run_id, summary.tenant):
+            self._fail_at(
+                0,
+                Check.SEQUENCE,
+                f"the rows are of run {self.run_id!r} in tenant {self.tenant!r}, but the "
+                f"summary is of run {summary.run_id!r} in tenant {summary.tenant!r}",
+                None,
+            )
+        elif self.position < summary.events:
+            self.feed_missing(
+                f"the store's run summary records {summary.events} events, but the chain stops "
+                f"at seq {self.position - 1}: its tail is missing"
+            )
+        elif (
+            self.position == summary.events
+            and not self.failures
+            and self.head != summary.head_hash
+        ):
+            self._fail_at(
+                self.position - 1,
+                Check.SEQUENCE,
+                f"the last event hashes to {self.head}, but the store's run summary records "
+                f"{summary.head_hash}: the tail was replaced",
+                None,
+            )
+
+    def report(self) -> VerifyReport:
+        """The report so far."""
+        return VerifyReport(
+            run_id=self.run_id,
+            tenant=self.tenant,
+            events=self.position,
+            failures=tuple(self.failures),
+            erased=tuple(self.erased),
+            head=self.head if not self.failures else None,
+            source=self.source,
+        )
+
+
+# The always-present string fields of an envelope, joined by "\n", in one pattern. No field
+# pattern admits "\n", so a match means each field matched its own pattern exactly.
+_JOINED_FIELDS = re.compile(
+    "\n".join(
+        f"(?:{pattern})"
+        for pattern in (
+            PATTERNS["tenant"].pattern,
+            PATTERNS["run_id"].pattern,
+            PATTERNS["event_id"].pattern,
+            PATTERNS["ts"].pattern,
+            PATTERNS["type"].pattern + "|handoff|decision",
+            PATTERNS["digest"].pattern,
+            PATTERNS["digest"].pattern,
+            # prev_hash and salt, each "~" when null (a real value never is "~": the caller
+            # checks that a non-null one does not take that spelling)
+            PATTERNS["digest"].pattern + "|~",
+            PATTERNS["salt"].pattern + "|~",
+        )
+    )
+)
+_TRACE, _SPAN, _DIGEST, _SALT = (PATTERNS[k] for k in ("trace_id", "span_id", "digest", "salt"))
+
+
+def _plainly_well_formed(e: Event) -> bool:
+    """True only if check 1 certainly holds; False sends the event to the full check.
+
+    A fast path for the common case (ASCII strings, bytes payload), so that verifying a store
+    does not pay for building a dict per event. It must never admit what the full check refuses.
+    """
+    if e.v != 1 or type(e.v) is not int:
+        return False
+    if e.payload_bytes is None and e.payload is not None:
+        return False
+    return _row_plainly_well_formed(
+        StoredRow(
+            e.tenant,
+            e.run_id,
+            e.seq,
+            e.event_id,
+            e.ts,
+            e.type,
+            e.actor,
+            e.trace_id,
+            e.span_id,
+            e.idempotency_key,
+            e.model,
+            e.seed,
+            e.payload_digest,
+            e.prev_hash,
+            e.hash,
+            e.payload_bytes,
+            e.salt,
+        )
+    )
+
+
+def _row_plainly_well_formed(r: StoredRow) -> bool:
+    """:func:`_plainly_well_formed` over a stored row (``v`` is 1 by construction)."""
+    (tenant, run_id, seq, event_id, ts, kind, actor, trace, span, key, model, seed, digest,
+     prev, stored, body, salt) = r  # fmt: skip
+    if not (
+        type(tenant) is str
+        and type(run_id) is str
+        and type(event_id) is str
+        and type(ts) is str
+        and type(kind) is str
+        and type(digest) is str
+        and type(stored) is str
+        and (prev is None or (type(prev) is str and prev != "~"))
+        and (salt is None or (type(salt) is str and salt != "~"))
+        and _JOINED_FIELDS.fullmatch(
+            f"{tenant}\n{run_id}\n{event_id}\n{ts}\n{kind}\n{digest}\n{stored}\n"
+            f"{'~' if prev is None else prev}\n{'~' if salt is None else salt}"
+        )
+    ):
+        return False
+    return (
+        type(seq) is int
+        and 0 <= seq <= MAX_SAFE_INTEGER
+        and type(actor) is str
+        and 1 <= len(actor) <= 128
+        and actor.isascii()
+        and (
+            trace is None
+            or (type(trace) is str and bool(_TRACE.fullmatch(trace)) and trace.strip("0") != "")
+        )
+        and (
+            span is None
+            or (type(span) is str and bool(_SPAN.fullmatch(span)) and span.strip("0") != "")
+        )
+        and (key is None or (type(key) is str and key.isascii()))
+        and (model is None or (type(model) is str and model.isascii()))
+        and (seed is None or (type(seed) is int and -MAX_SAFE_INTEGER <= seed <= MAX_SAFE_INTEGER))
+        and (type(body) is bytes or body is None)
+    )
+
+
+def _check_event_format(event: Event) -> str | None:
+    """Check 1 for an :class:`Event` (from a store or built in memory)."""
+    if _plainly_well_formed(event):
+        return None
+    return _check_event_format_fully(event)
+
+
+def _check_event_format_fully(event: Event) -> str | None:
+    line = {key: getattr(event, key) for key in ENVELOPE_KEYS}
+    line["hash"] = event.hash
+    line["salt"] = event.salt
+    line["payload"] = None
+    problem = _check_values(line)
+    if problem is not None:
+        return problem
+    body = event.payload_bytes
+    if body is not None:
+        if type(body) is not bytes:
+            return f"stored payload is {type(body).__name__}, not canonical JSON bytes"
+    elif event.payload is not None:
+        if type(event.payload) is not dict:
+            return "payload must be an object or null"
+        try:
+            canonical(event.payload, "payload")
+        except ProfileError as exc:
+            return str(exc)
+    return None
+
+
+def _stored_digest(salt: bytes, body: bytes) -> str:
+    """The payload digest of stored JSON bytes (any key order).
+
+    Fast path: orjson re-sorts the keys, which is JCS for most payloads. If that digest does
+    not match, the exact canonical form decides (integral floats, rare key orders).
+    """
+    try:
+        value = orjson.loads(body)
+        h = hashlib.sha256(salt)
+        h.update(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+        return "sha256:" + h.hexdigest()
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError, TypeError):
+        return "sha256:(stored payload is not valid JSON)"
+
+
+def _exact_stored_digest(salt: bytes, body: bytes) -> str:
+    try:
+        value = loads(body)
+        h = hashlib.sha256(salt)
+        h.update(canonical(value, "payload"))
+        return "sha256:" + h.hexdigest()
+    except Exception:
+        return "sha256:(stored payload is outside the JSON profile)"
+
+
+def verify_lines(lines: Iterable[dict[str, Any]], *, source: str | None = None) -> VerifyReport:
+    """Verify one run given as parsed interchange lines in order."""
+    checker = LineChecker(source=source)
+    for number, line in enumerate(lines, 1):
+        checker.feed(line, number)
+    return checker.report()
+
+
+def verify_run(
+    rows: Iterable[StoredRow | Event],
+    summary: RunSummary | None = None,
+    *,
+    seals: object | None = None,
+    source: str | None = None,
+    max_failures: int = 100,
+    progress: Callable[[int], None] | None = None,
+    run_id: str | None = None,
+    tenant: str | None = None,
+) -> VerifyReport:
+    """Verify one stored run (SPEC section 8): the one meaning of "verified" everywhere.
+
+    ``rows`` are the run's rows in seq order, as ``Store.read_rows`` streams them (the events
+    of a run already loaded, e.g. for replay, are accepted too); memory stays constant.
+    ``summary`` is the store's summary of the run (``Store.run_info``), read *before* the rows:
+    appends only add, so a chain read after it is never shorter unless events were taken
+    away. With it, a cut tail or a replaced last event fails check 2; without it (a run that
+    is not in a store) only the chain is checked. A run with no rows never verifies.
+
+    ``seals`` is reserved for the seal log (signed checkpoints, which also expose a tail cut
+    together with its summary); until it exists only ``None`` is accepted. ``progress`` is
+    called with the number of rows checked since its last call, at most every 1000 rows.
+
+    If reading ``rows`` itself fails (a damaged page, a tampered row the engine cannot even
+    return), the run fails check 1 with the reason, named ``run_id`` and ``tenant`` when no
+    row was read; :class:`~tachograph.errors.RunNotFound` is raised as it is.
+    """
+    if seals is not None:
+        raise ValueError("verify_run: seals are not supported yet; pass seals=None")
+    checker = LineChecker(source=source, max_failures=max_failures)
+    try:
+        _feed_rows(checker, rows, progress)
+    except RunNotFound:
+        raise
+    except (TachographError, ValueError, TypeError, OverflowError) as exc:
+        # One unreadable run fails with a report; it does not stop the others (verify --all).
+        if checker.run_id is None:
+            checker.run_id, checker.tenant = run_id, tenant
+        checker.feed_malformed(f"the store could not read this run: {exc}")
+        return checker.report()
+    checker.hold_against(summary)
+    return checker.report()
+
+
+def _feed_rows(
+    checker: LineChecker,
+    rows: Iterable[StoredRow | Event],
+    progress: Callable[[int], None] | None,
+) -> None:
+    feed_row, feed_event = checker.feed_row, checker.feed_event
+    if progress is None:
+        for row in rows:
+            if isinstance(row, Event):
+                feed_event(row)
+            else:
+                feed_row(row)
+    else:
+        pending = 0
+        for row in rows:
+            if isinstance(row, Event):
+                feed_event(row)
+            else:
+                feed_row(row)
+            pending += 1
+            if pending == 1000:
+                progress(pending)
+                pending = 0
+        if pending:
+            progress(pending)
+
+
+def verify_events(events: Iterable[Event], *, source: str | None = None) -> VerifyReport:
+    """Verify one run given as :class:`Event` values in seq order, without a store's summary:
+    :func:`verify_run` on the events alone (a run that is in a store is verified against its
+    summary with ``tachograph.store.verify_stored``)."""
+    return verify_run(events, source=source)
+
+
+def _parse_line(raw: bytes | str) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        data = loads_strict(raw)
+    except DuplicateKeyError as exc:
+        return None, f"duplicate key {exc.key!r} in line"
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, f"not valid JSON: {exc}"
+    except RecursionError:
+        # Only nesting far beyond the profile's 64 levels reaches the parser's limit.
+        return None, f"nested deeper than {MAX_DEPTH} levels (SPEC section 2)"
+    if type(data) is not dict:
+        return None, "a line must be a JSON object"
+    return data, None
+
+
+def iter_jsonl_runs(
+    raw_lines: Iterable[bytes | str], *, source: str | None = None
+) -> Iterator[tuple[LineChecker, list[dict[str, Any] | None]]]:
+    """Split a JSONL stream into runs and check each; yields (checker, parsed lines).
+
+    A new run begins at a line whose ``seq`` is 0 and whose run id or tenant differs from the
+    current run's (an export may hold several runs one after the other). Blank lines are skipped.
+    """
+    checker: LineChecker | None = None
+    parsed: list[dict[str, Any] | None] = []
+    for number, raw in enumerate(raw_lines, 1):
+        if not raw.strip():
+            continue
+        data, problem = _parse_line(raw)
+        starts_new = (
+            data is not None
+            and data.get("seq") == 0
+            and checker is not None
+            and checker.run_id is not None
+            # the same run id may exist under several tenants: either one changing starts a run
+            and (data.get("run_id") != checker.run_id or data.get("tenant") != checker.tenant)
+        )
+        if checker is None or starts_new:
+            if checker is not None:
+                yield checker, parsed
+            checker = LineChecker(source=source)
+            parsed = []
+        if data is None:
+            checker.feed_malformed(problem or "malformed line", number)
+            parsed.append(None)
+        else:
+            checker.feed(data, number)
+            parsed.append(data)
+    if checker is not None:
+        yield checker, parsed

@@ -1,0 +1,306 @@
+"""The corpus on disk: saved runs (JSONL) with their verdict sidecars.
+
+A *corpus* is a folder of runs kept as fixtures: each run is one JSONL file (SPEC section 4,
+``NAME.jsonl``) with a sidecar beside it (``NAME.tacho.json``) that says whether the run was
+**good** or **bad**, why, and for a bad run the ``seq`` of the step that was wrong. Replaying
+a corpus is :mod:`tachograph.regression`.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import CorpusError, FormatError, VerificationFailed
+from ..record.canonical import loads_untrusted
+from ..record.event import Event, now_ts
+from ..record.jsonl import write_events
+from ..record.seal import Processor, Sealer
+from ..store import Store, open_store, verify_stored
+
+__all__ = [
+    "FIXTURE_VERSION",
+    "SIDECAR_SUFFIX",
+    "CorpusError",
+    "CorpusRun",
+    "Outcome",
+    "Verdict",
+    "load_corpus",
+    "read_sidecar",
+    "save_run",
+    "write_json",
+]
+
+FIXTURE_VERSION = 1
+"""Version of the sidecar format; a newer sidecar is reported, never guessed at."""
+
+SIDECAR_SUFFIX = ".tacho.json"
+"""The sidecar of ``NAME.jsonl`` is ``NAME.tacho.json``."""
+
+
+class Verdict(str, enum.Enum):
+    """What a person decided about a saved run."""
+
+    GOOD = "good"
+    BAD = "bad"
+
+    @classmethod
+    def parse(cls, value: str | Verdict) -> Verdict:
+        """The verdict named by ``value``, or fail listing the valid ones."""
+        try:
+            return cls(value)
+        except ValueError:
+            valid = ", ".join(repr(v.value) for v in cls)
+            raise CorpusError(f"unknown verdict {value!r}; expected one of {valid}") from None
+
+
+class Outcome(str, enum.Enum):
+    """How a saved run fared against the agent under test."""
+
+    REPRODUCED = "reproduced"
+    CHANGED = "changed"
+    FIXED = "fixed"
+    STILL_WRONG = "still_wrong"
+    UNREPLAYABLE = "unreplayable"
+
+    @property
+    def passed(self) -> bool:
+        """True for the outcomes that let a build pass."""
+        return self in (Outcome.REPRODUCED, Outcome.FIXED)
+
+    @property
+    def label(self) -> str:
+        """The outcome as a person reads it (``still wrong``)."""
+        return self.value.replace("_", " ")
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# -- the corpus on disk -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorpusRun:
+    """One saved run: its fixture file, its sidecar, and what the sidecar says.
+
+    ``problem`` is set when the entry cannot be used as it is (a broken sidecar, a sidecar
+    with no run file); such an entry is reported as ``unreplayable`` with that reason.
+    """
+
+    name: str
+    path: Path
+    sidecar: Path
+    run_id: str | None
+    verdict: Verdict
+    wrong_at: int | None = None
+    note: str | None = None
+    accepted: tuple[Mapping[str, Any], ...] = ()
+    problem: str | None = None
+
+
+def _file_stem(run_id: str) -> str:
+    # ':' is legal in a run id but not in a file name everywhere.
+    return run_id.replace(":", "_")
+
+
+def _sidecar_of(path: Path) -> Path:
+    return path.with_name(path.name[: -len(".jsonl")] + SIDECAR_SUFFIX)
+
+
+def read_sidecar(path: Path) -> dict[str, Any]:
+    try:
+        data = loads_untrusted(path.read_bytes(), location=f"sidecar {path.name}")
+    except OSError as exc:
+        raise CorpusError(f"sidecar {path.name} cannot be read: {exc}", path=str(path)) from None
+    except FormatError as exc:
+        raise CorpusError(f"sidecar {path.name} cannot be read: {exc}", path=str(path)) from None
+    if not isinstance(data, dict):
+        raise CorpusError(f"sidecar {path.name} is not a JSON object", path=str(path))
+    version = data.get("tachograph_fixture")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CorpusError(f"sidecar {path.name} has no tachograph_fixture version", path=str(path))
+    if version > FIXTURE_VERSION:
+        raise CorpusError(
+            f"sidecar {path.name} has format version {version}; this tachograph reads up to "
+            f"{FIXTURE_VERSION}: upgrade tachograph",
+            path=str(path),
+        )
+    return data
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    os.replace(tmp, path)
+
+
+def _entry(root: Path, path: Path) -> CorpusRun:
+    name = path.relative_to(root).as_posix()[: -len(".jsonl")]
+    sidecar = _sidecar_of(path)
+    if not sidecar.exists():
+        # A plain export dropped into the corpus is taken as a good run.
+        return CorpusRun(name, path, sidecar, None, Verdict.GOOD, note=None)
+    try:
+        data = read_sidecar(sidecar)
+        verdict = Verdict.parse(str(data.get("verdict")))
+        wrong_at = data.get("wrong_at")
+        if verdict is Verdict.BAD and (
+            not isinstance(wrong_at, int) or isinstance(wrong_at, bool) or wrong_at < 0
+        ):
+            raise CorpusError(f"sidecar {sidecar.name}: a bad run needs wrong_at (a seq)")
+        if verdict is Verdict.GOOD and wrong_at is not None:
+            raise CorpusError(f"sidecar {sidecar.name}: a good run has no wrong_at")
+        accepted = data.get("accepted") or []
+        if not isinstance(accepted, list) or not all(isinstance(a, dict) for a in accepted):
+            raise CorpusError(f"sidecar {sidecar.name}: 'accepted' must be a list of objects")
+        run_id = data.get("run_id")
+        note = data.get("note")
+        return CorpusRun(
+            name,
+            path,
+            sidecar,
+            run_id if isinstance(run_id, str) else None,
+            verdict,
+            wrong_at,
+            note if isinstance(note, str) else None,
+            tuple(accepted),
+        )
+    except CorpusError as exc:
+        return CorpusRun(name, path, sidecar, None, Verdict.GOOD, problem=str(exc))
+
+
+def load_corpus(directory: str | os.PathLike[str]) -> tuple[CorpusRun, ...]:
+    """Every saved run under ``directory`` (recursively), sorted by name.
+
+    A ``.jsonl`` file without a sidecar is a good run. A sidecar without its run file, or one
+    that cannot be read, becomes an entry with a ``problem``; nothing here raises for a single
+    bad entry, so that one broken fixture does not hide the others.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise CorpusError(f"no corpus directory at {root}", path=str(root))
+    entries = [_entry(root, p) for p in root.rglob("*.jsonl") if p.is_file()]
+    for sidecar in root.rglob("*" + SIDECAR_SUFFIX):
+        run_file = sidecar.with_name(sidecar.name[: -len(SIDECAR_SUFFIX)] + ".jsonl")
+        if not run_file.exists():
+            name = run_file.relative_to(root).as_posix()[: -len(".jsonl")]
+            problem = f"sidecar {sidecar.name} has no run file {run_file.name}"
+            entries.append(CorpusRun(name, run_file, sidecar, None, Verdict.GOOD, problem=problem))
+    return tuple(sorted(entries, key=lambda e: e.name))
+
+
+# -- saving -----------------------------------------------------------------------------------
+
+
+def _rechain(events: Iterable[Event], processors: Sequence[Processor]) -> list[Event]:
+    """Apply processors to every payload and rebuild the chain over the new digests, through
+    the one write pipeline (:class:`~tachograph.record.seal.Sealer`).
+
+    Envelope fields other than the digest and the links keep their recorded values, so the
+    fixture still reads as the same run; salts are drawn afresh.
+    """
+    out: list[Event] = []
+    sealer: Sealer | None = None
+    for event in events:
+        if sealer is None:
+            sealer = Sealer(
+                run_id=event.run_id,
+                actor=event.actor,
+                tenant=event.tenant,
+                processors=processors,
+            )
+        out.append(sealer.reseal(event))
+    return out
+
+
+def _processor_name(processor: Processor) -> str:
+    module = getattr(processor, "__module__", None) or "?"
+    qual = getattr(processor, "__qualname__", None) or type(processor).__qualname__
+    return f"{module}:{qual}"
+
+
+def save_run(
+    store: Store | str | os.PathLike[str] | None,
+    run_id: str,
+    *,
+    to: str | os.PathLike[str],
+    verdict: Verdict | str,
+    note: str | None = None,
+    wrong_at: int | None = None,
+    processors: Sequence[Processor] = (),
+    name: str | None = None,
+    tenant: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Save one stored run into the corpus folder ``to``; returns the path of its JSONL file.
+
+    Without ``processors`` the run is exported byte for byte (its original chain). With
+    them, every payload passes through the processors (the recorder's hook: redaction,
+    trimming) and the chain is rebuilt over the new digests; the sidecar then names the
+    processors and the original head hash. A ``bad`` run needs ``wrong_at``, the seq of the
+    step that was wrong. The sidecar ``NAME.tacho.json`` holds verdict, note and provenance.
+    """
+    kind = Verdict.parse(verdict)
+    if kind is Verdict.BAD and wrong_at is None:
+        raise CorpusError("a bad run needs wrong_at: the seq of the step that was wrong")
+    if kind is Verdict.GOOD and wrong_at is not None:
+        raise CorpusError("wrong_at is only for bad runs")
+    st = open_store(store, create=False) if not isinstance(store, Store) else store
+    try:
+        info = st.run_info(run_id, tenant=tenant)
+        events = list(st.read(run_id, tenant=info.tenant, decode=bool(processors)))
+        report = verify_stored(st, run_id, tenant=info.tenant)
+    finally:
+        if st is not store:
+            st.close()
+    if not report.ok:
+        raise VerificationFailed(
+            f"refusing to save a run that does not verify: {report.render()}",
+            report=report,
+            run_id=run_id,
+        )
+    if wrong_at is not None and not 0 <= wrong_at < len(events):
+        raise CorpusError(
+            f"wrong_at {wrong_at} is outside run {run_id!r} (seq 0..{len(events) - 1})",
+            run_id=run_id,
+            seq=wrong_at,
+        )
+    folder = Path(to)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = name or _file_stem(run_id)
+    path = folder / f"{stem}.jsonl"
+    sidecar = _sidecar_of(path)
+    if not overwrite and (path.exists() or sidecar.exists()):
+        raise CorpusError(
+            f"{path} already exists; pass overwrite=True (tacho save --force) to replace it",
+            path=str(path),
+            run_id=run_id,
+        )
+    written = _rechain(events, processors) if processors else events
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as out:
+        write_events(written, out)
+    os.replace(tmp, path)
+    meta: dict[str, Any] = {
+        "tachograph_fixture": FIXTURE_VERSION,
+        "run_id": run_id,
+        "verdict": kind.value,
+        "note": note,
+        "wrong_at": wrong_at,
+        "saved_at": now_ts(),
+        "events": len(events),
+        "source_head": info.head_hash,
+        "processors": [_processor_name(p) for p in processors],
+        "accepted": [],
+    }
+    if wrong_at is not None:
+        meta["wrong_type"] = events[wrong_at].type
+    write_json(sidecar, meta)
+    return path

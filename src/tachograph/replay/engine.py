@@ -1,0 +1,304 @@
+"""The replay engine: serves a recorded run to a session and compares what the agent does.
+
+It implements :class:`~tachograph.capture.boundary.Engine` by composing a
+:class:`~tachograph.replay.matchers.Matcher` (which recorded step the agent's step is, and
+how a mismatch is diagnosed) with what serving means per mode: replay answers every call from
+the record; a fork copies the steps it serves into its own run and goes live after step N; a
+resume goes live after the crash point, handling the call the process died in by its effect.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ..capture.boundary import CallKind, CallTicket, ReplayStopped, error_info
+from ..capture.session import EFFECTS, Session
+from ..errors import ConfirmationRequired, TachographError
+from ..record.event import Effect, Event
+from ..record.seal import Processor
+from .diff import Change, diff_values
+from .history import RunHistory
+from .matchers import Matcher, normalize
+from .report import DivergenceItem, DivergenceKind
+
+__all__ = ["RecordedError", "ReplayEngine", "rebuild_error"]
+
+
+class RecordedError(Exception):
+    """Raised in replay for a recorded failure whose exception type is not rebuilt."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.recorded_message = message
+        self.recorded_info = {"type": type_name, "message": message}
+
+    def __str__(self) -> str:
+        return f"{self.type_name}: {self.recorded_message}"
+
+
+def rebuild_error(info: dict[str, Any]) -> BaseException:
+    """The exception a recorded ``{type, message}`` describes, without importing anything.
+
+    Builtin exceptions and classes of modules the process has already imported (the agent's
+    own, its SDKs', tachograph's) are rebuilt; a name the process does not know becomes a
+    :class:`RecordedError` carrying it. The log is never a reason to import a module.
+    """
+    type_name = str(info.get("type", "Exception"))
+    message = str(info.get("message", ""))
+    module_name, _, qualname = type_name.rpartition(".")
+    obj: Any = builtins if not module_name else sys.modules.get(module_name)
+    try:
+        for part in qualname.split("."):
+            obj = getattr(obj, part, None)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            try:
+                return obj(message)
+            except Exception:
+                exc = obj.__new__(obj)
+                exc.args = (message,)
+                return exc
+    except Exception:
+        pass
+    return RecordedError(type_name, message)
+
+
+class ReplayEngine:
+    """Serves one recorded run (or its first steps) to a session."""
+
+    def __init__(
+        self,
+        history: RunHistory,
+        *,
+        mode: str,
+        match: str = "strict",
+        raise_on_divergence: bool = True,
+        live_after_source: bool = False,
+        copy_served: bool = False,
+        rerun_pure: bool = False,
+        confirm: bool = False,
+        override: tuple[int, Any] | None = None,
+        processors: Sequence[Processor] = (),
+        events: Sequence[Event] | None = None,
+    ) -> None:
+        self.history = history
+        self.mode = mode
+        self.key_run_id = history.run_id
+        self.key_secret = history.key_secret
+        self.live_after_source = live_after_source
+        self.copy_served = copy_served
+        self.rerun_pure = rerun_pure
+        self.confirm = confirm
+        self.override = override
+        self.session: Session | None = None
+        self.matcher = Matcher(
+            run_id=history.run_id,
+            source=list(events if events is not None else history.events),
+            match=match,
+            raise_on_divergence=raise_on_divergence,
+            live_after_source=live_after_source,
+            processors=processors,
+            on_served=self._on_served,
+        )
+
+    # -- the Engine protocol ---------------------------------------------------------------
+
+    def attach(self, session: Session) -> None:
+        """Bind the session this engine serves (the one whose recorder a fork copies into)."""
+        self.session = session
+
+    def serving(self) -> bool:
+        return True
+
+    @property
+    def divergences(self) -> list[DivergenceItem]:
+        return self.matcher.divergences
+
+    @property
+    def served(self) -> int:
+        return self.matcher.served
+
+    @property
+    def aborted(self) -> bool:
+        return self.matcher.aborted
+
+    def recorded_completion(self, key: str | None) -> Event | None:
+        return self.matcher.completion(key)
+
+    def serve_call(self, ticket: CallTicket) -> None:
+        matched = self.matcher.expect(ticket.request_type, ticket.payload, ticket.key, ticket.name)
+        if matched is None:
+            return  # live: the session records the intent
+        completion = self.matcher.completion(matched.idempotency_key)
+        if completion is None:
+            self._dangling(ticket, matched)
+            return
+        if completion.erased:
+            self.matcher.diverge(
+                DivergenceKind.UNREPLAYABLE,
+                completion.seq,
+                completion,
+                None,
+                [],
+                f"The recorded answer at seq {completion.seq} was erased; it cannot be served.",
+                fatal=True,
+            )
+        self.matcher.served += 1
+        if self.copy_served:
+            self._copy_completion(completion)
+        if (completion.payload or {}).get("dry_run") is True:
+            self._session().simulated(completion.seq, "holds a dry-run result")
+        value, error = self._answer(completion)
+        if ticket.kind is CallKind.TOOL and ticket.effect is Effect.PURE and self.rerun_pure:
+            ticket.compare_with = completion
+            ticket.record_completion = False
+            return
+        ticket.served = True
+        ticket.value = value
+        ticket.error = error
+        ticket.completion = completion
+
+    def serve_step(self, type_: str, payload: dict[str, Any]) -> bool:
+        matched = self.matcher.expect(type_, payload, None, None)
+        return matched is not None or not self.live_after_source
+
+    def serve_value(self, type_: str, payload: dict[str, Any]) -> tuple[bool, Any]:
+        matched = self.matcher.expect(type_, payload, None, None)
+        if matched is None:
+            return False, None
+        recorded = matched.payload or {}
+        return True, recorded.get("seed" if type_ == "random.seed" else "value")
+
+    def compare_rerun(self, ticket: CallTicket, result: Any, error: BaseException | None) -> None:
+        recorded = ticket.compare_with
+        assert recorded is not None
+        if error is not None:
+            fresh: dict[str, Any] = {"tool": ticket.name, "error": error_info(error)}
+            fresh_type = "tool.failed"
+        else:
+            fresh = {"tool": ticket.name, "result": normalize(result)}
+            fresh_type = "tool.completed"
+        fresh = self._session().process(fresh_type, fresh)
+        changes = diff_values(recorded.payload, fresh, "$.payload")
+        if recorded.type != fresh_type:
+            changes.insert(0, Change("$.type", recorded.type, fresh_type))
+        if changes:
+            self.matcher.diverge(
+                DivergenceKind.TOOL_IMPLEMENTATION_CHANGED,
+                recorded.seq,
+                recorded,
+                {"type": fresh_type, "payload": fresh},
+                changes,
+                f"Pure tool {ticket.name!r}, re-run on the recorded arguments, no longer returns "
+                "what it returned when recorded: its implementation (or a dependency) changed.",
+            )
+
+    def check_end(self, status: str, output: Any, error: dict[str, Any] | None) -> None:
+        """Compare how the agent ended with how the recorded run ended."""
+        self.matcher.check_end(status, output, error)
+
+    # -- serving details -------------------------------------------------------------------
+
+    def _session(self) -> Session:
+        if self.session is None:
+            raise TachographError("the replay engine is not attached to a session")
+        return self.session
+
+    def _on_served(self, event: Event) -> None:
+        if self.copy_served:
+            self._copy(event)
+
+    def _copy(self, event: Event) -> None:
+        session = self._session()
+        if session.recorder is None:
+            return
+        key = event.idempotency_key
+        session.recorder.append(
+            event.type,
+            event.payload,
+            processed=True,
+            actor=event.actor,
+            idempotency_key=session.live_key(key) if key is not None else None,
+            model=event.model,
+            seed=event.seed,
+        )
+
+    def _copy_completion(self, completion: Event) -> None:
+        session = self._session()
+        if session.recorder is None:
+            return
+        payload = completion.payload
+        if self.override is not None and self.override[0] == completion.seq:
+            payload = self._overridden(completion)
+        key = completion.idempotency_key
+        session.recorder.append(
+            completion.type,
+            payload,
+            processed=True,
+            actor=completion.actor,
+            idempotency_key=session.live_key(key) if key else None,
+            model=completion.model,
+            seed=completion.seed,
+        )
+
+    def _overridden(self, completion: Event) -> dict[str, Any]:
+        assert self.override is not None
+        payload = dict(completion.payload or {})
+        field_name = "response" if completion.type == "model.response" else "result"
+        payload[field_name] = self.override[1]
+        payload["overridden"] = True
+        return payload
+
+    def _answer(self, completion: Event) -> tuple[Any, BaseException | None]:
+        payload = completion.payload or {}
+        if self.override is not None and self.override[0] == completion.seq:
+            payload = self._overridden(completion)
+        if completion.type == "tool.completed":
+            return payload.get("result"), None
+        if completion.type == "model.response":
+            return payload.get("response"), None
+        return None, rebuild_error(payload.get("error") or {})
+
+    def _dangling(self, ticket: CallTicket, request: Event) -> None:
+        """The recorded call never completed: the process died while it ran."""
+        session = self._session()
+        if self.mode != "resume":
+            if self.live_after_source:  # a fork whose step N is an open intent: go live
+                # The intent was copied into the fork under the fork's own key; the parent may
+                # have done the effect already, so effects run in dry run here.
+                ticket.key = session.live_key(request.idempotency_key or ticket.key or "")
+                ticket.dry_run = session.dry_run or ticket.effect in EFFECTS
+                ticket.intent_recorded = True
+                return
+            self.matcher.diverge(
+                DivergenceKind.UNREPLAYABLE,
+                request.seq,
+                request,
+                None,
+                [],
+                f"The recorded run ends inside this call (seq {request.seq} has no completion: "
+                "the process died while it ran). Nothing can be served from here; use "
+                "resume to continue the run.",
+                fatal=True,
+            )
+        effect = ticket.effect
+        ticket.key = request.idempotency_key
+        ticket.intent_recorded = True
+        if effect is Effect.IRREVERSIBLE and not self.confirm:
+            session.fatal_error = ConfirmationRequired(
+                f"run {session.run_id!r} stopped while irreversible tool {ticket.name!r} was "
+                f"running (seq {request.seq}, key {request.idempotency_key}). Whether it took "
+                "effect is unknown: check the outside world, then resume with confirm=True "
+                "(tacho resume --confirm) to run it again, or fork before it.",
+                run_id=session.run_id,
+                seq=request.seq,
+                key=request.idempotency_key,
+            )
+            raise ReplayStopped
+        if effect in EFFECTS and (session.dry_run or not self.confirm):
+            ticket.dry_run = True
+            assert effect is not None
+            session.simulated(request.seq, f"(an unconfirmed {effect.value} intent) was dry-run")

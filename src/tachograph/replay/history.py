@@ -1,0 +1,177 @@
+"""What replay, fork, resume and regression take: one recorded run, verified once.
+
+A :class:`RunHistory` is built from a store, a JSONL file, or a list of events. It is
+verified on the way in with the same strength everywhere (the store's own run summary is held
+against the chain, so that a cut tail is refused by replay exactly as by ``tacho verify``),
+and it knows what replay needs: the recorded input, environment and key secret, and the
+pairing of each intent with its completion.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import FormatError, Unreplayable
+from ..record.event import Event
+from ..record.jsonl import read_jsonl
+from ..record.seal import key_secret_of
+from ..record.verify import VerifyReport, verify_events
+from ..store import Store, open_store, read_verified
+
+__all__ = ["RunHistory"]
+
+_COMPLETION_TYPES = frozenset({"tool.completed", "tool.failed", "model.response", "model.failed"})
+
+
+@dataclass(frozen=True)
+class RunHistory:
+    """One recorded run: its events, where they came from, and how they verified."""
+
+    events: tuple[Event, ...]
+    report: VerifyReport
+    source: str
+    completions: Mapping[str, Event] = field(default_factory=dict, repr=False)
+
+    # -- building ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_events(
+        cls, events: Iterable[Event], *, source: str = "events", report: VerifyReport | None = None
+    ) -> RunHistory:
+        """A history of events already in hand (verified here unless ``report`` is given)."""
+        evs = tuple(events)
+        if not evs:
+            raise Unreplayable(f"{source} holds no events; there is nothing to replay")
+        rep = report if report is not None else verify_events(evs, source=source)
+        completions = {
+            e.idempotency_key: e
+            for e in evs
+            if e.type in _COMPLETION_TYPES and e.idempotency_key is not None
+        }
+        return cls(evs, rep, source, completions)
+
+    @classmethod
+    def from_store(
+        cls, store: Store | str | os.PathLike[str] | None, run_id: str, *, tenant: str | None = None
+    ) -> RunHistory:
+        """A stored run, verified as ``tacho verify`` verifies it (chain and run summary)."""
+        owned = not isinstance(store, Store)
+        st = store if isinstance(store, Store) else open_store(store, create=False)
+        try:
+            events, report = read_verified(st, run_id, tenant=tenant)
+        finally:
+            if owned:
+                st.close()
+        return cls.from_events(events, source=st.url, report=report)
+
+    @classmethod
+    def from_jsonl(cls, path: str | os.PathLike[str], *, run_id: str | None = None) -> RunHistory:
+        """A run from an interchange file (``tacho export``); ``run_id`` picks one of
+        several runs in the file."""
+        runs = read_jsonl(path)
+        if run_id is not None:
+            runs = [r for r in runs if r and r[0].run_id == run_id]
+        if not runs:
+            what = f"no run {run_id!r}" if run_id is not None else "no run"
+            raise FormatError(f"{Path(path)} holds {what}", path=str(path))
+        if len(runs) > 1:
+            ids = ", ".join(r[0].run_id for r in runs[:5])
+            raise FormatError(
+                f"{Path(path)} holds {len(runs)} runs ({ids}); name one with run_id",
+                path=str(path),
+            )
+        return cls.from_events(runs[0], source=str(path))
+
+    # -- what replay needs ---------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self.events[0].run_id
+
+    @property
+    def tenant(self) -> str:
+        return self.events[0].tenant
+
+    @property
+    def actor(self) -> str:
+        return self.events[0].actor
+
+    @property
+    def started(self) -> Event:
+        return self.events[0]
+
+    @property
+    def finished(self) -> Event | None:
+        last = self.events[-1]
+        return last if last.type == "run.finished" else None
+
+    @property
+    def input(self) -> Any:
+        return (self.started.payload or {}).get("input")
+
+    @property
+    def env(self) -> dict[str, Any] | None:
+        env = (self.started.payload or {}).get("env")
+        return env if isinstance(env, dict) else None
+
+    @property
+    def labels(self) -> dict[str, Any]:
+        labels = (self.started.payload or {}).get("labels")
+        return labels if isinstance(labels, dict) else {}
+
+    @property
+    def key_secret(self) -> bytes | None:
+        """The run's key secret (SPEC section 5); ``None`` for a run recorded before it."""
+        return key_secret_of(self.started.payload)
+
+    @property
+    def erased(self) -> tuple[int, ...]:
+        return tuple(e.seq for e in self.events if e.erased)
+
+    @property
+    def used_tools(self) -> frozenset[str]:
+        """The tools the run called."""
+        return frozenset(
+            str((e.payload or {}).get("tool"))
+            for e in self.events
+            if e.type == "tool.requested" and isinstance(e.payload, dict)
+        )
+
+    def completion(self, key: str | None) -> Event | None:
+        """The completion of the call with idempotency key ``key``."""
+        return self.completions.get(key) if key is not None else None
+
+    def check_replayable(self, *, allow_unverified: bool = False) -> bool:
+        """Raise :class:`~tachograph.errors.Unreplayable` unless the run can be replayed;
+        returns whether it is replayed unverified."""
+        first = self.started
+        if first.type != "run.started":
+            raise Unreplayable(
+                f"run {self.run_id!r} does not begin with run.started; it cannot be replayed",
+                run_id=self.run_id,
+            )
+        if first.erased:
+            raise Unreplayable(
+                f"the payload of run.started of {self.run_id!r} was erased: the agent's input "
+                "is gone, so the run cannot be replayed",
+                run_id=self.run_id,
+                seq=0,
+                seqs=(0,),
+            )
+        if self.report.ok:
+            return False
+        if not allow_unverified:
+            first_failure = self.report.first_failure
+            raise Unreplayable(
+                f"refusing to replay a run that does not verify: {self.report.render()} "
+                "(pass allow_unverified=True / --allow-unverified to replay it anyway, labelled "
+                "as such)",
+                run_id=self.report.run_id,
+                seq=first_failure.seq if first_failure else None,
+                report=self.report,
+            )
+        return True

@@ -1,0 +1,262 @@
+"""Evidence bundles: one run, provably logged, checkable offline with nothing but the folder.
+
+A bundle is a folder with
+
+- ``run.jsonl``: the run's lines (SPEC section 4);
+- ``run.tlog-proof``: a c2sp.org/tlog-proof@v1 file whose ``extra`` is the seal leaf, then
+  the leaf's index, its inclusion path and the checkpoint (with any cosignatures);
+- ``checkpoint``: that checkpoint alone, as a signed note;
+- ``verifier.keys``: the verifier keys of the log and of the witnesses, one a line. They say
+  which keys to expect; trust comes from the keys the auditor passes to :func:`verify_evidence`.
+
+:func:`verify_evidence` follows SPEC section 9 "Evidence" step by step and names what failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import FormatError, SealingError
+from ..record.checkpoint import Checkpoint, Note, TlogProof, VerifierKey, verify_cosignature
+from ..record.jsonl import export_run, verify_jsonl
+from ..record.merkle import ProofError, SealLeaf, leaf_hash, verify_inclusion
+from ..store.base import Store
+from .log import SealLog
+
+__all__ = ["EvidenceReport", "verify_evidence", "write_evidence"]
+
+RUN_FILE = "run.jsonl"
+PROOF_FILE = "run.tlog-proof"
+CHECKPOINT_FILE = "checkpoint"
+KEYS_FILE = "verifier.keys"
+
+
+def write_evidence(
+    store: Store,
+    run_id: str,
+    directory: str | os.PathLike[str],
+    *,
+    tenant: str | None = None,
+    verifier_keys: Sequence[VerifierKey] = (),
+    witness_note: Note | None = None,
+) -> Path:
+    """Write the bundle of ``run_id`` into ``directory`` (created); returns its path.
+
+    The proof is to the store's latest checkpoint, or to ``witness_note`` (a checkpoint a
+    witness cosigned) when it is given and covers the run's last seal.
+    """
+    info = store.run_info(run_id, tenant=tenant)
+    log = SealLog(store, tenant=info.tenant)
+    row = store.latest_checkpoint(info.tenant)
+    if row is None:
+        raise SealingError(
+            f"run {run_id!r} cannot be proven: its tenant's seal log has no checkpoint "
+            "(seal with a signing key first)",
+            what="checkpoint",
+            run_id=run_id,
+        )
+    note = Note.parse(row.note)
+    if witness_note is not None:
+        note = witness_note
+    size = Checkpoint.parse(note.text).size
+    seals = [s for s in store.seals_for_run(info.tenant, info.run_id) if s.index < size]
+    if not seals:
+        raise SealingError(
+            f"run {run_id!r} has no seal under checkpoint {size}: it is unsealed",
+            what="run",
+            run_id=run_id,
+        )
+    seal = seals[-1]
+    tree = log.tree(size)
+    if tree.root() != Checkpoint.parse(note.text).root:
+        raise SealingError(
+            f"the store's seals do not hash to the root of checkpoint {size}", what="consistency"
+        )
+    proof = TlogProof(seal.index, tuple(tree.inclusion_proof(seal.index, size)), note, seal.leaf)
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / RUN_FILE, "wb") as f:
+        export_run(store, info.run_id, f, tenant=info.tenant)
+    (out / PROOF_FILE).write_bytes(proof.to_bytes())
+    (out / CHECKPOINT_FILE).write_bytes(note.to_bytes())
+    (out / KEYS_FILE).write_text("".join(f"{k}\n" for k in verifier_keys))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceReport:
+    """The outcome of :func:`verify_evidence`: each check in order, and the first failure."""
+
+    directory: str
+    checks: tuple[tuple[str, bool, str], ...]
+    run_id: str | None = None
+    sealed_seq: int | None = None
+    events: int = 0
+    checkpoint_size: int | None = None
+    signed_by: str | None = None
+    witnessed_by: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when every check held."""
+        return all(ok for _, ok, _ in self.checks)
+
+    @property
+    def failure(self) -> tuple[str, str] | None:
+        """``(check, message)`` of the first failing check."""
+        for name, ok, message in self.checks:
+            if not ok:
+                return name, message
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (documented in docs/cli.md)."""
+        failure = self.failure
+        return {
+            "directory": self.directory,
+            "ok": self.ok,
+            "run_id": self.run_id,
+            "events": self.events,
+            "sealed_seq": self.sealed_seq,
+            "checkpoint_size": self.checkpoint_size,
+            "signed_by": self.signed_by,
+            "witnessed_by": list(self.witnessed_by),
+            "checks": [{"check": n, "ok": ok, "message": m} for n, ok, m in self.checks],
+            "failed_check": failure[0] if failure else None,
+            "message": failure[1] if failure else None,
+        }
+
+    def render(self) -> str:
+        """A paragraph a person can read."""
+        if not self.ok:
+            name, message = self.failure or ("", "")
+            return f"evidence {self.directory}: FAILED ({name}): {message}"
+        witnessed = f", witnessed by {', '.join(self.witnessed_by)}" if self.witnessed_by else ""
+        after = self.events - 1 - (self.sealed_seq or 0)
+        tail = f"; {after} event(s) after it are not sealed" if after > 0 else ""
+        return (
+            f"evidence {self.directory}: run {self.run_id} verified and sealed up to seq "
+            f"{self.sealed_seq} (checkpoint of size {self.checkpoint_size}, signed by "
+            f"{self.signed_by}{witnessed}){tail}"
+        )
+
+
+def verify_evidence(
+    directory: str | os.PathLike[str],
+    *,
+    keys: Sequence[VerifierKey],
+    witness_keys: Sequence[VerifierKey] = (),
+    min_witnesses: int = 0,
+) -> EvidenceReport:
+    """Check a bundle against trusted log ``keys`` (and ``witness_keys``), offline."""
+    folder = Path(directory)
+    checks: list[tuple[str, bool, str]] = []
+    facts: dict[str, Any] = {}
+
+    def done() -> EvidenceReport:
+        return EvidenceReport(str(folder), tuple(checks), **facts)
+
+    def fail(name: str, message: str) -> EvidenceReport:
+        checks.append((name, False, message))
+        return done()
+
+    # 1. the run (SPEC section 8)
+    try:
+        reports = verify_jsonl(folder / RUN_FILE)
+    except FormatError as exc:
+        return fail("run", str(exc))
+    if len(reports) != 1:
+        return fail("run", f"{RUN_FILE} must hold exactly one run, it holds {len(reports)}")
+    report = reports[0]
+    facts.update(run_id=report.run_id, events=report.events)
+    if not report.ok:
+        first = report.first_failure
+        where = f" at seq {first.seq}: {first.message}" if first else ""
+        return fail("run", f"the run's chain does not verify{where}")
+    lines = [
+        json.loads(raw) for raw in (folder / RUN_FILE).read_bytes().splitlines() if raw.strip()
+    ]
+    checks.append(("run", True, f"{report.events} events, chain intact"))
+    # 2. the proof file and its leaf
+    try:
+        proof = TlogProof.parse((folder / PROOF_FILE).read_bytes())
+        if proof.extra is None:
+            raise SealingError("the proof has no extra line (the seal leaf)", what="proof")
+        leaf = SealLeaf.from_bytes(proof.extra)
+    except (OSError, SealingError) as exc:
+        return fail("proof", str(exc))
+    checks.append(("proof", True, f"{PROOF_FILE}: leaf {proof.index}"))
+    # 3. the leaf names an event of this run, with exactly that hash
+    if leaf.run_id != report.run_id or leaf.tenant != report.tenant:
+        return fail(
+            "leaf",
+            f"the seal is for run {leaf.run_id!r} of tenant {leaf.tenant!r}, not for "
+            f"{report.run_id!r} of {report.tenant!r}: a seal moved to another run",
+        )
+    if leaf.seq >= len(lines):
+        return fail(
+            "leaf",
+            f"the run stops at seq {len(lines) - 1}, before the sealed seq {leaf.seq}: its tail "
+            "was cut",
+        )
+    if lines[leaf.seq]["hash"] != leaf.hash:
+        return fail(
+            "leaf",
+            f"the event at seq {leaf.seq} hashes to {lines[leaf.seq]['hash']}, but the seal "
+            f"records {leaf.hash}: the run was changed before that point",
+        )
+    if leaf.final and len(lines) != leaf.seq + 1:
+        return fail(
+            "leaf",
+            f"the final seal is at seq {leaf.seq}, but the run goes on to seq {len(lines) - 1}: "
+            "events were appended after its end",
+        )
+    facts["sealed_seq"] = leaf.seq
+    checks.append(("leaf", True, f"seq {leaf.seq} has the sealed hash"))
+    # 4. the checkpoint is signed by a trusted key
+    try:
+        cp = Checkpoint.parse(proof.checkpoint.text)
+        signers = proof.checkpoint.verified_by(list(keys))
+    except SealingError as exc:
+        return fail("signature", str(exc))
+    facts["checkpoint_size"] = cp.size
+    if not keys:
+        return fail("signature", "no trusted verifier key was given")
+    if not signers:
+        names = ", ".join(sorted({s.name for s in proof.checkpoint.signatures})) or "nobody"
+        return fail(
+            "signature",
+            f"the checkpoint is signed by {names}, with no key among the trusted ones "
+            f"({', '.join(k.name + '+' + k.key_id.hex() for k in keys)})",
+        )
+    if not cp.origin.endswith(f"/tachograph/{leaf.tenant}"):
+        return fail("signature", f"the checkpoint's origin {cp.origin!r} is not this tenant's log")
+    facts["signed_by"] = signers[0].name
+    checks.append(("signature", True, f"signed by {signers[0].name}"))
+    # 5. the inclusion path leads from the leaf to the signed root
+    try:
+        verify_inclusion(proof.index, cp.size, leaf_hash(proof.extra), proof.path, cp.root)
+    except ProofError as exc:
+        return fail("inclusion", f"{exc} of checkpoint {cp.size}")
+    checks.append(("inclusion", True, f"leaf {proof.index} is in the tree of size {cp.size}"))
+    # 6. the cosignatures the policy asks for
+    witnessed = []
+    for wkey in witness_keys:
+        try:
+            if verify_cosignature(proof.checkpoint, wkey) is not None:
+                witnessed.append(wkey.name)
+        except SealingError as exc:
+            return fail("witness", str(exc))
+    facts["witnessed_by"] = tuple(witnessed)
+    if len(witnessed) < min_witnesses:
+        return fail(
+            "witness", f"{len(witnessed)} valid cosignature(s), the policy asks for {min_witnesses}"
+        )
+    checks.append(("witness", True, f"{len(witnessed)} cosignature(s)"))
+    return done()

@@ -1,0 +1,335 @@
+"""A tenant's seal log over a store: append seals, issue checkpoints, prove, audit.
+
+Issuing a checkpoint starts from the latest one the store keeps: its signature must verify
+with this log's key and the frontier kept beside it must lead to its root, or nothing is
+issued (``never over an inconsistent tree``). The new tree is that frontier plus the leaves
+appended since, so issuing costs O(log n + new leaves), however large the log is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SealingError
+from ..record.checkpoint import Checkpoint, Note, SigningKey, VerifierKey, verify_cosignature
+from ..record.merkle import (
+    Frontier,
+    ProofError,
+    SealLeaf,
+    Tree,
+    consistency_from_frontier,
+    leaf_hash,
+    verify_consistency,
+)
+from ..store.base import CheckpointRow, SealRow, Store
+
+__all__ = [
+    "DEFAULT_LOG_NAME",
+    "LOG_NAME_ENV",
+    "SIGNING_KEY_ENV",
+    "SealLog",
+    "TenantAudit",
+    "audit_tenant",
+    "load_signing_key",
+    "origin_for",
+]
+
+SIGNING_KEY_ENV = "TACHOGRAPH_SIGNING_KEY"
+"""The path of the signing key file, when no option names one."""
+LOG_NAME_ENV = "TACHOGRAPH_LOG_NAME"
+"""The host-like name in checkpoint origins, when no option names one."""
+DEFAULT_LOG_NAME = "tachograph.localhost"
+
+
+def origin_for(tenant: str, log_name: str | None = None) -> str:
+    """``<host-like name>/tachograph/<tenant>``."""
+    name = log_name or os.environ.get(LOG_NAME_ENV) or DEFAULT_LOG_NAME
+    return f"{name}/tachograph/{tenant}"
+
+
+def load_signing_key(path: str | os.PathLike[str] | None = None) -> SigningKey | None:
+    """The key in ``path``, else in the file ``TACHOGRAPH_SIGNING_KEY`` names, else ``None``."""
+    target = path if path is not None else os.environ.get(SIGNING_KEY_ENV)
+    return SigningKey.load(target) if target else None
+
+
+class SealLog:
+    """One tenant's seal log in ``store``, signing checkpoints with ``key`` when given.
+
+    Without a key, seals are still appended (they wait for a checkpoint that a holder of the
+    key issues later, with ``tacho seal checkpoint``), and no checkpoint is issued.
+    ``witnesses`` receive each new checkpoint (see :mod:`tachograph.sealing.witness`).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        tenant: str = "default",
+        key: SigningKey | None = None,
+        log_name: str | None = None,
+        witnesses: Sequence[Any] = (),
+    ) -> None:
+        self.store = store
+        self.tenant = tenant
+        self.key = key
+        self.origin = origin_for(tenant, log_name)
+        self.witnesses = list(witnesses)
+        self.cosigned: Note | None = None
+        """The latest checkpoint with the cosignatures the witnesses returned."""
+        self.witness_errors: list[str] = []
+        """Every refusal or failure of a witness, in order (a witness is never fatal)."""
+
+    def append(self, leaves: Sequence[SealLeaf]) -> int:
+        """Append seals (no checkpoint); the first one's index."""
+        for leaf in leaves:
+            if leaf.tenant != self.tenant:
+                raise SealingError(
+                    f"a seal of tenant {leaf.tenant!r} in the log of {self.tenant!r}", what="leaf"
+                )
+        rows = [SealRow(leaf.run_id, leaf.seq, leaf.to_bytes()) for leaf in leaves]
+        return self.store.append_seals(self.tenant, rows)
+
+    def seal(self, leaves: Sequence[SealLeaf]) -> Note | None:
+        """Append a batch of seals, then issue a checkpoint over them (when there is a key)."""
+        if self.key is not None:
+            frontier, _ = self._latest()
+            held = self.store.seal_count(self.tenant)
+            if held < frontier.size:
+                raise SealingError(
+                    f"the seal log holds fewer seals ({held}) than checkpoint {frontier.size} "
+                    "covers: refusing to issue a checkpoint over an inconsistent tree",
+                    what="consistency",
+                )
+        self.append(leaves)
+        return self.issue() if self.key is not None else None
+
+    def _latest(self) -> tuple[Frontier, Note | None]:
+        row = self.store.latest_checkpoint(self.tenant)
+        if row is None:
+            return Frontier(0), None
+        note = Note.parse(row.note)
+        cp = Checkpoint.parse(note.text)
+        if cp.origin != self.origin:
+            raise SealingError(
+                f"the latest checkpoint is for {cp.origin!r}, this log is {self.origin!r}",
+                what="checkpoint",
+            )
+        if self.key is not None and not note.verified_by([self.key.verifier]):
+            raise SealingError(
+                f"the latest checkpoint (size {cp.size}) is not signed by {self.key.name}: "
+                "refusing to extend it",
+                what="signature",
+            )
+        try:
+            frontier = Frontier.decode(row.frontier)
+        except (ValueError, IndexError):
+            raise SealingError("the stored frontier is unreadable", what="consistency") from None
+        if frontier.size != cp.size or frontier.root() != cp.root:
+            raise SealingError(
+                f"the stored frontier does not lead to the root of checkpoint {cp.size}: "
+                "refusing to issue a checkpoint over an inconsistent tree",
+                what="consistency",
+            )
+        return frontier, note
+
+    def issue(self) -> Note:
+        """Issue (sign, keep, push) a checkpoint over every seal appended so far."""
+        if self.key is None:
+            raise SealingError("issuing a checkpoint needs a signing key", what="key")
+        frontier, old_note = self._latest()
+        count = self.store.seal_count(self.tenant)
+        if old_note is not None and count == frontier.size:
+            return old_note
+        rows = self.store.read_seals(self.tenant, frontier.size, count)
+        if [r.index for r in rows] != list(range(frontier.size, count)):
+            raise SealingError(
+                f"the seal log skips or repeats an index between {frontier.size} and {count}",
+                what="consistency",
+            )
+        new_hashes = [leaf_hash(r.leaf) for r in rows]
+        new = frontier.append_hashes(new_hashes)
+        note = Checkpoint(self.origin, new.size, new.root()).note(self.key)
+        self.store.put_checkpoint(
+            CheckpointRow(self.tenant, new.size, note.to_bytes().decode(), new.encode())
+        )
+        latest = self.store.latest_checkpoint(self.tenant)
+        if latest is not None and latest.size > new.size:
+            note = Note.parse(latest.note)  # another process issued a larger one meanwhile
+            return note
+        if self.witnesses:
+            self._push(note, frontier, new_hashes)
+        return note
+
+    def _push(self, note: Note, frontier: Frontier, new_hashes: list[bytes]) -> None:
+        from .witness import WitnessConflict
+
+        cosigned = note
+        for witness in self.witnesses:
+            old = frontier.size
+            proof = consistency_from_frontier(frontier, new_hashes) if old else []
+            try:
+                try:
+                    sigs = witness.add_checkpoint(old, proof, note)
+                except WitnessConflict as conflict:
+                    old = conflict.size
+                    proof = self.consistency_proof(old, note) if old else []
+                    sigs = witness.add_checkpoint(old, proof, note)
+            except SealingError as exc:
+                self.witness_errors.append(f"{witness}: {exc}")
+                continue
+            cosigned = cosigned.with_signatures(tuple(sigs))
+        self.cosigned = cosigned
+
+    def tree(self, size: int | None = None) -> Tree:
+        """The whole tree, rebuilt from the stored leaves (O(n): for proofs and audits)."""
+        rows = self.store.read_seals(self.tenant, 0, size)
+        return Tree(leaf_hash(r.leaf) for r in rows)
+
+    def consistency_proof(self, old: int, note: Note) -> list[bytes]:
+        """A proof from the tree of ``old`` leaves to the checkpoint ``note``'s tree."""
+        size = Checkpoint.parse(note.text).size
+        if not 0 < old <= size:
+            raise SealingError(f"no consistency proof from {old} to {size}", what="consistency")
+        return self.tree(size).consistency_proof(old, size)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantAudit:
+    """What the store's seal log of one tenant proves, after a full recomputation."""
+
+    tenant: str
+    size: int | None
+    """The size of the latest checkpoint that verified, or ``None``."""
+    signer: str | None
+    witnessed: tuple[tuple[str, int], ...] = ()
+    """``(witness name, size)``: a witness cosigned the log at that size."""
+    problem: str | None = None
+    """Why the log cannot be trusted (a failure), or ``None``."""
+    unsigned_reason: str | None = None
+    """Why there is no trusted checkpoint (not a failure: the runs are unsealed)."""
+    tree: Tree | None = field(default=None, compare=False, repr=False)
+    checkpoint: Note | None = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "tenant": self.tenant,
+            "checkpoint_size": self.size,
+            "signed_by": self.signer,
+            "witnessed_by": [{"witness": w, "size": n} for w, n in self.witnessed],
+            "problem": self.problem,
+            "unsigned_reason": self.unsigned_reason,
+        }
+
+
+def audit_tenant(
+    store: Store,
+    tenant: str,
+    *,
+    keys: Sequence[VerifierKey],
+    witness_notes: Sequence[Note] = (),
+    witness_keys: Sequence[VerifierKey] = (),
+    log_name: str | None = None,
+) -> TenantAudit:
+    """Check ``tenant``'s latest checkpoint against trusted ``keys`` and the stored leaves,
+    and against checkpoints held by witnesses (``witness_notes``)."""
+    row = store.latest_checkpoint(tenant)
+    count = store.seal_count(tenant)
+    if row is None:
+        reason = "no checkpoint was issued" + (
+            f" ({count} seal(s) wait for one: no signing key was given)" if count else ""
+        )
+        return TenantAudit(tenant, None, None, unsigned_reason=reason)
+    try:
+        note = Note.parse(row.note)
+        cp = Checkpoint.parse(note.text)
+        if not keys:
+            return TenantAudit(
+                tenant, None, None, unsigned_reason="no trusted verifier key was given (--key)"
+            )
+        signers = note.verified_by(list(keys))
+    except SealingError as exc:
+        return TenantAudit(tenant, None, None, problem=f"latest checkpoint: {exc}")
+    if not signers:
+        names = ", ".join(s.name for s in note.signatures) or "nobody"
+        return TenantAudit(
+            tenant,
+            None,
+            None,
+            problem=f"checkpoint {cp.size} is signed by {names}, not by a trusted key",
+        )
+    if cp.origin != origin_for(tenant, log_name) and not cp.origin.endswith(
+        f"/tachograph/{tenant}"
+    ):
+        return TenantAudit(
+            tenant, None, None, problem=f"checkpoint origin {cp.origin!r} is not this tenant's"
+        )
+    tree = SealLog(store, tenant=tenant).tree()
+    if len(tree) < cp.size:
+        return TenantAudit(
+            tenant,
+            None,
+            signers[0].name,
+            problem=f"checkpoint {cp.size} covers {cp.size} seals but the store holds {len(tree)}: "
+            "seals were removed",
+        )
+    if tree.root(cp.size) != cp.root:
+        return TenantAudit(
+            tenant,
+            None,
+            signers[0].name,
+            problem=f"the stored seals do not hash to the root of checkpoint {cp.size}: the seal "
+            "log was changed after it was signed",
+        )
+    witnessed: list[tuple[str, int]] = []
+    for wnote in witness_notes:
+        problem = _against_witness(tree, cp, note, wnote, keys, witness_keys)
+        if isinstance(problem, str):
+            return TenantAudit(tenant, cp.size, signers[0].name, problem=problem, tree=tree)
+        witnessed.extend(problem)
+    return TenantAudit(
+        tenant, cp.size, signers[0].name, tuple(witnessed), tree=tree, checkpoint=note
+    )
+
+
+def _against_witness(
+    tree: Tree,
+    cp: Checkpoint,
+    note: Note,
+    wnote: Note,
+    keys: Sequence[VerifierKey],
+    witness_keys: Sequence[VerifierKey],
+) -> str | list[tuple[str, int]]:
+    """A problem, or ``(witness, size)`` for the cosignatures on the witness's checkpoint."""
+    try:
+        wcp = Checkpoint.parse(wnote.text)
+        if not wnote.verified_by(list(keys)):
+            return "the witness's checkpoint is not signed by a trusted log key"
+        cosigners = [k.name for k in witness_keys if verify_cosignature(wnote, k) is not None]
+    except SealingError as exc:
+        return f"the witness's checkpoint: {exc}"
+    if wcp.origin != cp.origin:
+        return []
+    if wcp.size == cp.size and wcp.root != cp.root:
+        return (
+            f"equivocation: two checkpoints of size {cp.size} signed by the log have different "
+            "roots (the store's and the witness's)"
+        )
+    if wcp.size > cp.size:
+        return (
+            f"a witness holds checkpoint {wcp.size}, larger than the store's latest ({cp.size}): "
+            "the store's seal log was cut or rewritten"
+        )
+    try:
+        proof = tree.consistency_proof(wcp.size, cp.size)
+        verify_consistency(wcp.size, cp.size, proof, wcp.root, cp.root)
+    except (ProofError, ValueError):
+        return (
+            f"the store's log is not consistent with checkpoint {wcp.size} that a witness holds: "
+            "the store was rewritten after the witness saw it"
+        )
+    return [(name, wcp.size) for name in cosigners]

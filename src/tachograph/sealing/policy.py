@@ -1,0 +1,173 @@
+"""The recorder hook: seal a run every N events or T seconds, and when it finishes.
+
+:class:`SealingObserver` is an :class:`~tachograph.recorder.Observer`. After an event it
+decides whether a seal is due; if so it waits until the run's events so far are durable (a
+seal must never name an event a crash could lose), appends the seal, and issues a checkpoint
+when it has a signing key. A crash loses at most the window after the last seal: those events
+verify as a chain, and are reported as not covered by any seal.
+
+Defaults: :data:`DEFAULT_EVERY_EVENTS` (1000) events or :data:`DEFAULT_EVERY_SECONDS` (10 s),
+whichever comes first, checked as each event is recorded; and always at ``run.finished``.
+So the unsealed window of a running run is at most 999 events, or the events recorded since
+the last seal when the run has been quiet (the next event, or the run's end, seals them).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..capture.recorder import Observer, Recorder
+from ..errors import RecordingError
+from ..record.checkpoint import SigningKey
+from ..record.event import Event
+from ..record.merkle import SealLeaf
+from ..store.base import Store
+from .log import SealLog, load_signing_key
+
+__all__ = ["DEFAULT_EVERY_EVENTS", "DEFAULT_EVERY_SECONDS", "SealPolicy", "SealingObserver"]
+
+_log = logging.getLogger("tachograph")
+
+DEFAULT_EVERY_EVENTS = 1000
+"""A running run is sealed at least every this many events."""
+DEFAULT_EVERY_SECONDS = 10.0
+"""... or when this many seconds have passed since its last seal, at its next event."""
+
+
+@dataclass(frozen=True, slots=True)
+class SealPolicy:
+    """When to seal a running run (it is always sealed at ``run.finished``)."""
+
+    every_events: int = DEFAULT_EVERY_EVENTS
+    every_seconds: float = DEFAULT_EVERY_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.every_events < 1 or self.every_seconds <= 0:
+            raise RecordingError("a seal policy needs every_events >= 1 and every_seconds > 0")
+
+
+class SealingObserver(Observer):
+    """Seals the runs it observes into their tenant's seal log in the run's own store.
+
+    ``key`` (or the file ``key_path``, or ``TACHOGRAPH_SIGNING_KEY``) signs checkpoints;
+    without one, seals are appended and no checkpoint is issued. ``witnesses`` receive each
+    checkpoint. ``errors`` collects sealing failures: they are logged, never raised into the
+    agent (observability never breaks the host), and a verifier reports the run as unsealed.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: SealPolicy | None = None,
+        key: SigningKey | None = None,
+        key_path: str | None = None,
+        log_name: str | None = None,
+        witnesses: Sequence[Any] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.policy = policy or SealPolicy()
+        self.key = key if key is not None else load_signing_key(key_path)
+        self.log_name = log_name
+        self.witnesses = list(witnesses)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[tuple[int, str, str], tuple[int, float]] = {}
+        self._logs: weakref.WeakKeyDictionary[Store, dict[str, SealLog]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.errors: list[BaseException] = []
+        self._queue: queue.Queue[
+            tuple[Recorder | None, SealLeaf | None, threading.Event | None]
+        ] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def log_for(self, store: Store, tenant: str) -> SealLog:
+        """The seal log this observer appends to for ``tenant`` of ``store``."""
+        with self._lock:
+            logs = self._logs.setdefault(store, {})
+            log = logs.get(tenant)
+            if log is None:
+                log = logs[tenant] = SealLog(
+                    store,
+                    tenant=tenant,
+                    key=self.key,
+                    log_name=self.log_name,
+                    witnesses=self.witnesses,
+                )
+            return log
+
+    def after(self, recorder: Recorder, event: Event) -> None:
+        """Seal ``event`` if the policy says one is due."""
+        final = event.type == "run.finished"
+        run = (id(recorder.store), event.tenant, event.run_id)
+        now = self.clock()
+        with self._lock:
+            last_seq, last_time = self._last.get(run, (-1, now))
+            if run not in self._last:
+                self._last[run] = (-1, now)
+            due = (
+                final
+                or event.seq - last_seq >= self.policy.every_events
+                or now - last_time >= self.policy.every_seconds
+            )
+            if not due:
+                return
+            self._last[run] = (event.seq, now)
+            if final:
+                del self._last[run]
+        # A seal waits in a thread of its own for its event to be durable, so that the agent
+        # never stalls on it mid-run; at run end the agent waits for the final seal.
+        done = threading.Event() if final else None
+        leaf = SealLeaf(event.tenant, event.run_id, event.seq, event.hash, final)
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._work, name="tachograph-sealer", daemon=True
+                )
+                self._thread.start()
+        self._queue.put((recorder, leaf, done))
+        if done is not None:
+            done.wait()
+
+    def _work(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            groups: dict[tuple[int, str], list[tuple[Recorder, SealLeaf]]] = {}
+            for recorder, leaf, _ in batch:
+                if recorder is None or leaf is None:
+                    continue  # a drain() marker
+                groups.setdefault((id(recorder.store), leaf.tenant), []).append((recorder, leaf))
+            for items in groups.values():
+                try:
+                    for recorder, leaf in items:  # the seal must name a durable event
+                        recorder.writer.wait(None, run=(leaf.tenant, leaf.run_id))
+                    log = self.log_for(items[0][0].store, items[0][1].tenant)
+                    log.seal([leaf for _, leaf in items])
+                except Exception as exc:  # observability never breaks the host
+                    self.errors.append(exc)
+                    _log.exception("tachograph: sealing failed")
+            for _, _, done in batch:
+                if done is not None:
+                    done.set()
+
+    def drain(self) -> None:
+        """Wait until every seal handed over so far is appended (and checkpointed)."""
+        done = threading.Event()
+        with self._lock:
+            running = self._thread is not None
+        if not running:
+            return
+        self._queue.put((None, None, done))
+        done.wait()

@@ -1,0 +1,85 @@
+"""Verifying what a store holds: its rows and its run summary, through :func:`verify_run`.
+
+The store contract has no verification in it; these functions read a run's summary and rows
+through the contract and hand them to :func:`~tachograph.record.verify.verify_run`, the one
+check that the CLI, replay, fork, resume, the corpus and imports share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from ..errors import RunNotFound
+from ..record.event import Event
+from ..record.verify import VerifyReport, verify_run
+from .base import RunInfo, Store
+
+__all__ = ["read_verified", "run_summary", "verify_all", "verify_stored"]
+
+
+def run_summary(store: Store, run_id: str, *, tenant: str | None = None) -> RunInfo | None:
+    """The store's summary of a run, or ``None`` for events without one (an orphaned run).
+
+    Read it *before* the rows it is held against: appends only add, so a chain read after its
+    summary is never shorter unless events were taken away.
+    """
+    try:
+        return store.run_info(run_id, tenant=tenant)
+    except RunNotFound:
+        return None
+
+
+def verify_stored(
+    store: Store,
+    run_id: str,
+    *,
+    tenant: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Verify one stored run (SPEC section 8) against its summary, streaming its rows.
+
+    A run the store does not hold raises :class:`~tachograph.errors.RunNotFound` (with close
+    matches); a run id under several tenants without ``tenant`` raises
+    :class:`~tachograph.errors.StoreError`.
+    """
+    summary = run_summary(store, run_id, tenant=tenant)
+    where = summary.tenant if summary is not None else tenant
+    return verify_run(
+        store.read_rows(run_id, tenant=where),
+        summary,
+        source=store.url,
+        progress=progress,
+        run_id=run_id,
+        tenant=where,
+    )
+
+
+def read_verified(
+    store: Store, run_id: str, *, tenant: str | None = None
+) -> tuple[list[Event], VerifyReport]:
+    """A run's events, decoded, and their report: what replay, fork and resume load.
+
+    One read of the rows, checked exactly as :func:`verify_stored` checks them (the summary is
+    read first), so a run that ``tacho verify`` refuses is never replayed as reproduced.
+    """
+    summary = run_summary(store, run_id, tenant=tenant)
+    where = summary.tenant if summary is not None else tenant
+    events = list(store.read(run_id, tenant=where))
+    return events, verify_run(events, summary, source=store.url)
+
+
+def verify_all(
+    store: Store,
+    *,
+    tenant: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[VerifyReport]:
+    """Verify every run of ``store`` (of one ``tenant``), one at a time, in constant memory.
+
+    Orphaned events (a run without a summary) are verified too. ``progress`` is called with
+    the number of events checked since its last call, at most every 1000 events.
+    """
+    for run_tenant, run_id in store.run_keys():
+        if tenant is not None and run_tenant != tenant:
+            continue
+        yield verify_stored(store, run_id, tenant=run_tenant, progress=progress)

@@ -1,0 +1,152 @@
+"""Blobs (content-addressed, with times to live, verified when present, expired when not) and
+purpose-scoped reads (filtered by the policy, denied with a typed error, every read audited)."""
+
+from __future__ import annotations
+
+import io
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import tachograph
+from tachograph.cli.app import cli
+from tachograph.errors import PurposeDenied, StoreError
+from tachograph.lifecycle.blobs import BlobRule, BlobStore, check_blobs, is_blob_ref
+from tachograph.lifecycle.purpose import PurposePolicy, PurposeRule, load_policy, scoped
+from tachograph.record.jsonl import verify_jsonl
+from tachograph.store import SQLiteStore
+from test_independent_verifier import audit as independent_audit
+
+
+def _record_with_blobs(store: SQLiteStore) -> tuple[str, BlobStore]:
+    blobs = BlobStore.beside(store)
+    by_path = BlobRule(blobs, paths=["$.document"], types=["acme.*"], ttl=3600)
+    by_size = BlobRule(blobs, threshold=2000, types=["acme.note"])
+    with tachograph.record(store, actor="a", input="go", processors=[by_path, by_size]) as run:
+        tachograph.emit("acme.upload", {"document": {"pages": ["p1", "p2"]}, "name": "contract"})
+        tachograph.emit("acme.note", {"big": "y" * 5000, "small": "kept inline"})
+    tachograph.capture.recorder.writer_for(store).drain()
+    return run.run_id, blobs
+
+
+def test_values_leave_the_log_as_references(store: SQLiteStore) -> None:
+    run_id, blobs = _record_with_blobs(store)
+    upload, note = store.events(run_id)[1:3]
+    assert is_blob_ref(upload.payload["document"])
+    assert upload.payload["name"] == "contract"
+    assert is_blob_ref(note.payload["big"])
+    assert note.payload["small"] == "kept inline"
+    ref = note.payload["big"]
+    assert ref["size"] == 5000
+    assert ref["media_type"] == "text/plain; charset=utf-8"
+    assert blobs.get(ref["$blob"]) == b"y" * 5000
+    path = blobs.path_for(ref["$blob"])
+    assert path.parent.parent.parent == Path(store.path + ".blobs")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert blobs.info(upload.payload["document"]["$blob"]).expires is not None  # type: ignore[union-attr]
+    out = io.BytesIO()
+    tachograph.export_run(store, run_id, out)
+    assert independent_audit(out.getvalue().decode().rstrip("\n").split("\n")) == []
+
+
+def test_verify_checks_present_blobs_and_reports_missing_ones(store: SQLiteStore) -> None:
+    run_id, blobs = _record_with_blobs(store)
+    check = check_blobs(store.events(run_id), blobs)
+    assert check.ok
+    assert len(check.verified) == 2
+    assert check.expired == ()
+    upload, note = store.events(run_id)[1:3]
+    blobs.delete(upload.payload["document"]["$blob"])
+    tampered = blobs.path_for(note.payload["big"]["$blob"])
+    tampered.write_bytes(b"z" * 5000)
+    check = check_blobs(store.events(run_id), blobs)
+    assert [(s, p) for s, p, _ in check.expired] == [(1, "$.document")]
+    assert [(s, p) for s, p, _ in check.failures] == [(2, "$.big")]
+    assert not check.ok
+    assert store.verify(run_id).ok  # the chain commits to the references only
+
+
+def test_export_blobs_carries_them(store: SQLiteStore, tmp_path: Path) -> None:
+    run_id, _ = _record_with_blobs(store)
+    target = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(
+        cli, ["--store", store.path, "export", run_id, "-o", str(target), "--blobs"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "2 blob(s)" in result.output
+    copied = BlobStore(f"{target}.blobs")
+    (events,) = tachograph.read_jsonl(target)
+    assert check_blobs(events, copied).verified
+    assert len(check_blobs(events, copied).verified) == 2
+
+
+# -- purposes -----------------------------------------------------------------------------
+
+
+def test_the_audit_purpose_reads_envelopes_and_decisions(store: SQLiteStore, demo_run: str) -> None:
+    full = store.events(demo_run)
+    seen = scoped(store, "audit", actor="auditor").events(demo_run)
+    assert [e.hash for e in seen] == [e.hash for e in full]  # every envelope
+    for before, after in zip(full, seen, strict=True):
+        if before.type in ("decision", "plan.selected", "run.finished") or before.type.startswith(
+            "guardrail."
+        ):
+            assert after.payload == before.payload
+        elif before.type.startswith("model.request") or before.type == "model.response":
+            assert after.erased
+        elif before.type == "tool.requested":
+            assert set(after.payload) == {"tool", "effect", "schema_version"} & set(before.payload)
+            assert after.salt is None
+    (record,) = [r for r in store.read_audit() if r.action == "read"]
+    assert (record.actor, record.tenant, record.detail["purpose"]) == (
+        "auditor",
+        "default",
+        "audit",
+    )
+    assert record.detail["run_id"] == demo_run
+
+
+def test_an_export_under_a_narrow_purpose_still_verifies(store: SQLiteStore, demo_run: str) -> None:
+    out = io.BytesIO()
+    tachograph.export_run(scoped(store, "audit", whole_events=True), demo_run, out)
+    lines = out.getvalue().decode().rstrip("\n").split("\n")
+    withheld = independent_audit(lines)
+    assert 0 < len(withheld) < len(lines)
+    out.seek(0)
+    assert all(r.ok for r in verify_jsonl(out))
+
+
+def test_a_denied_read_is_a_typed_error_and_is_recorded(store: SQLiteStore, demo_run: str) -> None:
+    with pytest.raises(PurposeDenied) as info:
+        scoped(store, "marketing").events(demo_run)
+    assert isinstance(info.value, StoreError)
+    assert info.value.purpose == "marketing"
+    policy = PurposePolicy({"support": PurposeRule("support", payloads=("*",), tenants=("acme",))})
+    with pytest.raises(PurposeDenied, match="tenant 'default'"):
+        scoped(store, "support", policy=policy).events(demo_run)
+    assert [r.action for r in store.read_audit()] == ["read.denied", "read.denied"]
+
+
+def test_a_policy_file_and_the_cli_option(
+    store: SQLiteStore, demo_run: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "purposes.toml"
+    path.write_text(
+        '[purposes.support]\npayloads = ["decision"]\n'
+        '[purposes.support.fields]\n"tool.requested" = ["tool"]\n'
+    )
+    assert load_policy(path).rule("support").view("tool.requested") == ("tool",)
+    monkeypatch.setenv("TACHOGRAPH_PURPOSE_POLICY", str(path))
+    runner = CliRunner()
+    shown = runner.invoke(
+        cli, ["--store", store.path, "show", demo_run, "--purpose", "support", "--json", "--full"]
+    )
+    assert shown.exit_code == 0, shown.output
+    denied = runner.invoke(cli, ["--store", store.path, "show", demo_run, "--purpose", "debug"])
+    assert denied.exit_code == 3
+    assert "unknown purpose 'debug'" in denied.output
+    listed = runner.invoke(cli, ["--store", store.path, "audit", "--json"])
+    assert '"read.denied"' in listed.output
+    assert '"ok": true' in listed.output

@@ -1,0 +1,238 @@
+"""Erasure: payload and salt go, the chain verifies (erased, not tampered), by both verifiers;
+replay reports the erased steps; every erasure is in the store audit; erasing is idempotent."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import tachograph
+from tachograph.demo import agent as demo
+from tachograph.errors import RecordingError, RunNotFound, Unreplayable
+from tachograph.lifecycle.audit import verify_audit
+from tachograph.lifecycle.erasure import SubjectRule, erase, link_subject
+from tachograph.replay.report import DivergenceKind
+from tachograph.store import SQLiteStore
+from test_independent_verifier import audit as independent_audit
+
+
+def _lines(store: SQLiteStore, run_id: str) -> list[str]:
+    out = io.BytesIO()
+    tachograph.export_run(store, run_id, out)
+    return out.getvalue().decode("utf-8").rstrip("\n").split("\n")
+
+
+def _types(store: SQLiteStore, run_id: str) -> dict[int, str]:
+    return {e.seq: e.type for e in store.read(run_id)}
+
+
+def test_erasing_seqs_keeps_the_chain_verifying_for_both_verifiers(
+    store: SQLiteStore, demo_run: str
+) -> None:
+    report = erase(store, demo_run, seqs=[2, 3], reason="user request 17", actor="dpo")
+    assert report.erased == 2
+    assert [(r.run_id, r.seqs, r.erased) for r in report.runs] == [(demo_run, (2, 3), 2)]
+    events = store.events(demo_run)
+    assert [e.seq for e in events if e.erased] == [2, 3]
+    assert all(e.payload is None and e.salt is None for e in events if e.seq in (2, 3))
+    verified = store.verify(demo_run)
+    assert verified.ok
+    assert verified.erased == (2, 3)
+    assert independent_audit(_lines(store, demo_run)) == [2, 3]
+
+
+def test_erasing_by_type_and_the_whole_run(store: SQLiteStore, demo_run: str) -> None:
+    types = _types(store, demo_run)
+    report = erase(store, demo_run, types=["model.*"], reason="raw model output")
+    expected = tuple(s for s, t in types.items() if t.startswith("model."))
+    assert report.runs[0].seqs == expected
+    assert report.erased == len(expected) > 0
+    whole = erase(store, demo_run, reason="everything")
+    assert whole.erased == len(types) - len(expected)
+    assert independent_audit(_lines(store, demo_run)) == list(range(len(types)))
+    assert store.verify(demo_run).ok
+
+
+def test_erasing_again_erases_and_records_nothing_more(store: SQLiteStore, demo_run: str) -> None:
+    erase(store, demo_run, seqs=[3], reason="first")
+    records = list(store.read_audit())
+    again = erase(store, demo_run, seqs=[3], reason="second")
+    assert again.erased == 0
+    assert again.runs[0].seqs == (3,)
+    assert list(store.read_audit()) == records
+    assert store.verify(demo_run).erased == (3,)
+
+
+def test_every_erasure_is_in_the_hash_chained_audit(store: SQLiteStore, demo_run: str) -> None:
+    erase(store, demo_run, seqs=[2], reason="ticket 1", actor="alice")
+    erase(store, demo_run, seqs=[3, 4], reason="ticket 2", actor="bob")
+    records = list(store.read_audit())
+    assert [(r.seq, r.action, r.actor) for r in records] == [
+        (0, "erase", "alice"),
+        (1, "erase", "bob"),
+    ]
+    assert records[1].detail == {"reason": "ticket 2", "run_id": demo_run, "seqs": [3, 4]}
+    assert records[1].prev_hash == records[0].hash
+    report = verify_audit(store)
+    assert report.ok
+    assert report.records == 2
+    assert report.head == records[1].hash
+
+
+def test_a_tampered_audit_record_fails_verification(store: SQLiteStore, demo_run: str) -> None:
+    erase(store, demo_run, seqs=[2], reason="real reason")
+    erase(store, demo_run, seqs=[3], reason="second")
+    raw = sqlite3.connect(store.path, isolation_level=None)
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        raw.execute("UPDATE store_audit SET actor='mallory'")
+    raw.execute("DROP TRIGGER store_audit_append_only_update")
+    raw.execute("UPDATE store_audit SET detail=? WHERE seq=0", (b'{"reason":"other"}',))
+    raw.close()
+    report = verify_audit(store)
+    assert not report.ok
+    assert [seq for seq, _ in report.problems] == [0, 1]  # its hash, and the link after it
+
+
+def test_the_database_refuses_erasing_half_an_event(store: SQLiteStore, demo_run: str) -> None:
+    raw = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        with pytest.raises(sqlite3.IntegrityError, match="only be erased"):
+            raw.execute("UPDATE payloads SET body = NULL WHERE id = 1")
+    finally:
+        raw.close()
+
+
+def test_a_reason_is_required_and_unknown_seqs_erase_nothing(
+    store: SQLiteStore, demo_run: str
+) -> None:
+    with pytest.raises(RecordingError, match="reason"):
+        erase(store, demo_run, seqs=[1], reason=" ")
+    with pytest.raises(RunNotFound, match="no event at seq 99"):
+        erase(store, demo_run, seqs=[1, 99], reason="typo")
+    assert store.verify(demo_run).erased == ()
+    assert list(store.read_audit()) == []
+
+
+# -- the plaintext is gone from every file ------------------------------------------------
+
+
+def _planted(store: SQLiteStore, runs: int, size: int) -> list[str]:
+    ids = []
+    for n in range(runs):
+        secret = f"PLANTED-{n}-SECRET-" + "s" * size
+        with tachograph.record(store, actor="planter", input={"note": secret}) as run:
+            tachograph.emit("acme.note", {"text": secret, "other": "keep me"})
+            tachograph.decide("route", "b", chosen_from=["a", "b"])
+        ids.append(run.run_id)
+    return ids
+
+
+def _hits(path: Path, needle: bytes) -> int:
+    total = 0
+    for name in (path.name, path.name + "-wal", path.name + "-journal"):
+        target = path.with_name(name)
+        if target.exists():
+            total += target.read_bytes().count(needle)
+    return total
+
+
+@pytest.mark.parametrize("size", [10, 6000], ids=["inline", "overflow-pages"])
+def test_after_erasure_the_plaintext_is_in_no_file(tmp_path: Path, size: int) -> None:
+    path = tmp_path / "runs.db"
+    store = SQLiteStore(path)
+    try:
+        ids = _planted(store, 12, size)
+        assert _hits(path, b"PLANTED-3-SECRET") > 0  # in the -wal and/or the file
+        for run_id in ids[2:6]:
+            erase(store, run_id, reason="test")
+        # Free pages and unused space in pages are part of the file: a raw scan covers them.
+        for n in range(2, 6):
+            assert _hits(path, f"PLANTED-{n}-SECRET".encode()) == 0, n
+        assert _hits(path, b"PLANTED-7-SECRET") > 0  # the others are still there
+        assert path.with_name("runs.db-wal").stat().st_size == 0
+        assert store.integrity_check() == "ok"
+        assert all(r.ok for r in store.verify_all())
+    finally:
+        store.close()
+    # A VACUUM rebuilds the file from live rows only: the erased text is not among them.
+    raw = sqlite3.connect(path)
+    raw.execute("VACUUM")
+    raw.close()
+    assert _hits(path, b"PLANTED-3-SECRET") == 0
+    assert _hits(path, b"PLANTED-7-SECRET") > 0
+
+
+def test_without_secure_delete_the_plaintext_would_survive(tmp_path: Path) -> None:
+    # The control: the same erasure by hand, without the pragma and the checkpoint, leaves the
+    # text in the files, so the test above is measuring something.
+    path = tmp_path / "runs.db"
+    store = SQLiteStore(path)
+    try:
+        _planted(store, 4, 10)
+        db = store._db
+        db.execute("PRAGMA secure_delete = OFF")
+        db.execute("UPDATE payloads SET body = NULL, salt = NULL")
+        assert _hits(path, b"PLANTED-1-SECRET") > 0
+    finally:
+        store.close()
+
+
+# -- replay -------------------------------------------------------------------------------
+
+
+def test_replay_reports_erased_steps_as_unreplayable(store: SQLiteStore, demo_run: str) -> None:
+    types = _types(store, demo_run)
+    response = next(s for s, t in types.items() if t == "model.response")
+    erase(store, demo_run, seqs=[response], reason="raw output")
+    report = tachograph.replay(store, demo_run, demo.billing_agent)
+    assert not report.reproduced
+    assert report.erased == (response,)
+    first = report.divergences[0]
+    assert first.kind is DivergenceKind.UNREPLAYABLE
+    assert first.seq == response
+
+
+def test_replay_refuses_a_run_whose_start_was_erased(store: SQLiteStore, demo_run: str) -> None:
+    erase(store, demo_run, seqs=[0], reason="input had personal data")
+    with pytest.raises(Unreplayable, match=r"run\.started"):
+        tachograph.replay(store, demo_run, demo.billing_agent)
+
+
+# -- data subjects ------------------------------------------------------------------------
+
+
+def test_one_subject_is_erased_across_runs(store: SQLiteStore) -> None:
+    rule = SubjectRule(store, paths=["$.input.customer", "$.customer"])
+    runs = {}
+    for customer in ("cust-1", "cust-2", "cust-1"):
+        with tachograph.record(
+            store, actor="support", input={"customer": customer}, listeners=[rule]
+        ) as run:
+            tachograph.emit("acme.lookup", {"customer": customer, "note": f"{customer} details"})
+            tachograph.emit("acme.lookup", {"customer": None, "note": "nobody"})
+        runs.setdefault(customer, []).append(run.run_id)
+    tachograph.capture.recorder.writer_for(store).drain()
+    report = erase(store, subject="cust-1", reason="art. 17 request")
+    assert sorted(r.run_id for r in report.runs) == sorted(runs["cust-1"])
+    for run_id in runs["cust-1"]:
+        verified = store.verify(run_id)
+        assert verified.ok
+        assert verified.erased == (0, 1)
+        assert independent_audit(_lines(store, run_id)) == [0, 1]
+    (other,) = runs["cust-2"]
+    assert store.verify(other).erased == ()
+    assert {r.detail.get("subject") for r in store.read_audit()} == {"cust-1"}
+
+
+def test_linking_by_hand_and_narrowing_by_run(store: SQLiteStore, demo_run: str) -> None:
+    second = tachograph.record_run(demo.billing_agent, "Order A-9 arrived damaged.", store=store)
+    assert link_subject(store, demo_run, "p-9", seqs=[4, 5]) == 2
+    assert link_subject(store, demo_run, "p-9", seqs=[4]) == 0  # already linked
+    link_subject(store, second.run_id, "p-9")
+    report = erase(store, demo_run, subject="p-9", reason="one run only")
+    assert [(r.run_id, r.seqs) for r in report.runs] == [(demo_run, (0, 4, 5))]
+    assert store.verify(second.run_id).erased == ()
+    assert store.subject_events("default", "p-9")[:2] == [(demo_run, 4), (demo_run, 5)]
