@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import RunNotFound
 from .store.base import Store
 
 __all__ = ["CHECKS", "Finding", "register_check", "run_checks"]
@@ -144,3 +145,108 @@ def _schema(store: Store) -> Iterator[Finding]:
             f"schema version {version}; this tachograph writes {SCHEMA_VERSION}",
             "Open it once with write access (any recording command) to upgrade it.",
         )
+
+
+_SEAL_ADVICE = (
+    "Record with sealing on (tachograph.sealing.SealingObserver), then issue a checkpoint "
+    "with tacho seal; tacho verify --key KEY then shows how far each run is sealed."
+)
+
+
+@register_check("seals")
+def _seals(store: Store) -> Iterator[Finding]:
+    """Unsealed runs (a warning: a cut tail or a rewritten store cannot be shown) and seals
+    that fail (a problem: the run or the seal log was changed)."""
+    from .errors import SealingError
+    from .sealing import audit_tenant, load_signing_key, run_verdict
+    from .sealing.log import TenantAudit
+
+    try:
+        key = load_signing_key()  # TACHOGRAPH_SIGNING_KEY, as tacho verify uses it
+    except SealingError:
+        key = None
+    keys = [key.verifier] if key is not None else []
+    unsealed: list[str] = []
+    sealed = 0
+    failed = False
+    tenants = sorted({tenant for tenant, _ in store.run_keys()})
+    for tenant in tenants:
+        audit = audit_tenant(store, tenant, keys=keys)
+        if audit.problem is not None:
+            failed = True
+            yield Finding(
+                "seals",
+                "problem",
+                f"the seal log of tenant {tenant!r} does not verify: {audit.problem}",
+                "The seal log or its checkpoints were changed: do not trust this store's runs; "
+                "compare them with evidence bundles or witnesses (tacho verify DIR --key KEY).",
+            )
+            continue
+        if audit.size is None and store.seal_count(tenant):
+            # No trusted checkpoint (no key here): still hold every stored seal against its
+            # run, which shows a changed run even without a signature.
+            audit = TenantAudit(tenant, store.seal_count(tenant), "the stored seal log")
+        for run_tenant, run_id in store.run_keys():
+            if run_tenant != tenant:
+                continue
+            try:
+                info = store.run_info(run_id, tenant=tenant)
+            except RunNotFound:
+                continue  # events without a summary: the verification check reports them
+            verdict = run_verdict(store, info, audit)
+            if verdict.status == "failed":
+                failed = True
+                yield Finding(
+                    "seals",
+                    "problem",
+                    f"run {run_id} (tenant {tenant}): {verdict.render()}",
+                    "The run no longer matches its seal: it was changed after it was sealed. "
+                    "Do not trust it; compare it with an export or evidence bundle.",
+                )
+            elif verdict.status == "sealed":
+                sealed += 1
+            else:
+                unsealed.append(run_id)
+    if unsealed:
+        shown = ", ".join(unsealed[:5]) + (
+            f" and {len(unsealed) - 5} more" if len(unsealed) > 5 else ""
+        )
+        yield Finding(
+            "seals",
+            "warning",
+            f"{len(unsealed)} run(s) not sealed: {shown}",
+            _SEAL_ADVICE,
+        )
+    elif not failed and tenants:
+        yield Finding("seals", "ok", f"all {sealed} run(s) are sealed")
+
+
+@register_check("blobs")
+def _blobs(store: Store) -> Iterator[Finding]:
+    """Blobs beside the store whose bytes no longer match their references."""
+    from .lifecycle.blobs import BlobStore, check_blobs
+
+    path = getattr(store, "path", None)
+    if not path or path == ":memory:":
+        return
+    blobs = BlobStore.beside(store)
+    if not blobs.root.is_dir():
+        return
+    checked = expired = 0
+    bad = False
+    for tenant, run_id in store.run_keys():
+        result = check_blobs(store.read(run_id, tenant=tenant), blobs)
+        checked += len(result.verified)
+        expired += len(result.expired)
+        for seq, where, message in result.failures:
+            bad = True
+            yield Finding(
+                "blobs",
+                "problem",
+                f"run {run_id} seq {seq} {where}: {message}",
+                "The blob file was changed or damaged: restore it from a backup or an export "
+                "made with tacho export --blobs.",
+            )
+    if not bad:
+        gone = f"; {expired} expired (their time to live ran out)" if expired else ""
+        yield Finding("blobs", "ok", f"{checked} blob(s) match their references{gone}")
