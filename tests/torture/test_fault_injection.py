@@ -94,6 +94,8 @@ def test_faults_at_the_nth_call_lose_nothing_and_leave_nothing_partial(
             present = [counts.get(r, 0) for r, _ in scenario.atomic_runs]
             whole = [n for _, n in scenario.atomic_runs]
             assert present in (whole, [0] * len(whole)), (when, present)
+        if scenario.check is not None:
+            scenario.check(db, lines)
         for line in lines:
             if line.startswith("typed ") and line.split()[2] in ("True", "False"):
                 claimed = line.split()[2] == "True"

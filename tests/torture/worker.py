@@ -8,8 +8,10 @@ else propagates as a traceback (exit 1), which the test treats as a failure.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from typing import Any
 
 import tachograph as tg
 from tachograph.errors import TachographError
@@ -42,6 +44,46 @@ def import_file(db: str, path: str) -> None:
     say(f"ack imported {report.events}")
 
 
+def erase(db: str) -> None:
+    from tachograph.lifecycle.erasure import erase as erase_payloads
+
+    store = tg.open_store(db)
+    store.append(build_run("erase-run", 20))
+    say("ack erase-run 20")
+    erase_payloads(store, "erase-run", seqs=range(1, 11), reason="torture")
+    say("erased 10")  # not an "ack" of events: the check reads it
+
+
+class _OneLine(logging.Formatter):
+    """Logged failures as one line: a traceback on stderr means an unhandled crash here."""
+
+    def formatException(self, ei: Any) -> str:
+        return f"  ({ei[0].__name__}: {ei[1]})"
+
+
+def seal(db: str) -> None:
+    from tachograph.capture.recorder import Recorder
+    from tachograph.sealing import SealingObserver, SealPolicy
+
+    # The observer logs a sealing failure (it never raises into the host); say it briefly.
+    handler = logging.StreamHandler()
+    handler.setFormatter(_OneLine("%(name)s: %(message)s"))
+    logging.getLogger("tachograph").addHandler(handler)
+
+    store = tg.open_store(db)
+    observer = SealingObserver(policy=SealPolicy(every_events=5, every_seconds=3600))
+    recorder = Recorder(store, run_id="seal-run", actor="agent", observers=[observer])
+    recorder.append("run.started", {"input": "torture", "env": {}})
+    for n in range(1, 29):
+        recorder.append("decision", {"name": "step", "chosen": n})
+    recorder.append("run.finished", {"status": "ok"})
+    recorder.flush()
+    observer.drain()
+    if observer.errors:  # a sealing failure is logged, never raised: say it typed
+        raise observer.errors[0]
+    say("ack seal-run 30")
+
+
 def main() -> None:
     scenario, db, *rest = sys.argv[1:]
     try:
@@ -51,6 +93,10 @@ def main() -> None:
             batch(db)
         elif scenario == "import":
             import_file(db, rest[0])
+        elif scenario == "erase":
+            erase(db)
+        elif scenario == "seal":
+            seal(db)
         else:
             raise SystemExit(f"unknown scenario {scenario}")
     except TachographError as exc:
