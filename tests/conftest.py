@@ -1,4 +1,4 @@
-"""Shared fixtures: the golden vectors beside the repo, hypothesis settings, helper scripts."""
+"""Shared fixtures: the golden vectors (vendored), hypothesis settings, helper scripts."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from hypothesis import HealthCheck, settings
 
 import tachograph
 
-# CI clones the repo into a folder with a copy of shared/ beside it: <parent>/shared/vectors.
-VECTORS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "vectors"
+# The golden vectors are vendored in tests/vectors (a fresh clone runs every test); when the
+# clone sits beside a copy of shared/, tests/test_vectors_vendored.py checks they are equal.
+VECTORS_DIR = Path(__file__).resolve().parent / "vectors"
+SHARED_VECTORS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "vectors"
 HELPERS_DIR = Path(__file__).resolve().parent / "helpers"
 
 # Tests never assert wall-clock time; hypothesis deadlines would be exactly that.
@@ -25,14 +27,14 @@ def _missing_vectors() -> str | None:
     if (VECTORS_DIR / "README.md").is_file():
         return None
     return (
-        f"golden vectors not found at {VECTORS_DIR}: the repository must be cloned into a "
-        "folder that also holds a copy of shared/ (shared/vectors/README.md)"
+        f"golden vectors not found at {VECTORS_DIR}: they are part of the repository "
+        "(tests/vectors/README.md); restore them with git checkout tests/vectors"
     )
 
 
 @pytest.fixture(scope="session")
 def vectors_dir() -> Path:
-    """``<repo>/../shared/vectors``; the tests that need it skip only if it is truly absent."""
+    """``tests/vectors``, the vendored golden vectors."""
     missing = _missing_vectors()
     if missing is not None:
         pytest.skip(missing)

@@ -179,7 +179,13 @@ class SchemaVersionError(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """The storage engine failed: I/O error, corruption, a closed store, a lock held too long."""
+    """The storage engine failed: I/O error, corruption, a closed store, a lock held too long.
+
+    After a failed commit, ``stored`` says whether the batch is in the store after all
+    (``True``: stored but perhaps not durable; ``False``: nothing stored; ``None``: unknown).
+    """
+
+    stored: bool | None = None
 
 
 class PurposeDenied(StoreError, PermissionError):

@@ -90,7 +90,10 @@ def test_show_json_is_the_documented_shape(tacho: Tacho, run_id: str) -> None:
         "model",
         "dry_run",
         "erased",
+        "tampered",
     }
+    assert not any(e["tampered"] for e in events)
+    assert data["verification"]["status"] == "verified"
     assert events[0]["type"] == "run.started"
     assert events[-1]["type"] == "run.finished"
     assert events[9]["idempotency_key"] == f"{run_id}:issue_refund:A-4471"

@@ -38,7 +38,12 @@ def test_the_documented_agent_loop_records_in_one_line_and_replays_offline(
     monkeypatch.setenv("OPENAI_BASE_URL", srv.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-docs")
 
-    namespace: dict[str, Any] = {"__name__": "docs_example"}
+    # Imported (as tacho replay --agent imports it), the example records nothing.
+    exec(compile(code, str(DOC), "exec"), {"__name__": "docs_example"})
+    assert srv.request_count == 0
+    assert not (tmp_path / "runs.db").exists()
+
+    namespace: dict[str, Any] = {"__name__": "__main__"}
     exec(compile(code, str(DOC), "exec"), namespace)
 
     out = capsys.readouterr().out
@@ -54,7 +59,7 @@ def test_the_documented_agent_loop_records_in_one_line_and_replays_offline(
 
     # The divergence shown in the same page is what a one-word edit gives.
     edited = code.replace("Refund damaged orders.", "Refund all orders.")
-    edited = edited.split("run = tachograph.record_run(")[0]
+    edited = edited.split('if __name__ == "__main__":')[0]
     exec(compile(edited, str(DOC), "exec"), namespace)
     tachograph = namespace["tachograph"]
     diverged = tachograph.replay("runs.db", run.run_id, namespace["billing_agent"])

@@ -112,7 +112,8 @@ class Writer:
         with self._cond:
             target = self._submitted if ticket is None else ticket
             while self._written < target:
-                self._cond.wait()
+                # A timed wait: an untimed one cannot be interrupted by Ctrl-C on POSIX.
+                self._cond.wait(0.25)
             failed = [run] if run is not None and run in self._failed else []
             if run is None:
                 failed = list(self._failed)

@@ -21,7 +21,9 @@ Conventions (for every command module, built in or plugged in):
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
@@ -41,6 +43,7 @@ from ..errors import (
 )
 from ..store import RunInfo, Store, store_url
 from ..store import open_store as _open_store
+from ..views.text import escape
 
 __all__ = [
     "EXIT_FAILED",
@@ -70,7 +73,7 @@ EXIT_USAGE = 2
 EXIT_STORE = 3
 """The store cannot be opened or read, or the named run is not in it."""
 
-PLUGGED = ("corpus", "otel", "seal", "privacy", "migrate")
+PLUGGED = ("corpus", "otel", "seal", "privacy", "migrate", "doctor")
 """Command modules loaded when present: each defines ``register(cli: click.Group)``."""
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -88,9 +91,10 @@ class CliError(click.ClickException):
     def show(self, file: IO[Any] | None = None) -> None:
         """Print ``Error: message`` and the hints to stderr."""
         out = file if file is not None else sys.stderr
-        click.echo(f"Error: {self.format_message()}", file=out)
+        # Messages quote run ids, actors and file contents: recorded text, escaped.
+        click.echo(f"Error: {escape(self.format_message())}", file=out)
         for hint in self.hints:
-            click.echo(f"  {hint}", file=out)
+            click.echo(f"  {escape(hint)}", file=out)
 
 
 @dataclass
@@ -188,8 +192,8 @@ def exit_code_for(exc: TachographError) -> int:
     """The documented exit code for an error that escaped a command."""
     if isinstance(exc, (AgentLoadError, ConfirmationRequired, PolicyError, ProfileError)):
         return EXIT_USAGE
-    if isinstance(exc, StoreError):
-        return EXIT_STORE
+    if isinstance(exc, StoreError) or isinstance(getattr(exc, "cause", None), StoreError):
+        return EXIT_STORE  # a write that failed because the store did (full, read-only)
     # VerificationFailed, Divergence, Unreplayable, FormatError and any other failure of the
     # work itself (as opposed to how it was asked for, or where the runs are).
     return EXIT_FAILED
@@ -206,11 +210,30 @@ def _hints_for(exc: TachographError) -> list[str]:
     return []
 
 
+def _stop_waits_on_ctrl_c() -> None:
+    """On Ctrl-C, make every wait for a store lock give up at once, in every thread (the
+    writer thread included, which the run's clean-up would otherwise wait for), then raise
+    KeyboardInterrupt as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return  # ignored, or someone else's handler: leave it
+
+    def handler(signum: int, frame: Any) -> None:
+        from ..store.sqlite import interrupt_waits
+
+        interrupt_waits()
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, handler)
+
+
 class TachoGroup(click.Group):
     """A group that turns tachograph errors into :class:`CliError` with the right exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; map a :class:`TachographError` to its documented exit code."""
+        _stop_waits_on_ctrl_c()
         try:
             return super().invoke(ctx)
         except TachographError as exc:

@@ -11,15 +11,17 @@ from typing import Any
 
 import click
 
-from ..errors import FormatError
+from ..errors import FormatError, StoreError
 from ..record.event import FORMAT_VERSION, Event
 from ..record.jsonl import verify_jsonl
 from ..record.verify import VerifyReport
 from ..replay.diff import RunDiff, diff_runs
 from ..replay.fold import fold
 from ..store import DEFAULT_STORE, RunInfo, Store, verify_all, verify_stored
+from ..store import open_store as open_store_raw
 from .app import (
     EXIT_FAILED,
+    EXIT_STORE,
     EXIT_USAGE,
     CliError,
     emit_json,
@@ -71,14 +73,21 @@ def run_header(out: Output, info: RunInfo, first: Event | None) -> None:
         out.line("  DRY RUN: tools that write were simulated in this run", style="bold yellow")
 
 
-def show_timeline(out: Output, events: list[Event], *, full: bool = False) -> None:
-    """Print a run's events as an aligned timeline (and payloads with ``full``)."""
+def show_timeline(
+    out: Output, events: list[Event], *, full: bool = False, tampered: frozenset[int] = frozenset()
+) -> None:
+    """Print a run's events as an aligned timeline (and payloads with ``full``).
+
+    The seqs in ``tampered`` (events that fail verification) are marked ``TAMPERED``.
+    """
     headers = ("SEQ", "TIME", "ACTOR", "TYPE", "SUMMARY")
     if full:
         for n, event in enumerate(events):
             if n:
                 out.line()
             mark = "  DRY RUN" if is_dry_run(event) else ""
+            if event.seq in tampered:
+                mark += "  TAMPERED"
             out.line(
                 f"{event.seq:>4}  {_time(event.ts)}  {event.actor}  {event.type}{mark}",
                 style=event_style(event),
@@ -107,11 +116,16 @@ def show_timeline(out: Output, events: list[Event], *, full: bool = False) -> No
         dry = is_dry_run(event)
         if dry:
             summary = "DRY RUN  " + summary
+        bad = event.seq in tampered
+        if bad:
+            summary = "TAMPERED  " + summary
         rows.append((str(event.seq), _time(event.ts), event.actor, event.type, summary))
         styles.append(None)
         style = event_style(event)
-        cells.append(("dim", "dim", None, style, "bold yellow" if dry else None))
-    out.table(headers, rows, styles=styles, cell_styles=cells)
+        cells.append(
+            ("dim", "dim", None, style, "bold red" if bad else "bold yellow" if dry else None)
+        )
+    out.table(headers, rows, styles=styles, cell_styles=cells, keep=("SEQ", "TYPE"))
 
 
 def as_timestamp(text: str | None, option: str) -> str | None:
@@ -191,7 +205,12 @@ def runs_cmd(
             for r in found
         ]
         cells = [(None, None, "dim", None, _STATUS_STYLES.get(r.status, "")) for r in found]
-        out.table(("RUN", "ACTOR", "STARTED", "EVENTS", "STATUS"), rows, cell_styles=cells)
+        out.table(
+            ("RUN", "ACTOR", "STARTED", "EVENTS", "STATUS"),
+            rows,
+            cell_styles=cells,
+            keep=("RUN", "EVENTS", "STATUS"),
+        )
         if more:
             out.line(f"(showing the newest {limit}; --limit 0 for all)", style="dim")
 
@@ -208,20 +227,26 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
         store = scoped_store(raw, purpose)
         info = resolve_run(store, run_id, tenant=tenant)
         events = store.events(info.run_id, tenant=info.tenant)
+        # What is shown must say when it cannot be trusted: verify what was read.
+        report = verify_stored(raw, info.run_id, tenant=info.tenant)
+    tampered = frozenset(f.seq for f in report.failures)
     if as_json:
         rows = []
         for event in events:
             row = _event_row(event)
+            row["tampered"] = event.seq in tampered
             if full:
                 row["payload"] = event.payload
                 row["hash"] = event.hash
             rows.append(row)
-        emit_json({"run": info.to_dict(), "events": rows})
+        emit_json({"run": info.to_dict(), "events": rows, "verification": report.to_dict()})
         return
     out = Output()
     run_header(out, info, events[0] if events else None)
+    if not report.ok:
+        out.line(f"  TAMPERED: {report.render()}", style="bold red")
     out.line()
-    show_timeline(out, events, full=full)
+    show_timeline(out, events, full=full, tampered=tampered)
 
 
 @click.command("state", short_help="Print the state at step N (the fold).")
@@ -280,7 +305,23 @@ def _looks_like_file(target: str) -> bool:
     return os.sep in target or "/" in target or target.endswith((".jsonl", ".json"))
 
 
-@click.command("verify", short_help="Verify runs, a JSONL file or an evidence folder.")
+def _is_sqlite_file(path: Path) -> bool:
+    """A store is recognised by its content (the SQLite header), not by its extension."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def _open_store_at(path: str) -> Store:
+    try:
+        return open_store_raw(path, create=False)
+    except StoreError as exc:
+        raise CliError(f"cannot open store {path}: {exc}", exit_code=EXIT_STORE) from exc
+
+
+@click.command("verify", short_help="Verify runs, a store, a JSONL file or an evidence folder.")
 @click.argument("target", metavar="[RUN|FILE|DIR]", required=False)
 @click.option("--all", "all_runs", is_flag=True, help="Verify every run in the store (default).")
 @click.option("--key", "keys", multiple=True, help="Trusted log verifier key (string or file).")
@@ -313,7 +354,14 @@ def verify_cmd(
         return
     out = Output()
     verdicts: dict[Any, Any] = {}
-    if target is not None and (Path(target).is_file() or _looks_like_file(target)):
+    if target is not None and Path(target).is_file() and _is_sqlite_file(Path(target)):
+        # ``tacho verify store.db``: every run of that store, as ``--store store.db verify``.
+        with _open_store_at(target) as store:
+            source = store.url
+            reports = _verify_reports(store, out, None)
+            verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
+        target = None
+    elif target is not None and (Path(target).is_file() or _looks_like_file(target)):
         path = Path(target)
         if not path.is_file():
             raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)

@@ -11,12 +11,15 @@ from typing import IO, Any, NoReturn
 
 import click
 
-from ..errors import FormatError, StoreNotFound, VerificationFailed
+from ..errors import FormatError, StoreError, StoreNotFound, VerificationFailed
 from ..privacy.redactor import default_processors
-from ..record.jsonl import export_run, import_jsonl, verify_jsonl
+from ..record.jsonl import ImportRefused, Refusal, export_run, import_jsonl, verify_jsonl
 from ..store import open_store as open_store_raw
+from ..store import verify_stored
+from ..views.text import escape
 from .app import (
     EXIT_FAILED,
+    EXIT_STORE,
     EXIT_USAGE,
     CliError,
     emit_json,
@@ -40,6 +43,12 @@ def _destination(path: str | None) -> Iterator[IO[bytes]]:
         stream.flush()
         return
     target = Path(path)
+    if target.is_dir() or path.endswith(("/", os.sep)):
+        raise CliError(
+            f"-o {path}: is a directory; give the name of the file to write "
+            f"(e.g. {Path(path) / 'runs.jsonl'})",
+            exit_code=EXIT_USAGE,
+        )
     tmp = target.with_name(target.name + ".partial")
     try:
         # An export holds the run's payloads: readable by its owner only, like the store.
@@ -89,6 +98,13 @@ def export_cmd(
             if all_runs
             else [(i.tenant, i.run_id) for i in (resolve_run(store, r) for r in run_ids)]
         )
+        # Exported bytes are the stored ones, tampered or not (they are the evidence), but a
+        # run that does not verify is named on stderr and the export exits 1.
+        failed = [
+            report
+            for report in (verify_stored(raw, run_id, tenant=tenant) for tenant, run_id in keys)
+            if not report.ok
+        ]
         total = 0
         with _destination(output) as out:
             for tenant, run_id in keys:
@@ -97,8 +113,13 @@ def export_cmd(
     if output not in (None, "-"):
         blobs_note = f" and {copied} blob(s) to {output}.blobs" if with_blobs else ""
         click.echo(
-            f"exported {len(keys)} run(s), {total} events to {output}{blobs_note}", err=True
+            escape(f"exported {len(keys)} run(s), {total} events to {output}{blobs_note}"),
+            err=True,
         )
+    for report in failed:
+        click.echo(f"TAMPERED: {escape(report.render())}", err=True)
+    if failed:
+        sys.exit(EXIT_FAILED)
 
 
 def _export_blobs(raw: Any, store: Any, keys: list[tuple[str, str]], output: str) -> int:
@@ -118,22 +139,43 @@ def _count_lines(path: Path) -> int:
     return count
 
 
-def _refuse(failed: list[Any], path: Path, as_json: bool) -> NoReturn:
+def _refuse(
+    failed: list[Any],
+    path: Path,
+    as_json: bool,
+    *,
+    refused: list[Refusal] | None = None,
+    exit_code: int = EXIT_FAILED,
+) -> NoReturn:
+    """Report an import that stored nothing (text on stderr, or the JSON report on stdout)."""
+    if refused is None:
+        refused = [
+            Refusal(
+                "verification",
+                r.render(),
+                run_id=r.run_id,
+                tenant=r.tenant,
+                seq=r.first_failure.seq if r.first_failure else None,
+            )
+            for r in failed
+        ]
     if as_json:
         emit_json(
             {
                 "ok": False,
+                "stored": False,
                 "runs": [r.to_dict() for r in failed],
                 "events": 0,
                 "written": 0,
                 "duplicates": 0,
+                "refused": [r.to_dict() for r in refused],
             }
         )
     else:
-        click.echo(f"Error: import refused, nothing stored ({path})", err=True)
-        for r in failed:
-            click.echo(f"  {r.render()}", err=True)
-    sys.exit(EXIT_FAILED)
+        click.echo(f"Error: import refused, nothing stored ({escape(str(path))})", err=True)
+        for r in refused:
+            click.echo(f"  {escape(r.message)}", err=True)
+    sys.exit(exit_code)
 
 
 @click.command("import", short_help="Import a JSONL file (verified first).")
@@ -149,10 +191,12 @@ def _refuse(failed: list[Any], path: Path, as_json: bool) -> NoReturn:
 def import_cmd(file: str, no_redact: bool, as_json: bool) -> None:
     """Import runs from a JSONL file, after verifying every one of them.
 
-    A file with any run that does not verify is refused whole (exit 1) and nothing is stored;
-    events already in the store are skipped, so importing twice is harmless. Payloads are
-    redacted as a recording's are (docs/privacy.md); a run whose payloads that changes is
-    stored re-chained over the redacted payloads.
+    The file is stored whole or not at all (one transaction). A file with any run that does
+    not verify, or with an event the store refuses (another event at that seq, an event id
+    already used), is refused whole (exit 1); a store that fails (a full disk, an I/O error)
+    stores nothing either (exit 3). Events already in the store are skipped, so importing
+    twice is harmless. Payloads are redacted as a recording's are (docs/privacy.md): a run
+    whose payloads that changes is stored re-chained over the redacted payloads.
     """
     path = Path(file)
     if not path.is_file():
@@ -162,7 +206,10 @@ def import_cmd(file: str, no_redact: bool, as_json: bool) -> None:
         store = open_store_raw(state().store_url, create=False)
     except StoreNotFound:
         # No store yet: verify before creating one, so a refused file leaves nothing behind.
-        failed = [r for r in verify_jsonl(path) if not r.ok]
+        try:
+            failed = [r for r in verify_jsonl(path) if not r.ok]
+        except FormatError as exc:
+            _refuse([], path, as_json, refused=[Refusal("verification", str(exc))])
         if failed:
             _refuse(failed, path, as_json)
         store = open_store(create=True)
@@ -174,10 +221,20 @@ def import_cmd(file: str, no_redact: bool, as_json: bool) -> None:
                 report = import_jsonl(store, path, progress=advance, processors=chain)
         except VerificationFailed as exc:
             _refuse(list(getattr(exc, "reports", []) or []), path, as_json)
+        except ImportRefused as exc:
+            _refuse(list(exc.report.runs), path, as_json, refused=list(exc.report.refused))
         except FormatError as exc:
-            raise CliError(f"import refused, nothing stored: {exc}", exit_code=EXIT_FAILED) from exc
+            _refuse([], path, as_json, refused=[Refusal("verification", str(exc))])
+        except StoreError as exc:
+            _refuse(
+                [],
+                path,
+                as_json,
+                refused=[Refusal("store", str(exc))],
+                exit_code=EXIT_STORE,
+            )
     if as_json:
-        emit_json({"ok": True, **report.to_dict()})
+        emit_json(report.to_dict())
         return
     out.line(
         f"imported {len(report.runs)} run(s) from {path.name}: {report.written} events written, "

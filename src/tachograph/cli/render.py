@@ -17,13 +17,14 @@ from typing import Any
 import orjson
 from rich import box
 from rich.console import Console
-from rich.json import JSON
+from rich.highlighter import JSONHighlighter
 from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
 from ..record.event import Event
+from ..views.text import escape, escape_json
 
 __all__ = ["Output", "event_style", "is_dry_run", "summarize", "type_style"]
 
@@ -225,7 +226,8 @@ class Output:
         self.rich = self.console.is_terminal
 
     def line(self, text: str = "", style: str | None = None) -> None:
-        """Print one line (styled on a terminal)."""
+        """Print one line (styled on a terminal); control and bidi characters are escaped."""
+        text = escape(text)
         if self.rich:
             self.console.print(Text(text, style=style or ""))
         else:
@@ -233,6 +235,7 @@ class Output:
 
     def heading(self, text: str) -> None:
         """A section heading."""
+        text = escape(text)
         if self.rich:
             self.console.rule(Text(text, style="bold"), align="left")
         else:
@@ -240,9 +243,11 @@ class Output:
 
     def json(self, value: Any, *, indent: int = 0) -> None:
         """Pretty-print a JSON value, shifted right by ``indent`` spaces."""
-        raw = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+        raw = escape_json(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
         if self.rich:
-            self.console.print(Padding(JSON(raw), (0, 0, 0, indent)))
+            # Highlight the escaped text itself: rich.json.JSON would parse it again and print
+            # the decoded strings, control characters included.
+            self.console.print(Padding(JSONHighlighter()(Text(raw)), (0, 0, 0, indent)))
         else:
             _write(textwrap.indent(raw, " " * indent))
 
@@ -253,15 +258,25 @@ class Output:
         *,
         styles: Sequence[str | None] | None = None,
         cell_styles: Sequence[Sequence[str | None]] | None = None,
+        keep: Sequence[str] = (),
     ) -> None:
-        """An aligned table; ``styles`` per row, ``cell_styles`` per cell (terminal only)."""
+        """An aligned table; ``styles`` per row, ``cell_styles`` per cell (terminal only).
+
+        The columns named in ``keep`` (a seq, a type, a run id: what a person copies or looks
+        up) are never cut on a narrow terminal; the other columns shorten with an ellipsis.
+        Every cell is escaped (:func:`~tachograph.views.text.escape`).
+        """
+        rows = [[escape(cell) for cell in row] for row in rows]
         if self.rich:
             table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
-            for h in headers:
+            natural = [max([len(h), *(len(row[c]) for row in rows)]) for c, h in enumerate(headers)]
+            limits = _fit(natural, [h in keep for h in headers], self.console.width)
+            for c, h in enumerate(headers):
                 table.add_column(
                     h,
                     overflow="ellipsis",
                     no_wrap=True,
+                    width=limits[c],
                     justify="right" if h in ("SEQ", "EVENTS") else "left",
                 )
             for r, row in enumerate(rows):
@@ -297,6 +312,27 @@ class Output:
         with bar:
             task = bar.add_task(description, total=total)
             yield lambda n: bar.advance(task, n)
+
+
+def _fit(natural: Sequence[int], kept: Sequence[bool], total: int) -> list[int]:
+    """Column widths for a table ``total`` characters wide.
+
+    Kept columns get their natural width; the others share what remains in proportion to
+    their natural widths (at least 3 characters each, for "x.." cut with an ellipsis). rich
+    would otherwise shrink every column alike, a seq or a run id included.
+    """
+    gaps = 3 * len(natural)  # a column's padding and separator
+    fixed = sum(w for w, k in zip(natural, kept, strict=True) if k)
+    flexible = [w for w, k in zip(natural, kept, strict=True) if not k]
+    room = max(total - gaps - fixed, 3 * len(flexible))
+    want = sum(flexible)
+    widths = []
+    for width, is_kept in zip(natural, kept, strict=True):
+        if is_kept or want <= room:
+            widths.append(width)
+        else:
+            widths.append(max(3, min(width, room * width // want)))
+    return widths
 
 
 def _write(text: str) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,7 +231,13 @@ class ScopedStore(Store):
                 raise
         return self._rule
 
-    def _record(self, action: str, tenant: str, detail: dict[str, Any]) -> AuditRecord:
+    def _record(self, action: str, tenant: str, detail: dict[str, Any]) -> AuditRecord | None:
+        if getattr(self.inner, "read_only", False):
+            # A store opened read-only (a read-only file, folder or medium, e.g. an archive)
+            # cannot take an audit record. Refusing the read would make such a store
+            # unreadable through tachograph while the bytes stay readable to anyone, so the
+            # read is allowed and goes unrecorded (docs/privacy.md says so).
+            return None
         return self.inner.append_audit(
             AuditEntry(
                 action=action,
@@ -307,6 +313,15 @@ class ScopedStore(Store):
     def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
         """Appends pass through."""
         return self.inner.append(events, durable=durable)
+
+    def append_all(
+        self,
+        batches: Iterable[Sequence[Event]],
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """Atomic multi-batch appends pass through (the inner engine keeps memory flat)."""
+        return self.inner.append_all(batches, progress=progress)
 
     def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
         """The inner store's head."""

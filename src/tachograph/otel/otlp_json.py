@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from ..errors import FormatError
+from ..record.canonical import MAX_DEPTH, loads_untrusted, nesting_depth
 
 __all__ = ["SPAN_KINDS", "OtlpEvent", "OtlpSpan", "parse_otlp_json"]
 
@@ -119,7 +120,17 @@ def _enum(value: Any, names: Mapping[str, int], where: str) -> int:
 
 
 def any_value(node: Any) -> Any:
-    """An OTLP ``AnyValue`` as a plain value (``None`` when empty)."""
+    """An OTLP ``AnyValue`` as a plain value (``None`` when empty); a malformed one is a
+    :class:`FormatError`, whatever its shape."""
+    try:
+        return _any_value(node)
+    except (TypeError, ValueError, AttributeError, binascii.Error) as exc:
+        if isinstance(exc, FormatError):
+            raise
+        raise FormatError(f"malformed attribute value {str(node)[:80]}: {exc}") from None
+
+
+def _any_value(node: Any) -> Any:
     if not isinstance(node, Mapping):
         return None
     for camel, snake in (("stringValue", "string_value"), ("boolValue", "bool_value")):
@@ -147,7 +158,9 @@ def any_value(node: Any) -> Any:
 def attributes(items: Any) -> dict[str, Any]:
     """A repeated ``KeyValue`` as a dict (later keys win)."""
     out: dict[str, Any] = {}
-    for item in items or ():
+    if not isinstance(items, (list, tuple)):
+        return out
+    for item in items:
         if isinstance(item, Mapping) and isinstance(item.get("key"), str):
             out[item["key"]] = any_value(item.get("value"))
     return out
@@ -159,6 +172,11 @@ def _span(node: Mapping[str, Any], resource: Mapping[str, Any]) -> OtlpSpan:
     if trace_id is None or span_id is None:
         raise FormatError(f"span {node.get('name')!r} has no trace id or span id")
     status = _get(node, "status") or {}
+    if not isinstance(status, Mapping):
+        raise FormatError("status: expected an object")
+    events = node.get("events") or ()
+    if not isinstance(events, (list, tuple)):
+        raise FormatError("events: expected an array")
     return OtlpSpan(
         trace_id=trace_id,
         span_id=span_id,
@@ -174,7 +192,7 @@ def _span(node: Mapping[str, Any], resource: Mapping[str, Any]) -> OtlpSpan:
                 time_ns=_int(_get(ev, "timeUnixNano", "time_unix_nano"), "timeUnixNano"),
                 attributes=attributes(ev.get("attributes")),
             )
-            for ev in node.get("events") or ()
+            for ev in events
             if isinstance(ev, Mapping)
         ),
         status_code=_enum(status.get("code"), _STATUS, "status.code"),
@@ -187,19 +205,26 @@ def _documents(data: bytes | str | Any) -> Iterator[Any]:
     if not isinstance(data, (bytes, str)):
         yield data
         return
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     try:
-        yield orjson.loads(raw)
-        return
+        whole = orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
+    else:
+        if nesting_depth(whole) > MAX_DEPTH:
+            raise FormatError(
+                f"the document nests deeper than {MAX_DEPTH} levels (SPEC section 2)",
+                location="document",
+            )
+        yield whole
+        return
     for number, line in enumerate(raw.splitlines(), 1):  # JSON Lines: one document per line
         if not line.strip():
             continue
         try:
-            yield orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise FormatError(f"line {number} is not JSON: {exc}", line=number) from None
+            yield loads_untrusted(line, location=f"line {number}")
+        except FormatError as exc:
+            raise FormatError(str(exc), line=number) from None
 
 
 def parse_otlp_json(data: bytes | str | Any) -> list[OtlpSpan]:
@@ -213,9 +238,30 @@ def parse_otlp_json(data: bytes | str | Any) -> list[OtlpSpan]:
             resource_spans = _get(doc, "resourceSpans", "resource_spans")
             if resource_spans is None:
                 raise FormatError("not an OTLP/JSON traces document (no resourceSpans)")
-            for rs in resource_spans:
-                resource = attributes((rs.get("resource") or {}).get("attributes"))
-                for ss in _get(rs, "scopeSpans", "scope_spans") or ():
-                    for node in ss.get("spans") or ():
-                        spans.append(_span(node, resource))
+            for i, rs in _objects(resource_spans, "resourceSpans"):
+                where = f"resourceSpans[{i}]"
+                resource_node = rs.get("resource") or {}
+                if not isinstance(resource_node, Mapping):
+                    raise FormatError(f"{where}.resource: expected an object", location=where)
+                resource = attributes(resource_node.get("attributes"))
+                scopes = _get(rs, "scopeSpans", "scope_spans")
+                for j, ss in _objects(scopes, f"{where}.scopeSpans"):
+                    for k, node in _objects(ss.get("spans"), f"{where}.scopeSpans[{j}].spans"):
+                        try:
+                            spans.append(_span(node, resource))
+                        except FormatError as exc:
+                            at = f"{where}.scopeSpans[{j}].spans[{k}]"
+                            raise FormatError(f"{at}: {exc}", location=at) from None
     return spans
+
+
+def _objects(value: Any, where: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """The objects of a JSON array (absent: none); anything else is a typed error."""
+    if value is None:
+        return
+    if not isinstance(value, (list, tuple)):
+        raise FormatError(f"{where}: expected an array, got {type(value).__name__}", location=where)
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise FormatError(f"{where}[{index}]: expected an object", location=where)
+        yield index, item

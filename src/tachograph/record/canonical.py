@@ -34,6 +34,8 @@ __all__ = [
     "es6_number",
     "loads",
     "loads_strict",
+    "loads_untrusted",
+    "nesting_depth",
 ]
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -355,3 +357,39 @@ def loads_strict(data: str | bytes) -> Any:
     if isinstance(data, bytes):
         data = data.decode("utf-8")
     return json.loads(data, object_pairs_hook=_pairs, parse_int=_parse_int)
+
+
+def nesting_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """How deeply arrays and objects nest in ``value``, counted without recursion (so that a
+    hostile document cannot raise :class:`RecursionError`); stops counting past ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        t = type(item)
+        if t is dict or t is list:
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    return deepest
+            stack.extend((child, depth) for child in (item.values() if t is dict else item))
+    return deepest
+
+
+def loads_untrusted(data: bytes | str, *, location: str) -> Any:
+    """Parse a JSON document from outside (an OTLP file, a corpus sidecar): invalid UTF-8,
+    lone surrogates, bad JSON and nesting deeper than 64 levels (SPEC section 2) raise
+    :class:`~tachograph.errors.FormatError` naming ``location``, never anything else."""
+    from ..errors import FormatError
+
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise FormatError(f"{location}: not valid JSON: {exc}", location=location) from None
+    if nesting_depth(value) > MAX_DEPTH:
+        raise FormatError(
+            f"{location}: nested deeper than {MAX_DEPTH} levels (SPEC section 2)",
+            location=location,
+        )
+    return value

@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from ..errors import FormatError, VerificationFailed
+from ..errors import AppendRefused, FormatError, VerificationFailed
 from .event import ENVELOPE_KEYS, Event, envelope_bytes, event_from_line, hash_envelope, new_event
 from .seal import Processor, Sealer
 from .verify import VerifyReport, iter_jsonl_runs
@@ -20,7 +20,9 @@ if TYPE_CHECKING:  # record sits below store: a store is only handed in
     from ..store.base import Store
 
 __all__ = [
+    "ImportRefused",
     "ImportReport",
+    "Refusal",
     "export_run",
     "import_jsonl",
     "read_jsonl",
@@ -108,8 +110,35 @@ def _to_event(line: dict[str, Any]) -> Event:
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why an import stored nothing: the run and seq at fault (when known) and the reason."""
+
+    reason: str
+    """``verification``, ``conflict`` (the store holds other events there) or ``store``."""
+    message: str
+    run_id: str | None = None
+    tenant: str | None = None
+    seq: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "reason": self.reason,
+            "message": self.message,
+            "run_id": self.run_id,
+            "tenant": self.tenant,
+            "seq": self.seq,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ImportReport:
-    """What an import did: runs and events seen, events written, duplicates skipped."""
+    """What an import did: runs and events seen, events written, duplicates skipped.
+
+    An import is atomic: ``stored`` is true when the whole file is in the store (``written``
+    new events, ``duplicates`` already there), false when nothing of it was stored; then
+    ``refused`` says why.
+    """
 
     runs: tuple[VerifyReport, ...]
     events: int
@@ -117,15 +146,24 @@ class ImportReport:
     duplicates: int
     redacted: int = 0
     """Events whose payload the processors changed (their runs were re-chained)."""
+    refused: tuple[Refusal, ...] = ()
+
+    @property
+    def stored(self) -> bool:
+        """True when the file was stored whole."""
+        return not self.refused
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
         return {
+            "ok": self.stored,
+            "stored": self.stored,
             "runs": [r.to_dict() for r in self.runs],
             "events": self.events,
             "written": self.written,
             "duplicates": self.duplicates,
             "redacted": self.redacted,
+            "refused": [r.to_dict() for r in self.refused],
         }
 
 
@@ -157,6 +195,13 @@ def _processed(event: Event, sealer: Sealer, prev: str | None) -> tuple[Event, b
     return rebuilt, changed
 
 
+class ImportRefused(AppendRefused):
+    """An import that stored nothing because the store refused part of it; ``report`` is the
+    :class:`ImportReport` (``stored`` false, ``refused`` naming the event)."""
+
+    report: ImportReport
+
+
 def import_jsonl(
     store: Store,
     source: str | os.PathLike[str] | IO[bytes],
@@ -164,7 +209,7 @@ def import_jsonl(
     progress: Callable[[int], None] | None = None,
     processors: Sequence[Processor] = (),
 ) -> ImportReport:
-    """Verify every run in the file, then store them; events already stored are skipped.
+    """Verify every run in the file, then store them all in one atomic unit.
 
     Before they are stored, payloads pass through ``processors`` as a recording's do (the
     facade's :func:`tachograph.import_jsonl` and ``tacho import`` put the default redaction
@@ -173,8 +218,13 @@ def import_jsonl(
     timestamps and salts; new digests and hashes), and ``redacted`` counts those events.
 
     Nothing is stored if any run fails verification: :class:`VerificationFailed` is raised with
-    the reports (``err.reports``), each naming the run, the seq and the failed check. A file
-    given by path is read twice (verify, then store) so memory stays flat; a stream is held.
+    the reports (``err.reports``), each naming the run, the seq and the failed check. Nothing is
+    stored either if the store refuses any event (another event at that seq, an event id
+    already used): :class:`ImportRefused` is raised with ``err.report``. A store that fails
+    (a full disk, an I/O error) raises :class:`~tachograph.errors.StoreUnavailable`, again with
+    nothing stored: the events go in one transaction (:meth:`Store.append_all`). Events
+    already stored are skipped. A file given by path is read twice (verify, then store) so
+    memory stays flat; a stream is held.
     """
     if not isinstance(source, (str, os.PathLike)):
         data = source.read()
@@ -190,42 +240,54 @@ def import_jsonl(
             report=failed[0],
         )
     chain = tuple(processors)
-    written = duplicates = total = redacted = 0
-    batch: list[Event] = []
+    total = sum(r.events for r in reports)
+    redacted = 0
 
-    def flush() -> None:
-        nonlocal written, duplicates
-        for receipt in store.append(batch):
-            if receipt.duplicate:
-                duplicates += 1
-            else:
-                written += 1
-        if progress is not None:
-            progress(len(batch))
-        batch.clear()
-
-    for _checker, parsed in iter_jsonl_runs(_open_lines(source_lines)):
-        prev: str | None = None
-        sealer: Sealer | None = None
-        for line in parsed:
-            if line is None:  # pragma: no cover - verification refused such files above
-                continue
-            event, changed = _to_event(line), False
-            if chain:
-                if sealer is None:
-                    sealer = Sealer(
-                        run_id=event.run_id,
-                        actor=event.actor,
-                        tenant=event.tenant,
-                        processors=chain,
-                    )
-                event, changed = _processed(event, sealer, prev)
-            prev = event.hash
-            redacted += changed
-            batch.append(event)
-            total += 1
-            if len(batch) >= _BATCH:
-                flush()
+    def batches() -> Iterator[list[Event]]:
+        nonlocal redacted
+        batch: list[Event] = []
+        for _checker, parsed in iter_jsonl_runs(_open_lines(source_lines)):
+            prev: str | None = None
+            sealer: Sealer | None = None
+            for line in parsed:
+                if line is None:  # pragma: no cover - verification refused such files above
+                    continue
+                event, changed = _to_event(line), False
+                if chain:
+                    if sealer is None:
+                        sealer = Sealer(
+                            run_id=event.run_id,
+                            actor=event.actor,
+                            tenant=event.tenant,
+                            processors=chain,
+                        )
+                    event, changed = _processed(event, sealer, prev)
+                prev = event.hash
+                redacted += changed
+                batch.append(event)
+                if len(batch) >= _BATCH:
+                    yield batch
+                    batch = []
         if batch:
-            flush()
-    return ImportReport(tuple(reports), total, written, duplicates, redacted)
+            yield batch
+
+    try:
+        written, duplicates = store.append_all(batches(), progress=progress)
+    except AppendRefused as exc:
+        refusal = Refusal(
+            "conflict",
+            str(exc),
+            run_id=getattr(exc, "run_id", None),
+            tenant=getattr(exc, "tenant", None),
+            seq=getattr(exc, "seq", None),
+        )
+        report = ImportReport(
+            tuple(reports), total, 0, 0, redacted=redacted, refused=(refusal,)
+        )
+        raise ImportRefused(
+            f"import refused, nothing stored: {exc}",
+            report=report,
+            run_id=refusal.run_id,
+            seq=refusal.seq,
+        ) from exc
+    return ImportReport(tuple(reports), total, written, duplicates, redacted=redacted)

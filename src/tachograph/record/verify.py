@@ -19,8 +19,15 @@ from typing import Any
 
 import orjson
 
-from ..errors import ProfileError
-from .canonical import MAX_SAFE_INTEGER, DuplicateKeyError, canonical, loads, loads_strict
+from ..errors import ProfileError, PurposeDenied, RunNotFound, TachographError
+from .canonical import (
+    MAX_DEPTH,
+    MAX_SAFE_INTEGER,
+    DuplicateKeyError,
+    canonical,
+    loads,
+    loads_strict,
+)
 from .event import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, envelope_bytes
 from .rows import RunSummary, StoredRow
 
@@ -198,8 +205,8 @@ def _check_values(line: dict[str, Any]) -> str | None:
             if key == "type" and value in ("handoff", "decision"):
                 continue
             return f"{key} {value!r} is not well formed"
-    if not _is_int(line["seq"]) or line["seq"] < 0:
-        return f"seq {line['seq']!r} must be a non-negative integer"
+    if not _is_int(line["seq"]) or not 0 <= line["seq"] <= MAX_SAFE_INTEGER:
+        return f"seq {line['seq']!r} must be an integer from 0 to 2**53 - 1"
     actor = line["actor"]
     if type(actor) is not str or not 1 <= len(actor) <= 128:
         return f"actor {actor!r} must be a string of 1-128 characters"
@@ -566,7 +573,7 @@ def _row_plainly_well_formed(r: StoredRow) -> bool:
         return False
     return (
         type(seq) is int
-        and seq >= 0
+        and 0 <= seq <= MAX_SAFE_INTEGER
         and type(actor) is str
         and 1 <= len(actor) <= 128
         and actor.isascii()
@@ -655,6 +662,8 @@ def verify_run(
     source: str | None = None,
     max_failures: int = 100,
     progress: Callable[[int], None] | None = None,
+    run_id: str | None = None,
+    tenant: str | None = None,
 ) -> VerifyReport:
     """Verify one stored run (SPEC section 8): the one meaning of "verified" everywhere.
 
@@ -668,10 +677,34 @@ def verify_run(
     ``seals`` is reserved for the seal log (signed checkpoints, which also expose a tail cut
     together with its summary); until it exists only ``None`` is accepted. ``progress`` is
     called with the number of rows checked since its last call, at most every 1000 rows.
+
+    If reading ``rows`` itself fails (a damaged page, a tampered row the engine cannot even
+    return), the run fails check 1 with the reason, named ``run_id`` and ``tenant`` when no
+    row was read; :class:`~tachograph.errors.RunNotFound` and a refused read
+    (:class:`~tachograph.errors.PurposeDenied`) are raised as they are.
     """
     if seals is not None:
         raise ValueError("verify_run: seals are not supported yet; pass seals=None")
     checker = LineChecker(source=source, max_failures=max_failures)
+    try:
+        _feed_rows(checker, rows, progress)
+    except (RunNotFound, PurposeDenied):  # not a damaged run: a read that may not be made
+        raise
+    except (TachographError, ValueError, TypeError, OverflowError) as exc:
+        # One unreadable run fails with a report; it does not stop the others (verify --all).
+        if checker.run_id is None:
+            checker.run_id, checker.tenant = run_id, tenant
+        checker.feed_malformed(f"the store could not read this run: {exc}")
+        return checker.report()
+    checker.hold_against(summary)
+    return checker.report()
+
+
+def _feed_rows(
+    checker: LineChecker,
+    rows: Iterable[StoredRow | Event],
+    progress: Callable[[int], None] | None,
+) -> None:
     feed_row, feed_event = checker.feed_row, checker.feed_event
     if progress is None:
         for row in rows:
@@ -692,8 +725,6 @@ def verify_run(
                 pending = 0
         if pending:
             progress(pending)
-    checker.hold_against(summary)
-    return checker.report()
 
 
 def verify_events(events: Iterable[Event], *, source: str | None = None) -> VerifyReport:
@@ -710,6 +741,9 @@ def _parse_line(raw: bytes | str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"duplicate key {exc.key!r} in line"
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"not valid JSON: {exc}"
+    except RecursionError:
+        # Only nesting far beyond the profile's 64 levels reaches the parser's limit.
+        return None, f"nested deeper than {MAX_DEPTH} levels (SPEC section 2)"
     if type(data) is not dict:
         return None, "a line must be a JSON object"
     return data, None

@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from ..errors import CorpusError, VerificationFailed
+from ..errors import CorpusError, FormatError, VerificationFailed
+from ..record.canonical import loads_untrusted
 from ..record.event import Event, now_ts
 from ..record.jsonl import write_events
 from ..record.seal import Processor, Sealer
@@ -115,8 +116,10 @@ def _sidecar_of(path: Path) -> Path:
 
 def read_sidecar(path: Path) -> dict[str, Any]:
     try:
-        data = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        data = loads_untrusted(path.read_bytes(), location=f"sidecar {path.name}")
+    except OSError as exc:
+        raise CorpusError(f"sidecar {path.name} cannot be read: {exc}", path=str(path)) from None
+    except FormatError as exc:
         raise CorpusError(f"sidecar {path.name} cannot be read: {exc}", path=str(path)) from None
     if not isinstance(data, dict):
         raise CorpusError(f"sidecar {path.name} is not a JSON object", path=str(path))

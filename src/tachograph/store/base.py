@@ -135,6 +135,27 @@ class Store(abc.ABC):
         ``(run, seq)`` with other content raises :class:`~tachograph.errors.DuplicateConflict`.
         """
 
+    def append_all(
+        self,
+        batches: Iterable[Sequence[Event]],
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """Append several batches as ONE atomic unit: all of them are stored, or none.
+
+        What an import needs (a file is stored whole or not at all, whatever fails and
+        wherever the process is killed). Returns ``(written, duplicates)``. This default is
+        atomic because :meth:`append` is: it joins the batches into one batch (memory grows
+        with the file). Engines that can hold one transaction over several batches override
+        it to keep memory flat (SQLite does).
+        """
+        joined = [event for batch in batches for event in batch]
+        receipts = self.append(joined)
+        if progress is not None:
+            progress(len(joined))
+        duplicates = sum(1 for r in receipts if r.duplicate)
+        return len(receipts) - duplicates, duplicates
+
     @abc.abstractmethod
     def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
         """The last ``(seq, hash)`` of a run, or ``None`` if it has no events."""

@@ -13,9 +13,11 @@ import functools
 import os
 import random
 import sqlite3
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ import orjson
 
 from ..errors import (
     DuplicateConflict,
+    FormatError,
     SchemaVersionError,
     SequenceConflict,
     StoreError,
@@ -35,7 +38,7 @@ from .base import Receipt, RunInfo, Store, not_found
 from .sqlite_lifecycle import LIFECYCLE_MIGRATION, SQLiteLifecycle
 from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "interrupt_waits"]
 
 SCHEMA_VERSION = 4
 
@@ -114,6 +117,35 @@ _PAGE = 2000
 # tuple constructor itself, half the cost of StoredRow._make (whose length check cannot fail).
 _as_row: Callable[[tuple[Any, ...]], StoredRow] = functools.partial(tuple.__new__, StoredRow)
 _LOCK_DEADLINE = 120.0  # seconds a writer keeps retrying a locked database before giving up
+_BUSY_SLICE = 0.1  # seconds SQLite itself waits on a lock before _retry takes over
+_ANNOUNCE_AFTER = 1.0  # a wait longer than this says what it waits for
+
+
+_INTERRUPTED = threading.Event()
+
+
+def interrupt_waits() -> None:
+    """Make every wait for a lock in this process give up now (the CLI calls this on Ctrl-C,
+    so that the writer thread does not keep the process alive waiting out the lock)."""
+    _INTERRUPTED.set()
+
+
+def _announce(message: str) -> None:
+    """Tell the person at the terminal why nothing happens (stderr: never mixed with data)."""
+    try:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # pragma: no cover - stderr closed
+        pass
+
+
+def _writable(target: Path) -> bool:
+    """Whether SQLite can write beside ``target``: the file (if it exists) and its folder,
+    which must hold the ``-wal`` and ``-shm`` files."""
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.exists() and not os.access(target, os.W_OK):
+        return False
+    return os.access(folder, os.W_OK)
 
 
 def _statements(script: str) -> list[str]:
@@ -150,7 +182,7 @@ def _parse_url(url: str) -> tuple[str, dict[str, str]]:
             path = path[1:]
         if not path:
             raise StoreError(f"store URL {url!r} names no file", location=url)
-        return path, query
+        return _absolute_if_meant(path), query
     return url, query
 
 
@@ -176,6 +208,33 @@ def _create_private(target: Path) -> None:
     if hasattr(os, "fchmod"):  # exactly 0600, whatever the umask took away
         os.fchmod(fd, 0o600)
     os.close(fd)
+
+
+def _decode_body(body: Any, row: tuple[Any, ...]) -> Any:
+    """A stored payload, decoded. Bytes the store wrote always decode; tampered ones raise a
+    :class:`FormatError` naming the run and seq (verification reports them as check 5)."""
+    try:
+        return orjson.loads(body)
+    except (orjson.JSONDecodeError, TypeError) as exc:
+        raise FormatError(
+            f"run {row[1]!r} seq {row[2]}: the stored payload is not valid JSON ({exc}); "
+            "the store was changed behind tachograph's back: run tacho verify",
+            run_id=row[1],
+            seq=row[2],
+        ) from None
+
+
+def _absolute_if_meant(path: str) -> str:
+    """``sqlite:///x/y.db`` is ``x/y.db`` relative to the current folder (SQLAlchemy's rule;
+    ``sqlite:////x/y.db`` is absolute), unless ``x`` does not exist here but ``/x`` does:
+    then the URL was written the way ``file:///x/y.db`` reads, and means the absolute path
+    (``sqlite:///srv/runs.db`` is ``/srv/runs.db`` when there is no ``./srv``)."""
+    if path.startswith("/") or path == ":memory:":
+        return path
+    first = Path(path).parts[0]
+    if first in (".", "..") or Path(first).exists():
+        return path
+    return "/" + path if Path("/" + first).exists() else path
 
 
 class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
@@ -215,19 +274,14 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     )
                 _create_private(target)
         self._lock = threading.RLock()
+        self._busy_deadline = max(float(busy_timeout), _LOCK_DEADLINE)
+        self.read_only = False
         self._closed = False
         try:
-            self._db = sqlite3.connect(
-                self.path,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=busy_timeout,
-            )
-            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            if not memory:
-                self._retry(lambda: self._db.execute("PRAGMA journal_mode = WAL"))
-            self._db.execute(f"PRAGMA synchronous = {sync}")
-            self._retry(self._migrate)
+            if not memory and not _writable(Path(self.path)):
+                self._open_read_only()
+            else:
+                self._open_read_write(memory)
         except BaseException as exc:
             if hasattr(self, "_db"):
                 self._db.close()
@@ -236,6 +290,72 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     f"cannot open {self.path}: {exc}", location=self.path
                 ) from exc
             raise
+
+    def _connect(self, target: str, *, uri: bool = False) -> sqlite3.Connection:
+        # A short busy timeout inside SQLite, and the waiting done by _retry in Python: a
+        # wait inside SQLite's C code cannot be interrupted by Ctrl-C, and says nothing.
+        db = sqlite3.connect(
+            target, isolation_level=None, check_same_thread=False, timeout=_BUSY_SLICE, uri=uri
+        )
+        db.execute(f"PRAGMA busy_timeout = {int(_BUSY_SLICE * 1000)}")
+        return db
+
+    def _open_read_write(self, memory: bool) -> None:
+        self._db = self._connect(self.path)
+        try:
+            if not memory:
+                mode = self._retry(lambda: self._db.execute("PRAGMA journal_mode").fetchone())
+                if str(mode[0]).lower() != "wal":
+                    self._retry(lambda: self._db.execute("PRAGMA journal_mode = WAL"))
+            self._db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            self._retry(self._migrate)
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            if memory or ("readonly" not in text and "read-only" not in text):
+                raise
+            # The file or its folder cannot be written after all (a read-only mount that
+            # access() did not reveal): read it without writing anything.
+            self._db.close()
+            self._open_read_only()
+
+    def _open_read_only(self) -> None:
+        """Open for reading only: every read command works on a store in a read-only file or
+        folder. A WAL store needs its shared-memory file; where that cannot be created, the
+        file is read as immutable (nobody can be writing to a read-only medium)."""
+        self.read_only = True
+        absolute = Path(self.path).resolve().as_posix()
+        base = "file:" + urllib.parse.quote(absolute)
+        try:
+            self._db = self._connect(base + "?mode=ro", uri=True)
+            self._check_version()
+        except sqlite3.OperationalError:
+            if hasattr(self, "_db"):
+                self._db.close()
+            self._db = self._connect(base + "?mode=ro&immutable=1", uri=True)
+            self._check_version()
+
+    def _check_version(self) -> int:
+        db = self._db
+        has_meta = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+        ).fetchone()
+        version = 0
+        if has_meta:
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path} has schema version {version}; this tachograph reads up to "
+                f"{SCHEMA_VERSION}: upgrade tachograph",
+                location=self.path,
+                expected=SCHEMA_VERSION,
+                actual=version,
+            )
+        if self.read_only and version == 0:
+            raise StoreUnavailable(
+                f"{self.path} is read-only and holds no tachograph store", location=self.path
+            )
+        return version
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> SQLiteStore:
@@ -259,9 +379,15 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 ) from exc
 
     def _retry(self, action: Any) -> Any:
-        """Run ``action`` and retry while the database is locked (busy_timeout covers most)."""
-        deadline = time.monotonic() + _LOCK_DEADLINE
+        """Run ``action`` and retry while the database is locked by another process.
+
+        Waits in Python, in short sleeps, so that Ctrl-C stops it; a wait longer than
+        :data:`_ANNOUNCE_AFTER` seconds says once, on stderr, what it waits for.
+        """
+        start = time.monotonic()
+        deadline = start + self._busy_deadline
         delay = 0.001
+        announced = False
         while True:
             try:
                 return action()
@@ -269,17 +395,34 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 text = str(exc).lower()
                 if "locked" not in text and "busy" not in text:
                     raise
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if _INTERRUPTED.is_set():
                     raise StoreUnavailable(
-                        f"{self.path} stayed locked for {_LOCK_DEADLINE:.0f}s: {exc}",
+                        f"interrupted while waiting for the write lock on {self.path}",
                         location=self.path,
                     ) from exc
+                if now > deadline:
+                    raise StoreUnavailable(
+                        f"{self.path} stayed locked for {self._busy_deadline:.0f}s: {exc}",
+                        location=self.path,
+                    ) from exc
+                if not announced and now - start > _ANNOUNCE_AFTER:
+                    announced = True
+                    _announce(
+                        f"tachograph: waiting for the write lock on {self.path}: another "
+                        f"process is writing to it (giving up after "
+                        f"{self._busy_deadline:.0f}s; Ctrl-C to stop)"
+                    )
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.05)
 
     def _migrate(self) -> None:
         with self._lock:
             db = self._db
+            # Read the version first: an up-to-date store is opened without taking the write
+            # lock, so readers never queue behind a writer (WAL readers do not block).
+            if self._check_version() == SCHEMA_VERSION:
+                return
             db.execute("BEGIN IMMEDIATE")
             try:
                 has_meta = db.execute(
@@ -322,6 +465,14 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     db.execute("ROLLBACK")
                 raise
 
+    def _refuse_read_only(self) -> None:
+        if self.read_only:
+            raise StoreUnavailable(
+                f"{self.path} is read-only (the file or its folder cannot be written): "
+                "nothing was written",
+                location=self.path,
+            )
+
     @property
     def schema_version(self) -> int:
         """The schema version recorded in the database."""
@@ -343,12 +494,49 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             return []
         if self._closed:
             raise StoreUnavailable(f"{self.url} is closed", location=self.path)
+        self._refuse_read_only()
         try:
             return list(self._retry(lambda: self._append(events)))
         except sqlite3.DatabaseError as exc:
+            stored = self._reconcile(events[-1])
+            if stored is None:
+                outcome = "whether the batch was stored is unknown: run tacho verify"
+            elif stored:
+                outcome = (
+                    "the batch IS in the store, but the disk reported an error while making "
+                    "it durable: it may not survive a power loss"
+                )
+            else:
+                outcome = "nothing of the batch was stored"
             raise StoreUnavailable(
-                f"append to {self.path} failed: {exc}", location=self.path
+                f"append to {self.path} failed: {exc}; {outcome}",
+                location=self.path,
+                stored=stored,
             ) from exc
+
+    def _reconcile(self, last: Event) -> bool | None:
+        """After a failed commit, whether the batch is in the store after all.
+
+        An fsync that fails after SQLite wrote the WAL frames leaves a transaction that WAL
+        recovery brings back on the next open: so the answer comes from a fresh connection
+        (which runs that recovery when it is the only one), not from the failed one.
+        """
+        if self.path == ":memory:":
+            return False
+        with self._lock:
+            try:
+                self._db.close()
+            except sqlite3.Error:  # pragma: no cover - closing a broken connection
+                pass
+            try:
+                self._db = self._connect(self.path)
+                self._db.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+                row = self._db.execute(
+                    "SELECT 1 FROM events WHERE event_id=?", (last.event_id,)
+                ).fetchone()
+            except sqlite3.Error:
+                return None
+        return row is not None
 
     def _append(self, events: Sequence[Event]) -> list[Receipt]:
         with self._lock:
@@ -362,6 +550,51 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     db.execute("ROLLBACK")
                 raise
             return receipts
+
+    def append_all(
+        self,
+        batches: Iterable[Sequence[Event]],
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """Append every batch inside one transaction (see :meth:`Store.append_all`).
+
+        A conflict, an I/O error (a full disk) or a kill anywhere before COMMIT leaves the
+        store as it was: SQLite rolls the transaction back, or recovery drops it on reopen.
+        """
+        if self._closed:
+            raise StoreUnavailable(f"{self.url} is closed", location=self.path)
+        try:
+            result: tuple[int, int] = self._retry(lambda: self._append_all(batches, progress))
+        except sqlite3.DatabaseError as exc:
+            raise StoreUnavailable(
+                f"import into {self.path} failed, nothing stored: {exc}", location=self.path
+            ) from exc
+        return result
+
+    def _append_all(
+        self, batches: Iterable[Sequence[Event]], progress: Callable[[int], None] | None
+    ) -> tuple[int, int]:
+        written = duplicates = 0
+        self._refuse_read_only()
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for batch in batches:
+                    for receipt in self._append_locked(db, batch):
+                        if receipt.duplicate:
+                            duplicates += 1
+                        else:
+                            written += 1
+                    if progress is not None:
+                        progress(len(batch))
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        return written, duplicates
 
     def _append_locked(self, db: sqlite3.Connection, events: Sequence[Event]) -> list[Receipt]:
         heads: dict[tuple[str, str], list[Any]] = {}
@@ -538,16 +771,17 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             for r in page:
                 (tenant_, run, seq, event_id, ts, kind, actor, trace_id, span_id, key, model,
                  seed, digest, prev_hash, stored_hash, body, salt) = r  # fmt: skip
-                yield Event(
-                    1, tenant_, run, seq, event_id, ts, kind, actor, trace_id, span_id, key,
-                    model, seed, digest, prev_hash, stored_hash,
+                try:
                     # Stored bodies are orjson's output for a payload checked against the
                     # profile at write time: no integer literal beyond 2^53 can occur, so no
                     # widening pass (a regex over the bytes cost ten times the parse).
-                    # Tampered bytes fail check 5.
-                    loads(body) if decode and body is not None else None,
-                    salt,
-                    body,
+                    payload = loads(body) if decode and body is not None else None
+                except (orjson.JSONDecodeError, TypeError):
+                    # Tampered bytes: a typed error naming the run and seq (check 5 in verify).
+                    payload = _decode_body(body, r)
+                yield Event(
+                    1, tenant_, run, seq, event_id, ts, kind, actor, trace_id, span_id, key,
+                    model, seed, digest, prev_hash, stored_hash, payload, salt, body,
                 )  # fmt: skip
 
     def read_rows(

@@ -253,9 +253,20 @@ class SQLiteLifecycle:
         deadline = time.monotonic() + _SCRUB_DEADLINE
         while True:
             with self._lock:
-                row = self._retry(
-                    lambda: self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-                )
+                try:
+                    row = self._retry(
+                        lambda: self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                    )
+                except sqlite3.Error as exc:
+                    # The disk failed (EIO, ENOSPC) while copying pages back: the erasure
+                    # itself is committed; the -wal may still hold old page images.
+                    raise StoreUnavailable(
+                        f"{self.path}: the erasure is committed, but cutting the write-ahead "
+                        f"log failed ({exc}): old page images may remain in the -wal file "
+                        "(run the erasure again to finish it)",
+                        location=self.path,
+                        stored=True,
+                    ) from exc
             if row is None or row[0] == 0:
                 return
             if time.monotonic() > deadline:

@@ -45,7 +45,12 @@ def verify_stored(
     summary = run_summary(store, run_id, tenant=tenant)
     where = summary.tenant if summary is not None else tenant
     return verify_run(
-        store.read_rows(run_id, tenant=where), summary, source=store.url, progress=progress
+        store.read_rows(run_id, tenant=where),
+        summary,
+        source=store.url,
+        progress=progress,
+        run_id=run_id,
+        tenant=where,
     )
 
 

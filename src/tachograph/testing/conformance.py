@@ -41,6 +41,7 @@ from ..store.base import Receipt, RunInfo, Store
 from ..store.registry import open_store
 from ..store.verify import verify_all, verify_stored
 from . import build_run, fixed_ts
+from .append_all_conformance import AppendAllConformance
 from .seal_conformance import SealLogConformance
 
 __all__ = ["StoreConformance"]
@@ -58,7 +59,7 @@ def _ids(infos: list[RunInfo]) -> list[str]:
     return [info.run_id for info in infos]
 
 
-class StoreConformance(SealLogConformance, abc.ABC):
+class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
     """What every store must do. Subclass it and implement :meth:`make_store`.
 
     The seal-log tests (SPEC section 9) come from :class:`SealLogConformance`.

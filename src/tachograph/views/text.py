@@ -1,0 +1,66 @@
+"""Terminal-safe text: recorded bytes never act on the terminal that shows them.
+
+A recorded payload, actor name or error message is untrusted text. Printed raw it could clear
+the screen (``ESC [2J``), set the window title or plant a link (OSC), move the cursor back
+over a line (``CR``), start a forged timeline line (``LF``, U+2028), hide or reorder text
+(bidi overrides such as U+202E), or cut the output short (``NUL``). :func:`escape` turns each
+such character into a visible escape (``\\x1b``, ``\\u202e``) and leaves every other character,
+backslashes included, as it is. Every human-readable command passes recorded text through it;
+JSON output does not need it (JSON escapes C0 itself, and :func:`escape_json` adds the rest).
+
+This module imports nothing heavy: it is used before rich is loaded, and by ``tacho doctor``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UNSAFE", "escape", "escape_json", "is_safe"]
+
+
+def _unsafe_codepoints() -> frozenset[int]:
+    points = set(range(0x20))  # C0 controls, including TAB, LF, CR, ESC, NUL
+    points.add(0x7F)  # DEL
+    points.update(range(0x80, 0xA0))  # C1 controls (0x9B is a one-byte CSI)
+    points.update((0x061C, 0x200E, 0x200F))  # bidi marks
+    points.update(range(0x202A, 0x202F))  # LRE RLE PDF LRO RLO
+    points.update(range(0x2066, 0x206A))  # LRI RLI FSI PDI
+    points.update((0x2028, 0x2029))  # line and paragraph separators: a line break to some
+    points.update((0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF))  # invisible: hide a difference
+    points.update(range(0xD800, 0xE000))  # lone surrogates (undecodable stored bytes)
+    return frozenset(points)
+
+
+UNSAFE = _unsafe_codepoints()
+"""The code points :func:`escape` replaces."""
+
+
+def _spelling(point: int) -> str:
+    return f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}"
+
+
+_TABLE = {point: _spelling(point) for point in UNSAFE}
+_KEEP_NEWLINES = {point: value for point, value in _TABLE.items() if point != 0x0A}
+_JSON_TABLE = {point: f"\\u{point:04x}" for point in UNSAFE if point >= 0x7F}
+
+
+def escape(text: str, *, newlines: bool = False) -> str:
+    """``text`` with every control, bidi and invisible character shown as an escape.
+
+    With ``newlines=True`` a line feed is kept (for multi-line blocks whose lines are each
+    escaped); a carriage return never is, since it overwrites the line it ends.
+    """
+    if text.isascii() and text.isprintable():
+        return text
+    return text.translate(_KEEP_NEWLINES if newlines else _TABLE)
+
+
+def escape_json(text: str) -> str:
+    """Serialized JSON made terminal-safe: the unsafe characters JSON leaves raw (DEL, C1,
+    bidi, separators) become ``\\uXXXX`` escapes, which keep the JSON valid and equal."""
+    if text.isascii():
+        return text.replace("\x7f", "\\u007f")
+    return text.translate(_JSON_TABLE)
+
+
+def is_safe(text: str) -> bool:
+    """True when :func:`escape` would leave ``text`` unchanged."""
+    return escape(text) == text
