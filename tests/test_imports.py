@@ -17,6 +17,8 @@ FORBIDDEN = {
     "anthropic",
     "httpx",
     "httpx2",
+    "agents",
+    "langchain_core",
     # web frameworks and servers
     "aiohttp",
     "bottle",

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import tachograph as tg
-from agents import shop
-from agents.fixtures import run_child
-from agents.ledger import Ledger
+from shop_agents import shop
+from shop_agents.fixtures import run_child
+from shop_agents.ledger import Ledger
 
 NOTE_DONE, REFUND_DONE, COMPUTE_DONE = 12, 14, 10
 

@@ -1,3 +1,3 @@
-from agents.fixtures import ledger, store
+from shop_agents.fixtures import ledger, store
 
 __all__ = ["ledger", "store"]

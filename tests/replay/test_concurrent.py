@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import tachograph as tg
-from agents import fanout
+from shop_agents import fanout
 
 ORDERS = fanout.TASK["orders"]
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import tachograph as tg
-from agents import fanout
+from shop_agents import fanout
 from tachograph.replay.api import overlapping_calls
 
 

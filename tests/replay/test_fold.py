@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tachograph as tg
-from agents import shop
-from agents.ledger import Ledger
+from shop_agents import shop
+from shop_agents.ledger import Ledger
 
 
 def test_state_at_each_step_of_the_shop_run(store: tg.SQLiteStore, ledger: Ledger) -> None:

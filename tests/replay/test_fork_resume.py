@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 import tachograph as tg
-from agents import shop
-from agents.fixtures import run_child
-from agents.ledger import Ledger
+from shop_agents import shop
+from shop_agents.fixtures import run_child
+from shop_agents.ledger import Ledger
 from tachograph.replay.diff import MISSING
 
 FIRST_RESPONSE, NOTE_REQUESTED, REFUND_REQUESTED, FINISHED = 5, 11, 13, 20

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import tachograph as tg
-from agents import shop
-from agents.ledger import Ledger
+from shop_agents import shop
+from shop_agents.ledger import Ledger
 from tachograph.replay.diff import MISSING
 
 # Seqs of the recorded shop run (see SHOP_TYPES in tests/runtime/test_record.py).
@@ -373,7 +373,7 @@ def test_bad_match_mode_fails_loudly(store: tg.SQLiteStore, recorded: str) -> No
 def test_a_crashed_run_replays_up_to_the_crash(
     tmp_path: Path, store: tg.SQLiteStore, ledger: Ledger
 ) -> None:
-    from agents.fixtures import run_child
+    from shop_agents.fixtures import run_child
 
     db = tmp_path / "crash.db"
     run_child(db, "crashed", hang_in="issue_refund", books=tmp_path / "b.db", tmp_path=tmp_path)

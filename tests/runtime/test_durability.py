@@ -12,8 +12,8 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 import tachograph as tg
-from agents.fixtures import run_child
-from agents.ledger import Ledger
+from shop_agents.fixtures import run_child
+from shop_agents.ledger import Ledger
 from tachograph.testing import build_run
 
 

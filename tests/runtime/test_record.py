@@ -15,8 +15,8 @@ import pytest
 import rfc8785
 
 import tachograph as tg
-from agents import fanout, shop
-from agents.ledger import Ledger
+from shop_agents import fanout, shop
+from shop_agents.ledger import Ledger
 
 SHOP_TYPES = [
     "run.started",

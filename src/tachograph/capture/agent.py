@@ -32,6 +32,7 @@ from ..record.event import new_ulid
 from ..record.seal import KEY_SECRET_FIELD, new_key_secret
 from ..store import Store, open_store
 from .boundary import error_info
+from .foreign import FrameworkTool, framework_tool
 from .recorder import Durability, Listener, Observer, Processor, Recorder, close_writer
 from .runtime import ToolSpec, registered_models, registered_tools, sha256_text
 from .session import Session
@@ -102,13 +103,19 @@ def code_version_of(fn: Callable[..., Any]) -> str | None:
     return None
 
 
-def _tool_spec(item: Any) -> ToolSpec:
+def _tool_spec(item: Any) -> ToolSpec | FrameworkTool:
     spec = getattr(item, "__tachograph_tool__", None)
     if isinstance(spec, ToolSpec):
         return spec
-    if isinstance(item, ToolSpec):
+    if isinstance(item, (ToolSpec, FrameworkTool)):
         return item
-    raise RecordingError(f"{item!r} is not a tachograph tool (decorate it with @tachograph.tool)")
+    foreign = framework_tool(item)  # an Agents SDK FunctionTool, a LangChain BaseTool, ...
+    if foreign is not None:
+        return foreign
+    raise RecordingError(
+        f"{item!r} is not a tachograph tool (decorate it with @tachograph.tool) nor a "
+        "framework tool with a name and a JSON schema"
+    )
 
 
 def _model_id(item: Any) -> str:

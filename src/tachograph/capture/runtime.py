@@ -390,10 +390,31 @@ def select_plan(
     emit("plan.selected", _clean(plan=plan, chosen_from=chosen_from, reason=reason))
 
 
-def guardrail(name: str, *, stage: str, blocked: bool, reason: str | None = None) -> None:
-    """Record ``guardrail.tripwire``: a guardrail at ``stage`` (input, output or tool) fired."""
+def guardrail(
+    name: str,
+    *,
+    stage: str,
+    blocked: bool | None = None,
+    passed: bool = False,
+    reason: str | None = None,
+) -> None:
+    """Record a guardrail's verdict at ``stage`` (input, output or tool).
+
+    ``passed=True`` records ``guardrail.passed`` (it ran and let the step through); otherwise
+    ``guardrail.tripwire`` (it fired), where ``blocked`` says whether it stopped the step or
+    only flagged it.
+    """
     if stage not in ("input", "output", "tool"):
         raise RecordingError(f"guardrail stage {stage!r}: expected 'input', 'output' or 'tool'")
+    if passed:
+        if blocked:
+            raise RecordingError(f"guardrail {name!r}: a guardrail that passed blocked nothing")
+        emit("guardrail.passed", _clean(guardrail=name, stage=stage, reason=reason))
+        return
+    if blocked is None:
+        raise RecordingError(
+            f"guardrail {name!r}: say blocked=True or False for a tripwire, or passed=True"
+        )
     emit(
         "guardrail.tripwire",
         _clean(guardrail=name, stage=stage, blocked=bool(blocked), reason=reason),

@@ -62,7 +62,7 @@ def run_child(
     env.pop("TACHOGRAPH_DRY_RUN", None)
     env.update(extra_env or {})
     child = subprocess.Popen(
-        [sys.executable, "-m", "agents.crash_child", str(db), run_id],
+        [sys.executable, "-m", "shop_agents.crash_child", str(db), run_id],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

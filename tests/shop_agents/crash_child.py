@@ -1,4 +1,4 @@
-"""``python -m agents.crash_child STORE RUN_ID``: record the shop agent as RUN_ID.
+"""``python -m shop_agents.crash_child STORE RUN_ID``: record the shop agent as RUN_ID.
 
 Run by the crash tests with ``SHOP_HANG_IN`` naming a tool that signals and then sleeps
 until the parent kills this process; ``SHOP_PROCESSED=1`` records with

@@ -1,0 +1,76 @@
+"""A tiny shop API on 127.0.0.1 that counts every request it receives (stdlib only)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def _reply(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("set-cookie", "session=secret")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _count(self) -> None:
+        with self.server.shop.lock:
+            self.server.shop.requests.append((self.command, self.path))
+
+    def do_GET(self) -> None:
+        self._count()
+        order_id = self.path.rsplit("/", 1)[-1]
+        self._reply(200, {"order_id": order_id, "status": "delivered", "total": 19.99})
+
+    def do_POST(self) -> None:
+        self._count()
+        size = int(self.headers.get("content-length") or 0)
+        body = json.loads(self.rfile.read(size) or b"{}")
+        with self.server.shop.lock:
+            self.server.shop.refunds.append(body)
+            number = len(self.server.shop.refunds)
+        self._reply(201, {"refund_id": f"rf_{number}", **body})
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, shop: Shop) -> None:
+        self.shop = shop
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class Shop:
+    """``GET /orders/<id>`` and ``POST /refunds``; ``requests`` counts what arrived."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, str]] = []
+        self.refunds: list[Any] = []
+        self._httpd: _Server | None = _Server(self)
+        host, port = self._httpd.server_address[:2]
+        self.url = f"http://{host!s}:{port}"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> int:
+        """Stop serving (a leaked request is then refused) and return the request count."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+            self._thread.join(timeout=5)
+        return len(self.requests)

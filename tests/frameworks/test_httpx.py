@@ -1,0 +1,200 @@
+"""Plain httpx and httpx2 clients recorded in one line and replayed with the server gone.
+
+A GET is an ``external.read``, a POST a ``write`` tool; replay serves both from the record,
+the shop's request counter does not move, and a changed body diverges at the POST's seq.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import openai
+import pytest
+
+import tachograph
+from tachograph.integrations.httpx import instrument, is_instrumented, uninstrument
+
+from .http_server import Shop
+
+LIBS = [httpx, httpx2]
+
+
+@pytest.fixture
+def shop() -> Iterator[Shop]:
+    server = Shop()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "runs.db")
+
+
+def _agent(client: Any, base: str, amount: float = 19.99) -> Callable[[str], Any]:
+    def refund_agent(order_id: str) -> dict[str, Any]:
+        order = client.get(f"{base}/orders/{order_id}").json()
+        refund = client.post(f"{base}/refunds", json={"order_id": order_id, "amount": amount})
+        return {"order": order, "refund": refund.json(), "status": refund.status_code}
+
+    return refund_agent
+
+
+def _async_agent(lib: Any, base: str) -> Callable[[str], Any]:
+    async def refund_agent(order_id: str) -> dict[str, Any]:
+        # a client per run: its connection pool belongs to the event loop of the run
+        async with instrument(lib.AsyncClient()) as client:
+            order = (await client.get(f"{base}/orders/{order_id}")).json()
+            body = {"order_id": order_id, "amount": 5}
+            refund = await client.post(f"{base}/refunds", json=body)
+        return {"order": order, "refund": refund.json()}
+
+    return refund_agent
+
+
+def _plain(fn: Callable[..., Any]) -> tachograph.Agent:
+    return tachograph.Agent(fn=fn, name="refund_agent", code_version="test-1")
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_get_is_an_external_read_post_a_write_tool_and_replay_sends_nothing(
+    lib: Any, shop: Shop, db: str
+) -> None:
+    client = instrument(lib.Client())
+    assert is_instrumented(client)
+    agent = _plain(_agent(client, shop.url))
+
+    result = tachograph.record_run(agent, "B-2002", store=db)
+
+    assert result.status == "ok"
+    assert result.output["refund"]["refund_id"] == "rf_1"
+    recorded = tachograph.open_store(db).events(result.run_id)
+    assert tachograph.verify_events(recorded).ok
+    assert [e.type for e in recorded] == [
+        "run.started",
+        "external.read",
+        "tool.requested",
+        "tool.completed",
+        "run.finished",
+    ]
+    read = recorded[1].payload
+    assert read["source"] == "http"
+    assert read["key"] == f"GET {shop.url}/orders/B-2002"
+    assert read["value"]["status"] == 200
+    assert read["value"]["body"]["total"] == 19.99
+    assert "set-cookie" not in read["value"]["headers"]
+    requested = recorded[2].payload
+    assert requested["tool"] == "http.post"
+    assert requested["effect"] == "write"
+    assert requested["args"] == {
+        "method": "POST",
+        "url": f"{shop.url}/refunds",
+        "body": {"order_id": "B-2002", "amount": 19.99},
+    }
+    assert recorded[3].payload["result"]["status"] == 201
+    assert recorded[3].idempotency_key == recorded[2].idempotency_key
+    assert len(shop.requests) == 2
+
+    count = shop.stop()
+    report = tachograph.replay(db, result.run_id, agent)
+
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert len(shop.requests) == count == 2
+    assert len(shop.refunds) == 1
+
+    # A one-field change of the POST body diverges exactly at the tool.requested.
+    changed = _plain(_agent(client, shop.url, amount=25.0))
+    diverged = tachograph.replay(db, result.run_id, changed)
+    assert not diverged.reproduced
+    assert diverged.first is not None
+    assert diverged.first.seq == recorded[2].seq == 2
+    paths = {c.path: (c.old, c.new) for c in diverged.first.changes}
+    assert paths["$.payload.args.body.amount"] == (19.99, 25.0)
+    assert len(shop.requests) == 2
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_an_async_client_records_and_replays_offline(lib: Any, shop: Shop, db: str) -> None:
+    agent = _plain(_async_agent(lib, shop.url))
+
+    result = tachograph.record_run(agent, "C-3003", store=db)
+    assert result.status == "ok", result
+    count = shop.stop()
+    report = tachograph.replay(db, result.run_id, agent)
+
+    assert report.reproduced, report.render()
+    assert (
+        report.output
+        == result.output
+        == {
+            "order": {"order_id": "C-3003", "status": "delivered", "total": 19.99},
+            "refund": {"refund_id": "rf_1", "order_id": "C-3003", "amount": 5},
+        }
+    )
+    assert count == len(shop.requests) == 2
+
+
+def test_rules_classify_requests_by_method_and_url_pattern(shop: Shop, db: str) -> None:
+    rules = {
+        ("GET", "*/orders/*"): "read",
+        ("POST", "*/refunds"): "irreversible",
+    }
+    client = instrument(httpx2.Client(), rules=rules)
+    result = tachograph.record_run(_plain(_agent(client, shop.url)), "B-2002", store=db)
+    recorded = tachograph.open_store(db).events(result.run_id)
+    requested = [e.payload for e in recorded if e.type == "tool.requested"]
+    tools = [(p["tool"], p["effect"]) for p in requested]
+    assert tools == [("http.get", "read"), ("http.post", "irreversible")]
+
+    # A callable rule: "external" turns a POST (a search endpoint, say) into a read.
+    def rule(method: str, url: str) -> str | None:
+        return "external" if url.endswith("/refunds") else None
+
+    other = instrument(httpx.Client(), rules=rule)
+    again = tachograph.record_run(_plain(_agent(other, shop.url)), "B-2002", store=db)
+    types = [e.type for e in tachograph.open_store(db).events(again.run_id)]
+    assert types == ["run.started", "external.read", "external.read", "run.finished"]
+
+
+def test_outside_a_run_nothing_changes_and_uninstrument_restores(shop: Shop) -> None:
+    client = instrument(httpx.Client())
+    assert client.get(f"{shop.url}/orders/A-1").json()["order_id"] == "A-1"
+    assert len(shop.requests) == 1
+    uninstrument(client)
+    assert not is_instrumented(client)
+    assert type(client._transport) is httpx.HTTPTransport
+
+
+def test_a_refused_write_is_recorded_as_failed_and_replayed_as_the_same_error(db: str) -> None:
+    shop = Shop()
+    base = shop.url
+    shop.stop()
+    client = instrument(httpx2.Client())
+
+    def agent(_: Any) -> str:
+        try:
+            client.post(f"{base}/refunds", json={"order_id": "X-1"})
+        except httpx2.ConnectError as exc:
+            return f"failed: {type(exc).__name__}"
+        return "sent"
+
+    result = tachograph.record_run(_plain(agent), None, store=db)
+    assert result.output == "failed: ConnectError"
+    recorded = tachograph.open_store(db).events(result.run_id)
+    assert [e.type for e in recorded][1:3] == ["tool.requested", "tool.failed"]
+    assert recorded[2].payload["error"]["type"] == "httpx2.ConnectError"
+    report = tachograph.replay(db, result.run_id, _plain(agent))
+    assert report.reproduced, report.render()
+    assert report.output == "failed: ConnectError"
+
+
+def test_an_sdk_client_or_another_object_is_refused_with_a_hint() -> None:
+    with pytest.raises(TypeError, match=r"integrations\.openai"):
+        instrument(openai.OpenAI(api_key="sk-x"))
+    with pytest.raises(TypeError, match="httpx or httpx2"):
+        instrument(object())
