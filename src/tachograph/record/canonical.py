@@ -3,12 +3,20 @@
 Two encoders produce the same bytes:
 
 * the **fast path** hands the value to orjson with sorted keys. orjson's output is already JCS
-  for everything in the profile except integral floats (orjson prints ``1.0``, JCS ``1``) and
-  object keys that sort differently by UTF-16 code units than by code points (only possible
-  with characters at or above U+E000). A single scan of the value validates the profile and
-  tells whether one of those cases is present.
+  for everything in the profile except some floats and a rare key order. A single scan of the
+  value validates the profile and tells whether one of those cases is present; if so, a
+  second pass copies the value with the difference removed before orjson sees it:
+
+  - an integral float below 2^53 in magnitude becomes the int of the same value (orjson
+    prints ``25.0``, JCS ``25``; the int prints ``25``, and ``-0.0`` becomes ``0`` as JCS says);
+  - a float that orjson prints in another notation (nonzero magnitudes below 1e-5, integral
+    floats from 2^53 up) becomes an ``orjson.Fragment`` of its ECMAScript form;
+  - when an object key holds a character at or above U+E000 (the only case where ordering by
+    UTF-16 code units differs from orjson's code-point order), every object is rebuilt in
+    UTF-16 order and orjson keeps that order instead of sorting.
+
 * the **exact path** is a small, direct transcription of RFC 8785 (ECMAScript number
-  formatting, UTF-16 key order). It runs only when the scan asks for it.
+  formatting, UTF-16 key order): the reference that the fast path is tested against.
 
 The test suite proves both byte-identical to the reference vectors and to the ``rfc8785``
 package over generated values.
@@ -42,8 +50,10 @@ MAX_SAFE_INTEGER = 2**53 - 1
 MAX_DEPTH = 64
 """Deepest nesting of arrays and objects admitted in a record."""
 
-_EXACT = 1  # the value needs the exact encoder
+_FLOAT = 1  # a float orjson prints differently from JCS: rewrite it
+_UTF16 = 2  # a key at or above U+E000: UTF-16 order may differ from code-point order
 _INF = math.inf
+_HIGH = "\ue000"
 
 
 class _Reject(Exception):
@@ -59,8 +69,8 @@ def _scan(value: Any, depth: int) -> int:
         for key, item in value.items():
             if type(key) is not str:
                 raise _Reject
-            if not key.isascii():
-                flags |= _EXACT
+            if not key.isascii() and max(key) >= _HIGH:
+                flags |= _UTF16
             it = type(item)
             if it is str or it is bool or item is None:
                 continue
@@ -94,8 +104,8 @@ def _scan(value: Any, depth: int) -> int:
         if value != value or value == _INF or value == -_INF:
             raise _Reject
         # orjson prints integral floats with ".0" and magnitudes below 1e-5 with an exponent
-        # where ECMAScript uses fixed notation down to 1e-6: those take the exact path.
-        return _EXACT if value.is_integer() or -1e-5 < value < 1e-5 else 0
+        # where ECMAScript uses fixed notation down to 1e-6: those are rewritten.
+        return _FLOAT if value.is_integer() or -1e-5 < value < 1e-5 else 0
     raise _Reject
 
 
@@ -205,12 +215,49 @@ def canonical(value: Any, path: str = "value") -> bytes:
         raise _fail(value, path) from None
     except RecursionError:
         raise _fail(value, path) from None
-    if flags:
-        return canonical_exact(value, path)
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        if not flags:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        if flags & _UTF16:
+            return orjson.dumps(_rewrite_sorted(value))
+        return orjson.dumps(_rewrite(value), option=orjson.OPT_SORT_KEYS)
     except (orjson.JSONEncodeError, TypeError):
         raise _fail(value, path) from None
+
+
+def _float(value: float) -> Any:
+    if -9007199254740992.0 < value < 9007199254740992.0:
+        if value.is_integer():
+            return int(value)  # exact below 2^53, and JCS prints the double as this integer
+        if -1e-5 < value < 1e-5:
+            return orjson.Fragment(es6_number(value).encode())
+        return value
+    # from 2^53 up every double is integral: ECMAScript pads the shortest digits with zeros
+    return orjson.Fragment(es6_number(value).encode())
+
+
+def _rewrite(value: Any) -> Any:
+    """A copy of a scanned value with every float in the form orjson prints as JCS does."""
+    t = type(value)
+    if t is dict:
+        return {k: _rewrite(v) for k, v in value.items()}
+    if t is list:
+        return [_rewrite(v) for v in value]
+    if t is float:
+        return _float(value)
+    return value
+
+
+def _rewrite_sorted(value: Any) -> Any:
+    """As :func:`_rewrite`, with every object's keys in UTF-16 code-unit order."""
+    t = type(value)
+    if t is dict:
+        return {k: _rewrite_sorted(v) for k, v in sorted(value.items(), key=_utf16_key)}
+    if t is list:
+        return [_rewrite_sorted(v) for v in value]
+    if t is float:
+        return _float(value)
+    return value
 
 
 # -- the exact path ---------------------------------------------------------------------------
