@@ -36,6 +36,7 @@ MODULES = ("record", "durable", "verify", "replay", "scale", "sealing", "bridge"
 
 FIGURE_KEYS = (
     "record_event",
+    "canonical_floats",
     "tool_overhead",
     "durable_appends",
     "intent_durable",
