@@ -223,6 +223,9 @@ def _intent_figure(settings: Settings, workdir: Path) -> Figure:
             "commits_per_call_back_to_back": commits_per_call,
             "one_commit_ns": direct_m.to_dict(),
             "one_commit_in_fsyncs": direct_m.median / statistics.median(fsyncs_direct),
+            # against the floor the intent can reach: one commit of one event, same store
+            "isolated_in_commits": isolated_m.median / direct_m.median,
+            "back_to_back_in_commits": subject.median / direct_m.median,
         },
         profile_fn=profile_once,
     )

@@ -206,6 +206,63 @@ def _record_event_figure(settings: Settings) -> Figure:
     )
 
 
+def float_payload(index: int = 7) -> dict[str, Any]:
+    """The record_event payload with what sent it to the exact encoder: integral floats (as a
+    model's usage, prices or scores arrive) and non-ASCII keys."""
+    payload = payload_of_size(PAYLOAD_BYTES, index=index)
+    payload["response"]["temperature"] = 1.0
+    payload["usage"]["cost_usd"] = 25.0
+    payload["usage"]["scores"] = [1.0, 0.5, 3.0, 12.0]
+    payload["response"]["métadonnées"] = {"clé": 2.0, "größe": 1500.0, "名前": "claude"}
+    return payload
+
+
+def _canonical_floats_figure(settings: Settings) -> Figure:
+    from tachograph.record.canonical import canonical_exact
+
+    payload = float_payload()
+    inner = 400
+    repeats = settings.repeats or 31
+    assert tachograph.canonical(payload) == canonical_exact(payload)
+
+    def floor() -> bytes:
+        # what orjson alone costs on the same value (not JCS: it prints 25.0)
+        return orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+
+    subj, base = interleaved(
+        loop_sample(lambda: tachograph.canonical(payload), inner),
+        loop_sample(floor, inner),
+        repeats=repeats,
+    )
+    exact, base2 = interleaved(
+        loop_sample(lambda: canonical_exact(payload), inner // 4),
+        loop_sample(floor, inner),
+        repeats=max(5, repeats // 3),
+    )
+    subject = measure_of("canonical(): integral floats, non-ASCII keys", subj, "ns")
+    baseline = measure_of("orjson.dumps(OPT_SORT_KEYS) of the same value", base, "ns")
+    exact_m = measure_of("canonical_exact() (the path such payloads took before)", exact, "ns")
+    floor2 = measure_of("orjson beside canonical_exact", base2, "ns")
+    ratio = subject.median / baseline.median
+    exact_over_fast = (exact_m.median / floor2.median) / ratio
+    return Figure(
+        key="canonical_floats",
+        title="canonical bytes with integral floats and non-ASCII keys",
+        subject=subject,
+        baseline=baseline,
+        ratio=ratio,
+        ratio_label="canonical / orjson floor",
+        # such payloads took the exact encoder before: the fast path must be well clear of it
+        targets=[Target("times faster than the exact encoder", exact_over_fast, ">=", 3.0)],
+        extra={
+            "exact_ns": exact_m.to_dict(),
+            "exact_over_floor": exact_m.median / floor2.median,
+            "exact_over_fast": exact_over_fast,
+        },
+        profile_fn=lambda: [tachograph.canonical(payload) for _ in range(20_000)],
+    )
+
+
 @tachograph.tool(effect="pure")
 def _decorated(x: int) -> int:
     return x
@@ -242,7 +299,11 @@ def _tool_overhead_figure(settings: Settings) -> Figure:
 def figures(settings: Settings) -> list[Figure]:
     """The recording-cost figures."""
     started = time.perf_counter()
-    out = [_record_event_figure(settings), _tool_overhead_figure(settings)]
+    out = [
+        _record_event_figure(settings),
+        _canonical_floats_figure(settings),
+        _tool_overhead_figure(settings),
+    ]
     for fig in out:
         fig.extra.setdefault("seconds", round(time.perf_counter() - started, 2))
     return out

@@ -48,6 +48,7 @@ why and reports nothing."""
 
 FIGURE_KEYS = (
     "record_event",
+    "canonical_floats",
     "tool_overhead",
     "durable_appends",
     "intent_durable",
@@ -268,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown module(s) {', '.join(unknown)}; choose from {', '.join(MODULES)}")
     document = run_suite(
         scale=args.scale,
-        json_path=args.json,
+        json_path=args.json or None,  # "" skips the file, as documented
         only=only or None,
         profile=not args.no_profile,
         repeats=args.repeats,

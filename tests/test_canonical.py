@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import rfc8785
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tachograph.errors import ProfileError, TachographError
@@ -294,3 +294,48 @@ def test_loads_strict_parses_nan_so_the_profile_check_can_name_it() -> None:
     value = loads_strict('{"x": NaN}')
     with pytest.raises(ProfileError, match=r"payload\.x"):
         canonical(value, "payload")
+
+
+# -- the fast path for integral floats and non-ASCII keys ----------------------------------------
+
+_non_ascii_keys = st.text(
+    st.characters(min_codepoint=0x80, exclude_categories=("Cs",)), min_size=1, max_size=6
+)
+_integral_floats = st.integers(-(2**53), 2**53).map(float) | st.integers(-(2**80), 2**80).map(float)
+_float_heavy = st.recursive(
+    _integral_floats | _floats | _ints | _texts,
+    lambda inner: (
+        st.lists(inner, max_size=6)
+        | st.dictionaries(_non_ascii_keys | _keys | _texts, inner, max_size=6)
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=600)
+@given(_float_heavy)
+def test_the_float_and_key_rewrite_is_byte_identical(value: Any) -> None:
+    snapshot = repr(value)
+    expected = rfc8785.dumps(value)
+    assert canonical(value) == expected
+    assert canonical_exact(value) == expected
+    assert repr(value) == snapshot  # the rewrite works on a copy: the caller's value is intact
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(_non_ascii_keys, _integral_floats | _ints, min_size=1, max_size=10))
+def test_non_ascii_keys_below_u_e000_keep_orjson_order(value: dict[str, Any]) -> None:
+    assert canonical(value) == rfc8785.dumps(value) == canonical_exact(value)
+
+
+def test_integral_floats_print_as_integers_on_the_fast_path() -> None:
+    value = {"price": 25.0, "qty": [1.0, -0.0, 2.0**53 - 1, 2.0**53, 2.0**60], "é": {"ü": 3.5}}
+    assert (
+        canonical(value)
+        == (
+            '{"price":25,"qty":[1,0,9007199254740991,9007199254740992,1152921504606847000],'
+            '"é":{"ü":3.5}}'
+        ).encode()
+    )
+    assert canonical(value) == rfc8785.dumps(value)
+    assert type(value["price"]) is float  # not rewritten in place

@@ -36,6 +36,7 @@ __all__ = [
 
 _log = logging.getLogger("tachograph")
 
+
 class Durability(str, enum.Enum):
     """When recorded events are made durable.
 
@@ -86,6 +87,56 @@ class Writer:
         self._reported: set[RunKey] = set()
         self._thread: threading.Thread | None = None
         self._closed = False
+        # While a caller appends claimed events on its own thread, ``_claimed`` holds them
+        # and the writer thread waits, so that the store still sees events in ticket order.
+        # ``_busy``: the writer thread is appending a batch.
+        self._claimed: list[Event] | None = None
+        self._busy = False
+
+    def claim(self, event: Event) -> int | None:
+        """Take over the store for ``event`` and everything queued before it, if the writer
+        thread is not appending; returns the event's ticket, or None (then :meth:`submit`).
+
+        After a successful claim the caller must call :meth:`write_claimed`. A durable event
+        is so written on the caller's thread, with the events queued ahead of it, in one
+        commit: no hand-off to the writer thread and back, and no second commit for the
+        events that were waiting.
+        """
+        run = (event.tenant, event.run_id)
+        with self._cond:
+            if run in self._failed:
+                raise self._failure(run)
+            if self._closed:
+                raise WriteFailed("the writer is closed")
+            if self._busy or self._claimed is not None:
+                return None
+            self._claimed = [*self._queue, event]
+            self._submitted += 1
+            return self._submitted
+
+    def write_claimed(self) -> None:
+        """Append the claimed events on this thread; raise :class:`WriteFailed` if the last
+        one (the caller's) was lost."""
+        with self._cond:
+            claimed = self._claimed
+            if claimed is None:
+                raise WriteFailed("nothing was claimed")
+            live = [e for e in claimed if (e.tenant, e.run_id) not in self._failed]
+        failed: dict[RunKey, BaseException] = {}
+        try:
+            failed = self._append(live) if live else {}
+        finally:
+            with self._cond:
+                del self._queue[: len(claimed) - 1]
+                self._written += len(claimed)
+                self._failed.update(failed)
+                self._claimed = None
+                self._cond.notify_all()
+        event = claimed[-1]
+        run = (event.tenant, event.run_id)
+        if run in self._failed:
+            with self._cond:
+                raise self._failure(run)
 
     def submit(self, event: Event) -> int:
         """Queue one event; returns a ticket for :meth:`wait`."""
@@ -146,11 +197,12 @@ class Writer:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
+                while (not self._queue and not self._closed) or self._claimed is not None:
                     self._cond.wait()
                 if not self._queue:
                     return
                 batch = self._queue[: self.max_batch]
+                self._busy = True
                 # Later events of a failed run would only be refused in turn: skip them (they
                 # still count as handled, in queue order, so that tickets stay in step).
                 live = [e for e in batch if (e.tenant, e.run_id) not in self._failed]
@@ -159,6 +211,7 @@ class Writer:
                 del self._queue[: len(batch)]
                 self._written += len(batch)
                 self._failed.update(failed)
+                self._busy = False
                 self._cond.notify_all()
 
     def _append(self, batch: list[Event]) -> dict[RunKey, BaseException]:
@@ -390,11 +443,17 @@ class Recorder:
                 trace_id=trace_id,
                 span_id=span_id,
             )
-            ticket = self.writer.submit(event)
+            now = durable or self.durability is Durability.EVERY
+            claimed = self.writer.claim(event) if now else None
+            ticket = self.writer.submit(event) if claimed is None else claimed
             self._last_ticket = ticket
             if type == "run.finished":
                 self.finished = True
-        if durable or self.durability is Durability.EVERY:
+        if claimed is not None:
+            # The writer was idle: append here (outside the run's lock; the writer thread
+            # holds back anything queued meanwhile until this event is in the store).
+            self.writer.write_claimed()
+        elif now:
             self.writer.wait(ticket, run=(self.tenant, self.run_id))
         for observer in self.observers:
             try:

@@ -3,12 +3,23 @@
 Two encoders produce the same bytes:
 
 * the **fast path** hands the value to orjson with sorted keys. orjson's output is already JCS
-  for everything in the profile except integral floats (orjson prints ``1.0``, JCS ``1``) and
-  object keys that sort differently by UTF-16 code units than by code points (only possible
-  with characters at or above U+E000). A single scan of the value validates the profile and
-  tells whether one of those cases is present.
+  for everything in the profile except some floats and a rare key order. A single scan of the
+  value validates the profile and tells whether one of those cases is present; if so, a
+  second pass copies the value with the difference removed before orjson sees it:
+
+  - an integral float below 2^53 in magnitude becomes the int of the same value (orjson
+    prints ``25.0``, JCS ``25``; the int prints ``25``, and ``-0.0`` becomes ``0`` as JCS says);
+    when the only such floats are below 1e16 and no string holds what looks like one, the
+    copy is skipped: the ``.0`` of each is dropped from orjson's output (see ``canonical``);
+  - a float that orjson prints in another notation (nonzero magnitudes below 1e-5, integral
+    floats from 2^53 up) becomes an ``orjson.Fragment`` of its ECMAScript form;
+  - ordering keys by UTF-16 code units differs from orjson's code-point order only between a
+    character of U+E000..U+FFFF and one above U+FFFF. When the output holds both kinds (a
+    test of its bytes, no scan of the keys), every object is rebuilt in UTF-16 order and
+    orjson keeps that order instead of sorting.
+
 * the **exact path** is a small, direct transcription of RFC 8785 (ECMAScript number
-  formatting, UTF-16 key order). It runs only when the scan asks for it.
+  formatting, UTF-16 key order): the reference that the fast path is tested against.
 
 The test suite proves both byte-identical to the reference vectors and to the ``rfc8785``
 package over generated values.
@@ -44,8 +55,13 @@ MAX_SAFE_INTEGER = 2**53 - 1
 MAX_DEPTH = 64
 """Deepest nesting of arrays and objects admitted in a record."""
 
-_EXACT = 1  # the value needs the exact encoder
+# The scan adds up what it finds, in three fields of one integer:
+_INTEGRAL = 1  # integral floats below 1e16 (not -0.0): orjson prints "25.0", JCS "25"
+_OTHER = 1 << 40  # other floats orjson prints in another notation (1e-7, 1e+16, -0.0)
 _INF = math.inf
+# UTF-8 lead bytes of U+E000..U+FFFF and of U+10000 and above: ordering keys by UTF-16 code
+# units differs from orjson's code-point order only between two such characters.
+_SUPPLEMENTARY = re.compile(rb"[\xf0-\xf4]")
 
 
 class _Reject(Exception):
@@ -61,8 +77,6 @@ def _scan(value: Any, depth: int) -> int:
         for key, item in value.items():
             if type(key) is not str:
                 raise _Reject
-            if not key.isascii():
-                flags |= _EXACT
             it = type(item)
             if it is str or it is bool or item is None:
                 continue
@@ -70,7 +84,7 @@ def _scan(value: Any, depth: int) -> int:
                 if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
                     continue
                 raise _Reject
-            flags |= _scan(item, depth + 1)
+            flags += _scan(item, depth + 1)
         return flags
     if t is list:
         if depth > MAX_DEPTH:
@@ -84,7 +98,7 @@ def _scan(value: Any, depth: int) -> int:
                 if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
                     continue
                 raise _Reject
-            flags |= _scan(item, depth + 1)
+            flags += _scan(item, depth + 1)
         return flags
     if t is str or t is bool or value is None:
         return 0
@@ -95,9 +109,13 @@ def _scan(value: Any, depth: int) -> int:
     if t is float:
         if value != value or value == _INF or value == -_INF:
             raise _Reject
-        # orjson prints integral floats with ".0" and magnitudes below 1e-5 with an exponent
-        # where ECMAScript uses fixed notation down to 1e-6: those take the exact path.
-        return _EXACT if value.is_integer() or -1e-5 < value < 1e-5 else 0
+        # orjson prints integral floats with ".0", from 1e16 with an exponent, and magnitudes
+        # below 1e-5 with an exponent where ECMAScript uses fixed notation down to 1e-6.
+        if value.is_integer():
+            if value == 0.0:
+                return _INTEGRAL if math.copysign(1.0, value) > 0 else _OTHER
+            return _INTEGRAL if -1e16 < value < 1e16 else _OTHER
+        return _OTHER if -1e-5 < value < 1e-5 else 0
     raise _Reject
 
 
@@ -207,12 +225,63 @@ def canonical(value: Any, path: str = "value") -> bytes:
         raise _fail(value, path) from None
     except RecursionError:
         raise _fail(value, path) from None
-    if flags:
-        return canonical_exact(value, path)
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        if not flags:
+            out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        elif flags < _OTHER:
+            # Only integral floats below 1e16: orjson prints each as its digits, then ".0",
+            # then "," "]" or "}". If the output holds exactly as many of those three-byte
+            # sequences as there are such floats, none is inside a string, and dropping the
+            # ".0" of each gives the JCS bytes, with no copy of the value.
+            out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+            if out.count(b".0,") + out.count(b".0]") + out.count(b".0}") == flags:
+                out = out.replace(b".0,", b",").replace(b".0]", b"]").replace(b".0}", b"}")
+            else:
+                out = orjson.dumps(_rewrite(value), option=orjson.OPT_SORT_KEYS)
+        else:
+            out = orjson.dumps(_rewrite(value), option=orjson.OPT_SORT_KEYS)
+        if not out.isascii() and (b"\xee" in out or b"\xef" in out) and _SUPPLEMENTARY.search(out):
+            # characters of both kinds somewhere (keys or strings): sort every object by
+            # UTF-16 code units ourselves and let orjson keep that order
+            out = orjson.dumps(_rewrite_sorted(value))
+        return out
     except (orjson.JSONEncodeError, TypeError):
         raise _fail(value, path) from None
+
+
+def _float(value: float) -> Any:
+    if -9007199254740992.0 < value < 9007199254740992.0:
+        if value.is_integer():
+            return int(value)  # exact below 2^53, and JCS prints the double as this integer
+        if -1e-5 < value < 1e-5:
+            return orjson.Fragment(es6_number(value).encode())
+        return value
+    # from 2^53 up every double is integral: ECMAScript pads the shortest digits with zeros
+    return orjson.Fragment(es6_number(value).encode())
+
+
+def _rewrite(value: Any) -> Any:
+    """A copy of a scanned value with every float in the form orjson prints as JCS does."""
+    t = type(value)
+    if t is dict:
+        return {k: _rewrite(v) for k, v in value.items()}
+    if t is list:
+        return [_rewrite(v) for v in value]
+    if t is float:
+        return _float(value)
+    return value
+
+
+def _rewrite_sorted(value: Any) -> Any:
+    """As :func:`_rewrite`, with every object's keys in UTF-16 code-unit order."""
+    t = type(value)
+    if t is dict:
+        return {k: _rewrite_sorted(v) for k, v in sorted(value.items(), key=_utf16_key)}
+    if t is list:
+        return [_rewrite_sorted(v) for v in value]
+    if t is float:
+        return _float(value)
+    return value
 
 
 # -- the exact path ---------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import os
 import re
 import threading
 import time
@@ -20,6 +19,7 @@ import orjson
 
 from ..errors import EventError
 from .canonical import canonical
+from .entropy import random_bytes
 
 __all__ = [
     "ENVELOPE_KEYS",
@@ -205,10 +205,10 @@ class _UlidSource:
                 rand = self._last_rand + 1
                 if rand >= 1 << 80:  # pragma: no cover - 2^80 ids in one millisecond
                     ms += 1
-                    rand = int.from_bytes(os.urandom(10), "big") >> 1
+                    rand = int.from_bytes(random_bytes(10), "big") >> 1
             else:
                 # The top bit stays clear so the counter has room to grow within the millisecond.
-                rand = int.from_bytes(os.urandom(10), "big") >> 1
+                rand = int.from_bytes(random_bytes(10), "big") >> 1
             self._last_ms, self._last_rand = ms, rand
             prefix = self._prefix
             if prefix[0] != ms:
@@ -472,7 +472,7 @@ def new_event(
         # the digest is over the canonical bytes.
         payload_bytes = orjson.dumps(payload)
     if salt is None:
-        salt = os.urandom(16)
+        salt = random_bytes(16)
     if ts is None or event_id is None:
         ns = time.time_ns()
         if ts is None:

@@ -34,6 +34,7 @@ from .event import (
     hash_envelope,
     new_event,
 )
+from .keycount import RepeatCounter
 
 __all__ = [
     "KEY_SECRET_FIELD",
@@ -79,12 +80,14 @@ def default_key(
     ``h`` is the first 16 hex of ``HMAC-SHA256(secret, JCS(args))``; a run without a secret
     (recorded before the rule) used ``SHA-256(JCS(args))``.
     """
-    if secret is None:
-        h = hashlib.sha256(args_jcs).hexdigest()[:16]
-    else:
-        h = hmac.new(secret, args_jcs, hashlib.sha256).hexdigest()[:16]
-    base = f"{run_id}:{name}:{h}"
+    base = f"{run_id}:{name}:{_key_hash(args_jcs, secret)}"
     return base if repeat == 0 else f"{base}#{repeat}"
+
+
+def _key_hash(args_jcs: bytes, secret: bytes | None) -> str:
+    if secret is None:
+        return hashlib.sha256(args_jcs).hexdigest()[:16]
+    return hmac.new(secret, args_jcs, hashlib.sha256).hexdigest()[:16]
 
 
 class KeyDeriver:
@@ -96,7 +99,9 @@ class KeyDeriver:
     def __init__(self, run_id: str, secret: bytes | None) -> None:
         self.run_id = run_id
         self.secret = secret
-        self._counts: dict[str, int] = {}
+        # what a base is, in a few bytes: (name, h) for a default key, a digest for a custom
+        # one; a full dict of base strings cost about 134 bytes per call for the whole run
+        self._counts = RepeatCounter()
 
     def key(
         self,
@@ -110,11 +115,12 @@ class KeyDeriver:
         tool's own key part from the arguments instead."""
         if custom is not None:
             base = f"{self.run_id}:{name}:{custom(args)}"
+            n = self._counts.custom(base)
         else:
             body = args_jcs if args_jcs is not None else canonical(args)
-            base = default_key(self.run_id, name, body, self.secret)
-        n = self._counts.get(base, 0)
-        self._counts[base] = n + 1
+            h = _key_hash(body, self.secret)
+            base = f"{self.run_id}:{name}:{h}"
+            n = self._counts.default(name, int(h, 16))
         return base if n == 0 else f"{base}#{n}"
 
 
