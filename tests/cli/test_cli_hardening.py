@@ -303,12 +303,37 @@ def locked_store(
 
 
 def test_reads_work_while_another_process_holds_the_write_lock(
-    run_tacho: Run, locked_store: tuple[Path, subprocess.Popen[str]], run_id: str
+    run_tacho: Run,
+    tacho_exe: str,
+    child_env: dict[str, str],
+    tmp_path: Path,
+    locked_store: tuple[Path, subprocess.Popen[str]],
+    run_id: str,
 ) -> None:
-    path, _holder = locked_store
-    for args in (("runs", "--json"), ("show", run_id, "--json"), ("verify", "--json")):
+    path, holder = locked_store
+    # Envelope reads (the run list, verification, the audit) need no write: WAL readers.
+    for args in (("runs", "--json"), ("verify", "--json"), ("audit", "--json")):
         result = run_tacho("--store", str(path), *args)
         assert result.returncode == 0, (args, result.stderr)
+    # A payload read is itself audited (a write): it says what it waits for, then goes on as
+    # soon as the writer lets go, with its answer complete.
+    show = subprocess.Popen(
+        [tacho_exe, "--store", str(path), "show", run_id, "--json"],
+        cwd=tmp_path,
+        env=child_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert show.stderr is not None
+    line = show.stderr.readline()  # blocks until the wait is announced
+    assert "waiting for the write lock" in line
+    assert str(path) in line
+    holder.kill()
+    holder.wait()
+    out, err = show.communicate(timeout=60)
+    assert show.returncode == 0, err
+    assert json.loads(out)["run"]["run_id"] == run_id
 
 
 def test_a_writer_waiting_for_the_lock_says_so_and_stops_on_ctrl_c(
