@@ -10,6 +10,8 @@ started, the refund counter unchanged, and the network guard silent.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 import tachograph
 from fakes.llm_server import FakeLLMServer
 
-from .mcp_shop import HttpShop, count
+from .mcp_shop import ROOT, HttpShop, count
 
 import examples.mcp_refund as example  # isort: skip (needs the path mcp_shop sets)
 
@@ -197,3 +199,25 @@ def test_a_changed_tool_result_is_caught_at_the_tool_seq(
     assert "25" in report.render()
     assert count(counter) == 1  # the refund was served, not run
     assert count(starts) == 2  # this replay asked for the server; the default one does not
+
+
+def test_the_committed_corpus_replays_in_a_fresh_process_with_no_server(tmp_path: Path) -> None:
+    # what .ci/run does: a new process (nothing cached from a recording), no model server,
+    # no MCP server, no OpenAI settings
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "SHOP_", "MCP_"))}
+    env["SHOP_STARTS"] = str(tmp_path / "starts.json")
+    tacho = Path(sys.executable).with_name("tacho")
+    done = subprocess.run(
+        [str(tacho), "test", "corpus/mcp", "--agent", "examples.mcp_refund:agent", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    outcome = json.loads(done.stdout)
+    assert [r["outcome"] for r in outcome["results"]] == ["reproduced"]
+    assert outcome["results"][0]["replay"]["allowed_calls"] == []
+    assert count(tmp_path / "starts.json") == 0  # the MCP server was never started
