@@ -339,8 +339,9 @@ def begin_call(
 
     ``request`` is the tool's arguments (an object) or the model request. ``key`` is the
     call's own idempotency key, or a function deriving the key part from the (processed)
-    arguments; by default SPEC section 5's keyed hash. ``extra`` adds fields to a model
-    request's payload (an HTTP transport adds ``http``). ``effect`` defaults to
+    arguments; by default SPEC section 5's keyed hash. ``extra`` adds fields to the request's
+    payload (an HTTP transport adds ``http``; an MCP session adds ``meta``, which replay
+    records but never compares); keys are derived from the arguments alone. ``effect`` defaults to
     ``irreversible`` for tools: a tool nobody classified must be assumed to be dangerous.
     """
     from .session import current_session

@@ -174,6 +174,12 @@ class Session:
             payload: dict[str, Any] = {"tool": name, "args": request, "effect": effect.value}
             if schema_version is not None:
                 payload["schema_version"] = schema_version
+            for field_name, value in (extra or {}).items():
+                if field_name in payload:
+                    raise RecordingError(
+                        f"tool {name!r}: extra field {field_name!r} would replace the request's own"
+                    )
+                payload[field_name] = value
             payload = self.process("tool.requested", payload)
             key_args: Any = payload.get("args")
         else:

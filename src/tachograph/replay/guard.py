@@ -340,9 +340,20 @@ async def _sock_connect(self: asyncio.AbstractEventLoop, sock: socket.socket, ad
         _passing.reset(token)
 
 
+def _from_platform(frame: FrameType | None) -> bool:
+    """Whether the stdlib ``platform`` module makes this spawn (``uname -p`` for
+    ``platform.processor()``, which SDKs read once per process for their telemetry headers):
+    a read of the machine itself, not a call to the world."""
+    while frame is not None:
+        if _module_of(frame) == "platform" and frame.f_code.co_filename.startswith(_STDLIB_DIRS):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _execute_child(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> Any:
     guard = _guard.get()
-    if guard is not None:
+    if guard is not None and not _from_platform(sys._getframe(1)):
         if isinstance(args, str | bytes | os.PathLike):
             command = _text(os.fspath(args)) or ""
             program = command.split()[0] if command.split() else command

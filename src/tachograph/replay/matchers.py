@@ -22,11 +22,20 @@ from ..record.seal import Processor
 from .diff import Change, diff_values
 from .report import Candidate, DivergenceItem, DivergenceKind
 
-__all__ = ["COMPLETIONS", "Matcher", "key_suffix", "normalize"]
+__all__ = ["COMPLETIONS", "UNCOMPARED", "Matcher", "key_suffix", "normalize"]
 
 COMPLETIONS = frozenset({"tool.completed", "tool.failed", "model.response", "model.failed"})
 _VALUE_TYPES = frozenset({"clock.read", "random.seed", "random.value", "external.read"})
 _SERVED = frozenset({"tool.requested", "model.request"}) | _VALUE_TYPES
+UNCOMPARED = frozenset({"meta"})
+"""Payload fields recorded but never compared: the metadata a call carried (an MCP request's
+``_meta``, a W3C ``traceparent``), which differs from run to run without changing the call."""
+
+
+def _compared(payload: Any) -> Any:
+    if isinstance(payload, dict) and not UNCOMPARED.isdisjoint(payload):
+        return {k: v for k, v in payload.items() if k not in UNCOMPARED}
+    return payload
 
 
 def _shape(event: Event) -> dict[str, Any]:
@@ -306,7 +315,7 @@ class Matcher:
                 {k: payload.get(k) for k in keep},
                 "$.payload",
             )
-        return diff_values(expected.payload, payload, "$.payload")
+        return diff_values(_compared(expected.payload), _compared(payload), "$.payload")
 
     def _extra(self, type_: str, payload: dict[str, Any], name: str | None) -> None:
         """A step with no recorded counterpart: fatal when it needs a recorded answer."""
@@ -412,7 +421,7 @@ class Matcher:
 
     def _check_value_event(self, expected: Event, payload: dict[str, Any]) -> Event:
         # Values are served from the record; only what identifies them is compared.
-        probe = {k: v for k, v in payload.items() if k != "value"}
+        probe = {k: v for k, v in payload.items() if k != "value" and k not in UNCOMPARED}
         recorded = {k: v for k, v in (expected.payload or {}).items() if k in probe}
         if expected.type != "random.seed":
             changes = diff_values(recorded, probe, "$.payload")

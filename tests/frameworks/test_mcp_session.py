@@ -1,0 +1,228 @@
+"""The MCP adapter's parts: effects from annotations and the override table, ``_meta`` kept out
+of matching, a hand-built ``ClientSession`` over a recording dispatcher (the stdio server not
+spawned in replay), server errors, and divergences raised inside the client's task group."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+
+import tachograph
+from tachograph.integrations.mcp import (
+    dispatcher,
+    effect_from_annotations,
+    instrument,
+    is_instrumented,
+)
+
+from .mcp_shop import SERVER_SCRIPT, count
+
+import examples.mcp_shop_server as shop_server  # isort: skip (needs the path mcp_shop sets)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "effect"),
+    [
+        (None, "irreversible"),
+        ({}, "irreversible"),  # MCP's defaults: destructive, not idempotent
+        ({"readOnlyHint": True}, "read"),
+        ({"readOnlyHint": True, "openWorldHint": False}, "read"),
+        ({"destructiveHint": False}, "write"),
+        ({"destructiveHint": True, "idempotentHint": True}, "write"),
+        ({"destructiveHint": True, "idempotentHint": False}, "irreversible"),
+        ({"readOnlyHint": False, "idempotentHint": True}, "write"),
+    ],
+)
+def test_effects_from_annotations(annotations: dict[str, Any] | None, effect: str) -> None:
+    assert effect_from_annotations(annotations) == effect
+
+
+def _record(db: str, fn: Any, prompt: str = "B-2002") -> tachograph.RunResult:
+    result = tachograph.record_run(tachograph.Agent(fn=fn, name="mcp_parts"), prompt, store=db)
+    assert result.status == "ok", result
+    return result
+
+
+def test_the_override_table_and_callable_win_over_the_hints(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    server = shop_server.build(tmp_path / "refunds.json")
+
+    async def agent(order: str) -> str:
+        # hints are untrusted: this user knows the refund is safe to repeat
+        async with instrument(Client(server), effects={"issue_refund": "write"}) as client:
+            await client.call_tool("lookup_order", {"order_id": order})
+            await client.call_tool("issue_refund", {"order_id": order, "amount": 1.0})
+            await client.list_tools()
+            await client.call_tool("lookup_order", {"order_id": order})
+            await client.call_tool("issue_refund", {"order_id": order, "amount": 2.0})
+        decided = {}
+
+        def rule(name: str, annotations: dict[str, Any] | None) -> str | None:
+            decided[name] = annotations
+            return "pure" if name == "lookup_order" else None
+
+        async with instrument(Client(server), effects=rule) as client:
+            await client.list_tools()
+            await client.call_tool("lookup_order", {"order_id": order})
+            await client.call_tool("issue_refund", {"order_id": order, "amount": 3.0})
+        assert decided["lookup_order"] == {"readOnlyHint": True}
+        return "done"
+
+    result = _record(db, agent)
+    calls = [
+        (e.payload["tool"], e.payload["effect"])
+        for e in tachograph.open_store(db).events(result.run_id)
+        if e.type == "tool.requested"
+    ]
+    assert calls == [
+        ("lookup_order", "irreversible"),  # not listed yet: no annotations known
+        ("issue_refund", "write"),
+        ("lookup_order", "read"),
+        ("issue_refund", "write"),
+        ("lookup_order", "pure"),
+        ("issue_refund", "irreversible"),
+    ]
+    with pytest.raises(tachograph.EventError):
+        instrument(Client(server), effects={"lookup_order": "harmless"})
+    with pytest.raises(TypeError, match=r"mcp\.Client"):
+        instrument(object())
+
+
+def test_meta_and_traceparent_are_recorded_but_not_compared(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    server = shop_server.build(tmp_path / "refunds.json")
+
+    async def agent(order: str) -> str:
+        parent = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"  # new in every run
+        async with instrument(Client(server)) as client:
+            await client.list_tools(meta={"traceparent": parent})
+            result = await client.call_tool(
+                "lookup_order", {"order_id": order}, meta={"traceparent": parent}
+            )
+        return str(result.structured_content)
+
+    result = _record(db, agent)
+    events = tachograph.open_store(db).events(result.run_id)
+    call = next(e for e in events if e.type == "tool.requested")
+    listing = next(
+        e for e in events if e.type == "external.read" and e.payload["key"] == "tools/list"
+    )
+    assert call.payload["meta"]["traceparent"].startswith("00-")
+    assert listing.payload["meta"]["traceparent"] == call.payload["meta"]["traceparent"]
+    assert call.payload["args"] == {"order_id": "B-2002"}
+    report = tachograph.replay(db, result.run_id, tachograph.Agent(fn=agent, name="mcp_parts"))
+    assert report.reproduced, report.render()
+    # the arguments still are compared
+    report = tachograph.replay(
+        db, result.run_id, tachograph.Agent(fn=lambda _: agent("C-3003"), name="mcp_parts")
+    )
+    assert not report.reproduced
+    assert report.first is not None
+    assert report.first.seq == call.seq
+    assert [c.path for c in report.first.changes] == ["$.payload.args.order_id"]
+
+
+def test_a_session_over_a_recording_dispatcher_never_spawns_the_server_in_replay(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "runs.db")
+    counter, starts = tmp_path / "refunds.json", tmp_path / "starts.json"
+    env = dict(os.environ, SHOP_COUNTER=str(counter), SHOP_STARTS=str(starts))
+    params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT)], env=env)
+
+    async def agent(order: str) -> Any:
+        async with ClientSession(dispatcher=dispatcher(stdio_client(params))) as session:
+            await session.initialize()
+            listing = await session.list_tools()
+            refund = await session.call_tool("issue_refund", {"order_id": order, "amount": 5.0})
+        return [[t.name for t in listing.tools], refund.structured_content]
+
+    result = _record(db, agent)
+    events = tachograph.open_store(db).events(result.run_id)
+    assert [e.type for e in events] == [
+        "run.started",
+        "external.read",  # initialize
+        "external.read",  # tools/list
+        "tool.requested",
+        "tool.completed",
+        "run.finished",
+    ]
+    assert events[1].payload["key"] == "initialize"
+    assert events[3].payload["effect"] == "irreversible"
+    assert count(counter) == count(starts) == 1
+
+    report = tachograph.replay(db, result.run_id, tachograph.Agent(fn=agent, name="mcp_parts"))
+
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert count(counter) == count(starts) == 1
+
+
+def test_a_server_error_is_recorded_and_raised_again_in_replay(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    server = shop_server.build(tmp_path / "refunds.json")
+
+    async def agent(order: str) -> Any:
+        async with instrument(Client(server)) as client:
+            assert is_instrumented(client)
+            missing = await client.call_tool("no_such_tool", {"order_id": order})
+            try:
+                await client.read_resource("shop://nothing")
+            except MCPError as exc:
+                return {"missing": missing.is_error, "code": exc.error.code}
+        return None
+
+    result = _record(db, agent)
+    events = tachograph.open_store(db).events(result.run_id)
+    read = next(
+        e for e in events if e.type == "external.read" and e.payload["key"] == "resources/read"
+    )
+    assert read.payload["request"] == {"uri": "shop://nothing"}
+    assert set(read.payload["value"]) == {"jsonrpc_error"}
+    code = read.payload["value"]["jsonrpc_error"]["code"]
+    call = next(e for e in events if e.type == "tool.completed")
+    assert call.payload["result"]["isError"] is True  # MCP answers a failing tool with isError
+    assert result.output == {"missing": True, "code": code}
+    report = tachograph.replay(db, result.run_id, tachograph.Agent(fn=agent, name="mcp_parts"))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+
+
+def test_a_divergence_inside_the_client_task_group_gives_a_normal_report(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    server = shop_server.build(tmp_path / "refunds.json")
+
+    async def agent(order: str) -> str:
+        async with instrument(Client(server)) as client:
+            await client.call_tool("lookup_order", {"order_id": order})
+        return "ok"
+
+    result = _record(db, agent)
+
+    async def wanders(order: str) -> str:
+        async with instrument(Client(server)) as client:
+            # a tool call the record never made: nothing to serve, inside anyio's task group
+            await client.call_tool("issue_refund", {"order_id": order, "amount": 9.0})
+        return "refunded"
+
+    report = tachograph.replay(db, result.run_id, tachograph.Agent(fn=wanders, name="mcp_parts"))
+
+    assert not report.reproduced
+    assert report.first is not None
+    events = tachograph.open_store(db).events(result.run_id)
+    call = next(e for e in events if e.type == "tool.requested")
+    assert report.first.seq == call.seq
+    assert report.first.kind is tachograph.DivergenceKind.TOOL_CHANGED
+    text = report.render()
+    assert "issue_refund" in text
+    assert "lookup_order" in text
+    assert "ExceptionGroup" not in text
+    assert count(tmp_path / "refunds.json") == 0
