@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .common import Figure, Settings, Target, interleaved, measure_of, scaled
+from .common import Figure, Settings, Target, interleaved, measure_of, profile_call, scaled
 
 __all__ = ["figures"]
 
+LIMIT = 2.0
+"""The target: recording at most doubles the cost of a model call through MCP."""
 MODEL_CALLS_PER_RUN = 3
 """Model calls per conversation: ask for the lookup, ask for the refund, the answer."""
 
@@ -87,6 +90,9 @@ def figures(settings: Settings) -> list[Figure]:
 
         try:
             subj, base = interleaved(with_adapter, without, repeats=repeats)
+            # the workload needs this loop and server, so a miss is profiled here, not later
+            missed = statistics.median(subj) / statistics.median(base) > LIMIT
+            profile = profile_call(with_adapter) if missed else None
         finally:
             loop.close()
         requests = srv.request_count
@@ -101,7 +107,7 @@ def figures(settings: Settings) -> list[Figure]:
             baseline=baseline,
             ratio=ratio,
             ratio_label="recorded / plain",
-            targets=[Target("recorded / plain per model call", ratio, "<=", 2.0)],
+            targets=[Target("recorded / plain per model call", ratio, "<=", LIMIT)],
             extra={
                 "runs_per_sample": runs,
                 "model_calls_per_run": MODEL_CALLS_PER_RUN,
@@ -109,5 +115,6 @@ def figures(settings: Settings) -> list[Figure]:
                 "requests": requests,
                 "seconds": round(time.perf_counter() - started, 2),
             },
+            profile=profile,
         )
     ]
