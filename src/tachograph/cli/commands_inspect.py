@@ -420,7 +420,7 @@ def verify_cmd(
                         **_with_seal(r, verdicts),
                         **(
                             {"unvouched": unvouched[(r.tenant, r.run_id)]}
-                            if (r.tenant, r.run_id) in unvouched
+                            if unvouched.get((r.tenant, r.run_id))
                             else {}
                         ),
                     }
