@@ -11,7 +11,7 @@ import pytest
 
 import tachograph
 from tachograph.demo import agent as demo
-from tachograph.errors import RecordingError, RunNotFound, Unreplayable
+from tachograph.errors import RecordingError, RunNotFound
 from tachograph.lifecycle.audit import verify_audit
 from tachograph.lifecycle.erasure import SubjectRule, erase, link_subject
 from tachograph.replay.report import DivergenceKind
@@ -195,10 +195,13 @@ def test_replay_reports_erased_steps_as_unreplayable(store: SQLiteStore, demo_ru
     assert first.seq == response
 
 
-def test_replay_refuses_a_run_whose_start_was_erased(store: SQLiteStore, demo_run: str) -> None:
+def test_replay_of_a_run_whose_start_was_erased_is_a_report(
+    store: SQLiteStore, demo_run: str
+) -> None:
     erase(store, demo_run, seqs=[0], reason="input had personal data")
-    with pytest.raises(Unreplayable, match=r"run\.started"):
-        tachograph.replay(store, demo_run, demo.billing_agent)
+    report = tachograph.replay(store, demo_run, demo.billing_agent)
+    assert report.verdict == "unreplayable"
+    assert report.unreplayable[0]["type"] == "run.started"
 
 
 # -- data subjects ------------------------------------------------------------------------

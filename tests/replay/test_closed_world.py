@@ -297,3 +297,20 @@ def test_the_cli_refuses_and_allows_with_allow_network(
     assert allowed.exit_code == 0, allowed.output
     assert len(hits) == 2
     assert f"allowed: outbound call to {host}:{port}" in allowed.stdout
+
+
+def test_the_standard_library_asking_the_system_about_itself_is_not_refused(
+    tmp_path: Path,
+) -> None:
+    # platform.processor() runs ``uname -p`` once per process; the OpenAI SDK calls it on
+    # its first request, so a replay in a fresh process must not call that an unrecorded call
+    import platform
+
+    def agent(task: Any) -> Any:
+        platform._uname_cache = None  # type: ignore[attr-defined]  # as in a fresh process
+        return {"cpu": bool(platform.processor() or True)}
+
+    db = tmp_path / "runs.db"
+    tg.record_run(agent, "x", store=db, run_id="plat")
+    report = tg.replay(db, "plat", agent)
+    assert report.reproduced, report.render()

@@ -355,13 +355,17 @@ def test_an_erased_end_cannot_be_compared(
     ]
 
 
-def test_an_erased_input_refuses_the_replay(
+def test_an_erased_input_gives_a_report_not_an_exception(
     store: tg.SQLiteStore, recorded: str, ledger: Ledger
 ) -> None:
     erase(Path(store.path), recorded, 0)
-    with pytest.raises(tg.Unreplayable) as info:
-        tg.replay(store, recorded, shop.build())
-    assert info.value.seqs == (0,)
+    report = tg.replay(store, recorded, shop.build())
+    assert report.verdict == "unreplayable"
+    assert not report.reproduced
+    assert [s["seq"] for s in report.unreplayable] == [0]
+    assert "input" in report.unreplayable[0]["reason"]
+    assert "UNREPLAYABLE" in report.render()
+    assert report.to_dict()["unreplayable"][0]["type"] == "run.started"
     nothing_ran(ledger)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import importlib.metadata
 import inspect
 import os
@@ -34,7 +35,7 @@ from ..store import Store, open_store
 from .boundary import error_info
 from .foreign import FrameworkTool, framework_tool
 from .recorder import Durability, Listener, Observer, Processor, Recorder, close_writer
-from .runtime import ToolSpec, registered_models, registered_tools, sha256_text
+from .runtime import ToolSpec, sha256_text
 from .session import Session
 
 __all__ = [
@@ -85,8 +86,50 @@ def _packages_distributions() -> Mapping[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
 
+_MAX_SOURCE_FILES = 2000
+"""A digest of more files than this would cost more than it says: the digest stops there."""
+
+
+def _source_files(module: Any) -> list[Path]:
+    """The agent's own source files: its top-level package's ``.py`` files, or its module."""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return []
+    top = sys.modules.get(str(module.__name__).split(".")[0])
+    top_file = getattr(top, "__file__", None) if top is not None else None
+    if top is not module and top_file and Path(top_file).name == "__init__.py":
+        root = Path(top_file).resolve().parent
+        files = sorted(
+            p for p in root.rglob("*.py") if "__pycache__" not in p.parts and p.is_file()
+        )
+        return files[:_MAX_SOURCE_FILES]
+    return [Path(path).resolve()]
+
+
+def source_digest(fn: Callable[..., Any]) -> str | None:
+    """``src:`` and the first 16 hex chars of the SHA-256 over the agent's own source files
+    (relative path and bytes of each), or None when it has none (a REPL, a notebook cell)."""
+    module = inspect.getmodule(fn)
+    files = _source_files(module) if module is not None else []
+    if not files:
+        return None
+    root = files[0].parent if len(files) == 1 else Path(os.path.commonpath(files))
+    digest = hashlib.sha256()
+    for path in files:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        name = path.relative_to(root).as_posix().encode()
+        digest.update(len(name).to_bytes(4, "big") + name)
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return "src:" + digest.hexdigest()[:16]
+
+
 def code_version_of(fn: Callable[..., Any]) -> str | None:
-    """The agent's own version: its distribution's version, else its git commit, else None."""
+    """The agent's own version: its distribution's version, else its git commit, else a
+    digest of its own source files (:func:`source_digest`), so that changed code outside git
+    is never taken for the recorded code."""
     module = inspect.getmodule(fn)
     if module is None:
         return None
@@ -99,8 +142,10 @@ def code_version_of(fn: Callable[..., Any]) -> str | None:
         pass
     path = getattr(module, "__file__", None)
     if path:
-        return _git_version(str(Path(path).resolve().parent))
-    return None
+        version = _git_version(str(Path(path).resolve().parent))
+        if version is not None:
+            return version
+    return source_digest(fn)
 
 
 def _tool_spec(item: Any) -> ToolSpec | FrameworkTool:
@@ -232,12 +277,12 @@ def fingerprint(
     prompts: Mapping[str, str] | None = None,
     tools: Iterable[Any] | None = None,
 ) -> dict[str, Any]:
-    """Build the ``env`` of ``run.started``. Undeclared models and tools default to every
-    ``@model`` and ``@tool`` declared in this process."""
-    model_ids = sorted(set(models)) if models is not None else sorted(registered_models())
-    specs = (
-        [_tool_spec(t) for t in tools] if tools is not None else list(registered_tools().values())
-    )
+    """Build the ``env`` of ``run.started``: what the agent declared. Undeclared models and
+    tools are listed as none (never every ``@model`` and ``@tool`` this process happens to
+    have imported); what a run used is in its events (each model call names its exact model
+    id, each tool call its tool), and replay compares those."""
+    model_ids = sorted(set(models)) if models is not None else []
+    specs = [_tool_spec(t) for t in tools] if tools is not None else []
     return {
         "code_version": code_version,
         "runtime": _runtime(),

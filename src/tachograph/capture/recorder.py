@@ -21,6 +21,8 @@ from ..errors import RecordingError, WriteFailed
 from ..record.event import Event
 from ..record.seal import Processor, Sealer
 from ..store.base import Store
+from .vouch import FIELD as UNVOUCHED_FIELD
+from .vouch import ToolLedger, warn_unvouched
 
 __all__ = [
     "Durability",
@@ -374,6 +376,9 @@ class Recorder:
         self._lock = threading.Lock()
         self.finished = False
         self._last_ticket = 0
+        # Tool calls that model answers ask for, until a tool event vouches for them.
+        self.ledger = ToolLedger()
+        self._warned: set[str] = set()
 
     @property
     def processors(self) -> tuple[Processor, ...]:
@@ -410,6 +415,13 @@ class Recorder:
         """
         if not processed:
             payload = self.sealer.process(type, payload)
+        if type == "run.finished":
+            self._unvouched(self.ledger.observe(type, payload, self.sealer.next_seq))
+            if self.ledger.unvouched:  # the run carries the fact (docs/replay.md)
+                payload = {
+                    **payload,
+                    UNVOUCHED_FIELD: [c.to_dict() for c in self.ledger.unvouched],
+                }
         if self.finished:  # checked again under the lock; here so no observer sees it
             raise RecordingError(
                 f"run {self.run_id!r} has finished; nothing more can be recorded in it",
@@ -449,6 +461,8 @@ class Recorder:
             self._last_ticket = ticket
             if type == "run.finished":
                 self.finished = True
+        if type != "run.finished":
+            self._unvouched(self.ledger.observe(type, event.payload, event.seq))
         if claimed is not None:
             # The writer was idle: append here (outside the run's lock; the writer thread
             # holds back anything queued meanwhile until this event is in the store).
@@ -470,3 +484,7 @@ class Recorder:
     def flush(self) -> None:
         """Wait until every event appended so far is durable."""
         self.writer.wait(self._last_ticket, run=(self.tenant, self.run_id))
+
+    def _unvouched(self, calls: list[Any]) -> None:
+        if calls:
+            warn_unvouched(calls, self.run_id, self._warned)

@@ -11,9 +11,10 @@ from typing import Any
 
 import click
 
-from ..errors import FormatError, StoreError
+from ..capture.vouch import HOW_TO_RECORD, unvouched_calls
+from ..errors import FormatError, StoreError, TachographError
 from ..record.event import FORMAT_VERSION, Event
-from ..record.jsonl import verify_jsonl
+from ..record.jsonl import read_jsonl, verify_jsonl
 from ..record.verify import VerifyReport
 from ..replay.diff import RunDiff, diff_runs
 from ..replay.fold import fold
@@ -71,6 +72,19 @@ def run_header(out: Output, info: RunInfo, first: Event | None) -> None:
         out.line(f"  fork of {parent.get('run_id')} at seq {parent.get('seq')}")
     if first is not None and is_dry_run(first):
         out.line("  DRY RUN: tools that write were simulated in this run", style="bold yellow")
+
+
+def unvouched_line(calls: list[dict[str, Any]]) -> str:
+    """One line naming the tool calls a run's record cannot vouch for, and the fix."""
+    listed = ", ".join(f"{c['tool']!r} (asked at seq {c['seq']})" for c in calls)
+    return (
+        f"  UNVOUCHED: the model asked for {len(calls)} tool call(s) that left no tool event: "
+        f"{listed}; a replay cannot serve or compare them. To record them, {HOW_TO_RECORD}."
+    )
+
+
+def _unvouched(events: list[Event]) -> list[dict[str, Any]]:
+    return [c.to_dict() for c in unvouched_calls(events)]
 
 
 def show_timeline(
@@ -239,12 +253,22 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
                 row["payload"] = event.payload
                 row["hash"] = event.hash
             rows.append(row)
-        emit_json({"run": info.to_dict(), "events": rows, "verification": report.to_dict()})
+        emit_json(
+            {
+                "run": info.to_dict(),
+                "events": rows,
+                "verification": report.to_dict(),
+                "unvouched": _unvouched(events),
+            }
+        )
         return
     out = Output()
     run_header(out, info, events[0] if events else None)
     if not report.ok:
         out.line(f"  TAMPERED: {report.render()}", style="bold red")
+    unvouched = _unvouched(events)
+    if unvouched:
+        out.line(unvouched_line(unvouched), style="bold yellow")
     out.line()
     show_timeline(out, events, full=full, tampered=tampered)
 
@@ -354,6 +378,7 @@ def verify_cmd(
         return
     out = Output()
     verdicts: dict[Any, Any] = {}
+    unvouched: dict[tuple[str | None, str | None], list[dict[str, Any]]] = {}
     if target is not None and Path(target).is_file() and _is_sqlite_file(Path(target)):
         # ``tacho verify store.db``: every run of that store, as ``--store store.db verify``.
         with _open_store_at(target) as store:
@@ -367,11 +392,18 @@ def verify_cmd(
             raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)
         source = str(path)
         reports = _verify_file(path, out)
+        unvouched = _unvouched_in_file(path)
     else:
         with open_store() as store:
             source = store.url
             reports = _verify_reports(store, out, target)
             verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
+            if target is not None:  # one run: say what its record cannot vouch for
+                for r in reports:
+                    if r.run_id is not None:
+                        unvouched[(r.tenant, r.run_id)] = _unvouched(
+                            store.events(r.run_id, tenant=r.tenant)
+                        )
     failed = [
         r for r in reports if not r.ok or not verdicts.get((r.tenant, r.run_id), _NO_SEAL).ok
     ]
@@ -383,7 +415,17 @@ def verify_cmd(
             {
                 "source": source,
                 "ok": not failed and not empty_file,
-                "runs": [_with_seal(r, verdicts) for r in reports],
+                "runs": [
+                    {
+                        **_with_seal(r, verdicts),
+                        **(
+                            {"unvouched": unvouched[(r.tenant, r.run_id)]}
+                            if unvouched.get((r.tenant, r.run_id))
+                            else {}
+                        ),
+                    }
+                    for r in reports
+                ],
                 "verified": len(reports) - len(failed),
                 "failed": len(failed),
             }
@@ -398,6 +440,9 @@ def verify_cmd(
                 text = text.split("; unsealed (", 1)[0] + "; " + verdict.render()
             ok = report.ok and (verdict is None or verdict.ok)
             out.line(text, style="green" if ok else "bold red")
+            calls = unvouched.get((report.tenant, report.run_id))
+            if calls:
+                out.line(unvouched_line(calls), style="bold yellow")
         if not reports:
             out.line(
                 f"no runs in {source}" + (": an empty file verifies nothing" if empty_file else ""),
@@ -411,6 +456,14 @@ def verify_cmd(
             )
     if failed or empty_file:
         sys.exit(EXIT_FAILED)
+
+
+def _unvouched_in_file(path: Path) -> dict[tuple[str | None, str | None], list[dict[str, Any]]]:
+    try:
+        runs = read_jsonl(path)
+    except (TachographError, OSError):
+        return {}  # verification has said what is wrong with the file
+    return {(r[0].tenant, r[0].run_id): _unvouched(list(r)) for r in runs if r}
 
 
 class _NoSeal:

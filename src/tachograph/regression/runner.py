@@ -233,6 +233,16 @@ def check_run(
 def _verdict_of(entry: CorpusRun, report: ReplayReport, digest: str) -> tuple[Outcome, str]:
     first = report.first
     wrong_at = entry.wrong_at or 0
+    if report.unreplayable:
+        step = report.unreplayable[0]
+        where = f"seq {step.get('seq')} ({step.get('type')})"
+        return Outcome.UNREPLAYABLE, f"{where}: {step.get('reason')}"
+    if first is None and report.unvouched and entry.verdict is not Verdict.BAD:
+        tools = ", ".join(sorted({repr(c.get("tool")) for c in report.unvouched}))
+        return Outcome.UNREPLAYABLE, (
+            f"every recorded step matched, but the record cannot vouch for tool calls the "
+            f"model asked for ({tools}): record them with @tachograph.tool"
+        )
     if first is not None and first.kind is DivergenceKind.UNREPLAYABLE:
         why = f"seq {first.seq} cannot be served: {first.explanation}"
         if entry.verdict is Verdict.BAD and first.seq > wrong_at:

@@ -26,13 +26,14 @@ from ..capture.agent import Agent, Run, as_agent, dry_run_default, record, relea
 from ..capture.boundary import ReplayStopped, error_info
 from ..capture.recorder import Durability, Recorder
 from ..capture.session import Session
+from ..capture.vouch import unvouched_calls
 from ..errors import Divergence, ProfileError, ReplayError
 from ..privacy.redactor import default_processors, pin_processors
 from ..record.event import Event, new_ulid
 from ..record.seal import Processor
 from ..store import Store, open_store
 from .engine import ReplayEngine
-from .guard import NetworkGuard, parse_allow
+from .guard import NetworkGuard, agent_frame, parse_allow
 from .history import RunHistory
 from .matchers import COMPLETIONS
 from .report import Drift, ReplayReport
@@ -143,37 +144,63 @@ def drift(
     current: dict[str, Any] | None,
     *,
     used_tools: frozenset[str] | None = None,
+    used_models: frozenset[str] | None = None,
+    asked_models: frozenset[str] | None = None,
 ) -> list[Drift]:
     """What changed between two environment fingerprints (SPEC section 7).
 
     Model ids, prompt hashes, tool schemas and versions, and the code version count; the
-    runtime and the recorder version are reported by :func:`runtime_notes`. With
-    ``used_tools`` (the tools the recorded run called), a tool declared on one side only
-    counts when the run used it: an agent declared without an explicit tool list
-    fingerprints every tool its process has imported, which says nothing about this run.
+    runtime and the recorder version are reported by :func:`runtime_notes`. A fingerprint
+    lists what the agent declared: when only one side declared its models, the models the
+    other side used (``used_models``: the recorded run's model calls; ``asked_models``: the
+    replay's) must be among the declared ones; when neither declared, the exact model id of
+    every call is compared by the replay itself (``model_changed``). A tool declared on one
+    side only counts when the other side declared tools too and the run used it
+    (``used_tools``).
     """
     if recorded is None or current is None:
         return []
     out: list[Drift] = []
     if recorded.get("code_version") != current.get("code_version"):
         out.append(Drift("code_version", recorded.get("code_version"), current.get("code_version")))
-    if sorted(recorded.get("models") or []) != sorted(current.get("models") or []):
-        out.append(Drift("models", recorded.get("models"), current.get("models")))
+    out.extend(_model_drift(recorded, current, used_models, asked_models))
     for section in ("prompts", "tools"):
         before = recorded.get(section) or {}
         after = current.get(section) or {}
         for name in sorted(set(before) | set(after)):
             one_sided = (name in before) != (name in after)
-            if (
-                section == "tools"
-                and one_sided
-                and used_tools is not None
-                and name not in used_tools
-            ):
-                continue
+            if section == "tools" and one_sided:
+                if not before or not after:
+                    continue  # one side declared no tools: nothing to compare with
+                if used_tools is not None and name not in used_tools:
+                    continue
             if before.get(name) != after.get(name):
                 out.append(Drift(f"{section}.{name}", before.get(name), after.get(name)))
     return out
+
+
+def _model_drift(
+    recorded: dict[str, Any],
+    current: dict[str, Any],
+    used: frozenset[str] | None,
+    asked: frozenset[str] | None,
+) -> list[Drift]:
+    before = sorted(recorded.get("models") or [])
+    after = sorted(current.get("models") or [])
+    if before and after:
+        return [Drift("models", before, after)] if before != after else []
+    if before and asked is not None and not asked <= set(before):
+        return [Drift("models", before, sorted(asked))]
+    if after and used is not None and not used <= set(after):
+        return [Drift("models", sorted(used), after)]
+    return []
+
+
+def used_models(events: Sequence[Event]) -> frozenset[str]:
+    """The exact model ids a recorded run's model calls named."""
+    return frozenset(
+        e.model for e in events if e.type == "model.request" and e.model is not None
+    )
 
 
 def runtime_notes(recorded: dict[str, Any] | None, current: dict[str, Any] | None) -> list[str]:
@@ -220,6 +247,59 @@ def _holds_stop(exc: BaseException) -> bool:
     return any(isinstance(e, ReplayStopped) or _holds_stop(e) for e in inner)
 
 
+def raised_at(exc: BaseException) -> str | None:
+    """``file:line`` of the agent's own frame nearest to where ``exc`` was raised."""
+    tb = exc.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return agent_frame(tb.tb_frame)
+
+
+def _unvouched(events: Sequence[Event]) -> tuple[dict[str, Any], ...]:
+    return tuple(c.to_dict() for c in unvouched_calls(events))
+
+
+def _unreplayable_report(history: RunHistory, mode: str) -> ReplayReport | None:
+    """The report of a run that cannot be replayed at all: which steps, and why."""
+    if history.started.type != "run.started" or not history.started.erased:
+        return None
+    steps: list[dict[str, Any]] = [
+        {
+            "seq": 0,
+            "type": "run.started",
+            "reason": "its payload was erased (retention or privacy): the agent's input and "
+            "the run's key secret are gone, so the agent cannot be called as it was recorded",
+        }
+    ]
+    for e in history.events[1:]:
+        if e.erased:
+            steps.append(
+                {
+                    "seq": e.seq,
+                    "type": e.type,
+                    "reason": "its payload was erased: it can be neither compared nor served",
+                }
+            )
+    rest = len(history.events) - 1
+    return ReplayReport(
+        run_id=history.run_id,
+        mode=mode,
+        divergences=(),
+        drift=(),
+        events=len(history.events),
+        served=0,
+        erased=history.erased,
+        unreplayable=tuple(steps),
+        notes=(
+            f"none of the {rest} recorded step(s) after run.started can be replayed without "
+            "the recorded input; the chain still verifies (tacho verify), and tacho show "
+            "lists what is left",
+        ),
+    )
+
+
 def _drive(
     session: Session,
     engine: ReplayEngine,
@@ -245,12 +325,12 @@ def _drive(
                 return "stopped", None, None
             if not isinstance(exc, Exception):
                 raise
-            info = error_info(exc)
+            info: dict[str, Any] = dict(error_info(exc))
             try:
                 engine.check_end("error", None, info)
             except ReplayStopped:
                 pass
-            return "error", None, info
+            return "error", None, {**info, "frame": raised_at(exc)}
         try:
             engine.check_end("ok", output, None)
         except ReplayStopped:
@@ -301,6 +381,11 @@ def replay(
     """
     history = _history(store, run_id, tenant)
     mode, match_notes = _resolve(MatchMode.parse(match), history)
+    gone = _unreplayable_report(history, "replay")
+    if gone is not None:
+        if raise_on_divergence:
+            raise Divergence(gone.render(), report=gone, run_id=gone.run_id, seq=0)
+        return gone
     unverified = history.check_replayable(allow_unverified=allow_unverified)
     events = history.events
     processors = _live_processors(processors, events, redact_secrets)
@@ -329,7 +414,15 @@ def replay(
         run_id=history.run_id,
         mode="replay",
         divergences=tuple(engine.divergences),
-        drift=tuple(drift(recorded_env, current_env, used_tools=history.used_tools)),
+        drift=tuple(
+            drift(
+                recorded_env,
+                current_env,
+                used_tools=history.used_tools,
+                used_models=used_models(events),
+                asked_models=frozenset(engine.models_asked),
+            )
+        ),
         events=len(events),
         served=engine.served + 1,  # run.started
         unverified=unverified,
@@ -348,6 +441,7 @@ def replay(
         )
         + _dry_run_note(events),
         allowed_calls=_allowed(guard),
+        unvouched=_unvouched(events),
     )
     if raise_on_divergence and not report.reproduced:
         raise Divergence(
@@ -428,6 +522,9 @@ def fork(
     parse_allow(allow_network)  # a bad entry fails before the fork is started
     history = _history(store, run_id, tenant)
     mode, _ = _resolve(MatchMode.parse(match), history)
+    gone = _unreplayable_report(history, "fork")
+    if gone is not None:
+        return gone
     events = history.events
     if not 0 <= at < len(events):
         raise ReplayError(
@@ -515,6 +612,9 @@ def _finish_live(
             run_id=report.run_id,
             seq=report.first.seq if report.first else None,
         )
+    recorded_error = (
+        {k: v for k, v in error.items() if k != "frame"} if error is not None else None
+    )
     if status == "stopped":
         body: dict[str, Any] = {
             "status": "aborted",
@@ -523,8 +623,8 @@ def _finish_live(
                 "message": "the agent left the recorded path",
             },
         }
-    elif error is not None:
-        body = {"status": "error", "error": error}
+    elif recorded_error is not None:
+        body = {"status": "error", "error": recorded_error}
     else:
         body = {"status": "ok", "output": output}
     try:
@@ -560,7 +660,15 @@ def _live_report(
         run_id=history.run_id,
         mode=mode,
         divergences=tuple(engine.divergences),
-        drift=tuple(drift(history.env, env, used_tools=history.used_tools)),
+        drift=tuple(
+            drift(
+                history.env,
+                env,
+                used_tools=history.used_tools,
+                used_models=used_models(engine.matcher.source_events),
+                asked_models=frozenset(engine.models_asked),
+            )
+        ),
         events=len(history.events),
         served=engine.served,
         unverified=unverified,
@@ -576,6 +684,8 @@ def _live_report(
             else ("error" if error is not None else "ok")
         ),
         allowed_calls=allowed,
+        # served steps only: a call asked for just before a fork's step N is made live
+        unvouched=_unvouched(engine.matcher.source_events),
     )
 
 
@@ -619,6 +729,9 @@ def resume(
     st = store if isinstance(store, Store) else open_store(store, create=False)
     try:
         history = RunHistory.from_store(st, run_id, tenant=tenant)
+        gone = _unreplayable_report(history, "resume")
+        if gone is not None:
+            return gone
         if history.finished is not None:
             raise ReplayError(
                 f"run {run_id!r} has finished; fork it instead of resuming it", run_id=run_id

@@ -15,7 +15,15 @@ from typing import Any
 
 from ..record.event import Event
 
-__all__ = ["MISSING", "Change", "RunDiff", "diff_events", "diff_runs", "diff_values"]
+__all__ = [
+    "MISSING",
+    "Change",
+    "RunDiff",
+    "diff_events",
+    "diff_runs",
+    "diff_values",
+    "string_region",
+]
 
 
 class _Missing:
@@ -56,8 +64,50 @@ class Change:
         }
 
     def render(self) -> str:
-        """``path: old -> new`` with values shortened for a terminal."""
+        """``path: old -> new`` with values shortened for a terminal. Two long strings show
+        the region that changed, with context and its offsets, rather than a common prefix
+        cut short on both sides."""
+        if isinstance(self.old, str) and isinstance(self.new, str):
+            region = string_region(self.old, self.new)
+            if region is not None:
+                return f"{self.path}: {region}"
         return f"{self.path}: {_short(self.old)} -> {_short(self.new)}"
+
+
+_CONTEXT = 24
+"""Characters of unchanged text shown on each side of a changed region."""
+
+
+def string_region(old: str, new: str, *, limit: int = 80) -> str | None:
+    """The changed region of two strings with context and offsets, or None when both are
+    short enough to show whole."""
+    if _short(old, limit + 1) == _short(old) and _short(new, limit + 1) == _short(new):
+        return None
+    start = 0
+    shortest = min(len(old), len(new))
+    while start < shortest and old[start] == new[start]:
+        start += 1
+    end = 0  # length of the common suffix, not overlapping the prefix
+    while end < shortest - start and old[-1 - end] == new[-1 - end]:
+        end += 1
+    old_end, new_end = len(old) - end, len(new) - end
+
+    def excerpt(text: str, stop: int) -> str:
+        lo = max(0, start - _CONTEXT)
+        hi = min(len(text), stop + _CONTEXT)
+        changed = text[start:stop]
+        if len(changed) > 2 * limit:
+            changed = changed[:limit] + "\u2026" + changed[-limit:]
+        body = json.dumps(text[lo:start], ensure_ascii=False)[1:-1]
+        body += "[" + json.dumps(changed, ensure_ascii=False)[1:-1] + "]"
+        body += json.dumps(text[stop:hi], ensure_ascii=False)[1:-1]
+        return ("..." if lo else "") + '"' + body + '"' + ("..." if hi < len(text) else "")
+
+    return (
+        f"{excerpt(old, old_end)} -> {excerpt(new, new_end)} "
+        f"(changed at characters {start}..{old_end} of {len(old)} -> {start}..{new_end} "
+        f"of {len(new)})"
+    )
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -94,6 +94,8 @@ class ReplayEngine:
         self.confirm = confirm
         self.override = override
         self.session: Session | None = None
+        self.models_asked: set[str] = set()
+        """The exact model ids the agent asked for during this replay."""
         self.matcher = Matcher(
             run_id=history.run_id,
             source=list(events if events is not None else history.events),
@@ -129,7 +131,11 @@ class ReplayEngine:
         return self.matcher.completion(key)
 
     def serve_call(self, ticket: CallTicket) -> None:
-        matched = self.matcher.expect(ticket.request_type, ticket.payload, ticket.key, ticket.name)
+        if ticket.kind is CallKind.MODEL and ticket.model is not None:
+            self.models_asked.add(ticket.model)
+        matched = self.matcher.expect(
+            ticket.request_type, ticket.payload, ticket.key, ticket.name, model=ticket.model
+        )
         if matched is None:
             return  # live: the session records the intent
         completion = self.matcher.completion(matched.idempotency_key)

@@ -91,6 +91,8 @@ class Matcher:
         self.finished_event: Event | None = None
         self.started_event: Event | None = None
         self.notes: list[str] = []
+        self.source_events: tuple[Event, ...] = tuple(source or ())
+        """Every recorded event this matcher serves from (a fork's prefix)."""
         if source:
             self.source_run_id = source[0].run_id
             for event in source:
@@ -244,7 +246,13 @@ class Matcher:
         return (self._stream[-1].seq + 1) if self._stream else 1
 
     def expect(
-        self, type_: str, payload: dict[str, Any], key: str | None, name: str | None
+        self,
+        type_: str,
+        payload: dict[str, Any],
+        key: str | None,
+        name: str | None,
+        *,
+        model: str | None = None,
     ) -> Event | None:
         """Match the agent's next step against the record. Returns the matched event, or None
         when the step is to be done live (or, in collect mode, has no counterpart). Records
@@ -278,10 +286,36 @@ class Matcher:
         if type_ in _VALUE_TYPES:
             return self._check_value_event(expected, payload)
         changes = self._compare(expected, type_, payload)
-        if changes:
+        if (
+            type_ == "model.request"
+            and model is not None
+            and expected.model is not None
+            and model != expected.model
+        ):
+            self._model_changed(expected, payload, model, changes)
+        elif changes:
             self._payload_changed(expected, type_, payload, name, changes)
         self._consume(expected)
         return expected
+
+    def _model_changed(
+        self, expected: Event, payload: dict[str, Any], model: str, changes: list[Change]
+    ) -> None:
+        """The agent asks another exact model id than the recorded call named."""
+        actual = _actual("model.request", payload, model)
+        actual["model"] = model
+        self.diverge(
+            DivergenceKind.MODEL_CHANGED,
+            expected.seq,
+            expected,
+            actual,
+            [Change("$.model", expected.model, model), *changes],
+            f"At seq {expected.seq} the agent calls model {model!r} where the recorded run "
+            f"called {expected.model!r}. The recorded answer came from the other model, so "
+            "from here on the replay shows the old model's answers to the new code; record "
+            "the run again to see what the new model does.",
+            candidates=self._candidates("model.request", payload, model),
+        )
 
     def _imported(self) -> bool:
         labels = ((self.started_event.payload or {}) if self.started_event else {}).get("labels")

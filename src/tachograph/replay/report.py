@@ -42,6 +42,8 @@ class DivergenceKind(str, enum.Enum):
     """The recording cannot serve this step (erased payload, or the call never completed)."""
     UNRECORDED_CALL = "unrecorded_call"
     """A connection or process spawn the record does not hold; the network guard refused it."""
+    MODEL_CHANGED = "model_changed"
+    """A model call that names another exact model id than the recorded one."""
 
     def __str__(self) -> str:
         return self.value
@@ -174,16 +176,34 @@ class ReplayReport:
     allowed_calls: tuple[dict[str, Any], ...] = ()
     """Outbound calls the record does not hold that ``allow_network`` let through
     (``target``, ``frame``)."""
+    unvouched: tuple[dict[str, Any], ...] = ()
+    """Tool calls recorded model answers asked for with no tool event after them
+    (``tool``, ``seq`` of the answer, ``call_id``): the record cannot vouch for them."""
+    unreplayable: tuple[dict[str, Any], ...] = ()
+    """Steps that cannot be replayed at all, and why (``seq``, ``type``, ``reason``), when
+    the run could not be replayed (its ``run.started`` payload erased, ...)."""
 
     @property
     def reproduced(self) -> bool:
-        """True when the agent did exactly what was recorded."""
-        return not self.divergences and not self.aborted
+        """True when the agent did exactly what was recorded, and the record vouches for
+        every tool call its model answers asked for."""
+        return (
+            not self.divergences
+            and not self.aborted
+            and not self.unvouched
+            and not self.unreplayable
+        )
 
     @property
     def verdict(self) -> str:
-        """``reproduced`` or ``diverged``."""
-        return "reproduced" if self.reproduced else "diverged"
+        """``reproduced``; ``diverged``; ``unvouched`` (every recorded step matched, but
+        model answers asked for tool calls the record holds nothing of); or
+        ``unreplayable`` (nothing could be replayed)."""
+        if self.unreplayable:
+            return "unreplayable"
+        if self.divergences or self.aborted:
+            return "diverged"
+        return "unvouched" if self.unvouched else "reproduced"
 
     @property
     def simulation(self) -> bool:
@@ -215,14 +235,21 @@ class ReplayReport:
             "final_status": self.final_status,
             "notes": list(self.notes),
             "allowed_calls": list(self.allowed_calls),
+            "unvouched": list(self.unvouched),
+            "unreplayable": list(self.unreplayable),
+            "output": self.output,
+            "error": self.error,
         }
 
     def render(self) -> str:
         """The report for a person."""
         kind = "simulation" if self.simulation else "reproduction"
-        if self.mode == "replay":
+        if self.unreplayable:
+            head = f"{self.mode} of {self.run_id}: UNREPLAYABLE"
+        elif self.mode == "replay":
             head = f"replay of {self.run_id}: {self.verdict.upper()} ({kind})"
-        elif self.reproduced:  # fork and resume serve recorded steps, then go on live
+        elif self.verdict in ("reproduced", "unvouched"):
+            # fork and resume serve recorded steps, then go on live
             head = (
                 f"{self.mode} of {self.run_id}: recorded steps matched ({kind}), "
                 "then continued live"
@@ -237,27 +264,59 @@ class ReplayReport:
             lines.append(f"  drift: {d.render()}")
         if self.erased:
             lines.append(f"  erased payloads at seq {', '.join(map(str, self.erased))}")
-        if self.reproduced and self.mode == "replay":
+        for step in self.unreplayable:
+            lines.append(f"  seq {step.get('seq')} ({step.get('type')}): {step.get('reason')}")
+        matched = self.verdict in ("reproduced", "unvouched")
+        if self.unreplayable:
+            pass  # nothing was served; the steps above say why
+        elif matched and self.mode == "replay":
             lines.append(f"  {self.served} of {self.events} recorded events matched")
-        elif self.reproduced:
+        elif matched:
             lines.append(f"  {self.served} recorded events served before going live")
         else:
             first = self.first
             if first is not None:
                 lines.append("first divergence:")
                 lines.append("  " + first.render().replace("\n", "\n  "))
-            if len(self.divergences) > 1:
-                lines.append(f"  ({len(self.divergences) - 1} more divergence(s) after it)")
+            for more in self.divergences[1:]:
+                lines.append("then:")
+                lines.append("  " + more.render().replace("\n", "\n  "))
+        lines.extend(_unvouched_lines(self.unvouched))
+        if self.error is not None and not self.new_run_id:
+            lines.append(f"  the agent raised {_error_text(self.error)}")
         if self.new_run_id and self.final_status == "unfinished":
             lines.append(f"  {self.new_run_id} was left unfinished; nothing was appended")
         elif self.new_run_id:
             verb = "appended to" if self.mode == "resume" else "recorded as"
             ended = f" (finished {self.final_status}" if self.final_status else ""
             if ended and self.error:
-                ended += f": {self.error.get('type')}: {self.error.get('message')}"
+                ended += f": {_error_text(self.error)}"
             lines.append(f"  {verb} {self.new_run_id}{ended}{')' if ended else ''}")
         for call in self.allowed_calls:
             where = f" from {call['frame']}" if call.get("frame") else ""
             lines.append(f"  allowed: outbound call to {call['target']}{where} (allow_network)")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+def _error_text(error: dict[str, Any]) -> str:
+    text = f"{error.get('type')}: {error.get('message')}"
+    if error.get("frame"):
+        text += f" (at {error['frame']})"
+    return text
+
+
+def _unvouched_lines(unvouched: tuple[dict[str, Any], ...]) -> list[str]:
+    if not unvouched:
+        return []
+    calls = ", ".join(f"{c.get('tool')!r} (asked at seq {c.get('seq')})" for c in unvouched)
+    names = ", ".join(sorted({repr(c.get("tool")) for c in unvouched}))
+    return [
+        f"  unvouched: the record cannot vouch for {len(unvouched)} tool call(s) the model "
+        f"asked for: {calls}. No tool event followed them when the run was recorded, so what "
+        "they did is not in the record: in this replay they ran again outside it (or not at "
+        "all), and nothing was compared.",
+        f"  to record {names}: decorate the function that runs it with "
+        "@tachograph.tool(effect=...), or use a framework adapter that records tools "
+        "(tachograph.integrations.openai_agents), then record the run again",
+    ]

@@ -1,0 +1,193 @@
+"""Tool calls the record cannot vouch for.
+
+A model answer that asks for tool calls (OpenAI ``tool_calls``, a responses ``function_call``,
+an Anthropic ``tool_use``) should be followed, before the next model request, by a tool event
+of each tool it asked for. When none follows, the agent ran that tool unrecorded (a plain
+function, a LangChain ``@tool`` not also decorated with ``@tachograph.tool``), or never ran it:
+either way the record does not hold what the tool did, so a replay would run it again and
+could not tell. The recorder warns once per tool name, ``run.finished`` carries the list
+(``unvouched``), and replay does not call such a run reproduced.
+
+:class:`ToolLedger` follows the calls as events are recorded; :func:`unvouched_calls` reads
+them back from a recorded run.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..providers.toolcalls import requested_tool_calls
+from ..record.event import Event
+
+__all__ = [
+    "FIELD",
+    "HOW_TO_RECORD",
+    "ToolLedger",
+    "UnvouchedCall",
+    "UnvouchedToolCall",
+    "how_to_record",
+    "unvouched_calls",
+]
+
+FIELD = "unvouched"
+"""The ``run.finished`` payload field that lists the unvouched calls."""
+
+HOW_TO_RECORD = (
+    "decorate the function that runs it with @tachograph.tool(effect=...), or use a framework "
+    "adapter that records tools (tachograph.integrations.openai_agents), then record the run "
+    "again"
+)
+
+# The OpenAI Agents SDK hands off through a tool call named transfer_to_<agent>; the
+# integration records it as a ``handoff`` event.
+_HANDOFF_PREFIX = "transfer_to_"
+
+
+class UnvouchedToolCall(UserWarning):
+    """Warned while recording: a model asked for a tool call and no tool event followed."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnvouchedCall:
+    """A tool call a model answer asked for, with no tool event to account for it."""
+
+    tool: str
+    seq: int
+    """The seq of the ``model.response`` that asked for it."""
+    call_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (as in the ``run.finished`` payload)."""
+        return {"tool": self.tool, "seq": self.seq, "call_id": self.call_id}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> UnvouchedCall | None:
+        tool, seq = data.get("tool"), data.get("seq")
+        if not isinstance(tool, str) or type(seq) is not int:
+            return None
+        call_id = data.get("call_id")
+        return cls(tool, seq, call_id if isinstance(call_id, str) else None)
+
+
+def how_to_record(tools: Iterable[str]) -> str:
+    """One sentence naming the tools and how to get them recorded."""
+    names = ", ".join(repr(t) for t in sorted(set(tools)))
+    return f"to record {names}: {HOW_TO_RECORD}"
+
+
+class ToolLedger:
+    """Follows the tool calls that model answers ask for, event by event (thread-safe).
+
+    A call is vouched for by a ``tool.requested`` of the same tool name (or, for an Agents
+    SDK ``transfer_to_*`` call, a ``handoff``) recorded after the answer. An agent that
+    overrides the model records the choice (``plan.selected`` or ``decision``) and calls
+    another tool instead: that recorded substitution vouches for the call too. Whatever is
+    still open when the next model request is recorded, or the run ends, is unvouched.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: list[UnvouchedCall] = []
+        self._other_tools = 0  # tool calls since the last request that matched no open call
+        self._decided = False
+        self.unvouched: list[UnvouchedCall] = []
+
+    def observe(self, type_: str, payload: Any, seq: int) -> list[UnvouchedCall]:
+        """Account for one recorded event; returns the calls it left unvouched."""
+        if type_ == "model.response":
+            response = payload.get("response") if isinstance(payload, Mapping) else None
+            calls = requested_tool_calls(response)
+            if calls:
+                with self._lock:
+                    self._open.extend(UnvouchedCall(c.tool, seq, c.call_id) for c in calls)
+            return []
+        if type_ == "tool.requested":
+            name = payload.get("tool") if isinstance(payload, Mapping) else None
+            with self._lock:
+                for i, call in enumerate(self._open):
+                    if call.tool == name:
+                        del self._open[i]
+                        break
+                else:
+                    self._other_tools += 1
+            return []
+        if type_ in ("plan.selected", "decision"):
+            with self._lock:
+                self._decided = True
+            return []
+        if type_ == "handoff":
+            with self._lock:
+                for i, call in enumerate(self._open):
+                    if call.tool.startswith(_HANDOFF_PREFIX):
+                        del self._open[i]
+                        break
+            return []
+        aborted = isinstance(payload, Mapping) and payload.get("status") == "aborted"
+        if type_ == "run.finished" and aborted:
+            # Stopped from outside (Ctrl-C, a fork stopped at a divergence): the calls still
+            # open were never made, rather than made unrecorded.
+            with self._lock:
+                self._open = []
+            return []
+        if type_ in ("model.request", "run.finished"):
+            return self.settle()
+        return []
+
+    def settle(self) -> list[UnvouchedCall]:
+        """Close every open call: none of them was vouched for."""
+        with self._lock:
+            if self._decided and self._other_tools:
+                del self._open[: self._other_tools]  # substituted by a recorded choice
+            self._decided, self._other_tools = False, 0
+            if not self._open:
+                return []
+            left, self._open = self._open, []
+            self.unvouched.extend(left)
+            return left
+
+
+def warn_unvouched(calls: Iterable[UnvouchedCall], run_id: str, warned: set[str]) -> None:
+    """Warn once per tool name (``warned`` holds the names already warned about)."""
+    for call in calls:
+        if call.tool in warned:
+            continue
+        warned.add(call.tool)
+        warnings.warn(
+            UnvouchedToolCall(
+                f"run {run_id!r}: the model asked for tool {call.tool!r} (seq {call.seq}) and "
+                f"no tool event followed: the record cannot vouch for what it did, and a "
+                f"replay would run it again. To record it, {HOW_TO_RECORD}."
+            ),
+            stacklevel=4,
+        )
+
+
+def unvouched_calls(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
+    """The unvouched tool calls of a recorded run, read from its events.
+
+    Computed from the model answers and tool events (so that a run recorded before the field
+    existed is judged too), together with what ``run.finished`` lists (an answer erased since
+    is still known from there). A run without ``run.finished`` is judged up to its last model
+    request.
+    """
+    ledger = ToolLedger()
+    listed: list[UnvouchedCall] = []
+    for event in events:
+        if event.payload is None:
+            continue
+        ledger.observe(event.type, event.payload, event.seq)
+        if event.type == "run.finished":
+            for item in event.payload.get(FIELD) or ():
+                call = UnvouchedCall.from_dict(item) if isinstance(item, Mapping) else None
+                if call is not None:
+                    listed.append(call)
+    # Calls still open at the end of a run that never finished (a crash) are not judged:
+    # a resume may yet record them.
+    seen = {(c.tool, c.seq) for c in ledger.unvouched}
+    out = list(ledger.unvouched) + [c for c in listed if (c.tool, c.seq) not in seen]
+    out.sort(key=lambda c: c.seq)
+    return tuple(out)
