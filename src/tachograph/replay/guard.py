@@ -204,10 +204,6 @@ def _own_io(frame: FrameType | None) -> bool:
         name = _module_of(frame)
         if name.startswith("tachograph.") and name.split(".")[1] in _OWN_IO:
             return True
-        # The standard library asking the system about itself (platform.processor() runs
-        # ``uname -p``; the OpenAI SDK does so on its first request) touches no one.
-        if name == "platform":
-            return True
         frame = frame.f_back
     return False
 
