@@ -87,8 +87,10 @@ def tool_graph(
     *,
     checkpointer: Any = None,
     record: bool = True,
+    compile: bool = True,
 ) -> Any:
-    """A graph of our own: a model node and a ``ToolNode``, looping until the model answers."""
+    """A graph of our own: a model node and a ``ToolNode``, looping until the model answers
+    (the builder, not compiled, with ``compile=False``)."""
     recorder = TachographMiddleware(effects={"lookup_order": "read"})
     llm = chat_model(base_url)
     if record:
@@ -114,7 +116,7 @@ def tool_graph(
     builder.add_edge(START, "model")
     builder.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
     builder.add_edge("tools", "model")
-    return builder.compile(checkpointer=checkpointer)
+    return builder.compile(checkpointer=checkpointer) if compile else builder
 
 
 def approval_tools(counter: Path) -> list[BaseTool]:
