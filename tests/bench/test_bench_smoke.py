@@ -50,6 +50,10 @@ def _expected_keys() -> set[str]:
         keys |= {"bridge_on_off", "bridge_off_free"}
     if bench_run.postgres_available():
         keys |= {"pg_append_single", "pg_append_batched"}
+    from bench import adapter_langchain
+
+    if adapter_langchain.available():
+        keys.add("adapter_langchain")
     return keys
 
 
