@@ -53,6 +53,10 @@ def _expected_keys() -> set[str]:
         keys |= {"pg_append_single", "pg_append_batched"}
     if importlib.util.find_spec("mcp") is not None:
         keys.add("adapter_mcp")
+    from bench import adapter_langchain
+
+    if adapter_langchain.available():
+        keys.add("adapter_langchain")
     return keys
 
 
