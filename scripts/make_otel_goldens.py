@@ -12,6 +12,17 @@ has that producer, the ``openai`` SDK and ``opentelemetry-sdk``::
     python scripts/make_otel_goldens.py traceloop      # traceloop-sdk (OpenLLMetry)
 
 The versions used are written next to the files (``<name>.versions.json``).
+
+``traceloop-sdk`` 0.62 depends on every OpenLLMetry instrumentation and on contrib
+instrumentations whose pins conflict on the published releases, so pip cannot resolve it as a
+whole. Install it without its dependencies, then what it imports for an OpenAI agent::
+
+    pip install --no-deps traceloop-sdk==0.62.4 opentelemetry-instrumentation-logging==0.59b0 \
+        opentelemetry-instrumentation-threading==0.66b1
+    pip install opentelemetry-instrumentation-openai==0.62.4 \
+        'opentelemetry-semantic-conventions-ai>=0.5.1,<0.6' opentelemetry-sdk \
+        opentelemetry-exporter-otlp-proto-http opentelemetry-exporter-otlp-proto-grpc \
+        aiohttp colorama cuid deprecated jinja2 pydantic tenacity httpx openai
 """
 
 from __future__ import annotations
@@ -35,7 +46,13 @@ from golden_agent import PLAIN_TOOLS, chat_loop  # noqa: E402
 PACKAGES = {
     "openai-v2": ["opentelemetry-instrumentation-openai-v2", "opentelemetry-util-genai"],
     "openinference": ["openinference-instrumentation-openai", "openinference-instrumentation"],
-    "traceloop": ["traceloop-sdk", "opentelemetry-instrumentation-openai"],
+    "traceloop": [
+        "traceloop-sdk",
+        "opentelemetry-instrumentation-openai",
+        "opentelemetry-semantic-conventions-ai",
+        "opentelemetry-instrumentation-logging",
+        "opentelemetry-instrumentation-threading",
+    ],
 }
 
 

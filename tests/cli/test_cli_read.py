@@ -91,8 +91,10 @@ def test_show_json_is_the_documented_shape(tacho: Tacho, run_id: str) -> None:
         "dry_run",
         "erased",
         "tampered",
+        "not_captured",
     }
     assert not any(e["tampered"] for e in events)
+    assert not any(e["not_captured"] for e in events)  # a native run captured everything
     assert data["verification"]["status"] == "verified"
     assert events[0]["type"] == "run.started"
     assert events[-1]["type"] == "run.finished"

@@ -126,7 +126,7 @@ def test_demo_and_golden_corpus(tmp_path: Path) -> None:
     assert checked > 20
 
 
-@pytest.mark.parametrize("name", ["openai-v2.json"])
+@pytest.mark.parametrize("name", ["openai-v2.json", "traceloop.json"])
 def test_producer_content_is_itself_valid(name: str) -> None:
     """The reference producer's own attributes pass the same check (the check is fair)."""
     from tachograph.otel.otlp_json import parse_otlp_json

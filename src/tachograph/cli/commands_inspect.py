@@ -20,6 +20,7 @@ from ..replay.diff import RunDiff, diff_runs
 from ..replay.fold import fold
 from ..store import DEFAULT_STORE, RunInfo, Store, verify_all, verify_stored
 from ..store import open_store as open_store_raw
+from ..views.captured import NOT_CAPTURED, display_payload, not_captured
 from .app import (
     EXIT_FAILED,
     EXIT_STORE,
@@ -55,6 +56,8 @@ def _event_row(event: Event) -> dict[str, Any]:
         "model": event.model,
         "dry_run": is_dry_run(event),
         "erased": event.erased,
+        # what an imported trace did not capture (not recorded as empty: see docs/otel.md)
+        "not_captured": list(not_captured(event.payload)),
     }
 
 
@@ -120,7 +123,10 @@ def show_timeline(
             if event.erased:
                 out.line("      (payload erased)", style="dim")
             else:
-                out.json(event.payload, indent=6)
+                shown, missing = display_payload(event.type, event.payload)
+                for name in missing:
+                    out.line(f"      {name}: {NOT_CAPTURED}", style="bold dim")
+                out.json(shown, indent=6)
         return
     rows: list[tuple[str, ...]] = []
     styles: list[str | None] = []

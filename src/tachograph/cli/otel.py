@@ -31,9 +31,15 @@ _EXTRA = "pip install 'tachograph[otel]'"
 
 
 def _require_otel(command: str) -> None:
-    """One line and exit 2 without the ``otel`` extra, never a traceback."""
+    """One line and exit 2 without the ``otel`` extra, never a traceback. Export needs the
+    SDK and its exporter; import reads OTLP/JSON with protobuf's ``json_format`` against
+    ``opentelemetry-proto``'s messages."""
     try:
-        import opentelemetry.sdk.trace  # noqa: F401
+        if command == "import":
+            import google.protobuf.json_format  # noqa: F401
+            import opentelemetry.proto.trace.v1.trace_pb2
+        else:
+            import opentelemetry.sdk.trace  # noqa: F401
     except ImportError as exc:
         missing = exc.name or "opentelemetry"
         raise CliError(

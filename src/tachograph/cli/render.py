@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..record.event import Event
+from ..views.captured import NOT_CAPTURED, not_captured
 from ..views.text import escape, escape_json
 
 __all__ = ["Output", "event_style", "is_dry_run", "summarize", "type_style"]
@@ -128,6 +129,17 @@ def _blocks(blocks: list[Any]) -> str:
     return short(" ".join(texts), 60)
 
 
+def _uncaptured_answer(response: Any) -> str:
+    """An answer whose message was not captured: say so, with the finish reason if known."""
+    text = f"message {NOT_CAPTURED}"
+    choices = response.get("choices") if isinstance(response, dict) else None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        if isinstance(reason, str):
+            text += f" (finish {reason})"
+    return text
+
+
 def _answer(response: Any) -> str:
     """One line for a model answer: OpenAI chat, OpenAI responses, Anthropic, or HTTP-level."""
     if not isinstance(response, dict):
@@ -164,8 +176,11 @@ def summarize(event: Event) -> str:
         return "(payload erased)"
     p = event.payload if isinstance(event.payload, dict) else {}
     t = event.type
+    # What an imported trace did not capture is said as such, never shown as null or {}.
+    missing = not_captured(p)
     if t == "run.started":
-        text = f"input {short(p.get('input'), 50)}"
+        value = NOT_CAPTURED if "input" in missing else short(p.get("input"), 50)
+        text = f"input {value}"
         parent = p.get("parent")
         if isinstance(parent, dict):
             text += f"  (fork of {parent.get('run_id')} at seq {parent.get('seq')})"
@@ -174,12 +189,17 @@ def summarize(event: Event) -> str:
         if p.get("error"):
             err = p["error"]
             return f"{p.get('status')}: {err.get('type')}: {short(err.get('message'), 40)}"
-        return f"{p.get('status')}: {short(p.get('output'), 50)}"
+        value = NOT_CAPTURED if "output" in missing else short(p.get("output"), 50)
+        return f"{p.get('status')}: {value}"
     if t == "model.request":
-        return _message(p.get("request"))
+        request = p.get("request")
+        if "messages" in missing:
+            model = request.get("model") if isinstance(request, dict) else None
+            return f"{model or event.model or '?'}: messages {NOT_CAPTURED}"
+        return _message(request)
     if t == "model.response":
-        text = _answer(p.get("response"))
         response = p.get("response")
+        text = _uncaptured_answer(response) if "message" in missing else _answer(response)
         usage = p.get("usage")
         if usage is None and isinstance(response, dict):
             body = response.get("body")
@@ -193,9 +213,11 @@ def summarize(event: Event) -> str:
         prefix = f"{p['tool']}: " if t == "tool.failed" and "tool" in p else ""
         return f"{prefix}{err.get('type')}: {short(err.get('message'), 50)}"
     if t == "tool.requested":
-        return f"{p.get('tool')}({_args(p.get('args'))})  [{p.get('effect')}]"
+        args = NOT_CAPTURED if "args" in missing else _args(p.get("args"))
+        return f"{p.get('tool')}({args})  [{p.get('effect')}]"
     if t == "tool.completed":
-        return f"{p.get('tool')} -> {short(p.get('result'), 60)}"
+        result = NOT_CAPTURED if "result" in missing else short(p.get("result"), 60)
+        return f"{p.get('tool')} -> {result}"
     if t == "plan.selected":
         return f"{p.get('plan')}" + (f"  ({short(p['reason'], 50)})" if p.get("reason") else "")
     if t == "decision":

@@ -42,6 +42,17 @@ def loads(value: Any) -> Any:
     return value
 
 
+def typed(a: Mapping[str, Any], key: str, mime_key: str, *, guess: bool) -> Any:
+    """An OpenInference value as its ``*.mime_type`` says: JSON when it says
+    ``application/json`` (so JSON stays JSON, not a string of it), the text as it is when it
+    says ``text/plain``; without a mime type, parsed as JSON when it is JSON if ``guess``."""
+    value = a.get(key)
+    mime = a.get(mime_key)
+    if isinstance(mime, str) and mime.strip():
+        return loads(value) if "json" in mime.lower() else value
+    return loads(value) if guess else value
+
+
 def classify(span: OtlpSpan) -> str | None:
     """``"agent"``, ``"model"``, ``"tool"``, or ``None`` for a span that is none of these."""
     a = span.attributes
@@ -155,8 +166,11 @@ def _agent_step(span: OtlpSpan) -> Step:
             input_text = _text_of(inputs[-1].get("parts"))
         if isinstance(outputs, list) and outputs and isinstance(outputs[0], dict):
             output_text = _text_of(outputs[0].get("parts"))
+            if a.get(A.GEN_AI_OUTPUT_TYPE) == A.OUTPUT_TYPE_JSON:
+                output_text = loads(output_text)  # the output is JSON, written as text
     elif A.OI_SPAN_KIND in a:
-        input_text, output_text = a.get(A.OI_INPUT_VALUE), a.get(A.OI_OUTPUT_VALUE)
+        input_text = typed(a, A.OI_INPUT_VALUE, A.OI_INPUT_MIME_TYPE, guess=False)
+        output_text = typed(a, A.OI_OUTPUT_VALUE, A.OI_OUTPUT_MIME_TYPE, guess=False)
     elif A.TL_SPAN_KIND in a:
         entity_input = loads(a.get(A.TL_ENTITY_INPUT))
         if isinstance(entity_input, dict):
@@ -328,8 +342,8 @@ def _tool_step(span: OtlpSpan) -> Step:
         step["tool_args"] = loads(a.get(A.GEN_AI_TOOL_CALL_ARGUMENTS))
         step["tool_result"] = loads(a.get(A.GEN_AI_TOOL_CALL_RESULT))
     elif a.get(A.OI_SPAN_KIND) == "TOOL":
-        step["tool_args"] = loads(a.get(A.OI_INPUT_VALUE))
-        step["tool_result"] = loads(a.get(A.OI_OUTPUT_VALUE))
+        step["tool_args"] = typed(a, A.OI_INPUT_VALUE, A.OI_INPUT_MIME_TYPE, guess=True)
+        step["tool_result"] = typed(a, A.OI_OUTPUT_VALUE, A.OI_OUTPUT_MIME_TYPE, guess=True)
     elif a.get(A.TL_SPAN_KIND) == "tool":
         entity_input = loads(a.get(A.TL_ENTITY_INPUT))
         if isinstance(entity_input, dict):

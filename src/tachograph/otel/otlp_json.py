@@ -1,17 +1,24 @@
-"""Reading OTLP/JSON trace files, without protobuf.
+"""Reading OTLP/JSON trace files with protobuf's own JSON parser.
 
 Accepts what is found in the wild: the OTLP/JSON body of an export (``{"resourceSpans": ...}``),
 one such document per line (the Collector's ``file`` exporter), or a JSON array of them; ids in
-hex (OTLP/JSON) or base64 (protobuf's generic JSON mapping); lowerCamelCase or snake_case field
-names; 64-bit integers as strings or numbers; enums as integers or names
-(``SPAN_KIND_CLIENT``). Span kinds are the OTLP numbers (1 internal, 2 server, 3 client, ...),
-which differ from the Python SDK's ``SpanKind`` values.
+hex (OTLP/JSON) or base64 (protobuf's generic JSON mapping). Everything else protobuf's
+``json_format`` handles as the JSON mapping defines it, against the OTLP messages of
+``opentelemetry-proto`` (``TracesData``): lowerCamelCase or snake_case field names, 64-bit
+integers as strings or numbers, enums as integers or names (``SPAN_KIND_CLIENT``), unknown
+fields ignored. The one departure from the mapping, OTLP/JSON's hex ids, is undone before
+parsing: a hex trace id is 32 characters and a hex span id 16, while the base64 of 16 or 8
+bytes is 24 or 12, so the two forms cannot be confused.
+
+Span kinds are the OTLP numbers (1 internal, 2 server, 3 client, ...), which differ from the
+Python SDK's ``SpanKind`` values. Needs the ``otel`` extra (``opentelemetry-proto`` and
+protobuf); without it :func:`parse_otlp_json` raises an ImportError naming the extra.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +40,27 @@ SPAN_KINDS = {
 }
 """OTLP span kind names and numbers."""
 
-_STATUS = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+_EXTRA = "pip install 'tachograph[otel]'"
+# What json_format can raise on hostile input besides its ParseError: every one of them is
+# a FormatError to the caller.
+_PARSE_ERRORS: tuple[type[Exception], ...] = (
+    TypeError,
+    ValueError,
+    AttributeError,
+    KeyError,
+    IndexError,
+    OverflowError,
+    RecursionError,
+)
 _HEX = frozenset("0123456789abcdefABCDEF")
+_ID_SIZES = {
+    "traceId": 16,
+    "trace_id": 16,
+    "spanId": 8,
+    "span_id": 8,
+    "parentSpanId": 8,
+    "parent_span_id": 8,
+}
 
 
 @dataclass(frozen=True)
@@ -64,139 +90,136 @@ class OtlpSpan:
     resource: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _get(node: Mapping[str, Any], camel: str, snake: str | None = None) -> Any:
-    if camel in node:
-        return node[camel]
-    if snake is not None:
-        return node.get(snake)
-    return None
-
-
-def _int(value: Any, where: str) -> int:
-    if value is None or value == "":
-        return 0
-    if isinstance(value, bool):
-        raise FormatError(f"{where}: expected an integer, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    raise FormatError(f"{where}: expected an integer, got {value!r}")
-
-
-def _id(value: Any, size: int, where: str) -> str | None:
-    """A trace (16 bytes) or span (8 bytes) id from hex or base64, as lower-case hex."""
-    if value in (None, ""):
-        return None
-    if not isinstance(value, str):
-        raise FormatError(f"{where}: an id must be a string, got {value!r}")
-    if len(value) == size * 2 and set(value) <= _HEX:
-        raw = bytes.fromhex(value)
-    else:
-        try:
-            raw = base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            raw = b""
-        if len(raw) != size:
-            raise FormatError(f"{where}: {value!r} is neither a hex nor a base64 id")
-    if raw == bytes(size):
-        return None
-    return raw.hex()
-
-
-def _enum(value: Any, names: Mapping[str, int], where: str) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, str) and not value.lstrip("-").isdigit():
-        if value in names:
-            return names[value]
-        raise FormatError(f"{where}: unknown value {value!r}")
-    return _int(value, where)
-
-
-def any_value(node: Any) -> Any:
-    """An OTLP ``AnyValue`` as a plain value (``None`` when empty); a malformed one is a
-    :class:`FormatError`, whatever its shape."""
+def _proto() -> tuple[Any, Any]:
+    """protobuf's ``json_format`` and OTLP's ``trace_pb2``, or an ImportError naming the extra."""
     try:
-        return _any_value(node)
-    except (TypeError, ValueError, AttributeError, binascii.Error) as exc:
-        if isinstance(exc, FormatError):
-            raise
-        raise FormatError(f"malformed attribute value {str(node)[:80]}: {exc}") from None
+        from google.protobuf import json_format
+        from opentelemetry.proto.trace.v1 import trace_pb2
+    except ImportError as exc:
+        missing = exc.name or "opentelemetry-proto"
+        raise ImportError(
+            f"reading OTLP/JSON needs the 'otel' extra ({missing} is not installed): {_EXTRA}",
+            name=exc.name,
+        ) from exc
+    return json_format, trace_pb2
 
 
-def _any_value(node: Any) -> Any:
-    if not isinstance(node, Mapping):
-        return None
-    for camel, snake in (("stringValue", "string_value"), ("boolValue", "bool_value")):
-        value = _get(node, camel, snake)
-        if value is not None:
-            return value
-    value = _get(node, "intValue", "int_value")
-    if value is not None:
-        return _int(value, "intValue")
-    value = _get(node, "doubleValue", "double_value")
-    if value is not None:
-        return float(value)
-    value = _get(node, "bytesValue", "bytes_value")
-    if value is not None:
-        return base64.b64decode(value)
-    value = _get(node, "arrayValue", "array_value")
-    if value is not None:
-        return [any_value(item) for item in value.get("values") or ()]
-    value = _get(node, "kvlistValue", "kvlist_value")
-    if value is not None:
-        return attributes(value.get("values") or ())
-    return None
+# -- hex ids to the JSON mapping's base64 ---------------------------------------------------
 
 
-def attributes(items: Any) -> dict[str, Any]:
-    """A repeated ``KeyValue`` as a dict (later keys win)."""
-    out: dict[str, Any] = {}
-    if not isinstance(items, (list, tuple)):
-        return out
-    for item in items:
-        if isinstance(item, Mapping) and isinstance(item.get("key"), str):
-            out[item["key"]] = any_value(item.get("value"))
+def _b64_id(value: Any, size: int) -> Any:
+    """A hex id of ``size`` bytes as base64 (what ``json_format`` reads); anything else is
+    left for the parser to accept (base64) or refuse."""
+    if isinstance(value, str) and len(value) == size * 2 and set(value) <= _HEX:
+        return base64.b64encode(bytes.fromhex(value)).decode("ascii")
+    return value
+
+
+def _with_ids(span: Any) -> Any:
+    if not isinstance(span, Mapping):
+        return span
+    out = {k: _b64_id(v, _ID_SIZES[k]) if k in _ID_SIZES else v for k, v in span.items()}
+    links = out.get("links")
+    if isinstance(links, list):
+        out["links"] = [
+            {k: _b64_id(v, _ID_SIZES[k]) if k in _ID_SIZES else v for k, v in link.items()}
+            if isinstance(link, Mapping)
+            else link
+            for link in links
+        ]
     return out
 
 
-def _span(node: Mapping[str, Any], resource: Mapping[str, Any]) -> OtlpSpan:
-    trace_id = _id(_get(node, "traceId", "trace_id"), 16, "traceId")
-    span_id = _id(_get(node, "spanId", "span_id"), 8, "spanId")
+def _each(node: Mapping[str, Any], camel: str, snake: str) -> tuple[str, Any]:
+    key = camel if camel in node else snake
+    return key, node.get(key)
+
+
+def _hex_to_base64(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` with the span and link ids in base64; the rest as it is (shapes are the
+    parser's to judge)."""
+    out = dict(doc)
+    key, resource_spans = _each(doc, "resourceSpans", "resource_spans")
+    if not isinstance(resource_spans, list):
+        return out
+    new_rs = []
+    for rs in resource_spans:
+        if isinstance(rs, Mapping):
+            rs = dict(rs)
+            skey, scopes = _each(rs, "scopeSpans", "scope_spans")
+            if isinstance(scopes, list):
+                new_scopes = []
+                for ss in scopes:
+                    if isinstance(ss, Mapping) and isinstance(ss.get("spans"), list):
+                        ss = {**ss, "spans": [_with_ids(span) for span in ss["spans"]]}
+                    new_scopes.append(ss)
+                rs[skey] = new_scopes
+        new_rs.append(rs)
+    out[key] = new_rs
+    return out
+
+
+# -- protobuf messages to plain values ------------------------------------------------------
+
+
+def _any_value(value: Any) -> Any:
+    """An OTLP ``AnyValue`` message as a plain value (``None`` when unset)."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_any_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return _attributes(value.kvlist_value.values)
+    if kind == "int_value":
+        return int(value.int_value)
+    if kind == "double_value":
+        number = float(value.double_value)
+        # NaN and infinities have no JSON form in the record: kept as their names
+        return number if math.isfinite(number) else str(number)
+    if kind == "bytes_value":
+        return bytes(value.bytes_value)
+    return getattr(value, kind)
+
+
+def _attributes(items: Any) -> dict[str, Any]:
+    """A repeated ``KeyValue`` as a dict (later keys win)."""
+    return {item.key: _any_value(item.value) for item in items}
+
+
+def _id(raw: bytes, size: int, what: str) -> str | None:
+    """An id as lower-case hex; ``None`` when empty or all zeros (OTLP's "no id")."""
+    if not raw or raw == bytes(size):
+        return None
+    if len(raw) != size:
+        raise FormatError(f"{what} {raw.hex()!r} is {len(raw)} bytes, not {size}")
+    return raw.hex()
+
+
+def _span(span: Any, resource: Mapping[str, Any]) -> OtlpSpan:
+    trace_id = _id(span.trace_id, 16, "trace id")
+    span_id = _id(span.span_id, 8, "span id")
     if trace_id is None or span_id is None:
-        raise FormatError(f"span {node.get('name')!r} has no trace id or span id")
-    status = _get(node, "status") or {}
-    if not isinstance(status, Mapping):
-        raise FormatError("status: expected an object")
-    events = node.get("events") or ()
-    if not isinstance(events, (list, tuple)):
-        raise FormatError("events: expected an array")
+        raise FormatError(f"span {span.name!r} has no trace id or span id")
     return OtlpSpan(
         trace_id=trace_id,
         span_id=span_id,
-        parent_span_id=_id(_get(node, "parentSpanId", "parent_span_id"), 8, "parentSpanId"),
-        name=str(node.get("name") or ""),
-        kind=_enum(node.get("kind"), SPAN_KINDS, "kind"),
-        start_ns=_int(_get(node, "startTimeUnixNano", "start_time_unix_nano"), "startTime"),
-        end_ns=_int(_get(node, "endTimeUnixNano", "end_time_unix_nano"), "endTime"),
-        attributes=attributes(node.get("attributes")),
+        parent_span_id=_id(span.parent_span_id, 8, "parent span id"),
+        name=span.name,
+        kind=int(span.kind),
+        start_ns=int(span.start_time_unix_nano),
+        end_ns=int(span.end_time_unix_nano),
+        attributes=_attributes(span.attributes),
         events=tuple(
             OtlpEvent(
-                name=str(ev.get("name") or ""),
-                time_ns=_int(_get(ev, "timeUnixNano", "time_unix_nano"), "timeUnixNano"),
-                attributes=attributes(ev.get("attributes")),
+                name=event.name,
+                time_ns=int(event.time_unix_nano),
+                attributes=_attributes(event.attributes),
             )
-            for ev in events
-            if isinstance(ev, Mapping)
+            for event in span.events
         ),
-        status_code=_enum(status.get("code"), _STATUS, "status.code"),
-        status_message=str(status.get("message") or ""),
+        status_code=int(span.status.code),
+        status_message=span.status.message,
         resource=resource,
     )
 
@@ -229,39 +252,36 @@ def _documents(data: bytes | str | Any) -> Iterator[Any]:
 
 def parse_otlp_json(data: bytes | str | Any) -> list[OtlpSpan]:
     """Every span in an OTLP/JSON traces document (or lines, or array, of documents)."""
+    json_format, trace_pb2 = _proto()
     spans: list[OtlpSpan] = []
+    number = 0
     for document in _documents(data):
         docs = document if isinstance(document, list) else [document]
         for doc in docs:
+            number += 1
+            where = f"document {number}"
             if not isinstance(doc, Mapping):
-                raise FormatError("not an OTLP/JSON traces document (expected an object)")
-            resource_spans = _get(doc, "resourceSpans", "resource_spans")
-            if resource_spans is None:
-                raise FormatError("not an OTLP/JSON traces document (no resourceSpans)")
-            for i, rs in _objects(resource_spans, "resourceSpans"):
-                where = f"resourceSpans[{i}]"
-                resource_node = rs.get("resource") or {}
-                if not isinstance(resource_node, Mapping):
-                    raise FormatError(f"{where}.resource: expected an object", location=where)
-                resource = attributes(resource_node.get("attributes"))
-                scopes = _get(rs, "scopeSpans", "scope_spans")
-                for j, ss in _objects(scopes, f"{where}.scopeSpans"):
-                    for k, node in _objects(ss.get("spans"), f"{where}.scopeSpans[{j}].spans"):
+                raise FormatError(
+                    "not an OTLP/JSON traces document (expected an object)", location=where
+                )
+            if "resourceSpans" not in doc and "resource_spans" not in doc:
+                raise FormatError(
+                    "not an OTLP/JSON traces document (no resourceSpans)", location=where
+                )
+            message = trace_pb2.TracesData()
+            try:
+                json_format.ParseDict(_hex_to_base64(doc), message, ignore_unknown_fields=True)
+            except (*_PARSE_ERRORS, json_format.ParseError) as exc:
+                # ParseError names the field path (resourceSpans[0].scopeSpans[0]...)
+                text = " ".join(str(exc).split())[:300]
+                raise FormatError(f"{where}: not valid OTLP/JSON: {text}", location=where) from None
+            for i, rs in enumerate(message.resource_spans):
+                resource = _attributes(rs.resource.attributes)
+                for j, ss in enumerate(rs.scope_spans):
+                    for k, span in enumerate(ss.spans):
                         try:
-                            spans.append(_span(node, resource))
+                            spans.append(_span(span, resource))
                         except FormatError as exc:
-                            at = f"{where}.scopeSpans[{j}].spans[{k}]"
+                            at = f"{where}: resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
                             raise FormatError(f"{at}: {exc}", location=at) from None
     return spans
-
-
-def _objects(value: Any, where: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
-    """The objects of a JSON array (absent: none); anything else is a typed error."""
-    if value is None:
-        return
-    if not isinstance(value, (list, tuple)):
-        raise FormatError(f"{where}: expected an array, got {type(value).__name__}", location=where)
-    for index, item in enumerate(value):
-        if not isinstance(item, Mapping):
-            raise FormatError(f"{where}[{index}]: expected an object", location=where)
-        yield index, item

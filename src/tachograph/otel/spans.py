@@ -188,6 +188,10 @@ def agent_end_attributes(event: Event, *, content: bool = False) -> dict[str, At
     if content and payload.get("output") is not None:
         # the run returned its output: the agent's generation stopped normally
         attrs[A.GEN_AI_OUTPUT_MESSAGES] = _text_message("assistant", payload["output"], "stop")
+        if not isinstance(payload["output"], str):
+            # written as a text part, the output is JSON: say so, so that it is read back as
+            # JSON rather than as a string of JSON
+            attrs[A.GEN_AI_OUTPUT_TYPE] = A.OUTPUT_TYPE_JSON
     error = payload.get("error")
     if isinstance(error, dict):
         put(attrs, A.ERROR_TYPE, error.get("type"))
@@ -288,6 +292,13 @@ def _int(mapping: Mapping[str, Any], *names: str) -> int | None:
     return None
 
 
+def _uncaptured(payload: Mapping[str, Any], name: str) -> bool:
+    """An imported run's placeholder for what its trace did not capture is not content: it
+    is left out rather than sent as an empty value."""
+    listed = payload.get("not_captured")
+    return isinstance(listed, list) and name in listed
+
+
 def tool_start_attributes(
     payload: Mapping[str, Any],
     *,
@@ -306,7 +317,7 @@ def tool_start_attributes(
     put(attrs, A.TACHO_IDEMPOTENCY_KEY, key)
     attrs[A.GEN_AI_TOOL_TYPE] = "function"
     put(attrs, A.TACHO_EFFECT, payload.get("effect"))
-    if content and "args" in payload:
+    if content and "args" in payload and not _uncaptured(payload, "args"):
         attrs[A.GEN_AI_TOOL_CALL_ARGUMENTS] = to_json(payload.get("args"))
     return attrs
 
@@ -319,7 +330,7 @@ def tool_end_attributes(event: Event, *, content: bool) -> dict[str, AttributeVa
         error = payload.get("error")
         if isinstance(error, dict):
             put(attrs, A.ERROR_TYPE, error.get("type"))
-    elif content and "result" in payload:
+    elif content and "result" in payload and not _uncaptured(payload, "result"):
         attrs[A.GEN_AI_TOOL_CALL_RESULT] = to_json(payload.get("result"))
     return attrs
 

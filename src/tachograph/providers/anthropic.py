@@ -58,7 +58,12 @@ def assemble_stream(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_STOP_FROM_NEUTRAL = {"tool_calls": "tool_use", "stop": "end_turn", "length": "max_tokens"}
+_STOP_FROM_NEUTRAL = {
+    "tool_calls": "tool_use",
+    "tool_call": "tool_use",
+    "stop": "end_turn",
+    "length": "max_tokens",
+}
 
 
 def message(neutral: Mapping[str, Any], *, model: str | None) -> dict[str, Any]:

@@ -102,6 +102,11 @@ def _arguments_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+# Finish reasons in the conventions' vocabulary (what some instrumentations record, e.g.
+# OpenLLMetry 0.62) back in chat completions' own.
+_FINISH_FROM_SEMCONV = {"tool_call": "tool_calls"}
+
+
 def chat_completion(neutral: Mapping[str, Any], *, model: str | None) -> dict[str, Any]:
     """A ``chat.completion`` body from a neutral answer (see :func:`.normal.neutral_answer`)."""
     message: dict[str, Any] = {"role": "assistant", "content": neutral.get("text")}
@@ -118,13 +123,18 @@ def chat_completion(neutral: Mapping[str, Any], *, model: str | None) -> dict[st
     ]
     if calls:
         message["tool_calls"] = calls
+    reason = neutral.get("finish_reason")
     body: dict[str, Any] = {
         "id": neutral.get("id") or "chatcmpl-imported",
         "object": "chat.completion",
         "created": 0,
         "model": neutral.get("model") or model,
         "choices": [
-            {"index": 0, "message": message, "finish_reason": neutral.get("finish_reason")}
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": _FINISH_FROM_SEMCONV.get(str(reason), reason),
+            }
         ],
     }
     usage = neutral.get("usage")

@@ -153,7 +153,7 @@ class NetworkGuard:
         if not self._active():
             return
         frame = sys._getframe(2)
-        if _own_io(frame):
+        if _own_io(frame) or (kind == "exec" and _host_probe(frame)):
             return
         where = agent_frame(frame)
         if self._permits(kind, target, host, port):
@@ -203,6 +203,19 @@ def _own_io(frame: FrameType | None) -> bool:
     while frame is not None:
         name = _module_of(frame)
         if name.startswith("tachograph.") and name.split(".")[1] in _OWN_IO:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _host_probe(frame: FrameType | None) -> bool:
+    """True for the stdlib ``platform`` module running ``uname -p``: the interpreter describing
+    its own host (SDKs put it in a request header on their first call), not the agent acting
+    on the world; refusing it would make a replay diverge on whichever call comes first."""
+    while frame is not None:
+        if _module_of(frame) == "platform" and os.path.abspath(
+            frame.f_code.co_filename
+        ).startswith(_STDLIB_DIRS):
             return True
         frame = frame.f_back
     return False
@@ -340,20 +353,9 @@ async def _sock_connect(self: asyncio.AbstractEventLoop, sock: socket.socket, ad
         _passing.reset(token)
 
 
-def _from_platform(frame: FrameType | None) -> bool:
-    """Whether the stdlib ``platform`` module makes this spawn (``uname -p`` for
-    ``platform.processor()``, which SDKs read once per process for their telemetry headers):
-    a read of the machine itself, not a call to the world."""
-    while frame is not None:
-        if _module_of(frame) == "platform" and frame.f_code.co_filename.startswith(_STDLIB_DIRS):
-            return True
-        frame = frame.f_back
-    return False
-
-
 def _execute_child(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> Any:
     guard = _guard.get()
-    if guard is not None and not _from_platform(sys._getframe(1)):
+    if guard is not None:
         if isinstance(args, str | bytes | os.PathLike):
             command = _text(os.fspath(args)) or ""
             program = command.split()[0] if command.split() else command
