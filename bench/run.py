@@ -41,10 +41,11 @@ MODULES = (
     "bridge",
     "privacy",
     "postgres",
+    "adapter_pydantic_ai",
 )
 """Figure modules in the order they run; ``bridge`` only when tachograph.otel exists;
 ``postgres`` only when a server is available (``TACHOGRAPH_TEST_PG`` or initdb), else it says
-why and reports nothing."""
+why and reports nothing; ``adapter_*`` only when their framework is installed."""
 
 FIGURE_KEYS = (
     "record_event",

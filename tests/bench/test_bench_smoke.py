@@ -7,6 +7,7 @@ a numeric median for subject and baseline, a ratio, and a verdict per target.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import math
@@ -50,6 +51,8 @@ def _expected_keys() -> set[str]:
         keys |= {"bridge_on_off", "bridge_off_free"}
     if bench_run.postgres_available():
         keys |= {"pg_append_single", "pg_append_batched"}
+    if importlib.util.find_spec("pydantic_ai") is not None:
+        keys.add("adapter_pydantic_ai")
     return keys
 
 

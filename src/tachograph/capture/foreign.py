@@ -5,7 +5,8 @@ objects of agent frameworks, recognised by their shape (no framework is imported
 
 * an OpenAI Agents SDK ``FunctionTool`` (``name``, ``params_json_schema``);
 * a LangChain ``BaseTool`` (``name``, ``get_input_jsonschema()`` or ``args``);
-* any object with a ``name`` and a JSON ``input_schema`` / ``inputSchema`` (MCP tools).
+* any object with a ``name`` and a JSON ``input_schema`` / ``inputSchema`` (MCP tools);
+* a pydantic-ai ``Tool`` (its ``tool_def.parameters_json_schema``) or ``ToolDefinition``.
 
 The fingerprint (SPEC section 7) is the SHA-256 of the canonical ``{"name", "schema"}``: a
 tool whose parameters change changes the fingerprint, its implementation does not (as for
@@ -43,10 +44,15 @@ class FrameworkTool:
 
 
 def _schema_of(item: Any) -> Any:
-    for attribute in ("params_json_schema", "input_schema", "inputSchema"):
+    attributes = ("params_json_schema", "input_schema", "inputSchema", "parameters_json_schema")
+    for attribute in attributes:
         value = getattr(item, attribute, None)
         if isinstance(value, dict):
             return value
+    definition = getattr(item, "tool_def", None)  # pydantic-ai Tool
+    value = getattr(definition, "parameters_json_schema", None)
+    if isinstance(value, dict):
+        return value
     method = getattr(item, "get_input_jsonschema", None)  # LangChain runnables
     if callable(method):
         try:
