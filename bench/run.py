@@ -42,6 +42,7 @@ MODULES = (
     "privacy",
     "postgres",
     "adapter_pydantic_ai",
+    "adapter_google_adk",
 )
 """Figure modules in the order they run; ``bridge`` only when tachograph.otel exists;
 ``postgres`` only when a server is available (``TACHOGRAPH_TEST_PG`` or initdb), else it says

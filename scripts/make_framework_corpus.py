@@ -34,6 +34,12 @@ FRAMEWORKS: dict[str, tuple[str, str, str, str]] = {
         "pydantic-ai-good-refund-b2002",
         "pydantic-ai triage delegates to billing, which looks B-2002 up and refunds it",
     ),
+    "google_adk": (
+        "examples.google_adk_refund",
+        "frameworks.adk_agent:script",
+        "google-adk-good-refund-b2002",
+        "Google ADK triage transfers to billing, which looks B-2002 up and refunds it",
+    ),
 }
 
 
@@ -48,6 +54,8 @@ def record(framework: str, out: Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp, FakeLLMServer(_attr(script_path)) as srv:
         os.environ["OPENAI_BASE_URL"] = srv.openai_base_url
         os.environ["OPENAI_API_KEY"] = "sk-corpus"
+        os.environ["ANTHROPIC_BASE_URL"] = srv.base_url
+        os.environ["ANTHROPIC_API_KEY"] = "sk-corpus"
         os.environ["REFUND_COUNTER"] = str(Path(tmp) / "refunds.json")
         db = str(Path(tmp) / "runs.db")
         result = tg.record_run(example.agent, example.PROMPT, store=db, run_id=run_id)

@@ -53,6 +53,8 @@ def _expected_keys() -> set[str]:
         keys |= {"pg_append_single", "pg_append_batched"}
     if importlib.util.find_spec("pydantic_ai") is not None:
         keys.add("adapter_pydantic_ai")
+    if importlib.util.find_spec("google.adk") is not None:
+        keys.add("adapter_google_adk")
     return keys
 
 
