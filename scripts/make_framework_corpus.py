@@ -40,6 +40,12 @@ FRAMEWORKS: dict[str, tuple[str, str, str, str]] = {
         "google-adk-good-refund-b2002",
         "Google ADK triage transfers to billing, which looks B-2002 up and refunds it",
     ),
+    "openai_agents": (
+        "examples.openai_agents_refund",
+        "frameworks.agents_sdk:script",
+        "openai-agents-good-refund-b2002",
+        "Agents SDK triage hands off to billing, which looks B-2002 up and refunds it",
+    ),
 }
 
 

@@ -24,6 +24,7 @@ import asyncio.selector_events
 import contextlib
 import contextvars
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -375,6 +376,11 @@ def _install() -> None:
         _count += 1
         if _count > 1:
             return
+        # The standard library runs `uname -p` the first time anyone asks for the processor
+        # (the OpenAI and Anthropic SDKs do, for their platform headers) and caches the
+        # answer: ask before the guard goes up, so that a replay in a fresh process is not
+        # refused a spawn that only describes the machine.
+        platform.processor()
         for name, owner, attr, patched in _PATCHES:
             _originals[name] = getattr(owner, attr)
             setattr(owner, attr, patched)
