@@ -7,6 +7,7 @@ for its processor, which runs ``uname -p``) happens inside the replay's closed w
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -19,7 +20,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CORPORA = [
     ("pydantic_ai", "examples.pydantic_ai_refund:agent"),
-    ("google_adk", "examples.google_adk_refund:agent"),
+    pytest.param(
+        "google_adk",
+        "examples.google_adk_refund:agent",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("google") is None
+            or importlib.util.find_spec("google.adk") is None,
+            reason="google-adk is installed apart from the dev extra",
+        ),
+    ),
     ("openai_agents", "examples.openai_agents_refund:agent"),
 ]
 

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("google.adk", reason="google-adk is installed apart from the dev extra")
+
 from anthropic import AsyncAnthropic
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
