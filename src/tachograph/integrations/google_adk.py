@@ -93,7 +93,7 @@ def _model_key(context: Any) -> tuple[str, str, str]:
     return (str(context.invocation_id), str(context.agent_name), str(branch or ""))
 
 
-class TachographPlugin(BasePlugin):
+class TachographPlugin(BasePlugin):  # type: ignore[misc,unused-ignore]  # untyped without ADK
     """The ADK plugin that records (and replays) every agent a runner runs.
 
     ``effects`` classifies the tools by name (a table or a callable); ``default_effect`` is
