@@ -43,6 +43,8 @@ MODULES = (
     "postgres",
     "adapter_mcp",
     "adapter_langchain",
+    "adapter_pydantic_ai",
+    "adapter_google_adk",
 )
 """Figure modules in the order they run; ``bridge`` only when tachograph.otel exists;
 ``postgres`` only when a server is available (``TACHOGRAPH_TEST_PG`` or initdb), else it says

@@ -57,6 +57,10 @@ def _expected_keys() -> set[str]:
 
     if adapter_langchain.available():
         keys.add("adapter_langchain")
+    if importlib.util.find_spec("pydantic_ai") is not None:
+        keys.add("adapter_pydantic_ai")
+    if importlib.util.find_spec("google.adk") is not None:
+        keys.add("adapter_google_adk")
     return keys
 
 

@@ -5,7 +5,9 @@ objects of agent frameworks, recognised by their shape (no framework is imported
 
 * an OpenAI Agents SDK ``FunctionTool`` (``name``, ``params_json_schema``);
 * a LangChain ``BaseTool`` (``name``, ``get_input_jsonschema()`` or ``args``);
-* any object with a ``name`` and a JSON ``input_schema`` / ``inputSchema`` (MCP tools).
+* any object with a ``name`` and a JSON ``input_schema`` / ``inputSchema`` (MCP tools);
+* a pydantic-ai ``Tool`` (its ``tool_def.parameters_json_schema``) or ``ToolDefinition``;
+* a Google ADK tool (the ``parameters_json_schema`` of the declaration it sends the model).
 
 The fingerprint (SPEC section 7) is the SHA-256 of the canonical ``{"name", "schema"}``: a
 tool whose parameters change changes the fingerprint, its implementation does not (as for
@@ -43,10 +45,30 @@ class FrameworkTool:
 
 
 def _schema_of(item: Any) -> Any:
-    for attribute in ("params_json_schema", "input_schema", "inputSchema"):
+    attributes = ("params_json_schema", "input_schema", "inputSchema", "parameters_json_schema")
+    for attribute in attributes:
         value = getattr(item, attribute, None)
         if isinstance(value, dict):
             return value
+    definition = getattr(item, "tool_def", None)  # pydantic-ai Tool
+    value = getattr(definition, "parameters_json_schema", None)
+    if isinstance(value, dict):
+        return value
+    declare = getattr(item, "_get_declaration", None)  # Google ADK BaseTool (its only accessor)
+    if callable(declare):
+        try:
+            declaration = declare()
+        except Exception:  # a tool that cannot declare itself: no schema
+            declaration = None
+        value = getattr(declaration, "parameters_json_schema", None)
+        if isinstance(value, dict):
+            return value
+        parameters = getattr(declaration, "parameters", None)
+        dump = getattr(parameters, "model_dump", None)
+        if callable(dump):
+            value = dump(mode="json", exclude_none=True)
+            if isinstance(value, dict):
+                return value
     method = getattr(item, "get_input_jsonschema", None)  # LangChain runnables
     if callable(method):
         try:
