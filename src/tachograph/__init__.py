@@ -21,6 +21,7 @@ from .capture.agent import (
     record,
     record_run,
 )
+from .capture.imports import import_jsonl
 from .capture.recorder import Durability
 from .capture.runtime import (
     ModelAliasWarning,
@@ -62,7 +63,7 @@ from .errors import (
 )
 from .record.canonical import canonical
 from .record.event import Effect, Event, EventType, new_event
-from .record.jsonl import ImportReport, export_run, import_jsonl, read_jsonl, verify_jsonl
+from .record.jsonl import ImportReport, export_run, read_jsonl, verify_jsonl
 from .record.verify import Check, Failure, VerifyReport, verify_events, verify_lines
 from .replay import areplay, fork, replay, resume
 from .replay.diff import Change, RunDiff, diff_runs, diff_values

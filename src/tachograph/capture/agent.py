@@ -29,12 +29,12 @@ from .._version import __version__
 from ..errors import ProfileError, RecordingError, WriteFailed
 from ..privacy.redactor import default_processors
 from ..record.event import new_ulid
-from ..record.seal import KEY_SECRET_FIELD, new_key_secret
+from ..record.seal import KEY_SECRET_FIELD, new_key_secret, sha256_text
 from ..store import Store, open_store
 from .boundary import error_info
 from .foreign import FrameworkTool, framework_tool
 from .recorder import Durability, Listener, Observer, Processor, Recorder, close_writer
-from .runtime import ToolSpec, registered_models, registered_tools, sha256_text
+from .runtime import ToolSpec, registered_models, registered_tools
 from .session import Session
 
 __all__ = [

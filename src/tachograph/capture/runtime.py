@@ -33,6 +33,8 @@ from typing import Any, TypeVar, overload
 from ..errors import ProfileError, RecordingError
 from ..record.canonical import canonical
 from ..record.event import Effect, check_type
+from ..record.seal import prompt_hash
+from ..record.seal import sha256_text as sha256_text  # kept where it was defined first
 from .boundary import CallKind, CallTicket, begin_call, wrap_call
 from .session import current_session
 
@@ -63,34 +65,6 @@ _ALIAS = re.compile(r"(latest|preview$|^[a-z-]+-\d(\.\d)?$|-(mini|nano|pro)$)", 
 
 class ModelAliasWarning(UserWarning):
     """A model was declared by an alias (e.g. ``latest``) instead of an exact, dated id."""
-
-
-def sha256_text(text: str) -> str:
-    """``"sha256:" + hex(SHA-256(text as UTF-8))``: how prompts are fingerprinted."""
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def prompt_hash(request: Any) -> str | None:
-    """The fingerprint of the system prompt in a request, if one can be found.
-
-    Looks for ``system`` (Anthropic), ``instructions`` (OpenAI responses) or the first
-    ``system``/``developer`` message; the hash is of the prompt text, as in SPEC's vectors.
-    """
-    if not isinstance(request, dict):
-        return None
-    for key in ("system", "instructions"):
-        value = request.get(key)
-        if isinstance(value, str):
-            return sha256_text(value)
-        if isinstance(value, list) and value:  # Anthropic's system given as content blocks
-            return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
-    for message in request.get("messages") or request.get("input") or ():
-        if isinstance(message, dict) and message.get("role") in ("system", "developer"):
-            content = message.get("content")
-            if isinstance(content, str):
-                return sha256_text(content)
-            return "sha256:" + hashlib.sha256(canonical(content)).hexdigest()
-    return None
 
 
 # -- tools ------------------------------------------------------------------------------------

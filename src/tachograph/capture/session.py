@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import ProfileError, RecordingError
 from ..record.canonical import canonical
 from ..record.event import Effect
-from ..record.seal import KeyDeriver, Processor
+from ..record.seal import KeyDeriver, Processor, key_args, prompt_hash, with_prompt_hash
 from .boundary import CURRENT_SESSION, CallKind, CallTicket, Engine, error_info
 from .recorder import Recorder
 
@@ -46,13 +46,6 @@ EFFECTS = frozenset({Effect.WRITE, Effect.IRREVERSIBLE})
 def current_session() -> Session | None:
     """The session of the current context, or None outside any run."""
     return _current.get()
-
-
-def prompt_hash(request: Any) -> str | None:
-    """The fingerprint of the system prompt in a request (see :mod:`tachograph.capture.runtime`)."""
-    from .runtime import prompt_hash as compute
-
-    return compute(request)
 
 
 class Session:
@@ -175,19 +168,14 @@ class Session:
             if schema_version is not None:
                 payload["schema_version"] = schema_version
             payload = self.process("tool.requested", payload)
-            key_args: Any = payload.get("args")
         else:
             payload = {"request": request, **(extra or {})}
-            payload = self.process("model.request", payload)
-            processed_request = payload.get("request")
-            hashed = prompt_hash(processed_request)
-            if hashed is not None:
-                payload["prompt_hash"] = hashed
-            if isinstance(processed_request, dict):
-                key_args = processed_request
-            else:
-                key_args = {k: payload[k] for k in ("http", "request") if k in payload}
-        call_key = key if isinstance(key, str) else self.make_key(name, key_args, key)
+            # the prompt hash and the key come from the processed request (SPEC section 5)
+            payload = with_prompt_hash(self.process("model.request", payload))
+        kind_type = "tool.requested" if kind is CallKind.TOOL else "model.request"
+        call_key = (
+            key if isinstance(key, str) else self.make_key(name, key_args(kind_type, payload), key)
+        )
         ticket = CallTicket(
             self,
             kind=kind,

@@ -257,9 +257,7 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
 @click.option("--tenant", help="The run's tenant, if its id exists under several.")
 @purpose_option
 @json_option
-def state_cmd(
-    run_id: str, at: int | None, tenant: str | None, purpose: str, as_json: bool
-) -> None:
+def state_cmd(run_id: str, at: int | None, tenant: str | None, purpose: str, as_json: bool) -> None:
     """Print the state the agent had reached at step N (the fold of events 0..N)."""
     with open_store() as raw:
         store = scoped_store(raw, purpose)
@@ -372,9 +370,7 @@ def verify_cmd(
             source = store.url
             reports = _verify_reports(store, out, target)
             verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
-    failed = [
-        r for r in reports if not r.ok or not verdicts.get((r.tenant, r.run_id), _NO_SEAL).ok
-    ]
+    failed = [r for r in reports if not r.ok or not verdicts.get((r.tenant, r.run_id), _NO_SEAL).ok]
     # An empty file handed over as evidence proves nothing: that is a failure, not a pass.
     # (An empty store is merely empty.)
     empty_file = not reports and target is not None and Path(target).is_file()
@@ -433,9 +429,7 @@ def _seal_verdicts(
     except ImportError:  # pragma: no cover - a trimmed installation
         return {}
     verified = [r for r in reports if r.ok]
-    return seal_verdicts(
-        store, verified, keys=keys, witnesses=witnesses, witness_keys=witness_keys
-    )
+    return seal_verdicts(store, verified, keys=keys, witnesses=witnesses, witness_keys=witness_keys)
 
 
 def _with_seal(report: VerifyReport, verdicts: dict[Any, Any]) -> dict[str, Any]:
