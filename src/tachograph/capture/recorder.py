@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import RecordingError, WriteFailed
 from ..record.event import Event
-from ..record.seal import Processor, Sealer
+from ..record.seal import Processor, Sealer, hide_key_secret
 from ..store.base import Store
 
 __all__ = [
@@ -415,10 +415,12 @@ class Recorder:
                 f"run {self.run_id!r} has finished; nothing more can be recorded in it",
                 run_id=self.run_id,
             )
+        # observers (telemetry) never see the run's key secret (SPEC section 5)
+        shown = hide_key_secret(type, payload) if self.observers else payload
         for observer in self.observers:
             try:
                 ctx = observer.before(
-                    self, type, payload, idempotency_key=idempotency_key, model=model
+                    self, type, shown, idempotency_key=idempotency_key, model=model
                 )
             except Exception:
                 _log.exception("tachograph: observer %r failed before an event", observer)

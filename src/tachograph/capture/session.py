@@ -31,7 +31,14 @@ from typing import Any
 from ..errors import ProfileError, RecordingError
 from ..record.canonical import canonical
 from ..record.event import Effect
-from ..record.seal import KeyDeriver, Processor, key_args, prompt_hash, with_prompt_hash
+from ..record.seal import (
+    KeyDeriver,
+    Processor,
+    key_args,
+    process_payload,
+    prompt_hash,
+    with_prompt_hash,
+)
 from .boundary import CURRENT_SESSION, CallKind, CallTicket, Engine, error_info
 from .recorder import Recorder
 
@@ -106,9 +113,8 @@ class Session:
         """The payload as it is recorded (and compared): every processor applied."""
         if self.recorder is not None:
             return self.recorder.sealer.process(type_, payload)
-        for processor in self.processors:
-            payload = processor(type_, payload)
-        return payload
+        # as the Sealer does: the run's key secret is never shown to a processor
+        return process_payload(self.processors, type_, payload)
 
     def make_key(
         self,

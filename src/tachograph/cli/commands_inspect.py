@@ -14,6 +14,7 @@ import click
 from ..errors import FormatError, StoreError
 from ..record.event import FORMAT_VERSION, Event
 from ..record.jsonl import verify_jsonl
+from ..record.seal import hide_key_secret
 from ..record.verify import VerifyReport
 from ..replay.diff import RunDiff, diff_runs
 from ..replay.fold import fold
@@ -55,6 +56,13 @@ def _event_row(event: Event) -> dict[str, Any]:
         "dry_run": is_dry_run(event),
         "erased": event.erased,
     }
+
+
+def shown_payload(event: Event) -> dict[str, Any] | None:
+    """The payload as a person reads it: the run's key secret marked hidden (SPEC section 5)."""
+    if event.payload is None:
+        return None
+    return hide_key_secret(event.type, event.payload, mark=True)
 
 
 def run_header(out: Output, info: RunInfo, first: Event | None) -> None:
@@ -106,7 +114,7 @@ def show_timeline(
             if event.erased:
                 out.line("      (payload erased)", style="dim")
             else:
-                out.json(event.payload, indent=6)
+                out.json(shown_payload(event), indent=6)
         return
     rows: list[tuple[str, ...]] = []
     styles: list[str | None] = []
@@ -236,7 +244,7 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
             row = _event_row(event)
             row["tampered"] = event.seq in tampered
             if full:
-                row["payload"] = event.payload
+                row["payload"] = shown_payload(event)
                 row["hash"] = event.hash
             rows.append(row)
         emit_json({"run": info.to_dict(), "events": rows, "verification": report.to_dict()})

@@ -37,15 +37,18 @@ from .event import (
 from .keycount import RepeatCounter
 
 __all__ = [
+    "HIDDEN",
     "KEY_SECRET_FIELD",
     "KeyDeriver",
     "Processor",
     "Sealer",
     "default_key",
+    "hide_key_secret",
     "key_args",
     "key_secret_of",
     "new_key_secret",
     "parse_default_key",
+    "process_payload",
     "prompt_hash",
     "sha256_text",
     "with_prompt_hash",
@@ -56,6 +59,45 @@ Processor = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 KEY_SECRET_FIELD = "key_secret"
 """Where the run's key secret sits in the ``run.started`` payload (SPEC section 5)."""
+
+
+HIDDEN = "[hidden]"
+"""What is shown in place of a run's key secret (``tacho show --full``)."""
+
+
+def hide_key_secret(type_: str, payload: dict[str, Any], *, mark: bool = False) -> dict[str, Any]:
+    """``payload`` as anything outside the log sees it: a ``run.started`` payload without its
+    key secret (with ``mark``, with :data:`HIDDEN` in its place); any other payload as it is.
+
+    The secret makes the keys in the envelopes HMACs (SPEC section 5): it must stay where an
+    erasure can reach it, so processors, observers, telemetry and what a person reads never
+    get it. Exports keep it (the payload digest commits to it, and a replay needs it).
+    """
+    if type_ != "run.started" or KEY_SECRET_FIELD not in payload:
+        return payload
+    shown = dict(payload)
+    if mark:
+        shown[KEY_SECRET_FIELD] = HIDDEN
+    else:
+        del shown[KEY_SECRET_FIELD]
+    return shown
+
+
+def process_payload(
+    processors: Sequence[Processor], type_: str, payload: dict[str, Any]
+) -> dict[str, Any]:
+    """``payload`` through every processor in order, the run's key secret kept away from
+    them (a secrets detector would take it for an API key) and put back after them."""
+    if not processors:
+        return payload
+    secret = payload.get(KEY_SECRET_FIELD) if type_ == "run.started" else None
+    if secret is not None:
+        payload = hide_key_secret(type_, payload)
+    for processor in processors:
+        payload = processor(type_, payload)
+    if secret is not None:
+        payload = {**payload, KEY_SECRET_FIELD: secret}
+    return payload
 
 
 def new_key_secret() -> str:
@@ -238,20 +280,10 @@ class Sealer:
     def process(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
         """The payload as it will be stored: every processor applied, in order.
 
-        The key secret of ``run.started`` is not shown to processors (a secrets detector
-        would take it for an API key); it is put back after them.
+        The key secret of ``run.started`` is not shown to processors
+        (:func:`process_payload`).
         """
-        if not self.processors:
-            return payload
-        secret = None
-        if type_ == "run.started" and KEY_SECRET_FIELD in payload:
-            payload = dict(payload)
-            secret = payload.pop(KEY_SECRET_FIELD)
-        for processor in self.processors:
-            payload = processor(type_, payload)
-        if secret is not None:
-            payload = {**payload, KEY_SECRET_FIELD: secret}
-        return payload
+        return process_payload(self.processors, type_, payload)
 
     def seal(
         self,
