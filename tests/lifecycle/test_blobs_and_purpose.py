@@ -150,3 +150,56 @@ def test_a_policy_file_and_the_cli_option(
     listed = runner.invoke(cli, ["--store", store.path, "audit", "--json"])
     assert '"read.denied"' in listed.output
     assert '"ok": true' in listed.output
+
+
+def test_tacho_verify_checks_blobs_in_a_store_and_beside_a_file(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    import json
+
+    run_id, blobs = _record_with_blobs(store)
+    runner = CliRunner()
+
+    def verify(*args: str) -> tuple[int, dict[str, object], str]:
+        result = runner.invoke(cli, ["--store", store.path, "verify", *args, "--json"])
+        text = runner.invoke(cli, ["--store", store.path, "verify", *args])
+        assert text.exit_code == result.exit_code, text.output
+        return result.exit_code, json.loads(result.stdout), text.output
+
+    code, data, text = verify(run_id)
+    assert code == 0
+    (run,) = data["runs"]  # type: ignore[misc]
+    assert (len(run["blobs"]["verified"]), run["blobs"]["expired"], run["blobs"]["ok"]) == (
+        2,
+        [],
+        True,
+    )
+    assert data["blobs"] == {"verified": 2, "expired": 0, "failed": 0}
+    assert "2 verified, 0 expired" in text
+
+    # an export with its blobs verifies them beside the file, and reports a file without them
+    target = tmp_path / "out.jsonl"
+    runner.invoke(cli, ["--store", store.path, "export", run_id, "-o", str(target), "--blobs"])
+    code, data, _ = verify(str(target))
+    assert (code, data["blobs"]) == (0, {"verified": 2, "expired": 0, "failed": 0})
+    bare = tmp_path / "bare.jsonl"
+    bare.write_bytes(target.read_bytes())
+    code, data, text = verify(str(bare))
+    assert (code, data["ok"], data["blobs"]) == (
+        0,
+        True,
+        {"verified": 0, "expired": 2, "failed": 0},
+    )
+    assert "2 expired" in text
+
+    # an expired (deleted) blob is reported, not a failure; changed bytes fail check 5
+    upload, note = store.events(run_id)[1:3]
+    blobs.delete(upload.payload["document"]["$blob"])
+    blobs.path_for(note.payload["big"]["$blob"]).write_bytes(b"z" * 5000)
+    code, data, text = verify()
+    assert (code, data["ok"], data["failed"]) == (1, False, 1)
+    (run,) = data["runs"]  # type: ignore[misc]
+    assert [e["path"] for e in run["blobs"]["expired"]] == ["$.document"]
+    assert [f["path"] for f in run["blobs"]["failures"]] == ["$.big"]
+    assert run["status"] == "failed"
+    assert "seq 2 $.big: check 5" in text

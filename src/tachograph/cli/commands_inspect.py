@@ -20,6 +20,7 @@ from ..replay.diff import RunDiff, diff_runs
 from ..replay.fold import fold
 from ..store import DEFAULT_STORE, RunInfo, Store, verify_all, verify_stored
 from ..store import open_store as open_store_raw
+from . import blobcheck
 from .app import (
     EXIT_FAILED,
     EXIT_STORE,
@@ -366,6 +367,7 @@ def verify_cmd(
             source = store.url
             reports = _verify_reports(store, out, None)
             verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
+            blobs = blobcheck.check_store(store, reports)
         target = None
     elif target is not None and (Path(target).is_file() or _looks_like_file(target)):
         path = Path(target)
@@ -373,12 +375,20 @@ def verify_cmd(
             raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)
         source = str(path)
         reports = _verify_file(path, out)
+        blobs = blobcheck.check_file(path, reports)
     else:
         with open_store() as store:
             source = store.url
             reports = _verify_reports(store, out, target)
             verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
-    failed = [r for r in reports if not r.ok or not verdicts.get((r.tenant, r.run_id), _NO_SEAL).ok]
+            blobs = blobcheck.check_store(store, reports)
+    failed = [
+        r
+        for r in reports
+        if not r.ok
+        or not verdicts.get((r.tenant, r.run_id), _NO_SEAL).ok
+        or not blobs.get((r.tenant, r.run_id), _NO_SEAL).ok
+    ]
     # An empty file handed over as evidence proves nothing: that is a failure, not a pass.
     # (An empty store is merely empty.)
     empty_file = not reports and target is not None and Path(target).is_file()
@@ -387,9 +397,10 @@ def verify_cmd(
             {
                 "source": source,
                 "ok": not failed and not empty_file,
-                "runs": [_with_seal(r, verdicts) for r in reports],
+                "runs": [_with_blobs(_with_seal(r, verdicts), r, blobs) for r in reports],
                 "verified": len(reports) - len(failed),
                 "failed": len(failed),
+                "blobs": blobcheck.totals(blobs),
             }
         )
     else:
@@ -402,6 +413,16 @@ def verify_cmd(
                 text = text.split("; unsealed (", 1)[0] + "; " + verdict.render()
             ok = report.ok and (verdict is None or verdict.ok)
             out.line(text, style="green" if ok else "bold red")
+        for report in reports:
+            # a run's blobs get a line when it has any (listed or not: expired ones are news)
+            check = blobs.get((report.tenant, report.run_id))
+            if check is None or not (check.verified or check.expired or check.failures):
+                continue
+            if report not in listed and not (check.expired or check.failures):
+                continue
+            style = "bold red" if check.failures else "yellow" if check.expired else "green"
+            for line in check.render().split("\n"):
+                out.line("  " + line, style=style)
         if not reports:
             out.line(
                 f"no runs in {source}" + (": an empty file verifies nothing" if empty_file else ""),
@@ -438,6 +459,17 @@ def _seal_verdicts(
         return {}
     verified = [r for r in reports if r.ok]
     return seal_verdicts(store, verified, keys=keys, witnesses=witnesses, witness_keys=witness_keys)
+
+
+def _with_blobs(
+    data: dict[str, Any], report: VerifyReport, blobs: blobcheck.BlobChecks
+) -> dict[str, Any]:
+    check = blobs.get((report.tenant, report.run_id))
+    if check is not None:
+        data["blobs"] = {k: v for k, v in check.to_dict().items() if k != "run_id"}
+        if not check.ok:
+            data["status"] = "failed"
+    return data
 
 
 def _with_seal(report: VerifyReport, verdicts: dict[Any, Any]) -> dict[str, Any]:
