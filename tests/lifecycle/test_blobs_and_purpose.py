@@ -203,3 +203,49 @@ def test_tacho_verify_checks_blobs_in_a_store_and_beside_a_file(
     assert [f["path"] for f in run["blobs"]["failures"]] == ["$.big"]
     assert run["status"] == "failed"
     assert "seq 2 $.big: check 5" in text
+
+
+def test_library_reads_name_a_purpose_and_are_audited(store: SQLiteStore, demo_run: str) -> None:
+    """The facade's export, RunHistory (replay, fork, resume) and the OTLP export read for a
+    purpose (documented defaults: debug, replay, debug) and append a read record each."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import tachograph.otel as tgo
+    from tachograph.replay.history import RunHistory
+
+    def reads() -> list[tuple[str, str]]:
+        return [
+            (r.detail["purpose"], r.detail["run_id"])
+            for r in store.read_audit()
+            if r.action == "read"
+        ]
+
+    assert reads() == []
+    out = io.BytesIO()
+    tachograph.export_run(store, demo_run, out)
+    assert reads() == [("debug", demo_run)]
+    RunHistory.from_store(store, demo_run)
+    assert reads()[-1] == ("replay", demo_run)
+    spans = InMemorySpanExporter()
+    assert tgo.export_run(store, demo_run, exporter=spans).ok
+    assert reads()[-1] == ("debug", demo_run)
+
+    # a narrower purpose withholds, and an export under it still verifies
+    narrow = io.BytesIO()
+    tachograph.export_run(store, demo_run, narrow, purpose="metrics")
+    assert reads()[-1] == ("metrics", demo_run)
+    narrow.seek(0)
+    (events,) = tachograph.read_jsonl(narrow)
+    assert all(e.erased for e in events)
+    with pytest.raises(PurposeDenied):
+        tachograph.export_run(store, demo_run, io.BytesIO(), purpose="gossip")
+    assert [r.action for r in store.read_audit()][-1] == "read.denied"
+    # replay reads for "replay": a history read under "metrics" has nothing to replay
+    with pytest.raises(tachograph.Unreplayable):
+        RunHistory.from_store(store, demo_run, purpose="metrics").check_replayable()
+    # a store already scoped to a purpose is read once, not twice
+    before = len(reads())
+    tachograph.export_run(
+        scoped(store, "audit", whole_events=True), demo_run, io.BytesIO(), purpose="audit"
+    )
+    assert len(reads()) == before + 1
