@@ -28,7 +28,7 @@ from typing import Any, overload
 from .._version import __version__
 from ..errors import ProfileError, RecordingError, WriteFailed
 from ..privacy.redactor import default_processors
-from ..record.event import new_ulid
+from ..record.event import EventType, new_ulid
 from ..record.seal import KEY_SECRET_FIELD, new_key_secret, sha256_text
 from ..store import Store, open_store
 from .boundary import error_info
@@ -386,7 +386,7 @@ class record:
         if labels:
             payload["labels"] = labels
         payload[KEY_SECRET_FIELD] = self.key_secret
-        recorder.append("run.started", payload)
+        recorder.append(EventType.RUN_STARTED.value, payload)
         session.activate()
         self.run = Run(session, recorder, self._store)
         return self.run
@@ -408,7 +408,7 @@ class record:
         run.error = body.get("error")
         try:
             try:
-                run.recorder.append("run.finished", body)
+                run.recorder.append(EventType.RUN_FINISHED.value, body)
             except ProfileError as bad:
                 if exc is not None:
                     raise
@@ -441,7 +441,7 @@ class record:
             run_id=run.run_id,
         )
         run.status, run.error = "error", error_info(error)
-        run.recorder.append("run.finished", {"status": "error", "error": run.error})
+        run.recorder.append(EventType.RUN_FINISHED.value, {"status": "error", "error": run.error})
         run.recorder.flush()
         raise error
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import RecordingError, WriteFailed
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..record.seal import Processor, Sealer, hide_key_secret
 from ..store.base import Store
 
@@ -449,7 +449,7 @@ class Recorder:
             claimed = self.writer.claim(event) if now else None
             ticket = self.writer.submit(event) if claimed is None else claimed
             self._last_ticket = ticket
-            if type == "run.finished":
+            if type == EventType.RUN_FINISHED.value:
                 self.finished = True
         if claimed is not None:
             # The writer was idle: append here (outside the run's lock; the writer thread

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import ProfileError, RecordingError
 from ..record.canonical import canonical
-from ..record.event import Effect
+from ..record.event import Effect, EventType
 from ..record.seal import (
     KeyDeriver,
     Processor,
@@ -173,12 +173,16 @@ class Session:
             payload: dict[str, Any] = {"tool": name, "args": request, "effect": effect.value}
             if schema_version is not None:
                 payload["schema_version"] = schema_version
-            payload = self.process("tool.requested", payload)
+            payload = self.process(EventType.TOOL_REQUESTED.value, payload)
         else:
             payload = {"request": request, **(extra or {})}
             # the prompt hash and the key come from the processed request (SPEC section 5)
-            payload = with_prompt_hash(self.process("model.request", payload))
-        kind_type = "tool.requested" if kind is CallKind.TOOL else "model.request"
+            payload = with_prompt_hash(self.process(EventType.MODEL_REQUEST.value, payload))
+        kind_type = (
+            EventType.TOOL_REQUESTED.value
+            if kind is CallKind.TOOL
+            else EventType.MODEL_REQUEST.value
+        )
         call_key = (
             key if isinstance(key, str) else self.make_key(name, key_args(kind_type, payload), key)
         )
@@ -285,7 +289,7 @@ class Session:
         """Phase two of :meth:`value`: record a value computed live."""
         if self.recorder is not None:
             body = dict(payload)
-            body["seed" if type_ == "random.seed" else "value"] = value
+            body["seed" if type_ == EventType.RANDOM_SEED.value else "value"] = value
             self.recorder.append(type_, body, seed=seed)
 
     def recorded_completion(self, key: str | None) -> Any:
@@ -296,7 +300,7 @@ class Session:
         """The run's seeded generator; its seed is recorded once (``random.seed``)."""
         if self._rng is None:
             seed = self.value(
-                "random.seed",
+                EventType.RANDOM_SEED.value,
                 {"source": "tachograph.rng"},
                 lambda: (
                     self._seed if self._seed is not None else random.SystemRandom().getrandbits(53)
@@ -307,5 +311,7 @@ class Session:
 
     def uuid4(self) -> uuid.UUID:
         """A random UUID drawn from the recorded stream of values."""
-        text = self.value("random.value", {"source": "tachograph.uuid4"}, lambda: str(uuid.uuid4()))
+        text = self.value(
+            EventType.RANDOM_VALUE.value, {"source": "tachograph.uuid4"}, lambda: str(uuid.uuid4())
+        )
         return uuid.UUID(str(text))

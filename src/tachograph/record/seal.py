@@ -26,6 +26,7 @@ from .canonical import canonical
 from .event import (
     ENVELOPE_KEYS,
     Event,
+    EventType,
     check_actor,
     check_run_id,
     check_tenant,
@@ -73,7 +74,7 @@ def hide_key_secret(type_: str, payload: dict[str, Any], *, mark: bool = False) 
     erasure can reach it, so processors, observers, telemetry and what a person reads never
     get it. Exports keep it (the payload digest commits to it, and a replay needs it).
     """
-    if type_ != "run.started" or KEY_SECRET_FIELD not in payload:
+    if type_ != EventType.RUN_STARTED.value or KEY_SECRET_FIELD not in payload:
         return payload
     shown = dict(payload)
     if mark:
@@ -90,7 +91,7 @@ def process_payload(
     them (a secrets detector would take it for an API key) and put back after them."""
     if not processors:
         return payload
-    secret = payload.get(KEY_SECRET_FIELD) if type_ == "run.started" else None
+    secret = payload.get(KEY_SECRET_FIELD) if type_ == EventType.RUN_STARTED.value else None
     if secret is not None:
         payload = hide_key_secret(type_, payload)
     for processor in processors:
@@ -158,9 +159,9 @@ def key_args(type_: str, payload: Mapping[str, Any]) -> Any:
     """What the default key of a call is derived from, in its (processed) request payload:
     a tool's ``args``; a model call's ``request`` when it is an object, else its ``http`` and
     ``request`` (an HTTP transport's request); ``None`` for any other type."""
-    if type_ == "tool.requested":
+    if type_ == EventType.TOOL_REQUESTED.value:
         return payload.get("args")
-    if type_ == "model.request":
+    if type_ == EventType.MODEL_REQUEST.value:
         request = payload.get("request")
         if isinstance(request, dict):
             return request
@@ -246,7 +247,7 @@ class KeyDeriver:
         self._counts.default(name, int(h, 16))
 
 
-_REQUESTS = frozenset({"tool.requested", "model.request"})
+_REQUESTS = frozenset({EventType.TOOL_REQUESTED.value, EventType.MODEL_REQUEST.value})
 
 
 class Sealer:
@@ -349,9 +350,9 @@ class Sealer:
         assert event.payload is not None
         assert event.salt is not None
         payload = self.process(event.type, dict(event.payload))
-        if event.type == "run.started":
+        if event.type == EventType.RUN_STARTED.value:
             self._keys = KeyDeriver(self.run_id, key_secret_of(payload))
-        elif event.type == "model.request" and "prompt_hash" in payload:
+        elif event.type == EventType.MODEL_REQUEST.value and "prompt_hash" in payload:
             payload = with_prompt_hash(dict(payload))
         key = self._rekey(event, payload)
         if (
