@@ -20,6 +20,7 @@ from ..replay.diff import RunDiff, diff_runs
 from ..replay.fold import fold
 from ..store import DEFAULT_STORE, RunInfo, Store, verify_all, verify_stored
 from ..store import open_store as open_store_raw
+from ..views.timeline import event_row, is_dry_run, run_rows, time_of, timeline_rows
 from . import blobcheck
 from .app import (
     EXIT_FAILED,
@@ -33,30 +34,11 @@ from .app import (
     state,
 )
 from .privacy import purpose_option, scoped_store
-from .render import Output, event_style, is_dry_run, summarize
+from .render import Output, event_style
 
 __all__ = ["register", "run_header", "show_timeline"]
 
 _STATUS_STYLES = {"ok": "green", "error": "bold red", "aborted": "yellow", None: "dim"}
-
-
-def _time(ts: str) -> str:
-    # ts is YYYY-MM-DDTHH:MM:SS.ffffffZ; a timeline reads best at millisecond precision.
-    return ts[11:23] if len(ts) >= 23 else ts
-
-
-def _event_row(event: Event) -> dict[str, Any]:
-    return {
-        "seq": event.seq,
-        "ts": event.ts,
-        "actor": event.actor,
-        "type": event.type,
-        "summary": summarize(event),
-        "idempotency_key": event.idempotency_key,
-        "model": event.model,
-        "dry_run": is_dry_run(event),
-        "erased": event.erased,
-    }
 
 
 def shown_payload(event: Event) -> dict[str, Any] | None:
@@ -98,7 +80,7 @@ def show_timeline(
             if event.seq in tampered:
                 mark += "  TAMPERED"
             out.line(
-                f"{event.seq:>4}  {_time(event.ts)}  {event.actor}  {event.type}{mark}",
+                f"{event.seq:>4}  {time_of(event.ts)}  {event.actor}  {event.type}{mark}",
                 style=event_style(event),
             )
             extras = {
@@ -117,23 +99,19 @@ def show_timeline(
             else:
                 out.json(shown_payload(event), indent=6)
         return
-    rows: list[tuple[str, ...]] = []
-    styles: list[str | None] = []
-    cells: list[tuple[str | None, ...]] = []
-    for event in events:
-        summary = summarize(event)
-        dry = is_dry_run(event)
-        if dry:
-            summary = "DRY RUN  " + summary
-        bad = event.seq in tampered
-        if bad:
-            summary = "TAMPERED  " + summary
-        rows.append((str(event.seq), _time(event.ts), event.actor, event.type, summary))
-        styles.append(None)
-        style = event_style(event)
-        cells.append(
-            ("dim", "dim", None, style, "bold red" if bad else "bold yellow" if dry else None)
+    timeline = timeline_rows(events, tampered)
+    rows = [row.cells() for row in timeline]
+    styles: list[str | None] = [None] * len(rows)
+    cells: list[tuple[str | None, ...]] = [
+        (
+            "dim",
+            "dim",
+            None,
+            event_style(event),
+            "bold red" if row.tampered else "bold yellow" if row.dry_run else None,
         )
+        for event, row in zip(events, timeline, strict=True)
+    ]
     out.table(headers, rows, styles=styles, cell_styles=cells, keep=("SEQ", "TYPE"))
 
 
@@ -203,16 +181,7 @@ def runs_cmd(
             filtered = any(v is not None for v in (actor, status, since, until, tenant))
             out.line(f"no runs in {store.url}" + (" match these filters" if filtered else ""))
             return
-        rows = [
-            (
-                r.run_id,
-                r.actor,
-                r.started_at[:19].replace("T", " "),
-                str(r.events),
-                r.status or "unfinished",
-            )
-            for r in found
-        ]
+        rows = [row.cells() for row in run_rows(found)]
         cells = [(None, None, "dim", None, _STATUS_STYLES.get(r.status, "")) for r in found]
         out.table(
             ("RUN", "ACTOR", "STARTED", "EVENTS", "STATUS"),
@@ -242,7 +211,7 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
     if as_json:
         rows = []
         for event in events:
-            row = _event_row(event)
+            row = event_row(event)
             row["tampered"] = event.seq in tampered
             if full:
                 row["payload"] = shown_payload(event)
