@@ -21,6 +21,7 @@ from .capture.agent import (
     record,
     record_run,
 )
+from .capture.imports import import_jsonl
 from .capture.recorder import Durability
 from .capture.runtime import (
     ModelAliasWarning,
@@ -60,9 +61,10 @@ from .errors import (
     VerificationFailed,
     WriteFailed,
 )
+from .lifecycle.purpose import export_run
 from .record.canonical import canonical
 from .record.event import Effect, Event, EventType, new_event
-from .record.jsonl import ImportReport, export_run, import_jsonl, read_jsonl, verify_jsonl
+from .record.jsonl import ImportReport, read_jsonl, verify_jsonl
 from .record.verify import Check, Failure, VerifyReport, verify_events, verify_lines
 from .replay import areplay, fork, replay, resume
 from .replay.diff import Change, RunDiff, diff_runs, diff_values

@@ -150,3 +150,102 @@ def test_a_policy_file_and_the_cli_option(
     listed = runner.invoke(cli, ["--store", store.path, "audit", "--json"])
     assert '"read.denied"' in listed.output
     assert '"ok": true' in listed.output
+
+
+def test_tacho_verify_checks_blobs_in_a_store_and_beside_a_file(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    import json
+
+    run_id, blobs = _record_with_blobs(store)
+    runner = CliRunner()
+
+    def verify(*args: str) -> tuple[int, dict[str, object], str]:
+        result = runner.invoke(cli, ["--store", store.path, "verify", *args, "--json"])
+        text = runner.invoke(cli, ["--store", store.path, "verify", *args])
+        assert text.exit_code == result.exit_code, text.output
+        return result.exit_code, json.loads(result.stdout), text.output
+
+    code, data, text = verify(run_id)
+    assert code == 0
+    (run,) = data["runs"]  # type: ignore[misc]
+    assert (len(run["blobs"]["verified"]), run["blobs"]["expired"], run["blobs"]["ok"]) == (
+        2,
+        [],
+        True,
+    )
+    assert data["blobs"] == {"verified": 2, "expired": 0, "failed": 0}
+    assert "2 verified, 0 expired" in text
+
+    # an export with its blobs verifies them beside the file, and reports a file without them
+    target = tmp_path / "out.jsonl"
+    runner.invoke(cli, ["--store", store.path, "export", run_id, "-o", str(target), "--blobs"])
+    code, data, _ = verify(str(target))
+    assert (code, data["blobs"]) == (0, {"verified": 2, "expired": 0, "failed": 0})
+    bare = tmp_path / "bare.jsonl"
+    bare.write_bytes(target.read_bytes())
+    code, data, text = verify(str(bare))
+    assert (code, data["ok"], data["blobs"]) == (
+        0,
+        True,
+        {"verified": 0, "expired": 2, "failed": 0},
+    )
+    assert "2 expired" in text
+
+    # an expired (deleted) blob is reported, not a failure; changed bytes fail check 5
+    upload, note = store.events(run_id)[1:3]
+    blobs.delete(upload.payload["document"]["$blob"])
+    blobs.path_for(note.payload["big"]["$blob"]).write_bytes(b"z" * 5000)
+    code, data, text = verify()
+    assert (code, data["ok"], data["failed"]) == (1, False, 1)
+    (run,) = data["runs"]  # type: ignore[misc]
+    assert [e["path"] for e in run["blobs"]["expired"]] == ["$.document"]
+    assert [f["path"] for f in run["blobs"]["failures"]] == ["$.big"]
+    assert run["status"] == "failed"
+    assert "seq 2 $.big: check 5" in text
+
+
+def test_library_reads_name_a_purpose_and_are_audited(store: SQLiteStore, demo_run: str) -> None:
+    """The facade's export, RunHistory (replay, fork, resume) and the OTLP export read for a
+    purpose (documented defaults: debug, replay, debug) and append a read record each."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import tachograph.otel as tgo
+    from tachograph.replay.history import RunHistory
+
+    def reads() -> list[tuple[str, str]]:
+        return [
+            (r.detail["purpose"], r.detail["run_id"])
+            for r in store.read_audit()
+            if r.action == "read"
+        ]
+
+    assert reads() == []
+    out = io.BytesIO()
+    tachograph.export_run(store, demo_run, out)
+    assert reads() == [("debug", demo_run)]
+    RunHistory.from_store(store, demo_run)
+    assert reads()[-1] == ("replay", demo_run)
+    spans = InMemorySpanExporter()
+    assert tgo.export_run(store, demo_run, exporter=spans).ok
+    assert reads()[-1] == ("debug", demo_run)
+
+    # a narrower purpose withholds, and an export under it still verifies
+    narrow = io.BytesIO()
+    tachograph.export_run(store, demo_run, narrow, purpose="metrics")
+    assert reads()[-1] == ("metrics", demo_run)
+    narrow.seek(0)
+    (events,) = tachograph.read_jsonl(narrow)
+    assert all(e.erased for e in events)
+    with pytest.raises(PurposeDenied):
+        tachograph.export_run(store, demo_run, io.BytesIO(), purpose="gossip")
+    assert [r.action for r in store.read_audit()][-1] == "read.denied"
+    # replay reads for "replay": a history read under "metrics" has nothing to replay
+    with pytest.raises(tachograph.Unreplayable):
+        RunHistory.from_store(store, demo_run, purpose="metrics").check_replayable()
+    # a store already scoped to a purpose is read once, not twice
+    before = len(reads())
+    tachograph.export_run(
+        scoped(store, "audit", whole_events=True), demo_run, io.BytesIO(), purpose="audit"
+    )
+    assert len(reads()) == before + 1

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +177,41 @@ def test_a_bad_match_mode_fails_everywhere_listing_the_valid_ones(tmp_path: Path
         with pytest.raises(tg.ReplayError, match="expected one of 'strict', 'key'"):
             call()
     store.close()
+
+
+def test_reseal_derives_default_keys_again_and_keeps_a_tools_own_key() -> None:
+    """Resealing through a processor re-derives the default keys under the run's secret (the
+    completions follow their requests), keeps a tool's own key as given, and counts an erased
+    request's key for the repeats after it."""
+    secret = bytes(range(16))
+    raw = Sealer(run_id="rs-1", actor="a")
+    keys = KeyDeriver("rs-1", secret)
+    email = {"email": "ann@example.org"}
+    k1 = keys.key("look", email)
+    k_erased = keys.key("look", {**email, "n": 1})
+    k_own = "rs-1:refund:order-7"
+    events = [
+        raw.seal("run.started", {"input": "x", "env": None, "key_secret": secret.hex()}),
+        raw.seal("tool.requested", {"tool": "look", "args": email, "effect": "read"},
+                 idempotency_key=k1),
+        raw.seal("tool.completed", {"tool": "look", "result": 1}, idempotency_key=k1),
+        raw.seal("tool.requested", {"tool": "look", "args": {**email, "n": 1}, "effect": "read"},
+                 idempotency_key=k_erased),
+        raw.seal("tool.requested", {"tool": "refund", "args": email, "effect": "write"},
+                 idempotency_key=k_own),
+    ]  # fmt: skip
+    events[3] = replace(events[3], payload=None, salt=None, payload_bytes=None)
+    sealer = Sealer(run_id="rs-1", actor="a", processors=[mask_emails])
+    out = [sealer.reseal(e) for e in events]
+    assert out[0] is events[0]  # nothing of it changes
+    masked = out[1].payload["args"]
+    assert masked != email
+    assert out[1].idempotency_key == default_key("rs-1", "look", canonical(masked), secret)
+    assert out[2].idempotency_key == out[1].idempotency_key
+    assert out[3].idempotency_key == k_erased
+    assert out[3].erased
+    assert out[4].idempotency_key == k_own
+    assert tg.verify_events(out).ok
+    # resealing the result again changes nothing: an import twice finds duplicates
+    again = Sealer(run_id="rs-1", actor="a", processors=[mask_emails])
+    assert [again.reseal(e).hash for e in out] == [e.hash for e in out]

@@ -88,9 +88,7 @@ def test_fork_with_an_override_records_a_child_run(
     # the child's steps are the parent's up to the override
     diff = tg.diff_runs(parent, child)
     assert diff.seq == FIRST_RESPONSE
-    assert ("$.payload.overridden", MISSING, True) in [
-        (c.path, c.old, c.new) for c in diff.changes
-    ]
+    assert ("$.payload.overridden", MISSING, True) in [(c.path, c.old, c.new) for c in diff.changes]
 
 
 def test_fork_without_override_serves_then_goes_live(

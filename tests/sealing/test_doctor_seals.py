@@ -29,9 +29,7 @@ def test_unsealed_runs_are_a_warning_and_sealed_ones_pass(tmp_path: Path) -> Non
         seals = _of(run_checks(store), "seals")
     finally:
         store.close()
-    assert [(f.level, f.message) for f in seals] == [
-        ("warning", "1 run(s) not sealed: plain-run")
-    ]
+    assert [(f.level, f.message) for f in seals] == [("warning", "1 run(s) not sealed: plain-run")]
     assert "SealingObserver" in seals[0].advice
 
 
@@ -50,9 +48,7 @@ def test_seals_without_a_checkpoint_count_only_until_a_key_is_trusted(
         store.close()
     assert [(f.level, f.message) for f in without] == [("ok", "all 2 run(s) are sealed")]
     # Against the trusted key, run-b's seals still wait for a signed checkpoint.
-    assert [(f.level, f.message) for f in with_key] == [
-        ("warning", "1 run(s) not sealed: run-b")
-    ]
+    assert [(f.level, f.message) for f in with_key] == [("warning", "1 run(s) not sealed: run-b")]
 
 
 def test_a_run_changed_after_its_seal_is_a_problem(tmp_path: Path) -> None:

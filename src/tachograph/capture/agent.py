@@ -29,13 +29,13 @@ from typing import Any, overload
 from .._version import __version__
 from ..errors import ProfileError, RecordingError, WriteFailed
 from ..privacy.redactor import default_processors
-from ..record.event import new_ulid
-from ..record.seal import KEY_SECRET_FIELD, new_key_secret
+from ..record.event import EventType, new_ulid
+from ..record.seal import KEY_SECRET_FIELD, new_key_secret, sha256_text
 from ..store import Store, open_store
 from .boundary import error_info
 from .foreign import FrameworkTool, framework_tool
 from .recorder import Durability, Listener, Observer, Processor, Recorder, close_writer
-from .runtime import ToolSpec, sha256_text
+from .runtime import ToolSpec
 from .session import Session
 
 __all__ = [
@@ -431,7 +431,7 @@ class record:
         if labels:
             payload["labels"] = labels
         payload[KEY_SECRET_FIELD] = self.key_secret
-        recorder.append("run.started", payload)
+        recorder.append(EventType.RUN_STARTED.value, payload)
         session.activate()
         self.run = Run(session, recorder, self._store)
         return self.run
@@ -453,7 +453,7 @@ class record:
         run.error = body.get("error")
         try:
             try:
-                run.recorder.append("run.finished", body)
+                run.recorder.append(EventType.RUN_FINISHED.value, body)
             except ProfileError as bad:
                 if exc is not None:
                     raise
@@ -486,7 +486,7 @@ class record:
             run_id=run.run_id,
         )
         run.status, run.error = "error", error_info(error)
-        run.recorder.append("run.finished", {"status": "error", "error": run.error})
+        run.recorder.append(EventType.RUN_FINISHED.value, {"status": "error", "error": run.error})
         run.recorder.flush()
         raise error
 

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import ProfileError, RecordingError
-from ..record.event import Effect, Event
+from ..record.event import Effect, Event, EventType
 
 if TYPE_CHECKING:
     from .session import Session
@@ -166,7 +166,11 @@ class CallTicket:
         self.session = session
         self.kind = kind
         self.name = name
-        self.request_type = "tool.requested" if kind is CallKind.TOOL else "model.request"
+        self.request_type = (
+            EventType.TOOL_REQUESTED.value
+            if kind is CallKind.TOOL
+            else EventType.MODEL_REQUEST.value
+        )
         self.payload = payload
         """The request payload as recorded (after processors)."""
         self.key: str | None = key
@@ -220,7 +224,7 @@ class CallTicket:
             if self.dry_run:
                 payload["dry_run"] = True
                 self.session.used_dry_run = True
-            self._append("tool.completed", payload, None, "result", "returned")
+            self._append(EventType.TOOL_COMPLETED.value, payload, None, "result", "returned")
             return result
         answered = model or self.model
         if model is None and isinstance(result, dict) and isinstance(result.get("model"), str):
@@ -230,7 +234,7 @@ class CallTicket:
             usage = result["usage"]
         if usage is not None:
             body["usage"] = usage
-        self._append("model.response", body, answered, "response", "answered")
+        self._append(EventType.MODEL_RESPONSE.value, body, answered, "response", "answered")
         return result
 
     def fail(
@@ -255,12 +259,14 @@ class CallTicket:
             return
         error = dict(info) if info is not None else error_info(exc or RuntimeError("failed"))
         if self.kind is CallKind.TOOL:
-            self._append("tool.failed", {"tool": self.name, "error": error}, None, None, None)
+            self._append(
+                EventType.TOOL_FAILED.value, {"tool": self.name, "error": error}, None, None, None
+            )
             return
         body: dict[str, Any] = {"error": error}
         if response is not None:
             body["response"] = response
-        self._append("model.failed", body, model or self.model, None, None)
+        self._append(EventType.MODEL_FAILED.value, body, model or self.model, None, None)
 
     def _may_record(self) -> bool:
         if self._done:
@@ -315,7 +321,7 @@ class CallTicket:
         if is_tool:
             body = {"tool": self.name, **body}
         recorder.append(
-            "tool.failed" if is_tool else "model.failed",
+            EventType.TOOL_FAILED.value if is_tool else EventType.MODEL_FAILED.value,
             body,
             idempotency_key=self.key,
             model=None if is_tool else self.model,

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import RecordingError, WriteFailed
-from ..record.event import Event
-from ..record.seal import Processor, Sealer
+from ..record.event import Event, EventType
+from ..record.seal import Processor, Sealer, hide_key_secret
 from ..store.base import Store
 from .vouch import FIELD as UNVOUCHED_FIELD
 from .vouch import ToolLedger, warn_unvouched
@@ -427,10 +427,12 @@ class Recorder:
                 f"run {self.run_id!r} has finished; nothing more can be recorded in it",
                 run_id=self.run_id,
             )
+        # observers (telemetry) never see the run's key secret (SPEC section 5)
+        shown = hide_key_secret(type, payload) if self.observers else payload
         for observer in self.observers:
             try:
                 ctx = observer.before(
-                    self, type, payload, idempotency_key=idempotency_key, model=model
+                    self, type, shown, idempotency_key=idempotency_key, model=model
                 )
             except Exception:
                 _log.exception("tachograph: observer %r failed before an event", observer)
@@ -459,7 +461,7 @@ class Recorder:
             claimed = self.writer.claim(event) if now else None
             ticket = self.writer.submit(event) if claimed is None else claimed
             self._last_ticket = ticket
-            if type == "run.finished":
+            if type == EventType.RUN_FINISHED.value:
                 self.finished = True
         if type != "run.finished":
             self._unvouched(self.ledger.observe(type, event.payload, event.seq))

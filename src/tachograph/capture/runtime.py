@@ -32,7 +32,9 @@ from typing import Any, TypeVar, overload
 
 from ..errors import ProfileError, RecordingError
 from ..record.canonical import canonical
-from ..record.event import Effect, check_type
+from ..record.event import Effect, EventType, check_type
+from ..record.seal import prompt_hash
+from ..record.seal import sha256_text as sha256_text  # kept where it was defined first
 from .boundary import CallKind, CallTicket, begin_call, wrap_call
 from .session import current_session
 
@@ -63,34 +65,6 @@ _ALIAS = re.compile(r"(latest|preview$|^[a-z-]+-\d(\.\d)?$|-(mini|nano|pro)$)", 
 
 class ModelAliasWarning(UserWarning):
     """A model was declared by an alias (e.g. ``latest``) instead of an exact, dated id."""
-
-
-def sha256_text(text: str) -> str:
-    """``"sha256:" + hex(SHA-256(text as UTF-8))``: how prompts are fingerprinted."""
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def prompt_hash(request: Any) -> str | None:
-    """The fingerprint of the system prompt in a request, if one can be found.
-
-    Looks for ``system`` (Anthropic), ``instructions`` (OpenAI responses) or the first
-    ``system``/``developer`` message; the hash is of the prompt text, as in SPEC's vectors.
-    """
-    if not isinstance(request, dict):
-        return None
-    for key in ("system", "instructions"):
-        value = request.get(key)
-        if isinstance(value, str):
-            return sha256_text(value)
-        if isinstance(value, list) and value:  # Anthropic's system given as content blocks
-            return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
-    for message in request.get("messages") or request.get("input") or ():
-        if isinstance(message, dict) and message.get("role") in ("system", "developer"):
-            content = message.get("content")
-            if isinstance(content, str):
-                return sha256_text(content)
-            return "sha256:" + hashlib.sha256(canonical(content)).hexdigest()
-    return None
 
 
 # -- tools ------------------------------------------------------------------------------------
@@ -387,7 +361,7 @@ def select_plan(
     plan: Any, *, chosen_from: list[Any] | None = None, reason: str | None = None
 ) -> None:
     """Record ``plan.selected``: the plan the agent chose, among which, and why."""
-    emit("plan.selected", _clean(plan=plan, chosen_from=chosen_from, reason=reason))
+    emit(EventType.PLAN_SELECTED.value, _clean(plan=plan, chosen_from=chosen_from, reason=reason))
 
 
 def guardrail(
@@ -409,40 +383,43 @@ def guardrail(
     if passed:
         if blocked:
             raise RecordingError(f"guardrail {name!r}: a guardrail that passed blocked nothing")
-        emit("guardrail.passed", _clean(guardrail=name, stage=stage, reason=reason))
+        emit(EventType.GUARDRAIL_PASSED.value, _clean(guardrail=name, stage=stage, reason=reason))
         return
     if blocked is None:
         raise RecordingError(
             f"guardrail {name!r}: say blocked=True or False for a tripwire, or passed=True"
         )
     emit(
-        "guardrail.tripwire",
+        EventType.GUARDRAIL_TRIPWIRE.value,
         _clean(guardrail=name, stage=stage, blocked=bool(blocked), reason=reason),
     )
 
 
 def accept_output(by: str, *, output: Any = None, reason: str | None = None) -> None:
     """Record ``output.accepted`` by a reviewer, evaluator or human."""
-    emit("output.accepted", _clean(by=by, output=output, reason=reason))
+    emit(EventType.OUTPUT_ACCEPTED.value, _clean(by=by, output=output, reason=reason))
 
 
 def reject_output(by: str, *, output: Any = None, reason: str | None = None) -> None:
     """Record ``output.rejected`` by a reviewer, evaluator or human."""
-    emit("output.rejected", _clean(by=by, output=output, reason=reason))
+    emit(EventType.OUTPUT_REJECTED.value, _clean(by=by, output=output, reason=reason))
 
 
 def handoff(to: str, *, from_: str | None = None, reason: str | None = None) -> None:
     """Record a ``handoff`` from the current actor (or ``from_``) to another agent."""
     session = current_session()
     source = from_ or (session.actor if session is not None else "agent")
-    emit("handoff", _clean(**{"from": source, "to": to, "reason": reason}))
+    emit(EventType.HANDOFF.value, _clean(**{"from": source, "to": to, "reason": reason}))
 
 
 def decide(
     name: str, chosen: Any, *, chosen_from: list[Any] | None = None, reason: str | None = None
 ) -> Any:
     """Record a generic ``decision`` and return ``chosen`` (so it can wrap an expression)."""
-    emit("decision", _clean(name=name, chosen=chosen, chosen_from=chosen_from, reason=reason))
+    emit(
+        EventType.DECISION.value,
+        _clean(name=name, chosen=chosen, chosen_from=chosen_from, reason=reason),
+    )
     return chosen
 
 
@@ -459,7 +436,7 @@ def now() -> _dt.datetime:
     if session is None:
         return _dt.datetime.now(_dt.timezone.utc)
     text = session.value(
-        "clock.read",
+        EventType.CLOCK_READ.value,
         {},
         lambda: _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
     )
@@ -500,7 +477,7 @@ def external(source: str, fetch: Callable[[], T], *, key: str | None = None) -> 
     payload: dict[str, Any] = {"source": source}
     if key is not None:
         payload["key"] = key
-    return session.value("external.read", payload, fetch)  # type: ignore[no-any-return]
+    return session.value(EventType.EXTERNAL_READ.value, payload, fetch)  # type: ignore[no-any-return]
 
 
 async def aexternal(source: str, fetch: Callable[[], Awaitable[T]], *, key: str | None = None) -> T:
@@ -511,11 +488,11 @@ async def aexternal(source: str, fetch: Callable[[], Awaitable[T]], *, key: str 
     payload: dict[str, Any] = {"source": source}
     if key is not None:
         payload["key"] = key
-    served, recorded = session.serve_value("external.read", payload)
+    served, recorded = session.serve_value(EventType.EXTERNAL_READ.value, payload)
     if served:
         return recorded  # type: ignore[no-any-return]
     value = await fetch()
-    session.record_value("external.read", payload, value)
+    session.record_value(EventType.EXTERNAL_READ.value, payload, value)
     return value
 
 

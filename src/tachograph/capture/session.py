@@ -30,8 +30,15 @@ from typing import Any
 
 from ..errors import ProfileError, RecordingError
 from ..record.canonical import canonical
-from ..record.event import Effect
-from ..record.seal import KeyDeriver, Processor
+from ..record.event import Effect, EventType
+from ..record.seal import (
+    KeyDeriver,
+    Processor,
+    key_args,
+    process_payload,
+    prompt_hash,
+    with_prompt_hash,
+)
 from .boundary import CURRENT_SESSION, CallKind, CallTicket, Engine, error_info
 from .recorder import Recorder
 
@@ -46,13 +53,6 @@ EFFECTS = frozenset({Effect.WRITE, Effect.IRREVERSIBLE})
 def current_session() -> Session | None:
     """The session of the current context, or None outside any run."""
     return _current.get()
-
-
-def prompt_hash(request: Any) -> str | None:
-    """The fingerprint of the system prompt in a request (see :mod:`tachograph.capture.runtime`)."""
-    from .runtime import prompt_hash as compute
-
-    return compute(request)
 
 
 class Session:
@@ -113,9 +113,8 @@ class Session:
         """The payload as it is recorded (and compared): every processor applied."""
         if self.recorder is not None:
             return self.recorder.sealer.process(type_, payload)
-        for processor in self.processors:
-            payload = processor(type_, payload)
-        return payload
+        # as the Sealer does: the run's key secret is never shown to a processor
+        return process_payload(self.processors, type_, payload)
 
     def make_key(
         self,
@@ -180,20 +179,19 @@ class Session:
                         f"tool {name!r}: extra field {field_name!r} would replace the request's own"
                     )
                 payload[field_name] = value
-            payload = self.process("tool.requested", payload)
-            key_args: Any = payload.get("args")
+            payload = self.process(EventType.TOOL_REQUESTED.value, payload)
         else:
             payload = {"request": request, **(extra or {})}
-            payload = self.process("model.request", payload)
-            processed_request = payload.get("request")
-            hashed = prompt_hash(processed_request)
-            if hashed is not None:
-                payload["prompt_hash"] = hashed
-            if isinstance(processed_request, dict):
-                key_args = processed_request
-            else:
-                key_args = {k: payload[k] for k in ("http", "request") if k in payload}
-        call_key = key if isinstance(key, str) else self.make_key(name, key_args, key)
+            # the prompt hash and the key come from the processed request (SPEC section 5)
+            payload = with_prompt_hash(self.process(EventType.MODEL_REQUEST.value, payload))
+        kind_type = (
+            EventType.TOOL_REQUESTED.value
+            if kind is CallKind.TOOL
+            else EventType.MODEL_REQUEST.value
+        )
+        call_key = (
+            key if isinstance(key, str) else self.make_key(name, key_args(kind_type, payload), key)
+        )
         ticket = CallTicket(
             self,
             kind=kind,
@@ -297,7 +295,7 @@ class Session:
         """Phase two of :meth:`value`: record a value computed live."""
         if self.recorder is not None:
             body = dict(payload)
-            body["seed" if type_ == "random.seed" else "value"] = value
+            body["seed" if type_ == EventType.RANDOM_SEED.value else "value"] = value
             self.recorder.append(type_, body, seed=seed)
 
     def recorded_completion(self, key: str | None) -> Any:
@@ -308,7 +306,7 @@ class Session:
         """The run's seeded generator; its seed is recorded once (``random.seed``)."""
         if self._rng is None:
             seed = self.value(
-                "random.seed",
+                EventType.RANDOM_SEED.value,
                 {"source": "tachograph.rng"},
                 lambda: (
                     self._seed if self._seed is not None else random.SystemRandom().getrandbits(53)
@@ -319,5 +317,7 @@ class Session:
 
     def uuid4(self) -> uuid.UUID:
         """A random UUID drawn from the recorded stream of values."""
-        text = self.value("random.value", {"source": "tachograph.uuid4"}, lambda: str(uuid.uuid4()))
+        text = self.value(
+            EventType.RANDOM_VALUE.value, {"source": "tachograph.uuid4"}, lambda: str(uuid.uuid4())
+        )
         return uuid.UUID(str(text))

@@ -15,12 +15,15 @@ from ..capture.vouch import HOW_TO_RECORD, unvouched_calls
 from ..errors import FormatError, StoreError, TachographError
 from ..record.event import FORMAT_VERSION, Event
 from ..record.jsonl import read_jsonl, verify_jsonl
+from ..record.seal import hide_key_secret
 from ..record.verify import VerifyReport
 from ..replay.diff import RunDiff, diff_runs
 from ..replay.fold import fold
 from ..store import DEFAULT_STORE, RunInfo, Store, verify_all, verify_stored
 from ..store import open_store as open_store_raw
-from ..views.captured import NOT_CAPTURED, display_payload, not_captured
+from ..views.captured import NOT_CAPTURED, display_payload
+from ..views.timeline import event_row, is_dry_run, run_rows, time_of, timeline_rows
+from . import blobcheck
 from .app import (
     EXIT_FAILED,
     EXIT_STORE,
@@ -33,32 +36,18 @@ from .app import (
     state,
 )
 from .privacy import purpose_option, scoped_store
-from .render import Output, event_style, is_dry_run, summarize
+from .render import Output, event_style
 
 __all__ = ["register", "run_header", "show_timeline"]
 
 _STATUS_STYLES = {"ok": "green", "error": "bold red", "aborted": "yellow", None: "dim"}
 
 
-def _time(ts: str) -> str:
-    # ts is YYYY-MM-DDTHH:MM:SS.ffffffZ; a timeline reads best at millisecond precision.
-    return ts[11:23] if len(ts) >= 23 else ts
-
-
-def _event_row(event: Event) -> dict[str, Any]:
-    return {
-        "seq": event.seq,
-        "ts": event.ts,
-        "actor": event.actor,
-        "type": event.type,
-        "summary": summarize(event),
-        "idempotency_key": event.idempotency_key,
-        "model": event.model,
-        "dry_run": is_dry_run(event),
-        "erased": event.erased,
-        # what an imported trace did not capture (not recorded as empty: see docs/otel.md)
-        "not_captured": list(not_captured(event.payload)),
-    }
+def shown_payload(event: Event) -> dict[str, Any] | None:
+    """The payload as a person reads it: the run's key secret marked hidden (SPEC section 5)."""
+    if event.payload is None:
+        return None
+    return hide_key_secret(event.type, event.payload, mark=True)
 
 
 def run_header(out: Output, info: RunInfo, first: Event | None) -> None:
@@ -106,7 +95,7 @@ def show_timeline(
             if event.seq in tampered:
                 mark += "  TAMPERED"
             out.line(
-                f"{event.seq:>4}  {_time(event.ts)}  {event.actor}  {event.type}{mark}",
+                f"{event.seq:>4}  {time_of(event.ts)}  {event.actor}  {event.type}{mark}",
                 style=event_style(event),
             )
             extras = {
@@ -123,28 +112,24 @@ def show_timeline(
             if event.erased:
                 out.line("      (payload erased)", style="dim")
             else:
-                shown, missing = display_payload(event.type, event.payload)
+                shown, missing = display_payload(event.type, shown_payload(event))
                 for name in missing:
                     out.line(f"      {name}: {NOT_CAPTURED}", style="bold dim")
                 out.json(shown, indent=6)
         return
-    rows: list[tuple[str, ...]] = []
-    styles: list[str | None] = []
-    cells: list[tuple[str | None, ...]] = []
-    for event in events:
-        summary = summarize(event)
-        dry = is_dry_run(event)
-        if dry:
-            summary = "DRY RUN  " + summary
-        bad = event.seq in tampered
-        if bad:
-            summary = "TAMPERED  " + summary
-        rows.append((str(event.seq), _time(event.ts), event.actor, event.type, summary))
-        styles.append(None)
-        style = event_style(event)
-        cells.append(
-            ("dim", "dim", None, style, "bold red" if bad else "bold yellow" if dry else None)
+    timeline = timeline_rows(events, tampered)
+    rows = [row.cells() for row in timeline]
+    styles: list[str | None] = [None] * len(rows)
+    cells: list[tuple[str | None, ...]] = [
+        (
+            "dim",
+            "dim",
+            None,
+            event_style(event),
+            "bold red" if row.tampered else "bold yellow" if row.dry_run else None,
         )
+        for event, row in zip(events, timeline, strict=True)
+    ]
     out.table(headers, rows, styles=styles, cell_styles=cells, keep=("SEQ", "TYPE"))
 
 
@@ -214,16 +199,7 @@ def runs_cmd(
             filtered = any(v is not None for v in (actor, status, since, until, tenant))
             out.line(f"no runs in {store.url}" + (" match these filters" if filtered else ""))
             return
-        rows = [
-            (
-                r.run_id,
-                r.actor,
-                r.started_at[:19].replace("T", " "),
-                str(r.events),
-                r.status or "unfinished",
-            )
-            for r in found
-        ]
+        rows = [row.cells() for row in run_rows(found)]
         cells = [(None, None, "dim", None, _STATUS_STYLES.get(r.status, "")) for r in found]
         out.table(
             ("RUN", "ACTOR", "STARTED", "EVENTS", "STATUS"),
@@ -253,10 +229,10 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
     if as_json:
         rows = []
         for event in events:
-            row = _event_row(event)
+            row = event_row(event)
             row["tampered"] = event.seq in tampered
             if full:
-                row["payload"] = event.payload
+                row["payload"] = shown_payload(event)
                 row["hash"] = event.hash
             rows.append(row)
         emit_json(
@@ -287,9 +263,7 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
 @click.option("--tenant", help="The run's tenant, if its id exists under several.")
 @purpose_option
 @json_option
-def state_cmd(
-    run_id: str, at: int | None, tenant: str | None, purpose: str, as_json: bool
-) -> None:
+def state_cmd(run_id: str, at: int | None, tenant: str | None, purpose: str, as_json: bool) -> None:
     """Print the state the agent had reached at step N (the fold of events 0..N)."""
     with open_store() as raw:
         store = scoped_store(raw, purpose)
@@ -391,6 +365,7 @@ def verify_cmd(
             source = store.url
             reports = _verify_reports(store, out, None)
             verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
+            blobs = blobcheck.check_store(store, reports)
         target = None
     elif target is not None and (Path(target).is_file() or _looks_like_file(target)):
         path = Path(target)
@@ -399,6 +374,7 @@ def verify_cmd(
         source = str(path)
         reports = _verify_file(path, out)
         unvouched = _unvouched_in_file(path)
+        blobs = blobcheck.check_file(path, reports)
     else:
         with open_store() as store:
             source = store.url
@@ -410,8 +386,13 @@ def verify_cmd(
                         unvouched[(r.tenant, r.run_id)] = _unvouched(
                             store.events(r.run_id, tenant=r.tenant)
                         )
+            blobs = blobcheck.check_store(store, reports)
     failed = [
-        r for r in reports if not r.ok or not verdicts.get((r.tenant, r.run_id), _NO_SEAL).ok
+        r
+        for r in reports
+        if not r.ok
+        or not verdicts.get((r.tenant, r.run_id), _NO_SEAL).ok
+        or not blobs.get((r.tenant, r.run_id), _NO_SEAL).ok
     ]
     # An empty file handed over as evidence proves nothing: that is a failure, not a pass.
     # (An empty store is merely empty.)
@@ -423,7 +404,7 @@ def verify_cmd(
                 "ok": not failed and not empty_file,
                 "runs": [
                     {
-                        **_with_seal(r, verdicts),
+                        **_with_blobs(_with_seal(r, verdicts), r, blobs),
                         **(
                             {"unvouched": unvouched[(r.tenant, r.run_id)]}
                             if unvouched.get((r.tenant, r.run_id))
@@ -434,6 +415,7 @@ def verify_cmd(
                 ],
                 "verified": len(reports) - len(failed),
                 "failed": len(failed),
+                "blobs": blobcheck.totals(blobs),
             }
         )
     else:
@@ -449,6 +431,16 @@ def verify_cmd(
             calls = unvouched.get((report.tenant, report.run_id))
             if calls:
                 out.line(unvouched_line(calls), style="bold yellow")
+        for report in reports:
+            # a run's blobs get a line when it has any (listed or not: expired ones are news)
+            check = blobs.get((report.tenant, report.run_id))
+            if check is None or not (check.verified or check.expired or check.failures):
+                continue
+            if report not in listed and not (check.expired or check.failures):
+                continue
+            style = "bold red" if check.failures else "yellow" if check.expired else "green"
+            for line in check.render().split("\n"):
+                out.line("  " + line, style=style)
         if not reports:
             out.line(
                 f"no runs in {source}" + (": an empty file verifies nothing" if empty_file else ""),
@@ -492,9 +484,18 @@ def _seal_verdicts(
     except ImportError:  # pragma: no cover - a trimmed installation
         return {}
     verified = [r for r in reports if r.ok]
-    return seal_verdicts(
-        store, verified, keys=keys, witnesses=witnesses, witness_keys=witness_keys
-    )
+    return seal_verdicts(store, verified, keys=keys, witnesses=witnesses, witness_keys=witness_keys)
+
+
+def _with_blobs(
+    data: dict[str, Any], report: VerifyReport, blobs: blobcheck.BlobChecks
+) -> dict[str, Any]:
+    check = blobs.get((report.tenant, report.run_id))
+    if check is not None:
+        data["blobs"] = {k: v for k, v in check.to_dict().items() if k != "run_id"}
+        if not check.ok:
+            data["status"] = "failed"
+    return data
 
 
 def _with_seal(report: VerifyReport, verdicts: dict[Any, Any]) -> dict[str, Any]:

@@ -129,6 +129,7 @@ def export_command(
             timeout=timeout,
             capture_content=content,
             service_name=service_name,
+            purpose=purpose,
         )
     if as_json:
         emit_json(result.to_dict())

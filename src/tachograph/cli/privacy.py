@@ -62,17 +62,34 @@ def _by_option(fn: F) -> F:
 
 @click.command("erase", short_help="Erase payloads (the chain still verifies).")
 @click.argument("run_id", metavar="[RUN]", required=False)
-@click.option("--seq", "seqs", type=click.IntRange(min=0), multiple=True, metavar="N",
-              help="Erase the payload at this seq (repeatable).")
-@click.option("--type", "types", multiple=True, metavar="T",
-              help="Erase payloads of this event type; patterns such as 'model.*' (repeatable).")
-@click.option("--subject", metavar="ID",
-              help="Erase every event linked to this data subject (in RUN, or in every run), "
-              "and those runs' run.started payloads.")
-@click.option("--tenant", help="The tenant of the run or subject (default: the run's, or "
-              "'default' for a subject).")
-@click.option("--reason", required=True, metavar="TEXT",
-              help="Why (required; recorded in the store audit).")
+@click.option(
+    "--seq",
+    "seqs",
+    type=click.IntRange(min=0),
+    multiple=True,
+    metavar="N",
+    help="Erase the payload at this seq (repeatable).",
+)
+@click.option(
+    "--type",
+    "types",
+    multiple=True,
+    metavar="T",
+    help="Erase payloads of this event type; patterns such as 'model.*' (repeatable).",
+)
+@click.option(
+    "--subject",
+    metavar="ID",
+    help="Erase every event linked to this data subject (in RUN, or in every run), "
+    "and those runs' run.started payloads.",
+)
+@click.option(
+    "--tenant",
+    help="The tenant of the run or subject (default: the run's, or 'default' for a subject).",
+)
+@click.option(
+    "--reason", required=True, metavar="TEXT", help="Why (required; recorded in the store audit)."
+)
 @_by_option
 @json_option
 def erase_cmd(
@@ -132,11 +149,19 @@ def erase_cmd(
 
 @click.command("audit", short_help="List and verify the store audit.")
 @click.option("--tenant", help="Only records of this tenant.")
-@click.option("--action", metavar="NAME",
-              help="Only this action or family: erase, read, read.denied, retention, ...")
+@click.option(
+    "--action",
+    metavar="NAME",
+    help="Only this action or family: erase, read, read.denied, retention, ...",
+)
 @click.option("--run", "run_id", metavar="RUN", help="Only records about this run.")
-@click.option("--limit", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Only the newest this many records (0: all).")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Only the newest this many records (0: all).",
+)
 @json_option
 def audit_cmd(
     tenant: str | None, action: str | None, run_id: str | None, limit: int, as_json: bool
@@ -155,8 +180,9 @@ def audit_cmd(
             what = ", ".join(
                 f"{k}={v}" for k, v in sorted(r.detail.items()) if k not in ("policy",)
             )
-            rows.append((str(r.seq), r.ts[:19].replace("T", " "), r.actor, r.tenant, r.action,
-                         what))
+            rows.append(
+                (str(r.seq), r.ts[:19].replace("T", " "), r.actor, r.tenant, r.action, what)
+            )
         if rows:
             out.table(("SEQ", "TIME", "BY", "TENANT", "ACTION", "DETAIL"), rows)
         else:
@@ -176,8 +202,9 @@ def retention_group() -> None:
 
 def _retention_options(fn: F) -> F:
     fn = click.option("--tenant", help="Only runs of this tenant.")(fn)
-    fn = click.option("--now", "now", metavar="TIME",
-                      help="Plan as of this ISO 8601 time (default: now).")(fn)
+    fn = click.option(
+        "--now", "now", metavar="TIME", help="Plan as of this ISO 8601 time (default: now)."
+    )(fn)
     fn = click.option(
         "--policy",
         "policy_path",
@@ -190,8 +217,9 @@ def _retention_options(fn: F) -> F:
     return fn
 
 
-def _plan(store: Store, policy_path: str | None, now: str | None, tenant: str | None
-          ) -> RetentionPlan:
+def _plan(
+    store: Store, policy_path: str | None, now: str | None, tenant: str | None
+) -> RetentionPlan:
     from .commands_inspect import as_timestamp
 
     policy = load_policy(policy_path) if policy_path else DEFAULT_RETENTION
@@ -216,8 +244,11 @@ def _show_plan(out: Output, retention: RetentionPlan, *, done: bool = False) -> 
     for blob in retention.blobs:
         out.line(f"  blob {blob.digest} expired at {blob.expires}")
     for override in retention.overrides:
-        out.line(f"  override: audit floor {override.floor / 86400:g} days for "
-                 f"{', '.join(override.types)}: {override.reason}", style="yellow")
+        out.line(
+            f"  override: audit floor {override.floor / 86400:g} days for "
+            f"{', '.join(override.types)}: {override.reason}",
+            style="yellow",
+        )
     t = retention.totals()
     out.line(
         f"{'done' if done else 'would'}: erase {t['erase_payloads']} payload(s), delete "
@@ -266,4 +297,3 @@ def register(cli: click.Group) -> None:
     """Add ``erase``, ``audit`` and ``retention`` to ``cli``."""
     for command in (erase_cmd, audit_cmd, retention_group):
         cli.add_command(command)
-

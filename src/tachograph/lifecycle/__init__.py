@@ -1,6 +1,7 @@
 """The data lifecycle: erasure, data subjects, retention, blobs and purpose-scoped reads.
 
-Nothing here is imported by ``import tachograph``; import the modules by their full path::
+``import tachograph`` loads this package for the facade's purpose-scoped ``export_run``
+(:mod:`tachograph.lifecycle.purpose`); import the modules by their full path::
 
     from tachograph.lifecycle.erasure import erase
     from tachograph.lifecycle.retention import load_policy, plan, apply

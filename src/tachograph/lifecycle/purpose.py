@@ -19,12 +19,13 @@ import fnmatch
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
 from ..errors import PolicyError, PurposeDenied, RunNotFound
 from ..record.event import Event
+from ..record.jsonl import write_events
 from ..record.rows import StoredRow
 from ..store.audit import AuditEntry, AuditRecord
 from ..store.base import CheckpointRow, Receipt, RunInfo, SealRow, Store
@@ -37,8 +38,10 @@ __all__ = [
     "PurposePolicy",
     "PurposeRule",
     "ScopedStore",
+    "export_run",
     "load_policy",
     "policy_in_force",
+    "reading",
     "scoped",
 ]
 
@@ -426,3 +429,55 @@ def scoped(
         tenant=tenant,
         whole_events=whole_events,
     )
+
+
+def reading(
+    store: Store,
+    purpose: str = DEFAULT_PURPOSE,
+    *,
+    policy: PurposePolicy | None = None,
+    actor: str | None = None,
+    tenant: str | None = None,
+    whole_events: bool = False,
+) -> ScopedStore:
+    """``store`` seen through ``purpose`` under ``policy`` (default: the policy in force,
+    :func:`policy_in_force`): what every library read of payloads goes through.
+
+    A store already seen through the same purpose is returned as it is, so that a read is
+    filtered and recorded once; a store scoped to another purpose is narrowed again (each
+    purpose filters, and each read is recorded under both)."""
+    if (
+        isinstance(store, ScopedStore)
+        and store.purpose == purpose
+        and (store.whole_events or not whole_events)
+        and tenant in (None, store.tenant)
+    ):
+        return store
+    return scoped(
+        store,
+        purpose,
+        policy=policy or policy_in_force(),
+        actor=actor,
+        tenant=tenant,
+        whole_events=whole_events,
+    )
+
+
+def export_run(
+    store: Store,
+    run_id: str,
+    out: IO[bytes],
+    *,
+    tenant: str | None = None,
+    purpose: str = DEFAULT_PURPOSE,
+    policy: PurposePolicy | None = None,
+    actor: str | None = None,
+) -> int:
+    """Write one stored run to ``out`` as JSONL (SPEC section 4), as ``purpose`` may read it,
+    the read recorded in the store audit; returns the event count.
+
+    Payloads the purpose may not read whole are withheld (they read, and verify, as erased),
+    so that the file always verifies. The default purpose is ``debug``, as ``tacho export``'s;
+    :func:`tachograph.record.jsonl.export_run` is the engine-level form, below the policy."""
+    seen = reading(store, purpose, policy=policy, actor=actor, whole_events=True)
+    return write_events(seen.read(run_id, tenant=tenant, decode=False), out)

@@ -47,6 +47,7 @@ def _bridge() -> Any:
         raise
     return bridge
 
+
 __all__ = [
     "ExportResult",
     "ImportResult",

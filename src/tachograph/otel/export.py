@@ -324,17 +324,22 @@ def export_run(
     capture_content: bool | None = None,
     service_name: str = "tachograph",
     exporter: Any = None,
+    purpose: str = "debug",
 ) -> ExportResult:
     """Send one recorded run to an OTLP/HTTP endpoint as spans; see the module docstring.
 
     ``endpoint`` is resolved by :func:`resolve_endpoint`. ``capture_content=None`` follows
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``. ``exporter`` replaces the OTLP
     exporter (any OpenTelemetry ``SpanExporter``). A failed export is logged by the exporter
-    and reported as ``ok=False``; it is not raised.
+    and reported as ``ok=False``; it is not raised. The run is read for ``purpose`` (default
+    ``debug``, as ``tacho otel export``'s) under the purpose policy in force, the read
+    recorded in the store audit; payloads the purpose may not read stay off the spans.
     """
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    events = store.events(run_id, tenant=tenant)
+    from ..lifecycle.purpose import reading
+
+    events = reading(store, purpose).events(run_id, tenant=tenant)
     if not events:
         store.run_info(run_id, tenant=tenant)  # raises RunNotFound with close matches
     content = S.capture_content_from_env() if capture_content is None else capture_content

@@ -16,6 +16,7 @@ from ..providers import genai
 from ..providers.genai import finish_reasons, input_messages, output_messages
 from ..providers.http import response_body
 from ..record.event import Event
+from ..record.seal import KEY_SECRET_FIELD
 from . import attributes as A
 
 __all__ = ["finish_reasons", "input_messages", "output_messages"]
@@ -101,6 +102,8 @@ def event_attributes(event: Event, *, content: bool) -> dict[str, AttributeValue
     put(attrs, A.TACHO_MODEL, event.model)
     payload = event.payload if isinstance(event.payload, dict) else {}
     for key, value in payload.items():
+        if key == KEY_SECRET_FIELD and event.type == "run.started":
+            continue  # SPEC section 5: it stays in the log, never in telemetry
         if content or key in SAFE_PAYLOAD_KEYS:
             put(attrs, f"{A.TACHO_PAYLOAD}.{key}", value)
     error = payload.get("error")

@@ -77,6 +77,7 @@ class EventType(str, enum.Enum):
     TOOL_FAILED = "tool.failed"
     PLAN_SELECTED = "plan.selected"
     GUARDRAIL_TRIPWIRE = "guardrail.tripwire"
+    GUARDRAIL_PASSED = "guardrail.passed"
     OUTPUT_ACCEPTED = "output.accepted"
     OUTPUT_REJECTED = "output.rejected"
     HANDOFF = "handoff"

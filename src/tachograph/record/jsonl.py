@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from ..errors import AppendRefused, FormatError, VerificationFailed
-from .event import ENVELOPE_KEYS, Event, envelope_bytes, event_from_line, hash_envelope, new_event
+from .event import Event, event_from_line
 from .seal import Processor, Sealer
 from .verify import VerifyReport, iter_jsonl_runs
 
@@ -167,34 +166,6 @@ class ImportReport:
         }
 
 
-_KEPT = (
-    "run_id", "seq", "type", "actor", "tenant", "trace_id", "span_id", "idempotency_key",
-    "model", "seed", "ts", "event_id",
-)  # fmt: skip
-
-
-def _processed(event: Event, sealer: Sealer, prev: str | None) -> tuple[Event, bool]:
-    """The event with its payload processed (as :meth:`Sealer.process` does for a recording,
-    which keeps the run's key secret away from the processors) and linked to ``prev`` (the
-    hash of the event before it as stored); the event itself when neither changes. Salts are
-    kept, so that importing the same file twice gives the same events (the second time:
-    duplicates)."""
-    if event.payload is None or event.salt is None:  # erased: only the link can change
-        if event.prev_hash == prev:
-            return event, False
-        values: list[Any] = [prev if k == "prev_hash" else getattr(event, k) for k in ENVELOPE_KEYS]
-        return dataclasses.replace(
-            event, prev_hash=prev, hash=hash_envelope(envelope_bytes(*values))
-        ), False
-    payload = sealer.process(event.type, event.payload)
-    changed = payload is not event.payload and payload != event.payload
-    if not changed and event.prev_hash == prev:
-        return event, False
-    kept = {k: getattr(event, k) for k in _KEPT}
-    rebuilt = new_event(payload=payload, prev_hash=prev, salt=bytes.fromhex(event.salt), **kept)
-    return rebuilt, changed
-
-
 class ImportRefused(AppendRefused):
     """An import that stored nothing because the store refused part of it; ``report`` is the
     :class:`ImportReport` (``stored`` false, ``refused`` naming the event)."""
@@ -211,11 +182,14 @@ def import_jsonl(
 ) -> ImportReport:
     """Verify every run in the file, then store them all in one atomic unit.
 
-    Before they are stored, payloads pass through ``processors`` as a recording's do (the
+    Before they are stored, payloads pass through exactly ``processors`` (none: the file is
+    stored as it is), through :meth:`Sealer.reseal`, as a recording's do: the default
+    idempotency keys and the prompt hashes are derived again from the processed data, so that
+    an import cannot bring into the store what recording would have kept out. A run that
+    changes is re-chained from the first changed event (same ids, timestamps and salts; new
+    digests, keys and hashes), and ``redacted`` counts the events whose payload changed. The
     facade's :func:`tachograph.import_jsonl` and ``tacho import`` put the default redaction
-    first), so that an import cannot bring into the store what recording would have kept out.
-    A run whose payloads they change is re-chained from the first changed event (same ids,
-    timestamps and salts; new digests and hashes), and ``redacted`` counts those events.
+    first (:func:`tachograph.capture.imports.import_jsonl`).
 
     Nothing is stored if any run fails verification: :class:`VerificationFailed` is raised with
     the reports (``err.reports``), each naming the run, the seq and the failed check. Nothing is
@@ -247,12 +221,11 @@ def import_jsonl(
         nonlocal redacted
         batch: list[Event] = []
         for _checker, parsed in iter_jsonl_runs(_open_lines(source_lines)):
-            prev: str | None = None
             sealer: Sealer | None = None
             for line in parsed:
                 if line is None:  # pragma: no cover - verification refused such files above
                     continue
-                event, changed = _to_event(line), False
+                event = _to_event(line)
                 if chain:
                     if sealer is None:
                         sealer = Sealer(
@@ -261,9 +234,10 @@ def import_jsonl(
                             tenant=event.tenant,
                             processors=chain,
                         )
-                    event, changed = _processed(event, sealer, prev)
-                prev = event.hash
-                redacted += changed
+                    # the one write pipeline, as a recording through these processors
+                    resealed = sealer.reseal(event)
+                    redacted += resealed.payload_digest != event.payload_digest
+                    event = resealed
                 batch.append(event)
                 if len(batch) >= _BATCH:
                     yield batch
@@ -281,9 +255,7 @@ def import_jsonl(
             tenant=getattr(exc, "tenant", None),
             seq=getattr(exc, "seq", None),
         )
-        report = ImportReport(
-            tuple(reports), total, 0, 0, redacted=redacted, refused=(refusal,)
-        )
+        report = ImportReport(tuple(reports), total, 0, 0, redacted=redacted, refused=(refusal,))
         raise ImportRefused(
             f"import refused, nothing stored: {exc}",
             report=report,

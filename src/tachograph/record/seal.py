@@ -26,6 +26,7 @@ from .canonical import canonical
 from .event import (
     ENVELOPE_KEYS,
     Event,
+    EventType,
     check_actor,
     check_run_id,
     check_tenant,
@@ -37,13 +38,21 @@ from .event import (
 from .keycount import RepeatCounter
 
 __all__ = [
+    "HIDDEN",
     "KEY_SECRET_FIELD",
     "KeyDeriver",
     "Processor",
     "Sealer",
     "default_key",
+    "hide_key_secret",
+    "key_args",
     "key_secret_of",
     "new_key_secret",
+    "parse_default_key",
+    "process_payload",
+    "prompt_hash",
+    "sha256_text",
+    "with_prompt_hash",
 ]
 
 Processor = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -51,6 +60,45 @@ Processor = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 KEY_SECRET_FIELD = "key_secret"
 """Where the run's key secret sits in the ``run.started`` payload (SPEC section 5)."""
+
+
+HIDDEN = "[hidden]"
+"""What is shown in place of a run's key secret (``tacho show --full``)."""
+
+
+def hide_key_secret(type_: str, payload: dict[str, Any], *, mark: bool = False) -> dict[str, Any]:
+    """``payload`` as anything outside the log sees it: a ``run.started`` payload without its
+    key secret (with ``mark``, with :data:`HIDDEN` in its place); any other payload as it is.
+
+    The secret makes the keys in the envelopes HMACs (SPEC section 5): it must stay where an
+    erasure can reach it, so processors, observers, telemetry and what a person reads never
+    get it. Exports keep it (the payload digest commits to it, and a replay needs it).
+    """
+    if type_ != EventType.RUN_STARTED.value or KEY_SECRET_FIELD not in payload:
+        return payload
+    shown = dict(payload)
+    if mark:
+        shown[KEY_SECRET_FIELD] = HIDDEN
+    else:
+        del shown[KEY_SECRET_FIELD]
+    return shown
+
+
+def process_payload(
+    processors: Sequence[Processor], type_: str, payload: dict[str, Any]
+) -> dict[str, Any]:
+    """``payload`` through every processor in order, the run's key secret kept away from
+    them (a secrets detector would take it for an API key) and put back after them."""
+    if not processors:
+        return payload
+    secret = payload.get(KEY_SECRET_FIELD) if type_ == EventType.RUN_STARTED.value else None
+    if secret is not None:
+        payload = hide_key_secret(type_, payload)
+    for processor in processors:
+        payload = processor(type_, payload)
+    if secret is not None:
+        payload = {**payload, KEY_SECRET_FIELD: secret}
+    return payload
 
 
 def new_key_secret() -> str:
@@ -90,6 +138,76 @@ def _key_hash(args_jcs: bytes, secret: bytes | None) -> str:
     return hmac.new(secret, args_jcs, hashlib.sha256).hexdigest()[:16]
 
 
+def parse_default_key(key: str, run_id: str) -> tuple[str, str, int] | None:
+    """``(name, h, repeat)`` of a key in SPEC section 5's default form for ``run_id``, or
+    ``None`` (a tool's own key, or a key of another run)."""
+    prefix = run_id + ":"
+    if not key.startswith(prefix):
+        return None
+    name, sep, tail = key[len(prefix) :].rpartition(":")
+    if not sep or not name:
+        return None
+    h, hashsep, count = tail.partition("#")
+    if len(h) != 16 or any(c not in "0123456789abcdef" for c in h):
+        return None
+    if hashsep and (not count.isdigit() or count.startswith("0")):
+        return None
+    return name, h, int(count) if hashsep else 0
+
+
+def key_args(type_: str, payload: Mapping[str, Any]) -> Any:
+    """What the default key of a call is derived from, in its (processed) request payload:
+    a tool's ``args``; a model call's ``request`` when it is an object, else its ``http`` and
+    ``request`` (an HTTP transport's request); ``None`` for any other type."""
+    if type_ == EventType.TOOL_REQUESTED.value:
+        return payload.get("args")
+    if type_ == EventType.MODEL_REQUEST.value:
+        request = payload.get("request")
+        if isinstance(request, dict):
+            return request
+        return {k: payload[k] for k in ("http", "request") if k in payload}
+    return None
+
+
+def sha256_text(text: str) -> str:
+    """``"sha256:" + hex(SHA-256(text as UTF-8))``: how prompts are fingerprinted."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def prompt_hash(request: Any) -> str | None:
+    """The fingerprint of the system prompt in a request, if one can be found.
+
+    Looks for ``system`` (Anthropic), ``instructions`` (OpenAI responses) or the first
+    ``system``/``developer`` message; the hash is of the prompt text, as in SPEC's vectors.
+    """
+    if not isinstance(request, dict):
+        return None
+    for key in ("system", "instructions"):
+        value = request.get(key)
+        if isinstance(value, str):
+            return sha256_text(value)
+        if isinstance(value, list) and value:  # Anthropic's system given as content blocks
+            return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
+    for message in request.get("messages") or request.get("input") or ():
+        if isinstance(message, dict) and message.get("role") in ("system", "developer"):
+            content = message.get("content")
+            if isinstance(content, str):
+                return sha256_text(content)
+            return "sha256:" + hashlib.sha256(canonical(content)).hexdigest()
+    return None
+
+
+def with_prompt_hash(payload: dict[str, Any]) -> dict[str, Any]:
+    """A (processed) ``model.request`` payload with its ``prompt_hash`` derived from its
+    request as it now is; without one when none can be found. Changes ``payload``."""
+    hashed = prompt_hash(payload.get("request"))
+    if hashed is not None:
+        payload["prompt_hash"] = hashed
+    else:
+        payload.pop("prompt_hash", None)
+    return payload
+
+
 class KeyDeriver:
     """The idempotency keys of one run, counting repeats (``#1``, ``#2``, ...).
 
@@ -123,9 +241,18 @@ class KeyDeriver:
             n = self._counts.default(name, int(h, 16))
         return base if n == 0 else f"{base}#{n}"
 
+    def observe(self, name: str, h: str) -> None:
+        """Count a default key issued before without deriving it (an erased request, whose
+        arguments are gone), so that the repeats after it are numbered as recorded."""
+        self._counts.default(name, int(h, 16))
+
+
+_REQUESTS = frozenset({EventType.TOOL_REQUESTED.value, EventType.MODEL_REQUEST.value})
+
 
 class Sealer:
-    """Builds the events of one run in order: processors, then digest, envelope, hash, link.
+    """Builds the events of one run in order: processors, then keys, digest, envelope, hash,
+    link.
 
     ``head`` is ``(seq, hash)`` of the run's last event when the run goes on (a resume).
     """
@@ -146,24 +273,18 @@ class Sealer:
         self.next_seq = 0 if head is None else head[0] + 1
         self.head_hash: str | None = None if head is None else head[1]
         self._checked_types: set[str] = set()
+        # reseal only: the run's keys derived again (from its run.started key secret) and
+        # what each recorded key became, for the completions that carry it
+        self._keys: KeyDeriver | None = None
+        self._rekeyed: dict[str, str] = {}
 
     def process(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
         """The payload as it will be stored: every processor applied, in order.
 
-        The key secret of ``run.started`` is not shown to processors (a secrets detector
-        would take it for an API key); it is put back after them.
+        The key secret of ``run.started`` is not shown to processors
+        (:func:`process_payload`).
         """
-        if not self.processors:
-            return payload
-        secret = None
-        if type_ == "run.started" and KEY_SECRET_FIELD in payload:
-            payload = dict(payload)
-            secret = payload.pop(KEY_SECRET_FIELD)
-        for processor in self.processors:
-            payload = processor(type_, payload)
-        if secret is not None:
-            payload = {**payload, KEY_SECRET_FIELD: secret}
-        return payload
+        return process_payload(self.processors, type_, payload)
 
     def seal(
         self,
@@ -179,6 +300,7 @@ class Sealer:
         span_id: str | None = None,
         ts: str | None = None,
         event_id: str | None = None,
+        salt: bytes | None = None,
     ) -> Event:
         """The next event of the run. ``processed=True`` says the payload already went
         through :meth:`process` (the capture boundary processes before deriving keys)."""
@@ -203,6 +325,7 @@ class Sealer:
             seed=seed,
             ts=ts,
             event_id=event_id,
+            salt=salt,
             checked=True,
         )
         self.next_seq += 1
@@ -210,26 +333,95 @@ class Sealer:
         return event
 
     def reseal(self, event: Event) -> Event:
-        """``event`` as the next event of this run: its payload processed again, its digest,
-        link and hash recomputed, every other envelope field kept (a corpus fixture rewritten
-        through processors still reads as the same run). An erased event keeps its digest
-        and is only re-linked."""
+        """``event`` as the next event of this run, its payload processed again, as a
+        recording through these processors would have stored it.
+
+        What a recording derives from the processed data is derived again from it: the
+        default idempotency keys (SPEC section 5, under the key secret of the run's
+        ``run.started``, which must be resealed first; a completion takes its request's new
+        key) and the prompt hash of a model request. The digest, link and hash are
+        recomputed; every other envelope field and the salt are kept, so that the run reads
+        as the same run and resealing it twice gives the same events. A tool's own key is
+        kept as given (SPEC section 5). An erased event keeps its digest and is only
+        re-linked (and re-keyed, when it is a completion). The event itself is returned when
+        nothing of it changes."""
         if event.erased:
-            linked = replace(event, seq=self.next_seq, prev_hash=self.head_hash)
-            values = [getattr(linked, k) for k in ENVELOPE_KEYS]
-            rebuilt = replace(linked, hash=hash_envelope(envelope_bytes(*values)))
+            return self._relink(event)
+        assert event.payload is not None
+        assert event.salt is not None
+        payload = self.process(event.type, dict(event.payload))
+        if event.type == EventType.RUN_STARTED.value:
+            self._keys = KeyDeriver(self.run_id, key_secret_of(payload))
+        elif event.type == EventType.MODEL_REQUEST.value and "prompt_hash" in payload:
+            payload = with_prompt_hash(dict(payload))
+        key = self._rekey(event, payload)
+        if (
+            key == event.idempotency_key
+            and event.seq == self.next_seq
+            and event.prev_hash == self.head_hash
+            and event.run_id == self.run_id
+            and payload == event.payload
+        ):
             self.next_seq += 1
-            self.head_hash = rebuilt.hash
-            return rebuilt
+            self.head_hash = event.hash
+            return event
         return self.seal(
             event.type,
-            dict(event.payload),
+            payload,
+            processed=True,
             actor=event.actor,
-            idempotency_key=event.idempotency_key,
+            idempotency_key=key,
             model=event.model,
             seed=event.seed,
             trace_id=event.trace_id,
             span_id=event.span_id,
             ts=event.ts,
             event_id=event.event_id,
+            salt=bytes.fromhex(event.salt),
         )
+
+    def _relink(self, event: Event) -> Event:
+        key = event.idempotency_key
+        if key is not None and self._keys is not None:
+            if event.type in _REQUESTS:
+                # its arguments are gone: the key stays, and counts for the repeats after it
+                parsed = parse_default_key(key, event.run_id)
+                if parsed is not None:
+                    self._keys.observe(parsed[0], parsed[1])
+            else:
+                key = self._rekeyed.get(key, key)
+        if key == event.idempotency_key and (event.seq, event.prev_hash) == (
+            self.next_seq,
+            self.head_hash,
+        ):
+            rebuilt = event
+        else:
+            linked = replace(
+                event, seq=self.next_seq, prev_hash=self.head_hash, idempotency_key=key
+            )
+            values = [getattr(linked, k) for k in ENVELOPE_KEYS]
+            rebuilt = replace(linked, hash=hash_envelope(envelope_bytes(*values)))
+        self.next_seq += 1
+        self.head_hash = rebuilt.hash
+        return rebuilt
+
+    def _rekey(self, event: Event, processed: dict[str, Any]) -> str | None:
+        """The key of ``event`` once its payload is ``processed``: a default key derived
+        again from the processed arguments, a completion's the new key of its request."""
+        key = event.idempotency_key
+        if key is None or self._keys is None:
+            return key
+        if event.type not in _REQUESTS:
+            return self._rekeyed.get(key, key)
+        parsed = parse_default_key(key, event.run_id)
+        assert event.payload is not None
+        raw = key_args(event.type, event.payload)
+        if parsed is None or raw is None:
+            return key
+        name, h, _repeat = parsed
+        raw_jcs = canonical(raw)
+        if h not in (_key_hash(raw_jcs, self._keys.secret), _key_hash(raw_jcs, None)):
+            return key  # a tool's own key that happens to look like a default one
+        fresh = self._keys.key(name, key_args(event.type, processed))
+        self._rekeyed[key] = fresh
+        return fresh

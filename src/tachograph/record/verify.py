@@ -470,9 +470,7 @@ class LineChecker:
                 f"at seq {self.position - 1}: its tail is missing"
             )
         elif (
-            self.position == summary.events
-            and not self.failures
-            and self.head != summary.head_hash
+            self.position == summary.events and not self.failures and self.head != summary.head_hash
         ):
             self._fail_at(
                 self.position - 1,

@@ -203,8 +203,9 @@ def _rechain(events: Iterable[Event], processors: Sequence[Processor]) -> list[E
     """Apply processors to every payload and rebuild the chain over the new digests, through
     the one write pipeline (:class:`~tachograph.record.seal.Sealer`).
 
-    Envelope fields other than the digest and the links keep their recorded values, so the
-    fixture still reads as the same run; salts are drawn afresh.
+    Default idempotency keys and prompt hashes are derived again from the processed data, as
+    a recording through the processors would have derived them; other envelope fields and
+    the salts keep their recorded values, so the fixture still reads as the same run.
     """
     out: list[Event] = []
     sealer: Sealer | None = None

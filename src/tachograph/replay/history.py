@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError, Unreplayable
+from ..lifecycle.purpose import reading
 from ..record.event import Event
 from ..record.jsonl import read_jsonl
 from ..record.seal import key_secret_of
@@ -56,13 +57,20 @@ class RunHistory:
 
     @classmethod
     def from_store(
-        cls, store: Store | str | os.PathLike[str] | None, run_id: str, *, tenant: str | None = None
+        cls,
+        store: Store | str | os.PathLike[str] | None,
+        run_id: str,
+        *,
+        tenant: str | None = None,
+        purpose: str = "replay",
     ) -> RunHistory:
-        """A stored run, verified as ``tacho verify`` verifies it (chain and run summary)."""
+        """A stored run, verified as ``tacho verify`` verifies it (chain and run summary),
+        read for ``purpose`` (default ``replay``) under the purpose policy in force, the read
+        recorded in the store audit (docs/privacy.md)."""
         owned = not isinstance(store, Store)
         st = store if isinstance(store, Store) else open_store(store, create=False)
         try:
-            events, report = read_verified(st, run_id, tenant=tenant)
+            events, report = read_verified(reading(st, purpose), run_id, tenant=tenant)
         finally:
             if owned:
                 st.close()

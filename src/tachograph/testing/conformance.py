@@ -370,9 +370,7 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         assert sum(ticks) == sum(lengths.values())
         assert max(ticks) <= 1000  # reported as it goes, not once at the end
         only = list(verify_all(store, tenant="t-short"))
-        assert [(r.run_id, r.events) for r in store.verify_all(tenant="t-short")] == [
-            ("short", 3)
-        ]
+        assert [(r.run_id, r.events) for r in store.verify_all(tenant="t-short")] == [("short", 3)]
         assert [(r.run_id, r.events) for r in only] == [("short", 3)]
 
     def test_read_rows_streams_the_stored_rows(self, store: Store) -> None:
@@ -628,4 +626,3 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         assert store.link_subjects("default", "run-a", [(1, "p1")]) == 0
         assert store.subject_events("default", "p1") == [("run-a", 1), ("run-b", 1), ("run-b", 2)]
         assert store.subject_events("other", "p1") == []
-

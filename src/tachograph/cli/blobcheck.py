@@ -1,0 +1,60 @@
+"""``tacho verify``'s blob checks (SPEC section 6): a present blob must match its reference
+(a mismatch fails check 5), a missing one is reported as expired, not as a failure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..lifecycle.blobs import BlobCheck, BlobStore, check_blobs
+from ..record.event import Event, event_from_line
+from ..record.verify import VerifyReport, iter_jsonl_runs
+from ..store import Store
+
+__all__ = ["BlobChecks", "check_file", "check_store", "totals"]
+
+BlobChecks = dict[tuple[str | None, str | None], BlobCheck]
+"""``(tenant, run_id)`` -> the blob check of that run."""
+
+
+def check_store(store: Store, reports: list[VerifyReport]) -> BlobChecks:
+    """The blobs of every run reported, against the store's blob folder (``<file>.blobs``)."""
+    blobs = BlobStore.beside(store)
+    out: BlobChecks = {}
+    for report in reports:
+        if report.run_id is None:
+            continue
+        try:
+            events = store.read(report.run_id, tenant=report.tenant, decode=False)
+            out[report.tenant, report.run_id] = check_blobs(events, blobs)
+        except Exception:  # a run that cannot be read already fails its report
+            continue
+    return out
+
+
+def _file_runs(path: Path) -> Iterator[list[Event]]:
+    with path.open("rb") as handle:
+        for _checker, parsed in iter_jsonl_runs(handle, source=str(path)):
+            yield [event_from_line(line) for line in parsed if line is not None]
+
+
+def check_file(path: Path, reports: list[VerifyReport]) -> BlobChecks:
+    """The blobs of a JSONL file's verified runs, against ``FILE.blobs/`` (what
+    ``tacho export --blobs`` writes); without that folder every referenced blob is missing."""
+    blobs = BlobStore(f"{path}.blobs")
+    ok = {(r.tenant, r.run_id) for r in reports if r.ok}
+    out: BlobChecks = {}
+    for events in _file_runs(path):
+        if events and (events[0].tenant, events[0].run_id) in ok:
+            out[events[0].tenant, events[0].run_id] = check_blobs(events, blobs)
+    return out
+
+
+def totals(checks: BlobChecks) -> dict[str, Any]:
+    """The ``blobs`` summary of ``verify --json``."""
+    return {
+        "verified": sum(len(c.verified) for c in checks.values()),
+        "expired": sum(len(c.expired) for c in checks.values()),
+        "failed": sum(len(c.failures) for c in checks.values()),
+    }
