@@ -288,12 +288,15 @@ class Writer:
                 self.seals.checkpoint(plan)
 
     def close(self) -> None:
-        """Write what is queued, then stop the thread."""
+        """Write what is queued, seal what unfinished runs stored since their last seal,
+        then stop the thread."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join()
+        if self.seals.active:  # events written on callers' threads (claims) only
+            self._seal_alone(self.seals.quiet(float("inf")), time.monotonic())
 
 
 _writers: weakref.WeakKeyDictionary[Store, Writer] = weakref.WeakKeyDictionary()

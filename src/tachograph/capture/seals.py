@@ -189,19 +189,16 @@ class RunSeals:
     def plan(self, batch: Sequence[Event], now: float) -> SealPlan | None:
         """The seals due when ``batch`` is committed (``None``: no tracked run in it)."""
         runs = self._runs
-        last: dict[RunKey, Event] = {}
-        for event in batch:
-            run = (event.tenant, event.run_id)
-            if run in runs:
-                last[run] = event
-        if not last:
-            return None
-        plan = SealPlan()
+        # The last event of each run in the batch (a comprehension: the per-event cost).
+        last = {(e.tenant, e.run_id): e for e in batch}
+        plan: SealPlan | None = None
         with self._lock:
             for run, event in last.items():
                 state = runs.get(run)
                 if state is None:
                     continue
+                if plan is None:
+                    plan = SealPlan()
                 final = event.type == "run.finished"
                 if (
                     final
