@@ -79,6 +79,7 @@ SCENARIOS = (
     Scenario("import", _import_file, atomic_runs=IMPORT_RUNS),
     Scenario("erase", _nothing, check=_erasure_whole_or_absent),
     Scenario("seal", _nothing, check=_seals_match_their_runs),
+    Scenario("seal-default", _nothing, check=_seals_match_their_runs),
 )
 
 
