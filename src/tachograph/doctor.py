@@ -148,8 +148,9 @@ def _schema(store: Store) -> Iterator[Finding]:
 
 
 _SEAL_ADVICE = (
-    "Record with sealing on (tachograph.sealing.SealingObserver), then issue a checkpoint "
-    "with tacho seal; tacho verify --key KEY then shows how far each run is sealed."
+    "Recordings are sealed by default (unless seal=False or TACHOGRAPH_SEAL=off); imported "
+    "runs are not. Issue a checkpoint with tacho seal; tacho verify --key KEY then shows how "
+    "far each run is sealed."
 )
 
 

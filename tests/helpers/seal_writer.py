@@ -1,8 +1,11 @@
 """Recording processes for tests/sealing/test_seal_crash.py, killed with SIGKILL at random.
 
-Imports tachograph once, then forks one recorder per ``spawn <db> <key file> <seed>`` line
-on stdin; each records runs one after another, sealing every 3 events and at each run's end,
-until it is killed. Replies: ``pid <pid>``; ``reaped <pid> <signal>`` after ``reap <pid>``.
+Imports tachograph once, then forks one recorder per ``spawn <db> <key file> <seed> <mode>``
+line on stdin; each records runs one after another, sealing every 3 events and at each run's
+end, until it is killed. ``mode`` ``observer``: a :class:`SealingObserver` seals;
+``default``: the writer's default sealing, in the batch's transaction, with the key named by
+``TACHOGRAPH_SIGNING_KEY`` (what every recording does).
+Replies: ``pid <pid>``; ``reaped <pid> <signal>`` after ``reap <pid>``.
 """
 
 from __future__ import annotations
@@ -21,17 +24,20 @@ def say(line: str) -> None:
     os.write(1, (line + "\n").encode())
 
 
-def record_until_killed(db: str, key_file: str, seed: int) -> None:
+def record_until_killed(db: str, key_file: str, seed: int, mode: str) -> None:
     rng = random.Random(seed)
     store = SQLiteStore(db)
-    observer = SealingObserver(
-        policy=SealPolicy(every_events=3, every_seconds=3600), key=SigningKey.load(key_file)
-    )
+    policy = SealPolicy(every_events=3, every_seconds=3600)
+    observer = SealingObserver(policy=policy, key=SigningKey.load(key_file))
+    os.environ["TACHOGRAPH_SIGNING_KEY"] = key_file
     number = 0
     while True:
         number += 1
         run_id = f"crash-{os.getpid()}-{number}"
-        recorder = Recorder(store, run_id=run_id, actor="crasher", observers=[observer])
+        if mode == "observer":
+            recorder = Recorder(store, run_id=run_id, actor="crasher", observers=[observer])
+        else:
+            recorder = Recorder(store, run_id=run_id, actor="crasher", observers=[], seal=policy)
         recorder.append("run.started", {"input": run_id, "env": {}})
         for step in range(rng.randint(1, 12)):
             recorder.append(
@@ -40,8 +46,9 @@ def record_until_killed(db: str, key_file: str, seed: int) -> None:
         recorder.append("run.finished", {"status": "ok"})
         recorder.flush()
         observer.drain()
-        if observer.errors:
-            say(f"error {os.getpid()} {observer.errors[0]!r}")
+        errors = observer.errors or recorder.writer.seals.errors
+        if errors:
+            say(f"error {os.getpid()} {errors[0]!r}")
             os._exit(1)
 
 
@@ -55,7 +62,7 @@ def main() -> None:
             pid = os.fork()
             if pid == 0:
                 try:
-                    record_until_killed(args[0], args[1], int(args[2]))
+                    record_until_killed(args[0], args[1], int(args[2]), args[3])
                 finally:
                     os._exit(1)
             say(f"pid {pid}")

@@ -31,7 +31,10 @@ KILLS = int(os.environ.get("TACHOGRAPH_CRASH_KILLS", "200"))
 HELPER = Path(__file__).resolve().parents[1] / "helpers" / "seal_writer.py"
 
 
-def test_the_store_verifies_sealed_after_200_sigkills(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["default", "observer"])
+def test_the_store_verifies_sealed_after_200_sigkills(tmp_path: Path, mode: str) -> None:
+    # default: the writer seals in the batch's transaction, as every recording is sealed;
+    # observer: the opt-in SealingObserver, which seals once the events are durable.
     key, key_file = make_key(tmp_path / "keys")
     db = tmp_path / "store" / "crash.db"
     SQLiteStore(db).close()
@@ -44,7 +47,7 @@ def test_the_store_verifies_sealed_after_200_sigkills(tmp_path: Path) -> None:
     killed = 0
     try:
         for cycle in range(KILLS):
-            proc.stdin.write(f"spawn {db} {key_file} {cycle}\n")
+            proc.stdin.write(f"spawn {db} {key_file} {cycle} {mode}\n")
             proc.stdin.flush()
             reply = proc.stdout.readline().split()
             assert reply[0] == "pid", reply
@@ -72,6 +75,7 @@ def test_the_store_verifies_sealed_after_200_sigkills(tmp_path: Path) -> None:
         assert reports
         assert [r.run_id for r in reports if not r.ok] == []
         statuses = {"sealed": 0, "unsealed": 0, "final": 0}
+        seals = store.seal_count("default")
         for report in reports:
             assert report.run_id is not None
             verdict = run_verdict(store, store.run_info(report.run_id), audit)
@@ -80,3 +84,4 @@ def test_the_store_verifies_sealed_after_200_sigkills(tmp_path: Path) -> None:
             statuses["final"] += verdict.final
     assert statuses["sealed"] > 0
     assert statuses["final"] > 0
+    assert seals > statuses["final"]  # seals while running too, not only at the end

@@ -54,10 +54,14 @@ def test_runs_say_how_far_they_are_sealed(tmp_path: Path) -> None:
     assert "done: verified" in text
     assert "sealed up to seq 4 by checkpoint of size 4" in text
     assert "3 later event(s) not yet sealed" in text
-    # Without a trusted key nothing is vouched for, and verify says why.
+    # Without a trusted key no checkpoint vouches for a run: the stored seals still say how
+    # far each run is sealed (unsigned), and verify says why no checkpoint counts.
     runs = _verdicts(db)
-    assert runs["done"]["seal"]["status"] == "unsealed"
+    assert runs["done"]["seal"]["status"] == "unsigned"
+    assert runs["done"]["seal"]["sealed_seq"] == 11
+    assert runs["done"]["sealed"] is False
     assert "no trusted verifier key" in runs["done"]["seal"]["reason"]
+    assert runs["short"]["seal"]["status"] == "unsealed"
 
 
 def test_without_a_key_seals_wait_for_a_checkpoint(tmp_path: Path) -> None:

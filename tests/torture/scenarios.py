@@ -29,6 +29,8 @@ class Scenario:
     """Runs that must be stored whole (with this many events) or not at all."""
     check: Callable[[Path, list[str]], None] | None = None
     """More that must hold in the reopened store, given the worker's output lines."""
+    appends: tuple[str, int] | None = None
+    """``(run, events per append)``: a failed append must say truly whether it was stored."""
 
 
 def _nothing(_folder: Path) -> list[str]:
@@ -74,11 +76,12 @@ def _seals_match_their_runs(db: Path, lines: list[str]) -> None:
 
 
 SCENARIOS = (
-    Scenario("append", _nothing),
-    Scenario("batch", _nothing),
+    Scenario("append", _nothing, appends=("append-run", 1)),
+    Scenario("batch", _nothing, appends=("batch-run", 40)),
     Scenario("import", _import_file, atomic_runs=IMPORT_RUNS),
     Scenario("erase", _nothing, check=_erasure_whole_or_absent),
     Scenario("seal", _nothing, check=_seals_match_their_runs),
+    Scenario("seal-default", _nothing, check=_seals_match_their_runs),
 )
 
 

@@ -49,6 +49,24 @@ def _calls(scenario: Scenario, fault: Fault, python: str, env: dict[str, str], f
     return total
 
 
+def _failed_append_told_the_truth(
+    scenario: Scenario, lines: list[str], acked: dict[str, int], counts: dict[str, int], when: int
+) -> None:
+    """A failed append that is in the store after all (a failed fsync after SQLite wrote the
+    WAL frames: recovery brings the commit back) must have said so (``stored=True``); one
+    that said so must be there. Saying nothing (``None``) reads as "not stored"."""
+    if scenario.appends is None:
+        return
+    failed = [line.split() for line in lines if line.startswith("typed ")]
+    if not failed:
+        return
+    run, step = scenario.appends
+    before = acked.get(run, 0)
+    there = counts.get(run, 0) >= before + step
+    claim = failed[0][2]
+    assert there is (claim == "True"), (when, failed[0], before, counts.get(run, 0))
+
+
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.name)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_faults_at_the_nth_call_lose_nothing_and_leave_nothing_partial(
@@ -101,6 +119,7 @@ def test_faults_at_the_nth_call_lose_nothing_and_leave_nothing_partial(
                 claimed = line.split()[2] == "True"
                 if scenario.atomic_runs:
                     assert (present == whole) is claimed, (when, line, present)
+        _failed_append_told_the_truth(scenario, lines, acked, counts, when)
     report(
         "fault_injection",
         scenario=scenario.name,

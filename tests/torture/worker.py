@@ -84,6 +84,31 @@ def seal(db: str) -> None:
     say("ack seal-run 30")
 
 
+def seal_default(db: str) -> None:
+    """The same run sealed as every recording is by default: by the writer, in the batch's
+    transaction (here every 5 events, durability ``every``: one commit per event)."""
+    from tachograph.capture.recorder import Recorder
+    from tachograph.capture.seals import SealPolicy
+
+    store = tg.open_store(db)
+    recorder = Recorder(
+        store,
+        run_id="seal-run",
+        actor="agent",
+        observers=[],
+        durability="every",
+        seal=SealPolicy(every_events=5, every_seconds=3600),
+    )
+    recorder.append("run.started", {"input": "torture", "env": {}})
+    for n in range(1, 29):
+        recorder.append("decision", {"name": "step", "chosen": n})
+    recorder.append("run.finished", {"status": "ok"})
+    recorder.flush()
+    if recorder.writer.seals.errors:
+        raise recorder.writer.seals.errors[0]
+    say("ack seal-run 30")
+
+
 def main() -> None:
     scenario, db, *rest = sys.argv[1:]
     try:
@@ -97,6 +122,8 @@ def main() -> None:
             erase(db)
         elif scenario == "seal":
             seal(db)
+        elif scenario == "seal-default":
+            seal_default(db)
         else:
             raise SystemExit(f"unknown scenario {scenario}")
     except TachographError as exc:

@@ -36,6 +36,7 @@ from .boundary import error_info
 from .foreign import FrameworkTool, framework_tool
 from .recorder import Durability, Listener, Observer, Processor, Recorder, close_writer
 from .runtime import ToolSpec
+from .seals import SealPolicy
 from .session import Session
 
 __all__ = [
@@ -333,6 +334,11 @@ class record:
     function or a synthesized result instead of their body; each such ``tool.completed`` is
     marked ``"dry_run": true`` and ``run.started`` is labelled ``tachograph.dry_run``.
 
+    The run is sealed (SPEC section 9) as it is recorded, in its store's seal log: at its end,
+    and every 1000 events or 10 seconds while it runs (``seal``: a
+    :class:`~tachograph.capture.seals.SealPolicy`, or ``False`` to opt out; default on unless
+    ``TACHOGRAPH_SEAL=off``).
+
     ``processors`` run on every payload before it is hashed; they are preceded by
     :data:`tachograph.privacy.redact_secrets` (API keys, tokens, passwords become markers)
     unless ``redact_secrets=False``, or by the PII policy when ``TACHOGRAPH_PII=on``.
@@ -365,6 +371,7 @@ class record:
         parent: Mapping[str, Any] | None = None,
         key_secret: str | None = None,
         redact_secrets: bool = True,
+        seal: SealPolicy | bool | None = None,
     ) -> None:
         self._store = store if isinstance(store, Store) else open_store(store)
         self._owns_store = not isinstance(store, Store)
@@ -393,6 +400,7 @@ class record:
         # SPEC section 5: keys are keyed hashes under a per-run secret kept in run.started.
         # A fork reuses its parent's, so that the keys it re-bases stay the keys it would derive.
         self.key_secret = key_secret or new_key_secret()
+        self.seal = seal
         self.run: Run | None = None
 
     def start(self) -> Run:
@@ -406,6 +414,7 @@ class record:
             processors=self.processors,
             listeners=self.listeners,
             observers=self.observers,
+            seal=self.seal,
         )
         if self._store.head(self.run_id, tenant=self.tenant) is not None:
             raise RecordingError(

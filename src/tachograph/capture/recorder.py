@@ -13,6 +13,7 @@ import enum
 import logging
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from ..errors import RecordingError, WriteFailed
 from ..record.event import Event, EventType
 from ..record.seal import Processor, Sealer, hide_key_secret
 from ..store.base import Store
+from .seals import RunSeals, SealPlan, SealPolicy, configured_key, resolve_policy
 from .vouch import FIELD as UNVOUCHED_FIELD
 from .vouch import ToolLedger, warn_unvouched
 
@@ -94,6 +96,8 @@ class Writer:
         # ``_busy``: the writer thread is appending a batch.
         self._claimed: list[Event] | None = None
         self._busy = False
+        self.seals = RunSeals(store)
+        """Which runs this writer seals, and when (:mod:`tachograph.capture.seals`)."""
 
     def claim(self, event: Event) -> int | None:
         """Take over the store for ``event`` and everything queued before it, if the writer
@@ -199,15 +203,31 @@ class Writer:
     def _run(self) -> None:
         while True:
             with self._cond:
+                quiet = False
                 while (not self._queue and not self._closed) or self._claimed is not None:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                batch = self._queue[: self.max_batch]
+                    due = self.seals.next_due() if self.seals.active else None
+                    now = time.monotonic()
+                    if due is not None and due <= now and self._claimed is None:
+                        quiet = True  # a quiet run's stored events are due a seal
+                        break
+                    self._cond.wait(None if due is None else max(due - now, 0.01))
+                closing = not quiet and not self._queue
                 self._busy = True
-                # Later events of a failed run would only be refused in turn: skip them (they
-                # still count as handled, in queue order, so that tickets stay in step).
-                live = [e for e in batch if (e.tenant, e.run_id) not in self._failed]
+                if not (quiet or closing):
+                    batch = self._queue[: self.max_batch]
+                    # Later events of a failed run would only be refused in turn: skip them
+                    # (they still count as handled, in queue order, so tickets stay in step).
+                    live = [e for e in batch if (e.tenant, e.run_id) not in self._failed]
+            if quiet or closing:
+                # At close, seal what every unfinished run has stored since its last seal.
+                now = time.monotonic()
+                self._seal_alone(self.seals.quiet(float("inf") if closing else now), now)
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+                if closing:
+                    return
+                continue
             failed = self._append(live) if live else {}
             with self._cond:
                 del self._queue[: len(batch)]
@@ -216,10 +236,27 @@ class Writer:
                 self._busy = False
                 self._cond.notify_all()
 
-    def _append(self, batch: list[Event]) -> dict[RunKey, BaseException]:
-        """Append a batch; on refusal retry it run by run. Returns the runs that failed."""
+    def _seal_alone(self, plan: SealPlan, now: float) -> None:
+        """Append seals of events already stored (no events with them)."""
+        if not plan.rows:
+            return
         try:
-            self.store.append(batch)
+            for tenant, rows in plan.rows.items():
+                self.store.append_seals(tenant, rows)
+        except Exception as exc:  # observability never breaks the host; retried next time
+            self.seals.errors.append(exc)
+            _log.warning("tachograph: appending seals to %s failed: %s", self.store.url, exc)
+            return
+        self.seals.committed(plan, now)
+        self.seals.checkpoint(plan)
+
+    def _append(self, batch: list[Event]) -> dict[RunKey, BaseException]:
+        """Append a batch (with the seals due); on refusal retry it run by run. Returns the
+        runs that failed."""
+        now = time.monotonic()
+        plan = self.seals.plan(batch, now) if self.seals.active else None
+        try:
+            self._store_batch(batch, plan, now)
             return {}
         except BaseException as exc:  # surfaced to the run's caller on its next call
             first_error = exc
@@ -231,18 +268,37 @@ class Writer:
         failed: dict[RunKey, BaseException] = {}
         for run, events in groups.items():
             try:
-                self.store.append(events)
+                self._store_batch(events, self.seals.plan(events, now) if plan else None, now)
             except BaseException as exc:
                 failed[run] = exc
         return failed
 
+    def _store_batch(self, batch: list[Event], plan: SealPlan | None, now: float) -> None:
+        """Append events and the seals that name them: in one transaction where the store
+        can (``seals_with_events``), else the seals right after the events."""
+        if plan is None or not plan.rows:
+            self.store.append(batch)
+        elif self.store.seals_with_events:
+            self.store.append_sealed(batch, plan.rows)
+        else:
+            self.store.append(batch)
+            self._seal_alone(plan, now)
+            return
+        if plan is not None:
+            self.seals.committed(plan, now)
+            if plan.keys:
+                self.seals.checkpoint(plan)
+
     def close(self) -> None:
-        """Write what is queued, then stop the thread."""
+        """Write what is queued, seal what unfinished runs stored since their last seal,
+        then stop the thread."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join()
+        if self.seals.active:  # events written on callers' threads (claims) only
+            self._seal_alone(self.seals.quiet(float("inf")), time.monotonic())
 
 
 _writers: weakref.WeakKeyDictionary[Store, Writer] = weakref.WeakKeyDictionary()
@@ -311,6 +367,9 @@ class Observer:
     either. Errors in an observer are logged and never reach the agent.
     """
 
+    seals: bool = False
+    """True for an observer that seals runs itself: the run's default sealing is then off."""
+
     def before(
         self,
         recorder: Recorder,
@@ -346,7 +405,9 @@ class Recorder:
     """Appends events to one run, extending its chain; thread-safe.
 
     Events are built by the run's :class:`~tachograph.record.seal.Sealer` (processors, then
-    canonical bytes, digest, hash and link) and handed to the store's :class:`Writer`.
+    canonical bytes, digest, hash and link) and handed to the store's :class:`Writer`, which
+    also seals the run (``seal``: a :class:`~tachograph.capture.seals.SealPolicy`, ``False``
+    to opt out, default on unless ``TACHOGRAPH_SEAL=off``).
     """
 
     def __init__(
@@ -361,6 +422,7 @@ class Recorder:
         listeners: Sequence[Listener] = (),
         observers: Sequence[Observer] | None = None,
         head: tuple[int, str] | None = None,
+        seal: SealPolicy | bool | None = None,
     ) -> None:
         self.store = store
         self.sealer = Sealer(
@@ -379,6 +441,20 @@ class Recorder:
         # Tool calls that model answers ask for, until a tool event vouches for them.
         self.ledger = ToolLedger()
         self._warned: set[str] = set()
+        # Every run is sealed by default (tachograph.capture.seals), unless opted out or an
+        # observer seals it itself.
+        policy = resolve_policy(seal)
+        if any(getattr(o, "seals", False) for o in self.observers):
+            policy = None
+        self.seal_policy = policy
+        if policy is not None:
+            self.writer.seals.track(
+                (self.tenant, self.run_id),
+                policy,
+                now=time.monotonic(),
+                key=configured_key(),
+                head=head[0] if head is not None else -1,
+            )
 
     @property
     def processors(self) -> tuple[Processor, ...]:

@@ -8,7 +8,6 @@ appended since, so issuing costs O(log n + new leaves), however large the log is
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +23,17 @@ from ..record.merkle import (
     leaf_hash,
     verify_consistency,
 )
-from ..store.base import CheckpointRow, SealRow, Store
+from ..store.base import SealRow, Store
+from ..store.checkpoints import (
+    DEFAULT_LOG_NAME,
+    LOG_NAME_ENV,
+    SIGNING_KEY_ENV,
+    Issued,
+    issue_checkpoint,
+    latest_frontier,
+    load_signing_key,
+    origin_for,
+)
 
 __all__ = [
     "DEFAULT_LOG_NAME",
@@ -36,24 +45,6 @@ __all__ = [
     "load_signing_key",
     "origin_for",
 ]
-
-SIGNING_KEY_ENV = "TACHOGRAPH_SIGNING_KEY"
-"""The path of the signing key file, when no option names one."""
-LOG_NAME_ENV = "TACHOGRAPH_LOG_NAME"
-"""The host-like name in checkpoint origins, when no option names one."""
-DEFAULT_LOG_NAME = "tachograph.localhost"
-
-
-def origin_for(tenant: str, log_name: str | None = None) -> str:
-    """``<host-like name>/tachograph/<tenant>``."""
-    name = log_name or os.environ.get(LOG_NAME_ENV) or DEFAULT_LOG_NAME
-    return f"{name}/tachograph/{tenant}"
-
-
-def load_signing_key(path: str | os.PathLike[str] | None = None) -> SigningKey | None:
-    """The key in ``path``, else in the file ``TACHOGRAPH_SIGNING_KEY`` names, else ``None``."""
-    target = path if path is not None else os.environ.get(SIGNING_KEY_ENV)
-    return SigningKey.load(target) if target else None
 
 
 class SealLog:
@@ -82,6 +73,7 @@ class SealLog:
         """The latest checkpoint with the cosignatures the witnesses returned."""
         self.witness_errors: list[str] = []
         """Every refusal or failure of a witness, in order (a witness is never fatal)."""
+        self._issued: Issued | None = None
 
     def append(self, leaves: Sequence[SealLeaf]) -> int:
         """Append seals (no checkpoint); the first one's index."""
@@ -108,61 +100,25 @@ class SealLog:
         return self.issue() if self.key is not None else None
 
     def _latest(self) -> tuple[Frontier, Note | None]:
-        row = self.store.latest_checkpoint(self.tenant)
-        if row is None:
-            return Frontier(0), None
-        note = Note.parse(row.note)
-        cp = Checkpoint.parse(note.text)
-        if cp.origin != self.origin:
-            raise SealingError(
-                f"the latest checkpoint is for {cp.origin!r}, this log is {self.origin!r}",
-                what="checkpoint",
-            )
-        if self.key is not None and not note.verified_by([self.key.verifier]):
-            raise SealingError(
-                f"the latest checkpoint (size {cp.size}) is not signed by {self.key.name}: "
-                "refusing to extend it",
-                what="signature",
-            )
-        try:
-            frontier = Frontier.decode(row.frontier)
-        except (ValueError, IndexError):
-            raise SealingError("the stored frontier is unreadable", what="consistency") from None
-        if frontier.size != cp.size or frontier.root() != cp.root:
-            raise SealingError(
-                f"the stored frontier does not lead to the root of checkpoint {cp.size}: "
-                "refusing to issue a checkpoint over an inconsistent tree",
-                what="consistency",
-            )
-        return frontier, note
+        return latest_frontier(
+            self.store, self.tenant, origin=self.origin, key=self.key, trusted=self._issued
+        )
 
     def issue(self) -> Note:
         """Issue (sign, keep, push) a checkpoint over every seal appended so far."""
         if self.key is None:
             raise SealingError("issuing a checkpoint needs a signing key", what="key")
-        frontier, old_note = self._latest()
-        count = self.store.seal_count(self.tenant)
-        if old_note is not None and count == frontier.size:
-            return old_note
-        rows = self.store.read_seals(self.tenant, frontier.size, count)
-        if [r.index for r in rows] != list(range(frontier.size, count)):
-            raise SealingError(
-                f"the seal log skips or repeats an index between {frontier.size} and {count}",
-                what="consistency",
-            )
-        new_hashes = [leaf_hash(r.leaf) for r in rows]
-        new = frontier.append_hashes(new_hashes)
-        note = Checkpoint(self.origin, new.size, new.root()).note(self.key)
-        self.store.put_checkpoint(
-            CheckpointRow(self.tenant, new.size, note.to_bytes().decode(), new.encode())
+        issued = issue_checkpoint(
+            self.store, self.tenant, self.key, origin=self.origin, trusted=self._issued
         )
-        latest = self.store.latest_checkpoint(self.tenant)
-        if latest is not None and latest.size > new.size:
-            note = Note.parse(latest.note)  # another process issued a larger one meanwhile
+        if issued is None:  # the latest checkpoint covers every seal already
+            _, note = self._latest()
+            assert note is not None
             return note
-        if self.witnesses:
-            self._push(note, frontier, new_hashes)
-        return note
+        self._issued = issued
+        if self.witnesses and issued.new_hashes:
+            self._push(issued.note, issued.old, list(issued.new_hashes))
+        return issued.note
 
     def _push(self, note: Note, frontier: Frontier, new_hashes: list[bytes]) -> None:
         from .witness import WitnessConflict

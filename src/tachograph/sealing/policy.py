@@ -20,11 +20,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..capture.recorder import Observer, Recorder
-from ..errors import RecordingError
+from ..capture.seals import DEFAULT_EVERY_EVENTS, DEFAULT_EVERY_SECONDS, SealPolicy
 from ..record.checkpoint import SigningKey
 from ..record.event import Event
 from ..record.merkle import SealLeaf
@@ -35,23 +34,6 @@ __all__ = ["DEFAULT_EVERY_EVENTS", "DEFAULT_EVERY_SECONDS", "SealPolicy", "Seali
 
 _log = logging.getLogger("tachograph")
 
-DEFAULT_EVERY_EVENTS = 1000
-"""A running run is sealed at least every this many events."""
-DEFAULT_EVERY_SECONDS = 10.0
-"""... or when this many seconds have passed since its last seal, at its next event."""
-
-
-@dataclass(frozen=True, slots=True)
-class SealPolicy:
-    """When to seal a running run (it is always sealed at ``run.finished``)."""
-
-    every_events: int = DEFAULT_EVERY_EVENTS
-    every_seconds: float = DEFAULT_EVERY_SECONDS
-
-    def __post_init__(self) -> None:
-        if self.every_events < 1 or self.every_seconds <= 0:
-            raise RecordingError("a seal policy needs every_events >= 1 and every_seconds > 0")
-
 
 class SealingObserver(Observer):
     """Seals the runs it observes into their tenant's seal log in the run's own store.
@@ -60,7 +42,13 @@ class SealingObserver(Observer):
     without one, seals are appended and no checkpoint is issued. ``witnesses`` receive each
     checkpoint. ``errors`` collects sealing failures: they are logged, never raised into the
     agent (observability never breaks the host), and a verifier reports the run as unsealed.
+
+    Every recording is sealed by default (:mod:`tachograph.capture.seals`, in the transaction
+    of the events): this observer is for a policy of its own with witnesses. A run it
+    observes is not sealed by default as well.
     """
+
+    seals = True
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import SealingError
 from ..record.merkle import SealLeaf
-from ..store.base import RunInfo, Store
+from ..store.base import RunInfo, SealRow, Store
 from .log import TenantAudit
 
 __all__ = ["SealVerdict", "run_verdict"]
@@ -15,8 +15,14 @@ __all__ = ["SealVerdict", "run_verdict"]
 
 @dataclass(frozen=True, slots=True)
 class SealVerdict:
-    """``status`` is ``sealed``, ``unsealed`` (not a failure: ``reason`` says why) or
-    ``failed`` (``reason`` names what failed)."""
+    """``status`` is ``sealed`` (covered by a trusted checkpoint), ``unsigned`` (the store's
+    seal log covers the run up to ``sealed_seq`` but no trusted checkpoint does: ``reason``
+    says why), ``unsealed`` (no seal of the run: not a failure, ``reason`` says why) or
+    ``failed`` (``reason`` names what failed).
+
+    Unsigned seals show a tail cut or an event changed by anyone but the store's owner, who
+    could rewrite the seal log as well; only a signed (and witnessed) checkpoint shows that.
+    """
 
     run_id: str
     tenant: str
@@ -56,9 +62,14 @@ class SealVerdict:
             return f"SEAL FAILED: {self.reason}"
         if self.status == "unsealed":
             return f"unsealed ({self.reason})"
-        witnessed = f", witnessed by {', '.join(self.witnessed_by)}" if self.witnessed_by else ""
         after = self.events - 1 - (self.sealed_seq or 0)
         window = f"; {after} later event(s) not yet sealed" if after > 0 else ""
+        if self.status == "unsigned":
+            return (
+                f"sealed up to seq {self.sealed_seq}{' (final)' if self.final else ''}, "
+                f"no checkpoint ({self.reason}){window}"
+            )
+        witnessed = f", witnessed by {', '.join(self.witnessed_by)}" if self.witnessed_by else ""
         return (
             f"sealed up to seq {self.sealed_seq}{' (final)' if self.final else ''} by checkpoint "
             f"of size {self.checkpoint_size}, signed by {self.signed_by}{witnessed}{window}"
@@ -69,17 +80,58 @@ def run_verdict(store: Store, info: RunInfo, audit: TenantAudit) -> SealVerdict:
     """The sealing verdict of one stored run, given its tenant's :class:`TenantAudit`."""
     if audit.problem is not None:
         return SealVerdict(info.run_id, info.tenant, status="failed", reason=audit.problem)
-    if audit.size is None:
-        return SealVerdict(
-            info.run_id, info.tenant, status="unsealed", reason=audit.unsigned_reason
-        )
     seals = store.seals_for_run(info.tenant, info.run_id)
+    if audit.size is None:
+        if not seals:
+            return SealVerdict(
+                info.run_id, info.tenant, status="unsealed", reason=audit.unsigned_reason
+            )
+        # No trusted checkpoint, but the store's own seals still show a cut or changed run.
+        verdict = _held_against(store, info, seals)
+        if verdict.status != "sealed":
+            return verdict
+        return SealVerdict(
+            info.run_id,
+            info.tenant,
+            status="unsigned",
+            reason=_unsigned(audit.unsigned_reason),
+            sealed_seq=verdict.sealed_seq,
+            final=verdict.final,
+            events=verdict.events,
+        )
     covered = [s for s in seals if s.index < audit.size]
     if not covered:
         reason = f"no seal of this run under checkpoint {audit.size}"
         if seals:
             reason += f"; {len(seals)} seal(s) wait for the next checkpoint"
         return SealVerdict(info.run_id, info.tenant, status="unsealed", reason=reason)
+    verdict = _held_against(store, info, covered)
+    if verdict.status != "sealed":
+        return verdict
+    top = verdict.sealed_seq
+    index = max(s.index for s in covered if s.seq == top)
+    return SealVerdict(
+        info.run_id,
+        info.tenant,
+        status="sealed",
+        sealed_seq=top,
+        final=verdict.final,
+        events=verdict.events,
+        checkpoint_size=audit.size,
+        signed_by=audit.signer,
+        witnessed_by=tuple(name for name, size in audit.witnessed if index < size),
+    )
+
+
+def _unsigned(reason: str | None) -> str:
+    prefix = "no checkpoint was issued ("
+    if reason and reason.startswith(prefix) and reason.endswith(")"):
+        return reason[len(prefix) : -1] + "; tacho keys init, then tacho seal"
+    return reason or "no trusted checkpoint"
+
+
+def _held_against(store: Store, info: RunInfo, covered: list[SealRow]) -> SealVerdict:
+    """The run held against ``covered`` seals: ``failed``, or ``sealed`` with how far."""
     wanted: dict[int, list[SealLeaf]] = {}
     for row in covered:
         try:
@@ -133,7 +185,6 @@ def run_verdict(store: Store, info: RunInfo, audit: TenantAudit) -> SealVerdict:
                     events=count,
                     reason=f"the run goes on to seq {last} after its final seal at seq {seq}",
                 )
-    index = max(s.index for s in covered if s.seq == top)
     return SealVerdict(
         info.run_id,
         info.tenant,
@@ -141,7 +192,4 @@ def run_verdict(store: Store, info: RunInfo, audit: TenantAudit) -> SealVerdict:
         sealed_seq=top,
         final=any(leaf.final for leaf in wanted[top]),
         events=count,
-        checkpoint_size=audit.size,
-        signed_by=audit.signer,
-        witnessed_by=tuple(name for name, size in audit.witnessed if index < size),
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import difflib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +115,8 @@ class Store(abc.ABC):
     """
 
     url: str
+    seals_with_events: bool = False
+    """Whether :meth:`append_sealed` stores the seals in the batch's own transaction."""
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> Store:
@@ -203,6 +205,21 @@ class Store(abc.ABC):
         Indices are 0, 1, 2, ... per tenant, with no gaps, in the order given; concurrent
         appenders each get a contiguous range. Leaves are never changed or removed.
         """
+
+    def append_sealed(
+        self, events: Sequence[Event], seals: Mapping[str, Sequence[SealRow]]
+    ) -> list[Receipt]:
+        """Append a batch and seals (per tenant) that name events of it or stored before it.
+
+        Engines with ``seals_with_events`` do both in one transaction, so that a seal is
+        never stored without its events nor lost with them; this default appends the events,
+        then the seals (a crash between the two leaves those events unsealed, never a seal
+        ahead of its events).
+        """
+        receipts = self.append(events)
+        for tenant, rows in seals.items():
+            self.append_seals(tenant, rows)
+        return receipts
 
     @abc.abstractmethod
     def read_seals(self, tenant: str, start: int = 0, end: int | None = None) -> list[SealRow]:

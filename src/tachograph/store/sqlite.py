@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,9 @@ from ..errors import (
 )
 from ..record.event import Event
 from ..record.rows import StoredRow
-from .base import Receipt, RunInfo, Store, not_found
+from .base import Receipt, RunInfo, SealRow, Store, not_found
 from .sqlite_lifecycle import LIFECYCLE_MIGRATION, SQLiteLifecycle
-from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog
+from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "interrupt_waits"]
 
@@ -488,15 +488,22 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
-        """Append a batch atomically (see :meth:`Store.append`)."""
+    def append(
+        self,
+        events: Sequence[Event],
+        *,
+        durable: bool = True,
+        seals: Mapping[str, Sequence[SealRow]] | None = None,
+    ) -> list[Receipt]:
+        """Append a batch atomically (see :meth:`Store.append`), with ``seals`` (per tenant)
+        in the same transaction."""
         if not events:
             return []
         if self._closed:
             raise StoreUnavailable(f"{self.url} is closed", location=self.path)
         self._refuse_read_only()
         try:
-            return list(self._retry(lambda: self._append(events)))
+            return list(self._retry(lambda: self._append(events, seals)))
         except sqlite3.DatabaseError as exc:
             stored = self._reconcile(events[-1])
             if stored is None:
@@ -538,12 +545,24 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 return None
         return row is not None
 
-    def _append(self, events: Sequence[Event]) -> list[Receipt]:
+    seals_with_events = True
+
+    def append_sealed(
+        self, events: Sequence[Event], seals: Mapping[str, Sequence[SealRow]]
+    ) -> list[Receipt]:
+        """Append a batch and its seals in one transaction (see :meth:`Store.append_sealed`)."""
+        return self.append(events, seals=seals)
+
+    def _append(
+        self, events: Sequence[Event], seals: Mapping[str, Sequence[SealRow]] | None = None
+    ) -> list[Receipt]:
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
                 receipts = self._append_locked(db, events)
+                for tenant, rows in (seals or {}).items():
+                    insert_seals(db, tenant, rows)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:

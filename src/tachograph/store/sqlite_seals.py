@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import StoreUnavailable
 from .base import CheckpointRow, SealRow
 
-__all__ = ["SEAL_SCHEMA", "SQLiteSealLog"]
+__all__ = ["SEAL_SCHEMA", "SQLiteSealLog", "insert_seals"]
 
 SEAL_SCHEMA = """
 CREATE TABLE IF NOT EXISTS seals (
@@ -43,6 +43,23 @@ BEGIN SELECT RAISE(ABORT, 'tachograph: checkpoints are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS checkpoints_append_only_delete BEFORE DELETE ON checkpoints
 BEGIN SELECT RAISE(ABORT, 'tachograph: checkpoints are append-only'); END;
 """
+
+
+def _next_index(db: sqlite3.Connection, tenant: str) -> int:
+    # Indices have no gaps, so the next one is max + 1: a seek in the primary key, where
+    # count(*) would walk every leaf of the tenant.
+    row = db.execute("SELECT max(idx) FROM seals WHERE tenant=?", (tenant,)).fetchone()
+    return 0 if row[0] is None else int(row[0]) + 1
+
+
+def insert_seals(db: sqlite3.Connection, tenant: str, seals: Sequence[SealRow]) -> int:
+    """Insert leaves after the tenant's last one, inside the caller's transaction."""
+    first = _next_index(db, tenant)
+    db.executemany(
+        "INSERT INTO seals (tenant, idx, run_id, seq, leaf) VALUES (?,?,?,?,?)",
+        [(tenant, first + i, s.run_id, s.seq, s.leaf) for i, s in enumerate(seals)],
+    )
+    return first
 
 
 class SQLiteSealLog:
@@ -78,18 +95,7 @@ class SQLiteSealLog:
 
     def append_seals(self, tenant: str, seals: Sequence[SealRow]) -> int:
         """Append leaves atomically; the first one's index (see :meth:`Store.append_seals`)."""
-
-        def action(db: sqlite3.Connection) -> int:
-            first = int(
-                db.execute("SELECT count(*) FROM seals WHERE tenant=?", (tenant,)).fetchone()[0]
-            )
-            db.executemany(
-                "INSERT INTO seals (tenant, idx, run_id, seq, leaf) VALUES (?,?,?,?,?)",
-                [(tenant, first + i, s.run_id, s.seq, s.leaf) for i, s in enumerate(seals)],
-            )
-            return first
-
-        return int(self._write(action))
+        return int(self._write(lambda db: insert_seals(db, tenant, seals)))
 
     def _rows(self, sql: str, args: tuple[Any, ...]) -> list[SealRow]:
         with self._lock:
@@ -113,8 +119,7 @@ class SQLiteSealLog:
     def seal_count(self, tenant: str) -> int:
         """How many leaves the tenant's log holds."""
         with self._lock:
-            row = self._db.execute("SELECT count(*) FROM seals WHERE tenant=?", (tenant,))
-            return int(row.fetchone()[0])
+            return _next_index(self._db, tenant)
 
     def seals_for_run(self, tenant: str, run_id: str) -> list[SealRow]:
         """The leaves sealing one run, in index order."""
