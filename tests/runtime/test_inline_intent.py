@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import tachograph as tg
 from tachograph.capture.recorder import Recorder, close_writer
@@ -20,10 +21,12 @@ class ThreadNotingStore(tg.SQLiteStore):
         super().__init__(path)
         self.appended_by: list[tuple[int, str, str]] = []
 
-    def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
+    def append(
+        self, events: Sequence[Event], *, durable: bool = True, **options: Any
+    ) -> list[Receipt]:
         name = threading.current_thread().name
         self.appended_by.extend((e.seq, e.type, name) for e in events)
-        return super().append(events, durable=durable)
+        return super().append(events, durable=durable, **options)
 
 
 @tg.tool(effect="write")
