@@ -25,6 +25,7 @@ from .canonical import (
     MAX_SAFE_INTEGER,
     DuplicateKeyError,
     canonical,
+    jcs_of_parsed,
     loads,
     loads_strict,
 )
@@ -358,9 +359,7 @@ class LineChecker:
         else:
             salt_bytes = bytes.fromhex(salt)
             if payload_bytes is not None:
-                actual = _stored_digest(salt_bytes, payload_bytes)
-                if actual != payload_digest:
-                    actual = _exact_stored_digest(salt_bytes, payload_bytes)
+                actual = _stored_digest(salt_bytes, payload_bytes, payload_digest)
             else:
                 h = hashlib.sha256(salt_bytes)
                 h.update(canonical(payload, "payload"))
@@ -470,9 +469,7 @@ class LineChecker:
                 f"at seq {self.position - 1}: its tail is missing"
             )
         elif (
-            self.position == summary.events
-            and not self.failures
-            and self.head != summary.head_hash
+            self.position == summary.events and not self.failures and self.head != summary.head_hash
         ):
             self._fail_at(
                 self.position - 1,
@@ -621,29 +618,46 @@ def _check_event_format_fully(event: Event) -> str | None:
     return None
 
 
-def _stored_digest(salt: bytes, body: bytes) -> str:
-    """The payload digest of stored JSON bytes (any key order).
+_OUTSIDE = "sha256:(stored payload is outside the JSON profile)"
 
-    Fast path: orjson re-sorts the keys, which is JCS for most payloads. If that digest does
-    not match, the exact canonical form decides (integral floats, rare key orders).
+
+def _stored_digest(salt: bytes, body: bytes, expected: str) -> str:
+    """The payload digest of stored JSON bytes (any key order), as check 5 reports it.
+
+    The payload passes if the salted hash of either orjson's sorted form or the exact JCS form
+    is ``expected``; otherwise the JCS form's digest is the one reported. The value is parsed
+    once; the JCS form comes from the sorted bytes when :func:`jcs_of_parsed` can prove it
+    (integral floats), else from :func:`canonical`.
     """
     try:
         value = orjson.loads(body)
-        h = hashlib.sha256(salt)
-        h.update(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
-        return "sha256:" + h.hexdigest()
+        guess = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except (orjson.JSONDecodeError, orjson.JSONEncodeError, TypeError):
-        return "sha256:(stored payload is not valid JSON)"
-
-
-def _exact_stored_digest(salt: bytes, body: bytes) -> str:
+        return _OUTSIDE
+    exact = jcs_of_parsed(value, guess)
+    if exact is not None:
+        digest = _salted(salt, exact)
+        if digest == expected:
+            return digest
+        return expected if _salted(salt, guess) == expected else digest
+    digest = _salted(salt, guess)
+    if digest == expected:
+        return digest
     try:
-        value = loads(body)
-        h = hashlib.sha256(salt)
-        h.update(canonical(value, "payload"))
-        return "sha256:" + h.hexdigest()
+        try:
+            exact = canonical(value, "payload")
+        except ProfileError:
+            # integers beyond 2^53 are read as doubles (SPEC section 2): loads() reads them so
+            exact = canonical(loads(body), "payload")
     except Exception:
-        return "sha256:(stored payload is outside the JSON profile)"
+        return _OUTSIDE
+    return _salted(salt, exact)
+
+
+def _salted(salt: bytes, data: bytes) -> str:
+    h = hashlib.sha256(salt)
+    h.update(data)
+    return "sha256:" + h.hexdigest()
 
 
 def verify_lines(lines: Iterable[dict[str, Any]], *, source: str | None = None) -> VerifyReport:
