@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,7 +176,18 @@ class _Pool:
         # spawn, not fork: the parent may hold SQLite connections and threads (a progress bar).
         ctx = multiprocessing.get_context("spawn")
         self.progress: Any = ctx.SimpleQueue()
-        self.pool = ctx.Pool(workers, initializer=_init_worker, initargs=(url, self.progress))
+        # A spawned worker re-imports the caller's main module unless it has no spec and no
+        # file: a script without an ``if __name__ == "__main__"`` guard would run again in
+        # every worker. The workers need nothing from it, so it is hidden while they start.
+        main = sys.modules.get("__main__")
+        hidden = {a: getattr(main, a) for a in ("__spec__", "__file__") if hasattr(main, a)}
+        for attr in hidden:
+            setattr(main, attr, None)
+        try:
+            self.pool = ctx.Pool(workers, initializer=_init_worker, initargs=(url, self.progress))
+        finally:
+            for attr, value in hidden.items():
+                setattr(main, attr, value)
 
     def run(
         self,
