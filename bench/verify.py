@@ -145,7 +145,7 @@ def _workers_figure(settings: Settings) -> Figure:
     started = time.perf_counter()
     n = scaled(1_000_000, settings.scale, minimum=400)
     runs = scaled(200, settings.scale, minimum=4)
-    per_run = 2_500
+    per_run = scaled(2_500, min(1.0, settings.scale * 10), minimum=50)
     repeats = settings.repeats or 3
     chunk = min(CHUNK_MIN, max(50, n // 8))
     long_store = _fresh(settings, "long.db")
