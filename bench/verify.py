@@ -202,6 +202,10 @@ def _workers_figure(settings: Settings) -> Figure:
             "cpus": os.cpu_count(),
             "seconds": round(time.perf_counter() - started, 2),
         },
+        # the parent's side only (waiting on the workers); workers are other processes
+        profile_fn=lambda: verify_stored_parallel(
+            long_store, "bench-long", workers=2, chunk=chunk
+        ),
     )
 
 
