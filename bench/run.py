@@ -57,6 +57,8 @@ FIGURE_KEYS = (
     "durable_appends",
     "intent_durable",
     "verify",
+    "verify_floats",
+    "verify_workers",
     "replay",
     "store_growth",
     "verify_memory",

@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import rfc8785
 from hypothesis import given, settings
@@ -339,3 +340,47 @@ def test_integral_floats_print_as_integers_on_the_fast_path() -> None:
     )
     assert canonical(value) == rfc8785.dumps(value)
     assert type(value["price"]) is float  # not rewritten in place
+
+
+# Strings that look like the number spellings jcs_of_parsed edits or refuses, so that a drop of
+# ".0" inside a string, a key or next to a negative zero is tried.
+_tricky_texts = st.sampled_from(
+    ["1.0,", "x.0]", ".0}", "-0,", "1e5", "2E3", "0" * 16, "a.0", "25.0", "{", "[[", "é.0,"]
+)
+_parsed_scalars = _scalars | _tricky_texts
+_parsed_values = st.recursive(
+    _parsed_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(_keys | _tricky_texts, inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@given(st.dictionaries(_keys | _tricky_texts, _parsed_values, max_size=6))
+def test_jcs_of_parsed_is_canonical_or_declines(value: dict[str, Any]) -> None:
+    """The verifier's shortcut for stored payloads: whatever orjson parses back from stored
+    bytes, it either gives exactly the canonical bytes or declines (never other bytes)."""
+    from tachograph.record.canonical import jcs_of_parsed
+
+    try:
+        parsed = orjson.loads(orjson.dumps(value))
+    except orjson.JSONEncodeError:
+        return  # not storable as JSON bytes in the first place
+    guess = orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS)
+    fast = jcs_of_parsed(parsed, guess)
+    if fast is None:
+        return
+    assert fast == canonical_exact(parsed)
+    assert fast == rfc8785.dumps(parsed)
+
+
+def test_jcs_of_parsed_takes_the_common_float_payload() -> None:
+    from tachograph.record.canonical import jcs_of_parsed
+
+    payload = {"usage": {"cost_usd": 25.0, "scores": [1.0, 0.5, 3.0]}, "métadonnées": {"clé": 2.0}}
+    parsed = orjson.loads(orjson.dumps(payload))
+    fast = jcs_of_parsed(parsed, orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS))
+    assert fast == canonical_exact(payload)
+    tricked = {"note": "1.0,", "n": 2.0}
+    assert jcs_of_parsed(tricked, orjson.dumps(tricked, option=orjson.OPT_SORT_KEYS)) is None

@@ -284,13 +284,22 @@ def state_cmd(run_id: str, at: int | None, tenant: str | None, purpose: str, as_
     out.json(data)
 
 
-def _verify_reports(store: Store, out: Output, run_id: str | None) -> list[VerifyReport]:
+def _verify_reports(
+    store: Store, out: Output, run_id: str | None, workers: int = 1
+) -> list[VerifyReport]:
     if run_id is not None:
         info = resolve_run(store, run_id)
-        return [verify_stored(store, info.run_id, tenant=info.tenant)]
+        if workers < 2:
+            return [verify_stored(store, info.run_id, tenant=info.tenant)]
+        with out.progress(info.events, f"verifying {info.run_id}") as advance:
+            return [
+                verify_stored(
+                    store, info.run_id, tenant=info.tenant, progress=advance, workers=workers
+                )
+            ]
     total = store.count_events()
     with out.progress(total, "verifying") as advance:
-        return list(verify_all(store, progress=advance))
+        return list(verify_all(store, progress=advance, workers=workers))
 
 
 def _verify_file(path: Path, out: Output) -> list[VerifyReport]:
@@ -332,6 +341,13 @@ def _open_store_at(path: str) -> Store:
 @click.option("--witness", "witnesses", multiple=True, help="Witness URL or directory to consult.")
 @click.option("--witness-key", "witness_keys", multiple=True, help="Trusted witness key.")
 @click.option("--min-witnesses", default=0, type=int, help="Cosignatures an evidence folder needs.")
+@click.option(
+    "--workers",
+    default=1,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="Worker processes for a store's runs (large runs are split in chunks).",
+)
 @json_option
 def verify_cmd(
     target: str | None,
@@ -340,6 +356,7 @@ def verify_cmd(
     witnesses: tuple[str, ...],
     witness_keys: tuple[str, ...],
     min_witnesses: int,
+    workers: int,
     as_json: bool,
 ) -> None:
     """Verify the hash chain of a run, of every run, or of a JSONL file (SPEC section 8),
@@ -363,7 +380,7 @@ def verify_cmd(
         # ``tacho verify store.db``: every run of that store, as ``--store store.db verify``.
         with _open_store_at(target) as store:
             source = store.url
-            reports = _verify_reports(store, out, None)
+            reports = _verify_reports(store, out, None, workers)
             verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
             blobs = blobcheck.check_store(store, reports)
         target = None
@@ -378,7 +395,7 @@ def verify_cmd(
     else:
         with open_store() as store:
             source = store.url
-            reports = _verify_reports(store, out, target)
+            reports = _verify_reports(store, out, target, workers)
             verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
             if target is not None:  # one run: say what its record cannot vouch for
                 for r in reports:

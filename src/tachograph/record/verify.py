@@ -25,6 +25,7 @@ from .canonical import (
     MAX_SAFE_INTEGER,
     DuplicateKeyError,
     canonical,
+    jcs_of_parsed,
     loads,
     loads_strict,
 )
@@ -264,6 +265,9 @@ class LineChecker:
         self.failures: list[Failure] = []
         self.erased: list[int] = []
         self.head: str | None = None
+        self.decoded = False
+        """True when every event fed is a store's decoding of its row: ``payload`` is
+        ``orjson.loads(payload_bytes)``, so the payload check need not parse it again."""
 
     def _fail(self, check: Check, message: str, line: int | None) -> None:
         if len(self.failures) < self.max_failures:
@@ -323,6 +327,7 @@ class LineChecker:
         payload: Any,
         salt: str | None,
         payload_bytes: bytes | None,
+        parsed: Any = None,
     ) -> None:
         recomputed = "sha256:" + hashlib.sha256(env_jcs).hexdigest()
         if seq != pos:
@@ -358,9 +363,7 @@ class LineChecker:
         else:
             salt_bytes = bytes.fromhex(salt)
             if payload_bytes is not None:
-                actual = _stored_digest(salt_bytes, payload_bytes)
-                if actual != payload_digest:
-                    actual = _exact_stored_digest(salt_bytes, payload_bytes)
+                actual = _stored_digest(salt_bytes, payload_bytes, payload_digest, parsed)
             else:
                 h = hashlib.sha256(salt_bytes)
                 h.update(canonical(payload, "payload"))
@@ -403,6 +406,7 @@ class LineChecker:
             event.payload_bytes if event.payload_bytes is not None else event.payload,
             event.salt,
             event.payload_bytes,
+            event.payload if self.decoded else None,
         )
 
     def feed_row(self, row: StoredRow) -> None:
@@ -619,29 +623,47 @@ def _check_event_format_fully(event: Event) -> str | None:
     return None
 
 
-def _stored_digest(salt: bytes, body: bytes) -> str:
-    """The payload digest of stored JSON bytes (any key order).
+_OUTSIDE = "sha256:(stored payload is outside the JSON profile)"
 
-    Fast path: orjson re-sorts the keys, which is JCS for most payloads. If that digest does
-    not match, the exact canonical form decides (integral floats, rare key orders).
+
+def _stored_digest(salt: bytes, body: bytes, expected: str, parsed: Any = None) -> str:
+    """The payload digest of stored JSON bytes (any key order), as check 5 reports it.
+
+    The payload passes if the salted hash of either orjson's sorted form or the exact JCS form
+    is ``expected``; otherwise the JCS form's digest is the one reported. The value is parsed
+    once (``parsed``, when not ``None``, is ``orjson.loads(body)`` already); the JCS form
+    comes from the sorted bytes when :func:`jcs_of_parsed` can prove it (integral floats),
+    else from :func:`canonical`.
     """
     try:
-        value = orjson.loads(body)
-        h = hashlib.sha256(salt)
-        h.update(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
-        return "sha256:" + h.hexdigest()
+        value = orjson.loads(body) if parsed is None else parsed
+        guess = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except (orjson.JSONDecodeError, orjson.JSONEncodeError, TypeError):
-        return "sha256:(stored payload is not valid JSON)"
-
-
-def _exact_stored_digest(salt: bytes, body: bytes) -> str:
+        return _OUTSIDE
+    exact = jcs_of_parsed(value, guess)
+    if exact is not None:
+        digest = _salted(salt, exact)
+        if digest == expected:
+            return digest
+        return expected if _salted(salt, guess) == expected else digest
+    digest = _salted(salt, guess)
+    if digest == expected:
+        return digest
     try:
-        value = loads(body)
-        h = hashlib.sha256(salt)
-        h.update(canonical(value, "payload"))
-        return "sha256:" + h.hexdigest()
+        try:
+            exact = canonical(value, "payload")
+        except ProfileError:
+            # integers beyond 2^53 are read as doubles (SPEC section 2): loads() reads them so
+            exact = canonical(loads(body), "payload")
     except Exception:
-        return "sha256:(stored payload is outside the JSON profile)"
+        return _OUTSIDE
+    return _salted(salt, exact)
+
+
+def _salted(salt: bytes, data: bytes) -> str:
+    h = hashlib.sha256(salt)
+    h.update(data)
+    return "sha256:" + h.hexdigest()
 
 
 def verify_lines(lines: Iterable[dict[str, Any]], *, source: str | None = None) -> VerifyReport:
@@ -662,6 +684,7 @@ def verify_run(
     progress: Callable[[int], None] | None = None,
     run_id: str | None = None,
     tenant: str | None = None,
+    decoded: bool = False,
 ) -> VerifyReport:
     """Verify one stored run (SPEC section 8): the one meaning of "verified" everywhere.
 
@@ -684,6 +707,7 @@ def verify_run(
     if seals is not None:
         raise ValueError("verify_run: seals are not supported yet; pass seals=None")
     checker = LineChecker(source=source, max_failures=max_failures)
+    checker.decoded = decoded
     try:
         _feed_rows(checker, rows, progress)
     except (RunNotFound, PurposeDenied):  # not a damaged run: a read that may not be made

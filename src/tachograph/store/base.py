@@ -321,22 +321,23 @@ class Store(abc.ABC):
 
     # -- conveniences: verification is not the store's, these only call it -----------------
 
-    def verify(self, run_id: str, *, tenant: str | None = None) -> VerifyReport:
-        """``tachograph.store.verify_stored(self, run_id, tenant=tenant)``."""
+    def verify(self, run_id: str, *, tenant: str | None = None, workers: int = 1) -> VerifyReport:
+        """``tachograph.store.verify_stored(self, run_id, tenant=tenant, workers=workers)``."""
         from .verify import verify_stored
 
-        return verify_stored(self, run_id, tenant=tenant)
+        return verify_stored(self, run_id, tenant=tenant, workers=workers)
 
     def verify_all(
         self,
         *,
         tenant: str | None = None,
         progress: Callable[[int], None] | None = None,
+        workers: int = 1,
     ) -> Iterator[VerifyReport]:
-        """``tachograph.store.verify_all(self, tenant=tenant, progress=progress)``."""
+        """``tachograph.store.verify_all(self, tenant=tenant, progress=progress, workers=...)``."""
         from .verify import verify_all
 
-        return verify_all(self, tenant=tenant, progress=progress)
+        return verify_all(self, tenant=tenant, progress=progress, workers=workers)
 
 
 def row_event(r: StoredRow, *, decode: bool = True) -> Event:

@@ -35,13 +35,22 @@ def verify_stored(
     *,
     tenant: str | None = None,
     progress: Callable[[int], None] | None = None,
+    workers: int = 1,
 ) -> VerifyReport:
     """Verify one stored run (SPEC section 8) against its summary, streaming its rows.
 
     A run the store does not hold raises :class:`~tachograph.errors.RunNotFound` (with close
     matches); a run id under several tenants without ``tenant`` raises
-    :class:`~tachograph.errors.StoreError`.
+    :class:`~tachograph.errors.StoreError`. With ``workers`` above 1, a large run of a SQLite
+    file is verified in chunks by that many processes (:mod:`tachograph.store.parallel`),
+    with the same report.
     """
+    if workers > 1:
+        from .parallel import verify_stored_parallel
+
+        return verify_stored_parallel(
+            store, run_id, tenant=tenant, workers=workers, progress=progress
+        )
     summary = run_summary(store, run_id, tenant=tenant)
     where = summary.tenant if summary is not None else tenant
     return verify_run(
@@ -65,7 +74,8 @@ def read_verified(
     summary = run_summary(store, run_id, tenant=tenant)
     where = summary.tenant if summary is not None else tenant
     events = list(store.read(run_id, tenant=where))
-    return events, verify_run(events, summary, source=store.url)
+    # ``read`` decodes each payload with orjson.loads of its stored bytes: the check reuses it
+    return events, verify_run(events, summary, source=store.url, decoded=True)
 
 
 def verify_all(
@@ -73,12 +83,20 @@ def verify_all(
     *,
     tenant: str | None = None,
     progress: Callable[[int], None] | None = None,
+    workers: int = 1,
 ) -> Iterator[VerifyReport]:
     """Verify every run of ``store`` (of one ``tenant``), one at a time, in constant memory.
 
     Orphaned events (a run without a summary) are verified too. ``progress`` is called with
-    the number of events checked since its last call, at most every 1000 events.
+    the number of events checked since its last call, at most every 1000 events. With
+    ``workers`` above 1 the runs of a SQLite file are spread over that many processes (large
+    runs in chunks, see :mod:`tachograph.store.parallel`): the same reports, in the same order.
     """
+    if workers > 1:
+        from .parallel import verify_all_parallel
+
+        yield from verify_all_parallel(store, tenant=tenant, workers=workers, progress=progress)
+        return
     for run_tenant, run_id in store.run_keys():
         if tenant is not None and run_tenant != tenant:
             continue

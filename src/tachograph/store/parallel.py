@@ -1,0 +1,405 @@
+"""Verification in worker processes: runs spread over workers, and one large run in chunks.
+
+Every check of SPEC section 8 except the link (check 4) looks at one row alone, and the link
+of a row needs only the recomputed hash of the row before it. So a run is cut into chunks of
+consecutive seqs; a worker re-hashes the last row of the previous chunk (the boundary hash),
+checks its own rows exactly as :class:`~tachograph.record.verify.LineChecker` checks a whole
+run, and returns its failures, erased seqs and last hash. The parent then checks the links
+between chunks (each worker's boundary hash is the previous chunk's last hash), merges the
+failures in position order and holds the chain against the run's summary.
+
+The result is the serial verifier's, report for report: whenever a chunk sees anything that
+would make its positions differ from the serial reading (a seq that is missing, repeated,
+out of order or not an integer, a row the store cannot read, chunks that do not join), the
+run is verified again serially and that report is returned. Only SQLite files are opened in
+workers (each worker opens the file itself); any other store is verified serially.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..record.verify import Failure, LineChecker, VerifyReport
+from .base import Store
+from .sqlite import SQLiteStore
+
+__all__ = ["parallel_url", "verify_all_parallel", "verify_stored_parallel"]
+
+CHUNK_MIN = 25_000
+"""The default smallest chunk: a run shorter than twice this is verified whole by one worker
+(or in this process)."""
+CHUNKS_PER_WORKER = 4
+"""Chunks per worker for one large run: some balance, and progress between chunks."""
+GROUP_EVENTS = 20_000
+"""Small runs are handed to workers in groups of about this many events."""
+_PROGRESS_EVERY = 5_000
+_MAX_FAILURES = 100
+
+_worker_store: Store | None = None
+_worker_progress: Any = None
+
+
+def parallel_url(store: Store) -> str | None:
+    """The URL a worker process opens to read the same store, or ``None`` if it cannot."""
+    if type(store) is SQLiteStore and store.path != ":memory:":
+        # Absolute: a worker need not share the parent's working directory.
+        return "sqlite:///" + str(Path(store.path).resolve())
+    return None
+
+
+# -- in the workers --------------------------------------------------------------------------
+
+
+def _init_worker(url: str, progress: Any) -> None:
+    global _worker_store, _worker_progress
+    from .registry import open_store
+
+    _worker_store = open_store(url, create=False)
+    _worker_progress = progress
+
+
+def _report_progress(task: int, n: int) -> None:
+    if _worker_progress is not None and n:
+        _worker_progress.put((task, n))
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """What a worker found in one chunk of a run."""
+
+    start: int
+    count: int
+    consistent: bool
+    boundary: str | None
+    failures: tuple[Failure, ...]
+    erased: tuple[int, ...]
+    last: str | None
+    head: str | None
+
+
+def _verify_chunk(
+    task: int, tenant: str, run_id: str, first: tuple[Any, Any], start: int, end: int | None
+) -> _Chunk:
+    """Check rows ``start`` to ``end`` (exclusive; ``None``: to the end) of one run."""
+    assert _worker_store is not None
+    checker = LineChecker(max_failures=_MAX_FAILURES)
+    checker.run_id, checker.tenant = first
+    boundary: str | None = None
+    done = pending = 0
+
+    def broken() -> _Chunk:
+        return _Chunk(start, done, False, None, (), (), None, None)
+
+    try:
+        rows = _worker_store.read_rows(run_id, tenant=tenant, from_seq=max(0, start - 1))
+        try:
+            it = iter(rows)
+            if start > 0:
+                row = next(it, None)
+                if row is None or type(row[2]) is not int or row[2] != start - 1:
+                    return broken()
+                # The boundary: what the serial checker holds after the previous chunk's last
+                # row (its recomputed hash, or nothing if it failed check 1).
+                checker.position = start - 1
+                checker.feed_row(row)
+                boundary = checker.prev_recomputed
+                checker.failures.clear()
+                checker.erased.clear()
+            feed = checker.feed_row
+            for row in it:
+                if checker.position == end:
+                    break  # the next chunk's first row: that chunk checks it
+                seq = row[2]
+                if type(seq) is not int or seq != checker.position:
+                    return broken()
+                feed(row)
+                done += 1
+                pending += 1
+                if pending == _PROGRESS_EVERY:
+                    _report_progress(task, pending)
+                    pending = 0
+        finally:
+            close = getattr(rows, "close", None)
+            if close is not None:
+                close()
+    except Exception:
+        # Whatever went wrong, the serial verifier decides how it reads in the report.
+        return broken()
+    _report_progress(task, pending)
+    if end is not None and checker.position != end:
+        return broken()
+    return _Chunk(
+        start,
+        done,
+        True,
+        boundary,
+        tuple(checker.failures),
+        tuple(checker.erased),
+        checker.prev_recomputed,
+        checker.head,
+    )
+
+
+def _verify_runs(task: int, keys: Sequence[tuple[str, str]]) -> list[VerifyReport]:
+    """Verify whole runs, serially, in this worker."""
+    from .verify import verify_stored
+
+    assert _worker_store is not None
+    reports = []
+    pending = [0]
+
+    def advance(n: int) -> None:
+        pending[0] += n
+        if pending[0] >= _PROGRESS_EVERY:
+            _report_progress(task, pending[0])
+            pending[0] = 0
+
+    for tenant, run_id in keys:
+        reports.append(verify_stored(_worker_store, run_id, tenant=tenant, progress=advance))
+    _report_progress(task, pending[0])
+    return reports
+
+
+# -- in the parent ---------------------------------------------------------------------------
+
+
+class _Pool:
+    """A pool of spawned workers that have the store open, with a progress channel."""
+
+    def __init__(self, url: str, workers: int) -> None:
+        # spawn, not fork: the parent may hold SQLite connections and threads (a progress bar).
+        ctx = multiprocessing.get_context("spawn")
+        self.progress: Any = ctx.SimpleQueue()
+        # A spawned worker re-imports the caller's main module unless it has no spec and no
+        # file: a script without an ``if __name__ == "__main__"`` guard would run again in
+        # every worker. The workers need nothing from it, so it is hidden while they start.
+        main = sys.modules.get("__main__")
+        hidden = {a: getattr(main, a) for a in ("__spec__", "__file__") if hasattr(main, a)}
+        for attr in hidden:
+            setattr(main, attr, None)
+        try:
+            self.pool = ctx.Pool(workers, initializer=_init_worker, initargs=(url, self.progress))
+        finally:
+            for attr, value in hidden.items():
+                setattr(main, attr, value)
+
+    def run(
+        self,
+        calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
+        sizes: Sequence[int],
+        progress: Callable[[int], None] | None,
+    ) -> list[Any]:
+        """Run ``calls`` (each ``fn(task, *args)``) in the workers; results in call order.
+
+        Progress comes from the workers as they go; a finished task is topped up to its size
+        (its ``done`` count), so the total is exact however the messages interleave.
+        """
+        handles = [self.pool.apply_async(fn, (i, *args)) for i, (fn, args) in enumerate(calls)]
+        reported = [0] * len(calls)
+        finished = [False] * len(calls)
+        results: list[Any] = [None] * len(calls)
+        left = len(calls)
+        while left:
+            self._drain(reported, finished, progress)
+            for i, handle in enumerate(handles):
+                if finished[i] or not handle.ready():
+                    continue
+                results[i] = handle.get()
+                finished[i] = True
+                left -= 1
+                if progress is not None:
+                    done = _done_of(results[i], sizes[i])
+                    if done > reported[i]:
+                        progress(done - reported[i])
+                    reported[i] = done
+            if left:
+                handles[finished.index(False)].wait(0.05)
+        return results
+
+    def _drain(
+        self,
+        reported: list[int],
+        finished: list[bool],
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        while not self.progress.empty():
+            task, n = self.progress.get()
+            if progress is not None and not finished[task]:
+                reported[task] += n
+                progress(n)
+
+    def close(self) -> None:
+        self.pool.close()
+        self.pool.join()
+
+    def __enter__(self) -> _Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:
+            self.pool.terminate()
+            self.pool.join()
+        else:
+            self.close()
+
+
+def _done_of(result: Any, size: int) -> int:
+    if isinstance(result, _Chunk):
+        return result.count
+    if isinstance(result, list):
+        return sum(r.events for r in result)
+    return size
+
+
+def _plan(events: int, workers: int, chunk: int) -> list[tuple[int, int | None]]:
+    """Chunks ``(start, end)`` of a run of ``events`` rows; the last one reads to the end."""
+    count = max(1, min(workers * CHUNKS_PER_WORKER, events // chunk))
+    size = math.ceil(events / count)
+    bounds = [(start, start + size) for start in range(0, events, size)]
+    return [*bounds[:-1], (bounds[-1][0], None)]
+
+
+def _merge(
+    chunks: Sequence[_Chunk], first: tuple[Any, Any], summary: Any, source: str | None
+) -> VerifyReport | None:
+    """The report of a run from its chunks, or ``None`` if they do not join up."""
+    checker = LineChecker(source=source, max_failures=_MAX_FAILURES)
+    checker.run_id, checker.tenant = first
+    previous: _Chunk | None = None
+    for chunk in chunks:
+        if not chunk.consistent:
+            return None
+        # The link between chunks: the boundary hash a worker derived from the previous
+        # chunk's last row is the hash the previous worker ended on.
+        if previous is not None and chunk.boundary != previous.last:
+            return None
+        room = _MAX_FAILURES - len(checker.failures)
+        checker.failures.extend(chunk.failures[:room])
+        checker.erased.extend(chunk.erased)
+        checker.position = chunk.start + chunk.count
+        checker.prev_recomputed = chunk.last
+        if chunk.head is not None:
+            checker.head = chunk.head
+        previous = chunk
+    if checker.position == 0:
+        return None
+    checker.hold_against(summary)
+    return checker.report()
+
+
+def _first_row(store: Store, tenant: str, run_id: str) -> tuple[Any, Any] | None:
+    rows = store.read_rows(run_id, tenant=tenant)
+    try:
+        row = next(iter(rows), None)
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+    return None if row is None else (row[1], row[0])
+
+
+def _chunked(
+    pool: _Pool,
+    store: Store,
+    tenant: str,
+    run_id: str,
+    summary: Any,
+    workers: int,
+    chunk: int,
+    progress: Callable[[int], None] | None,
+) -> VerifyReport:
+    from .verify import verify_stored
+
+    try:
+        first = _first_row(store, tenant, run_id)
+    except Exception:
+        first = None
+    if first is not None:
+        plan = _plan(summary.events, workers, chunk)
+        calls = [(_verify_chunk, (tenant, run_id, first, start, end)) for start, end in plan]
+        sizes = [(end if end is not None else summary.events) - start for start, end in plan]
+        chunks = pool.run(calls, sizes, progress)
+        report = _merge(chunks, first, summary, store.url)
+        if report is not None:
+            return report
+    # Something would read differently in chunks: the serial verifier gives the report.
+    return verify_stored(store, run_id, tenant=tenant)
+
+
+def verify_stored_parallel(
+    store: Store,
+    run_id: str,
+    *,
+    tenant: str | None = None,
+    workers: int,
+    progress: Callable[[int], None] | None = None,
+    chunk: int = CHUNK_MIN,
+) -> VerifyReport:
+    """:func:`~tachograph.store.verify_stored` with ``workers`` processes (see the module).
+
+    A run of at least ``2 * chunk`` events is cut into chunks of at least ``chunk`` events."""
+    from .verify import run_summary, verify_stored
+
+    url = parallel_url(store)
+    summary = run_summary(store, run_id, tenant=tenant)
+    if url is None or workers < 2 or summary is None or summary.events < 2 * chunk:
+        return verify_stored(store, run_id, tenant=tenant, progress=progress)
+    with _Pool(url, workers) as pool:
+        return _chunked(
+            pool, store, summary.tenant, summary.run_id, summary, workers, chunk, progress
+        )
+
+
+def verify_all_parallel(
+    store: Store,
+    *,
+    tenant: str | None = None,
+    workers: int,
+    progress: Callable[[int], None] | None = None,
+    chunk: int = CHUNK_MIN,
+) -> Iterator[VerifyReport]:
+    """:func:`~tachograph.store.verify_all` with ``workers`` processes: large runs in chunks,
+    small runs in groups, reports in the serial order."""
+    from .verify import run_summary, verify_all, verify_stored
+
+    url = parallel_url(store)
+    if url is None or workers < 2:
+        yield from verify_all(store, tenant=tenant, progress=progress)
+        return
+    keys = [k for k in store.run_keys() if tenant is None or k[0] == tenant]
+    sizes = {(i.tenant, i.run_id): i.events for i in store.runs(tenant=tenant)}
+    large = [k for k in keys if sizes.get(k, 0) >= 2 * chunk]
+    small = [k for k in keys if sizes.get(k, 0) < 2 * chunk]
+    reports: dict[tuple[str, str], VerifyReport] = {}
+    with _Pool(url, workers) as pool:
+        groups: list[list[tuple[str, str]]] = []
+        total = GROUP_EVENTS + 1
+        for key in small:
+            if total > GROUP_EVENTS:
+                groups.append([])
+                total = 0
+            groups[-1].append(key)
+            total += max(1, sizes.get(key, 0))
+        results = pool.run(
+            [(_verify_runs, (group,)) for group in groups],
+            [sum(sizes.get(k, 0) for k in group) for group in groups],
+            progress,
+        )
+        for group, found in zip(groups, results, strict=True):
+            reports.update(zip(group, found, strict=True))
+        for run_tenant, run_id in large:
+            summary = run_summary(store, run_id, tenant=run_tenant)
+            if summary is None:  # gone since it was listed: as the serial verifier sees it
+                reports[(run_tenant, run_id)] = verify_stored(store, run_id, tenant=run_tenant)
+                continue
+            reports[(run_tenant, run_id)] = _chunked(
+                pool, store, run_tenant, run_id, summary, workers, chunk, progress
+            )
+    for key in keys:
+        yield reports[key]
