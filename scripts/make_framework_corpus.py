@@ -7,6 +7,9 @@ nothing from the tests); it is recorded here against the fake model server of th
 server running (the record serves every model call and tool). Run from the repository root:
 
     python scripts/make_framework_corpus.py pydantic_ai [--out corpus]
+
+``httpx`` has no model: its agent calls a shop API, served here on 127.0.0.1:8765 (the
+example's default ``SHOP_URL``, so that the replay's requests are the recorded ones).
 """
 
 from __future__ import annotations
@@ -72,13 +75,65 @@ def record(framework: str, out: Path) -> Path:
         return save_run(db, run_id, to=target, verdict="good", note=note, overwrite=True)
 
 
+def record_httpx(out: Path) -> Path:
+    """The plain-httpx agent against a shop API on the port its example names."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import urlsplit
+
+    example = importlib.import_module("examples.httpx_refund")
+    refunds: list[Any] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _reply(self, status: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            order_id = self.path.rsplit("/", 1)[-1]
+            self._reply(200, {"order_id": order_id, "status": "delivered", "total": 19.99})
+
+        def do_POST(self) -> None:
+            size = int(self.headers.get("content-length") or 0)
+            refunds.append(json.loads(self.rfile.read(size) or b"{}"))
+            self._reply(201, {"refund_id": f"rf_{len(refunds)}", **refunds[-1]})
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet."""
+
+    url = urlsplit(example.SHOP_URL)
+    server = ThreadingHTTPServer((url.hostname or "127.0.0.1", url.port or 80), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    run_id = "httpx-good-refund-b2002"
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            db = str(Path(tmp) / "runs.db")
+            result = tg.record_run(example.agent, example.PROMPT, store=db, run_id=run_id)
+            if result.status != "ok" or len(refunds) != 1:
+                raise SystemExit(f"httpx: the run ended {result.status}: {result.error}")
+            target = out / "httpx"
+            target.mkdir(parents=True, exist_ok=True)
+            note = "a plain httpx agent reads order B-2002 (external.read) and refunds it (POST)"
+            return save_run(db, run_id, to=target, verdict="good", note=note, overwrite=True)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("frameworks", nargs="+", choices=sorted(FRAMEWORKS))
+    parser.add_argument("frameworks", nargs="+", choices=sorted([*FRAMEWORKS, "httpx"]))
     parser.add_argument("--out", type=Path, default=ROOT / "corpus")
     args = parser.parse_args()
     for framework in args.frameworks:
-        print(record(framework, args.out))
+        print(record_httpx(args.out) if framework == "httpx" else record(framework, args.out))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ CORPORA = [
         ),
     ),
     ("openai_agents", "examples.openai_agents_refund:agent"),
+    # no model: a shop API that is not running; a request sent in replay would be refused
+    ("httpx", "examples.httpx_refund:agent"),
 ]
 
 

@@ -118,3 +118,42 @@ def test_diff_runs_finds_the_first_differing_step(store: tg.SQLiteStore, refund_
         ("$.payload.args.amount_cents", 2500, 1250)
     ]
     assert "first difference at seq 9" in diff.render()
+
+
+def test_a_fork_at_a_read_tools_step_runs_the_read_live(
+    store: tg.SQLiteStore, refund_run: str, payments_untouched: None
+) -> None:
+    # seq 4 is the lookup_order request (a read): the fork goes live there, and a read runs
+    # for real (only writes and irreversible tools are simulated), so the agent finishes
+    lookup = store.events(refund_run)[4]
+    assert (lookup.type, lookup.payload["tool"]) == ("tool.requested", "lookup_order")
+    report = tg.fork(store, refund_run, 4, demo.billing_agent)
+    assert report.new_run_id is not None
+    forked = store.events(report.new_run_id)
+    read = next(
+        e for e in forked if e.type == "tool.completed" and e.payload["tool"] == "lookup_order"
+    )
+    assert "dry_run" not in read.payload
+    assert read.payload["result"]["order_id"] == "A-4471"
+    refund = next(
+        e for e in forked if e.type == "tool.completed" and e.payload["tool"] == "issue_refund"
+    )
+    assert refund.payload.get("dry_run") is True  # the irreversible refund stays simulated
+    assert forked[-1].type == "run.finished"
+    assert forked[-1].payload["status"] == "ok"
+
+
+def test_an_error_in_the_demo_agent_names_the_demo_agents_frame() -> None:
+    from tachograph.replay.api import raised_at
+
+    def fail() -> None:
+        demo_globals = {"__name__": "tachograph.demo.agent"}
+        exec(compile("def boom():\n    raise KeyError('x')\n", demo.__file__, "exec"), demo_globals)
+        demo_globals["boom"]()
+
+    try:
+        fail()
+    except KeyError as exc:
+        where = raised_at(exc)
+    assert where is not None
+    assert where.startswith(demo.__file__ + ":")

@@ -297,9 +297,10 @@ class ReplayEngine:
         if self.mode != "resume":
             if self.live_after_source:  # a fork whose step N is an open intent: go live
                 # The intent was copied into the fork under the fork's own key; the parent may
-                # have done the effect already, so effects run in dry run here.
+                # have done the effect already, so effects run in dry run here; reads and
+                # pure tools run live, as everywhere in a fork.
                 ticket.key = session.live_key(request.idempotency_key or ticket.key or "")
-                ticket.dry_run = session.dry_run or ticket.effect in EFFECTS
+                ticket.dry_run = ticket.effect in EFFECTS  # a read or pure tool runs live
                 ticket.intent_recorded = True
                 return
             self.matcher.diverge(
