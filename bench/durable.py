@@ -151,8 +151,10 @@ class _CountingStore(SQLiteStore):
 
     commits = 0
 
-    def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
-        receipts = super().append(events, durable=durable)
+    def append(
+        self, events: Sequence[Event], *, durable: bool = True, **options: Any
+    ) -> list[Receipt]:
+        receipts = super().append(events, durable=durable, **options)
         self.commits += 1
         return receipts
 

@@ -28,7 +28,9 @@ class NullStore(Store):
 
     url = "null://"
 
-    def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
+    def append(
+        self, events: Sequence[Event], *, durable: bool = True, **options: Any
+    ) -> list[Receipt]:
         return []
 
     def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
