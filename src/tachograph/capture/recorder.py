@@ -334,6 +334,19 @@ def close_writer(store: Store) -> None:
         )
 
 
+def close_all_writers() -> None:
+    """Stop every writer thread of this process after writing what is queued (stores stay
+    open; the next recording starts a new writer). Failures are logged, not raised: this is
+    for settling the process (before a memory measurement, say), not for one run's outcome."""
+    with _writers_lock:
+        stores = list(_writers.keys())
+    for store in stores:
+        try:
+            close_writer(store)
+        except WriteFailed as exc:
+            _log.warning("tachograph: %s", exc)
+
+
 @atexit.register
 def _flush_all() -> None:  # pragma: no cover - runs at interpreter exit
     for writer in list(_writers.values()):
@@ -491,7 +504,7 @@ class Recorder:
         """
         if not processed:
             payload = self.sealer.process(type, payload)
-        if type == "run.finished":
+        if type == EventType.RUN_FINISHED.value:
             self._unvouched(self.ledger.observe(type, payload, self.sealer.next_seq))
             if self.ledger.unvouched:  # the run carries the fact (docs/replay.md)
                 payload = {
@@ -539,7 +552,7 @@ class Recorder:
             self._last_ticket = ticket
             if type == EventType.RUN_FINISHED.value:
                 self.finished = True
-        if type != "run.finished":
+        if type != EventType.RUN_FINISHED.value:
             self._unvouched(self.ledger.observe(type, event.payload, event.seq))
         if claimed is not None:
             # The writer was idle: append here (outside the run's lock; the writer thread

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..errors import RecordingError, SealingError
 from ..record.checkpoint import SigningKey
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..record.merkle import SealLeaf
 from ..store.base import SealRow, Store
 from ..store.checkpoints import Issued, issue_checkpoint, load_signing_key, origin_for
@@ -199,7 +199,7 @@ class RunSeals:
                     continue
                 if plan is None:
                     plan = SealPlan()
-                final = event.type == "run.finished"
+                final = event.type == EventType.RUN_FINISHED.value
                 if (
                     final
                     or event.seq - state.sealed_seq >= state.policy.every_events

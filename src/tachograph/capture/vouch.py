@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..providers.toolcalls import requested_tool_calls
-from ..record.event import Event
+from ..record.event import Event, EventType
 
 __all__ = [
     "FIELD",
@@ -98,14 +98,14 @@ class ToolLedger:
 
     def observe(self, type_: str, payload: Any, seq: int) -> list[UnvouchedCall]:
         """Account for one recorded event; returns the calls it left unvouched."""
-        if type_ == "model.response":
+        if type_ == EventType.MODEL_RESPONSE.value:
             response = payload.get("response") if isinstance(payload, Mapping) else None
             calls = requested_tool_calls(response)
             if calls:
                 with self._lock:
                     self._open.extend(UnvouchedCall(c.tool, seq, c.call_id) for c in calls)
             return []
-        if type_ == "tool.requested":
+        if type_ == EventType.TOOL_REQUESTED.value:
             name = payload.get("tool") if isinstance(payload, Mapping) else None
             with self._lock:
                 for i, call in enumerate(self._open):
@@ -115,11 +115,11 @@ class ToolLedger:
                 else:
                     self._other_tools += 1
             return []
-        if type_ in ("plan.selected", "decision"):
+        if type_ in (EventType.PLAN_SELECTED.value, EventType.DECISION.value):
             with self._lock:
                 self._decided = True
             return []
-        if type_ == "handoff":
+        if type_ == EventType.HANDOFF.value:
             with self._lock:
                 for i, call in enumerate(self._open):
                     if call.tool.startswith(_HANDOFF_PREFIX):
@@ -127,13 +127,13 @@ class ToolLedger:
                         break
             return []
         aborted = isinstance(payload, Mapping) and payload.get("status") == "aborted"
-        if type_ == "run.finished" and aborted:
+        if type_ == EventType.RUN_FINISHED.value and aborted:
             # Stopped from outside (Ctrl-C, a fork stopped at a divergence): the calls still
             # open were never made, rather than made unrecorded.
             with self._lock:
                 self._open = []
             return []
-        if type_ in ("model.request", "run.finished"):
+        if type_ in (EventType.MODEL_REQUEST.value, EventType.RUN_FINISHED.value):
             return self.settle()
         return []
 
@@ -180,7 +180,7 @@ def unvouched_calls(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
         if event.payload is None:
             continue
         ledger.observe(event.type, event.payload, event.seq)
-        if event.type == "run.finished":
+        if event.type == EventType.RUN_FINISHED.value:
             for item in event.payload.get(FIELD) or ():
                 call = UnvouchedCall.from_dict(item) if isinstance(item, Mapping) else None
                 if call is not None:
