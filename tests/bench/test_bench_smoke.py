@@ -61,6 +61,8 @@ def _expected_keys() -> set[str]:
         keys.add("adapter_pydantic_ai")
     if importlib.util.find_spec("google.adk") is not None:
         keys.add("adapter_google_adk")
+    if importlib.util.find_spec("agents") is not None:
+        keys.add("adapter_openai_agents")
     return keys
 
 
