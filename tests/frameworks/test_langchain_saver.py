@@ -143,7 +143,8 @@ def test_resuming_from_a_recorded_checkpoint_serves_the_recorded_calls(tmp_path:
             for e in events
             if e.type == "tool.completed" and not e.payload["tool"].startswith("langgraph.")
         ]
-        assert tool_calls == ["issue_refund", "confirm_with_customer"]
+        # the two calls of one step run in parallel (ToolNode): either may complete first
+        assert sorted(tool_calls) == ["confirm_with_customer", "issue_refund"]
 
         # Both runs replay with the server gone.
         srv.stop()
