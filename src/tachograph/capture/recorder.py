@@ -245,6 +245,7 @@ class Writer:
                 self.store.append_seals(tenant, rows)
         except Exception as exc:  # observability never breaks the host; retried next time
             self.seals.errors.append(exc)
+            self.seals.postpone(plan, now)
             _log.warning("tachograph: appending seals to %s failed: %s", self.store.url, exc)
             return
         self.seals.committed(plan, now)

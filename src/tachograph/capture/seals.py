@@ -181,6 +181,16 @@ class RunSeals:
         with self._lock:
             self._runs.pop(run, None)
 
+    def postpone(self, plan: SealPlan, now: float) -> None:
+        """The seals of ``plan`` could not be stored: try those runs again one period from
+        ``now``, not at once (a store that refuses would otherwise be asked in a tight loop)."""
+        with self._lock:
+            for run, _seq, _final in plan.sealed:
+                state = self._runs.get(run)
+                if state is not None:
+                    state.sealed_at = now
+            del self.errors[:-100]  # the latest failures are enough to report
+
     @property
     def active(self) -> bool:
         """Whether any run is tracked."""
