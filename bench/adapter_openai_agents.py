@@ -14,10 +14,18 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from .common import Figure, Settings, Target, interleaved, measure_of, profile_call, scaled
+from .common import (
+    Figure,
+    Settings,
+    Target,
+    fake_llm_server,
+    interleaved,
+    measure_of,
+    profile_call,
+    scaled,
+)
 
 __all__ = ["figures"]
 
@@ -26,14 +34,6 @@ CALLS_PER_RUN = 2
 LIMIT = 2.0
 MODEL = "gpt-5.6"
 
-
-def _server() -> Any:
-    root = str(Path(__file__).resolve().parents[1] / "tests")
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    from fakes.llm_server import FakeLLMServer
-
-    return FakeLLMServer()
 
 
 def figures(settings: Settings) -> list[Figure]:
@@ -58,7 +58,7 @@ def figures(settings: Settings) -> list[Figure]:
         """Look up an order."""
         return {"order_id": order_id, "status": "delivered", "total": 19.99}
 
-    with _server() as srv:
+    with fake_llm_server() as srv:
         plain_client = AsyncOpenAI(base_url=srv.openai_base_url, api_key="sk-bench")
         plain = Agent(
             name="billing",

@@ -14,24 +14,15 @@ import asyncio
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from .common import Figure, Settings, Target, interleaved, measure_of, scaled
+from .common import Figure, Settings, Target, fake_llm_server, interleaved, measure_of, scaled
 
 __all__ = ["figures"]
 
 CALLS_PER_RUN = 2
 """Model calls per agent run: the ``lookup_order`` call, then the answer."""
 
-
-def _server() -> Any:
-    root = str(Path(__file__).resolve().parents[1] / "tests")
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    from fakes.llm_server import FakeLLMServer
-
-    return FakeLLMServer()
 
 
 def figures(settings: Settings) -> list[Figure]:
@@ -51,7 +42,7 @@ def figures(settings: Settings) -> list[Figure]:
     runs = scaled(6, settings.scale, minimum=2)
     repeats = settings.repeats or 7
     db = os.path.join(settings.workdir, "adapter_pydantic_ai.db")
-    with _server() as srv:
+    with fake_llm_server() as srv:
         model = OpenAIChatModel(
             "gpt-5.6", provider=OpenAIProvider(base_url=srv.openai_base_url, api_key="sk-bench")
         )

@@ -12,9 +12,11 @@ import io
 import os
 import pstats
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tachograph.record.event import Event, new_event
@@ -289,3 +291,14 @@ def profile_call(fn: Callable[[], object], *, top: int = 14) -> list[dict[str, A
             }
         )
     return rows
+
+
+def fake_llm_server() -> Any:
+    """The tests' fake model server (OpenAI and Anthropic APIs on 127.0.0.1), unstarted: the
+    adapter figures measure a framework against it, HTTP round trip included."""
+    root = str(Path(__file__).resolve().parents[1] / "tests")
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from fakes.llm_server import FakeLLMServer
+
+    return FakeLLMServer()
