@@ -59,6 +59,12 @@ RESPONSES = {
         ),
         ("tool.failed", {"tool": "pay", "error": {"type": "KeyError", "message": "x"}}, "pay: "),
         ("guardrail.tripwire", {"guardrail": "pii", "stage": "output", "blocked": True}, "BLOCKED"),
+        (
+            "guardrail.tripwire",
+            {"guardrail": "pii", "stage": "output", "blocked": False, "reason": "an e-mail"},
+            "pii (output): flagged  (an e-mail)",
+        ),
+        ("guardrail.passed", {"guardrail": "pii", "stage": "input"}, "pii (input): passed"),
         ("handoff", {"from": "triage", "to": "billing"}, "triage -> billing"),
         ("decision", {"name": "tier", "chosen": "gold"}, "tier = gold"),
         ("external.read", {"source": "fx", "key": "EUR", "value": 1.1}, "fx[EUR] = 1.1"),

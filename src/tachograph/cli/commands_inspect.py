@@ -38,7 +38,14 @@ from .app import (
 from .privacy import purpose_option, scoped_store
 from .render import Output, event_style
 
-__all__ = ["register", "run_header", "show_timeline"]
+__all__ = [
+    "register",
+    "render_with_seal",
+    "run_header",
+    "seal_verdicts_of",
+    "show_timeline",
+    "with_seal",
+]
 
 _STATUS_STYLES = {"ok": "green", "error": "bold red", "aborted": "yellow", None: "dim"}
 
@@ -440,11 +447,10 @@ def verify_cmd(
         listed = reports if len(reports) <= _LIST_VERIFIED else failed
         for report in listed:
             verdict = verdicts.get((report.tenant, report.run_id))
-            text = report.render()
-            if verdict is not None:
-                text = text.split("; unsealed (", 1)[0] + "; " + verdict.render()
-            ok = report.ok and (verdict is None or verdict.ok)
-            out.line(text, style="green" if ok else "bold red")
+            out.line(
+                render_with_seal(report, verdict),
+                style="green" if report.ok and (verdict is None or verdict.ok) else "bold red",
+            )
             calls = unvouched.get((report.tenant, report.run_id))
             if calls:
                 out.line(unvouched_line(calls), style="bold yellow")
@@ -488,6 +494,15 @@ class _NoSeal:
 _NO_SEAL = _NoSeal()
 
 
+def seal_verdicts_of(
+    store: Store,
+    reports: list[VerifyReport],
+    keys: tuple[str, ...] = (),
+) -> dict[Any, Any]:
+    """The sealing verdict of each verified report's run, as ``tacho verify`` gives it."""
+    return _seal_verdicts(store, reports, keys, (), ())
+
+
 def _seal_verdicts(
     store: Store,
     reports: list[VerifyReport],
@@ -513,6 +528,20 @@ def _with_blobs(
         if not check.ok:
             data["status"] = "failed"
     return data
+
+
+def render_with_seal(report: VerifyReport, verdict: Any) -> str:
+    """A run's verification line with its sealing verdict in place of the chain-only
+    "unsealed" remark (which knows nothing of the seal log)."""
+    text = report.render()
+    if verdict is None:
+        return text
+    return text.split("; unsealed (", 1)[0] + "; " + str(verdict.render())
+
+
+def with_seal(report: VerifyReport, verdict: Any) -> dict[str, Any]:
+    """A run's verification report as JSON, with its sealing verdict (``seal``, ``sealed``)."""
+    return _with_seal(report, {(report.tenant, report.run_id): verdict})
 
 
 def _with_seal(report: VerifyReport, verdicts: dict[Any, Any]) -> dict[str, Any]:

@@ -20,7 +20,13 @@ from ..record.jsonl import export_run, verify_jsonl
 from ..replay.api import replay
 from ..store import verify_stored
 from .app import EXIT_FAILED, emit_json, open_store
-from .commands_inspect import run_header, show_timeline
+from .commands_inspect import (
+    render_with_seal,
+    run_header,
+    seal_verdicts_of,
+    show_timeline,
+    with_seal,
+)
 from .commands_replay import print_report
 from .render import Output
 
@@ -71,6 +77,8 @@ def demo_cmd(as_json: bool) -> None:
         run_id = result.run_id
         refunds = demo_agent.PAYMENTS.calls - calls_before
         verify = verify_stored(store, run_id)
+        # the same verdict `tacho verify` gives: the chain, then the run's seals
+        seal = seal_verdicts_of(store, [verify]).get((verify.tenant, verify.run_id))
         events = store.events(run_id)
         same = replay(store, run_id, demo_agent.billing_agent)
         refunds_after_replay = demo_agent.PAYMENTS.calls - calls_before
@@ -84,6 +92,7 @@ def demo_cmd(as_json: bool) -> None:
         first = changed.first
         ok = (
             verify.ok
+            and (seal is None or seal.ok)
             and same.reproduced
             and not changed.reproduced
             and not tampered.ok
@@ -96,7 +105,7 @@ def demo_cmd(as_json: bool) -> None:
                     "store": store.url,
                     "run_id": run_id,
                     "output": result.output,
-                    "verify": verify.to_dict(),
+                    "verify": with_seal(verify, seal),
                     "replay": same.to_dict(),
                     "replay_v2": changed.to_dict(),
                     "tamper": {"seq": seq, "before": before, "after": after, **tampered.to_dict()},
@@ -111,8 +120,11 @@ def demo_cmd(as_json: bool) -> None:
         out.line(f"agent answered: {result.output}")
         out.line(f"payments API calls: {refunds} (one real refund)")
         out.line()
-        out.heading("2. Verify the hash chain")
-        out.line(verify.render(), style="green" if verify.ok else "bold red")
+        out.heading("2. Verify the hash chain and the run's seals")
+        out.line(
+            render_with_seal(verify, seal),
+            style="green" if verify.ok and (seal is None or seal.ok) else "bold red",
+        )
         out.line()
         out.heading("3. The timeline (tacho show)")
         run_header(out, store.run_info(run_id), events[0])

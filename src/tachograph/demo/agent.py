@@ -156,12 +156,21 @@ TOOLS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
+MAX_TASK_CHARS = 2000
+"""The input guardrail: longer requests are refused before any model call."""
+
+
 def _run(task: str, *, refund_share: float) -> str:
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": task},
     ]
-    tg.guardrail("input_length", stage="input", blocked=len(task) > 2000)
+    if len(task) > MAX_TASK_CHARS:
+        tg.guardrail(
+            "input_length", stage="input", blocked=True, reason=f"over {MAX_TASK_CHARS} characters"
+        )
+        return f"I can only handle requests of up to {MAX_TASK_CHARS} characters."
+    tg.guardrail("input_length", stage="input", passed=True)
     for _ in range(6):
         response = scripted_model({"model": MODEL, "messages": messages, "temperature": 0})
         message = response["choices"][0]["message"]

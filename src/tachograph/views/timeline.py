@@ -194,8 +194,12 @@ def summarize(event: Event) -> str:
     if t == "decision":
         return f"{p.get('name')} = {short(p.get('chosen'), 50)}"
     if t == "guardrail.tripwire":
-        verdict = "BLOCKED" if p.get("blocked") else "passed"
-        return f"{p.get('guardrail')} ({p.get('stage')}): {verdict}"
+        # a tripwire fired: it stopped the step, or only flagged it
+        verdict = "BLOCKED" if p.get("blocked") else "flagged"
+        reason = f"  ({short(p['reason'], 50)})" if p.get("reason") else ""
+        return f"{p.get('guardrail')} ({p.get('stage')}): {verdict}{reason}"
+    if t == "guardrail.passed":
+        return f"{p.get('guardrail')} ({p.get('stage')}): passed"
     if t in ("output.accepted", "output.rejected"):
         return f"by {p.get('by')}" + (f": {short(p['reason'], 50)}" if p.get("reason") else "")
     if t == "handoff":
