@@ -28,10 +28,20 @@ import enum
 import functools
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from ..errors import ProfileError, RecordingError
 from ..record.event import Effect, Event, EventType
+
+# Plain-str event types: ``EventType.X.value`` is a Python-level property on 3.11, and
+# these are read several times per recorded or served call.
+_MODEL_FAILED: Final = EventType.MODEL_FAILED.value
+_MODEL_REQUEST: Final = EventType.MODEL_REQUEST.value
+_MODEL_RESPONSE: Final = EventType.MODEL_RESPONSE.value
+_TOOL_COMPLETED: Final = EventType.TOOL_COMPLETED.value
+_TOOL_FAILED: Final = EventType.TOOL_FAILED.value
+_TOOL_REQUESTED: Final = EventType.TOOL_REQUESTED.value
+
 
 if TYPE_CHECKING:
     from .session import Session
@@ -166,11 +176,7 @@ class CallTicket:
         self.session = session
         self.kind = kind
         self.name = name
-        self.request_type = (
-            EventType.TOOL_REQUESTED.value
-            if kind is CallKind.TOOL
-            else EventType.MODEL_REQUEST.value
-        )
+        self.request_type = _TOOL_REQUESTED if kind is CallKind.TOOL else _MODEL_REQUEST
         self.payload = payload
         """The request payload as recorded (after processors)."""
         self.key: str | None = key
@@ -224,7 +230,7 @@ class CallTicket:
             if self.dry_run:
                 payload["dry_run"] = True
                 self.session.used_dry_run = True
-            self._append(EventType.TOOL_COMPLETED.value, payload, None, "result", "returned")
+            self._append(_TOOL_COMPLETED, payload, None, "result", "returned")
             return result
         answered = model or self.model
         if model is None and isinstance(result, dict) and isinstance(result.get("model"), str):
@@ -234,7 +240,7 @@ class CallTicket:
             usage = result["usage"]
         if usage is not None:
             body["usage"] = usage
-        self._append(EventType.MODEL_RESPONSE.value, body, answered, "response", "answered")
+        self._append(_MODEL_RESPONSE, body, answered, "response", "answered")
         return result
 
     def fail(
@@ -259,14 +265,12 @@ class CallTicket:
             return
         error = dict(info) if info is not None else error_info(exc or RuntimeError("failed"))
         if self.kind is CallKind.TOOL:
-            self._append(
-                EventType.TOOL_FAILED.value, {"tool": self.name, "error": error}, None, None, None
-            )
+            self._append(_TOOL_FAILED, {"tool": self.name, "error": error}, None, None, None)
             return
         body: dict[str, Any] = {"error": error}
         if response is not None:
             body["response"] = response
-        self._append(EventType.MODEL_FAILED.value, body, model or self.model, None, None)
+        self._append(_MODEL_FAILED, body, model or self.model, None, None)
 
     def _may_record(self) -> bool:
         if self._done:
@@ -321,7 +325,7 @@ class CallTicket:
         if is_tool:
             body = {"tool": self.name, **body}
         recorder.append(
-            EventType.TOOL_FAILED.value if is_tool else EventType.MODEL_FAILED.value,
+            _TOOL_FAILED if is_tool else _MODEL_FAILED,
             body,
             idempotency_key=self.key,
             model=None if is_tool else self.model,

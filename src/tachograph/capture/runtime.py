@@ -110,14 +110,47 @@ class ToolSpec:
         """The ``tools`` entry of the environment fingerprint (SPEC section 7)."""
         return {"schema": self.schema_hash, "version": self.schema_version}
 
+    @functools.cached_property
+    def _plain_params(self) -> tuple[tuple[str, Any], ...] | None:
+        """``(name, default)`` per parameter when every one is positional-or-keyword (the
+        common tool), so that :meth:`bind` can skip ``Signature.bind``; else ``None``."""
+        params = self.signature.parameters.values()
+        if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
+            return None
+        return tuple((p.name, p.default) for p in params)
+
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The call's arguments as a JSON object (defaults applied, the key left out)."""
+        plain = self._plain_params
+        if plain is not None and len(args) <= len(plain):
+            # the same dict Signature.bind + apply_defaults give, in parameter order; any
+            # irregular call (unknown, missing or repeated argument) takes the slow path
+            # below, which raises the usual TypeError
+            out: dict[str, Any] = {}
+            used = 0
+            for i, (name, default) in enumerate(plain):
+                if i < len(args):
+                    if name in kwargs:
+                        break
+                    value = args[i]
+                elif name in kwargs:
+                    value = kwargs[name]
+                    used += 1
+                elif default is not inspect.Parameter.empty:
+                    value = default
+                else:
+                    break
+                if name != "idempotency_key":
+                    out[name] = value
+            else:
+                if used == len(kwargs):
+                    return out
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.name}(): {exc}") from None
         bound.apply_defaults()
-        out: dict[str, Any] = {}
+        out = {}
         for name, value in bound.arguments.items():
             if name == "idempotency_key":
                 continue

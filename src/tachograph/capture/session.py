@@ -26,7 +26,7 @@ import random
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ..errors import ProfileError, RecordingError
 from ..record.canonical import canonical
@@ -41,6 +41,14 @@ from ..record.seal import (
 )
 from .boundary import CURRENT_SESSION, CallKind, CallTicket, Engine, error_info
 from .recorder import Recorder
+
+# Plain-str event types: ``EventType.X.value`` is a Python-level property on 3.11, and
+# these are read several times per recorded or served call.
+_MODEL_REQUEST: Final = EventType.MODEL_REQUEST.value
+_RANDOM_SEED: Final = EventType.RANDOM_SEED.value
+_RANDOM_VALUE: Final = EventType.RANDOM_VALUE.value
+_TOOL_REQUESTED: Final = EventType.TOOL_REQUESTED.value
+
 
 __all__ = ["EFFECTS", "Session", "current_session", "error_info", "prompt_hash"]
 
@@ -161,7 +169,7 @@ class Session:
         what = "tool" if kind is CallKind.TOOL else "model"
         field = "args" if kind is CallKind.TOOL else "request"
         try:
-            canonical(request, f"{name}.{field}")
+            request_jcs = canonical(request, f"{name}.{field}")
         except ProfileError as exc:
             raise ProfileError(
                 f"{what} {name!r}: {exc}",
@@ -179,19 +187,20 @@ class Session:
                         f"tool {name!r}: extra field {field_name!r} would replace the request's own"
                     )
                 payload[field_name] = value
-            payload = self.process(EventType.TOOL_REQUESTED.value, payload)
+            payload = self.process(_TOOL_REQUESTED, payload)
         else:
             payload = {"request": request, **(extra or {})}
             # the prompt hash and the key come from the processed request (SPEC section 5)
-            payload = with_prompt_hash(self.process(EventType.MODEL_REQUEST.value, payload))
-        kind_type = (
-            EventType.TOOL_REQUESTED.value
-            if kind is CallKind.TOOL
-            else EventType.MODEL_REQUEST.value
-        )
-        call_key = (
-            key if isinstance(key, str) else self.make_key(name, key_args(kind_type, payload), key)
-        )
+            payload = with_prompt_hash(self.process(_MODEL_REQUEST, payload))
+        kind_type = _TOOL_REQUESTED if kind is CallKind.TOOL else _MODEL_REQUEST
+        if isinstance(key, str):
+            call_key = key
+        else:
+            args = key_args(kind_type, payload)
+            # the processors mostly hand the request back untouched: its bytes are known
+            call_key = self.make_key(
+                name, args, key, args_jcs=request_jcs if args is request else None
+            )
         ticket = CallTicket(
             self,
             kind=kind,
@@ -295,7 +304,7 @@ class Session:
         """Phase two of :meth:`value`: record a value computed live."""
         if self.recorder is not None:
             body = dict(payload)
-            body["seed" if type_ == EventType.RANDOM_SEED.value else "value"] = value
+            body["seed" if type_ == _RANDOM_SEED else "value"] = value
             self.recorder.append(type_, body, seed=seed)
 
     def recorded_completion(self, key: str | None) -> Any:
@@ -306,7 +315,7 @@ class Session:
         """The run's seeded generator; its seed is recorded once (``random.seed``)."""
         if self._rng is None:
             seed = self.value(
-                EventType.RANDOM_SEED.value,
+                _RANDOM_SEED,
                 {"source": "tachograph.rng"},
                 lambda: (
                     self._seed if self._seed is not None else random.SystemRandom().getrandbits(53)
@@ -317,7 +326,5 @@ class Session:
 
     def uuid4(self) -> uuid.UUID:
         """A random UUID drawn from the recorded stream of values."""
-        text = self.value(
-            EventType.RANDOM_VALUE.value, {"source": "tachograph.uuid4"}, lambda: str(uuid.uuid4())
-        )
+        text = self.value(_RANDOM_VALUE, {"source": "tachograph.uuid4"}, lambda: str(uuid.uuid4()))
         return uuid.UUID(str(text))

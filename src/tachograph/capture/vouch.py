@@ -18,10 +18,21 @@ import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ..providers.toolcalls import requested_tool_calls
 from ..record.event import Event, EventType
+
+# Plain-str event types: ``EventType.X.value`` is a Python-level property on 3.11, and
+# these are read several times per recorded or served call.
+_DECISION: Final = EventType.DECISION.value
+_HANDOFF: Final = EventType.HANDOFF.value
+_MODEL_REQUEST: Final = EventType.MODEL_REQUEST.value
+_MODEL_RESPONSE: Final = EventType.MODEL_RESPONSE.value
+_PLAN_SELECTED: Final = EventType.PLAN_SELECTED.value
+_RUN_FINISHED: Final = EventType.RUN_FINISHED.value
+_TOOL_REQUESTED: Final = EventType.TOOL_REQUESTED.value
+
 
 __all__ = [
     "FIELD",
@@ -98,14 +109,14 @@ class ToolLedger:
 
     def observe(self, type_: str, payload: Any, seq: int) -> list[UnvouchedCall]:
         """Account for one recorded event; returns the calls it left unvouched."""
-        if type_ == EventType.MODEL_RESPONSE.value:
+        if type_ == _MODEL_RESPONSE:
             response = payload.get("response") if isinstance(payload, Mapping) else None
             calls = requested_tool_calls(response)
             if calls:
                 with self._lock:
                     self._open.extend(UnvouchedCall(c.tool, seq, c.call_id) for c in calls)
             return []
-        if type_ == EventType.TOOL_REQUESTED.value:
+        if type_ == _TOOL_REQUESTED:
             name = payload.get("tool") if isinstance(payload, Mapping) else None
             with self._lock:
                 for i, call in enumerate(self._open):
@@ -115,11 +126,11 @@ class ToolLedger:
                 else:
                     self._other_tools += 1
             return []
-        if type_ in (EventType.PLAN_SELECTED.value, EventType.DECISION.value):
+        if type_ in (_PLAN_SELECTED, _DECISION):
             with self._lock:
                 self._decided = True
             return []
-        if type_ == EventType.HANDOFF.value:
+        if type_ == _HANDOFF:
             with self._lock:
                 for i, call in enumerate(self._open):
                     if call.tool.startswith(_HANDOFF_PREFIX):
@@ -127,13 +138,13 @@ class ToolLedger:
                         break
             return []
         aborted = isinstance(payload, Mapping) and payload.get("status") == "aborted"
-        if type_ == EventType.RUN_FINISHED.value and aborted:
+        if type_ == _RUN_FINISHED and aborted:
             # Stopped from outside (Ctrl-C, a fork stopped at a divergence): the calls still
             # open were never made, rather than made unrecorded.
             with self._lock:
                 self._open = []
             return []
-        if type_ in (EventType.MODEL_REQUEST.value, EventType.RUN_FINISHED.value):
+        if type_ in (_MODEL_REQUEST, _RUN_FINISHED):
             return self.settle()
         return []
 
@@ -180,7 +191,7 @@ def unvouched_calls(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
         if event.payload is None:
             continue
         ledger.observe(event.type, event.payload, event.seq)
-        if event.type == EventType.RUN_FINISHED.value:
+        if event.type == _RUN_FINISHED:
             for item in event.payload.get(FIELD) or ():
                 call = UnvouchedCall.from_dict(item) if isinstance(item, Mapping) else None
                 if call is not None:

@@ -175,6 +175,13 @@ class _Engine:
         fields += ("private_key", *(f for f in SECRET_FIELDS if f.endswith("_token")))
         blob_hints = self.hints + (fields if secrets else ())
         self.blob_hints = tuple(dict.fromkeys(h.encode() for h in blob_hints))
+        # one pass over the bytes for all of them: some six times faster than a substring
+        # test per hint (there are about forty)
+        self.blob_pattern = (
+            re.compile(b"|".join(re.escape(h) for h in self.blob_hints))
+            if self.blob_hints
+            else None
+        )
 
     def clean(self, payload: dict[str, Any]) -> bool:
         """True when no string of ``payload`` can hold a match: one serialization and a few
@@ -185,7 +192,7 @@ class _Engine:
             blob = orjson.dumps(payload).lower()
         except TypeError:  # outside the profile: the recorder will say so; walk meanwhile
             return False
-        return not any(h in blob for h in self.blob_hints)
+        return self.blob_pattern is None or self.blob_pattern.search(blob) is None
 
     def maybe(self, text: str) -> bool:
         """False when ``text`` cannot hold a match (no hint, no digit where one is needed)."""

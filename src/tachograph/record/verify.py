@@ -640,15 +640,12 @@ def _stored_digest(salt: bytes, body: bytes, expected: str, parsed: Any = None) 
         guess = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except (orjson.JSONDecodeError, orjson.JSONEncodeError, TypeError):
         return _OUTSIDE
-    exact = jcs_of_parsed(value, guess)
-    if exact is not None:
-        digest = _salted(salt, exact)
-        if digest == expected:
-            return digest
-        return expected if _salted(salt, guess) == expected else digest
     digest = _salted(salt, guess)
     if digest == expected:
-        return digest
+        return digest  # the common case: no integral float, the sorted bytes are the JCS
+    exact = jcs_of_parsed(value, guess)
+    if exact is not None:
+        return _salted(salt, exact)
     try:
         try:
             exact = canonical(value, "payload")
