@@ -286,3 +286,33 @@ def test_a_redacted_run_replays_with_its_processors(store: tg.SQLiteStore) -> No
     assert [(c.path, c.old, c.new) for c in report.first.changes] == [
         ("$.payload.args.email", "[email]", "ann@example.com")
     ]
+
+
+class _SlowStore(tg.SQLiteStore):
+    """A store slower than the agent: each append waits a little."""
+
+    def append(self, events: Any, **options: Any) -> Any:
+        import time
+
+        time.sleep(0.002)
+        return super().append(events, **options)
+
+
+def test_a_slow_store_bounds_the_writer_queue(tmp_path: Path) -> None:
+    """Back-pressure: the events waiting for the writer thread never exceed its bound, and
+    every event still reaches the store, in order."""
+    from tachograph.capture.recorder import Writer
+
+    store = _SlowStore(tmp_path / "slow.db")
+    writer = Writer(store, max_batch=8, max_queue=20)
+    seen: list[int] = []
+    events = build_run("slow", 400)
+    for event in events:
+        writer.submit(event)
+        seen.append(writer.queued)
+    writer.wait()
+    assert max(seen) <= 20  # without the bound it grows toward 400
+    assert max(seen) >= 10  # the store really was slower than the submits
+    assert [e.seq for e in store.read("slow", decode=False)] == list(range(400))
+    writer.close()
+    store.close()

@@ -80,9 +80,12 @@ class Writer:
     recorded through the same store go on.
     """
 
-    def __init__(self, store: Store, *, max_batch: int = 512) -> None:
+    def __init__(self, store: Store, *, max_batch: int = 512, max_queue: int = 50_000) -> None:
         self.store = store
         self.max_batch = max_batch
+        self.max_queue = max(max_queue, 1)
+        """Events that may wait for the writer thread: past it, :meth:`submit` blocks until
+        the store catches up (memory stays bounded when the store is slower than the agent)."""
         self._cond = threading.Condition()
         self._queue: list[Event] = []
         self._submitted = 0
@@ -98,6 +101,12 @@ class Writer:
         self._busy = False
         self.seals = RunSeals(store)
         """Which runs this writer seals, and when (:mod:`tachograph.capture.seals`)."""
+
+    @property
+    def queued(self) -> int:
+        """Events submitted and waiting for the writer thread (at most :attr:`max_queue`)."""
+        with self._cond:
+            return len(self._queue)
 
     def claim(self, event: Event) -> int | None:
         """Take over the store for ``event`` and everything queued before it, if the writer
@@ -152,14 +161,25 @@ class Writer:
                 raise self._failure(run)
             if self._closed:
                 raise WriteFailed("the writer is closed")
-            self._queue.append(event)
-            self._submitted += 1
-            ticket = self._submitted
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="tachograph-writer", daemon=True
                 )
                 self._thread.start()
+            # Back-pressure: a full queue waits for the writer thread (a timed wait, so that
+            # Ctrl-C still gets through), unless this very thread holds the store.
+            while len(self._queue) >= self.max_queue and threading.current_thread() is not (
+                self._thread
+            ):
+                self._cond.notify_all()
+                self._cond.wait(0.25)
+                if run in self._failed:
+                    raise self._failure(run)
+                if self._closed:
+                    raise WriteFailed("the writer is closed")
+            self._queue.append(event)
+            self._submitted += 1
+            ticket = self._submitted
             self._cond.notify_all()
             return ticket
 
