@@ -113,7 +113,7 @@ def figures(settings: Settings) -> list[Figure]:
             ratio_label="replay rate / read rate",
             targets=[
                 Target("share of the read rate", ratio, ">=", 0.5),
-                Target("per-event cost growth per 10x length", growth, "<=", 1.25),
+                Target("per-event cost growth per 10x length", growth, "<=", 1.1),
             ],
             extra={"lengths": per_length, "seconds": round(time.perf_counter() - started, 2)},
             profile_fn=lambda: tachograph.replay(store, middle_run, AGENT),
