@@ -316,3 +316,24 @@ def test_a_slow_store_bounds_the_writer_queue(tmp_path: Path) -> None:
     assert [e.seq for e in store.read("slow", decode=False)] == list(range(400))
     writer.close()
     store.close()
+
+
+def test_a_store_closed_under_a_recording_is_not_asked_for_seals_again(tmp_path: Path) -> None:
+    """The writer seals a quiet run on a timer; once its store is closed it stops asking
+    (it used to retry every period for as long as the process lived)."""
+    import time
+
+    from tachograph.capture.recorder import writer_for
+    from tachograph.sealing import SealPolicy
+
+    store = tg.SQLiteStore(tmp_path / "closed-seals.db")
+    policy = SealPolicy(every_events=10_000, every_seconds=0.05)
+    with pytest.raises(tg.WriteFailed), tg.record(store, actor="a", run_id="q", seal=policy) as run:
+        tg.decide("before", 1)
+        run.flush()
+        writer = writer_for(store)
+        store.close()
+        time.sleep(0.6)  # a dozen periods
+        errors = len(writer.seals.errors)
+        assert not writer.seals.active  # the run is no longer tracked
+    assert 1 <= errors <= 2

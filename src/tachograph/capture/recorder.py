@@ -265,6 +265,18 @@ class Writer:
                 self.store.append_seals(tenant, rows)
         except Exception as exc:  # observability never breaks the host; retried next time
             self.seals.errors.append(exc)
+            if self.store.closed:
+                # closed under a recording that was not finished: it will never take them
+                runs = sorted({run for run, _seq, _final in plan.sealed})
+                for run in runs:
+                    self.seals.forget(run)
+                _log.warning(
+                    "tachograph: %s was closed while run(s) %s were recorded: their last "
+                    "events stay unsealed",
+                    self.store.url,
+                    ", ".join(run_id for _tenant, run_id in runs),
+                )
+                return
             self.seals.postpone(plan, now)
             _log.warning("tachograph: appending seals to %s failed: %s", self.store.url, exc)
             return

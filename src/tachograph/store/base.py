@@ -287,6 +287,11 @@ class Store(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional for engines without resources
         """Release the engine's resources. Closing twice is harmless."""
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (engines without resources are never closed)."""
+        return False
+
     def __enter__(self) -> Store:
         return self
 

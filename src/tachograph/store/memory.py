@@ -97,6 +97,11 @@ class MemoryStore(Store):
         """Detach from the data; a private store's data is freed."""
         self._data = None
 
+    @property
+    def closed(self) -> bool:
+        """Whether the store was closed."""
+        return self._data is None
+
     def _open(self) -> _Runs:
         data = self._data
         if data is None:

@@ -486,6 +486,11 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             self._closed = True
             self._db.close()
 
+    @property
+    def closed(self) -> bool:
+        """Whether the connection was closed."""
+        return self._closed
+
     # -- writing ---------------------------------------------------------------------------
 
     def append(
