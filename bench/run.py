@@ -46,6 +46,7 @@ MODULES = (
     "adapter_pydantic_ai",
     "adapter_google_adk",
     "adapter_openai_agents",
+    "adapter_httpx",
 )
 """Figure modules in the order they run; ``bridge`` only when tachograph.otel exists;
 ``postgres`` only when a server is available (``TACHOGRAPH_TEST_PG`` or initdb), else it says

@@ -63,6 +63,10 @@ def _expected_keys() -> set[str]:
         keys.add("adapter_google_adk")
     if importlib.util.find_spec("agents") is not None:
         keys.add("adapter_openai_agents")
+    if importlib.util.find_spec("httpx") is not None:
+        keys.add("adapter_httpx")
+        if importlib.util.find_spec("httpx2") is not None:
+            keys.add("adapter_httpx2")
     return keys
 
 

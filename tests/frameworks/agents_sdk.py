@@ -35,13 +35,14 @@ def script(request: ScriptRequest) -> Any:
     return default_script(request)
 
 
-def build(counter: Path) -> Agent[Any]:
-    """The triage agent (its billing agent behind a handoff)."""
+def build(counter: Path, *, total: float = 19.99) -> Agent[Any]:
+    """The triage agent (its billing agent behind a handoff); ``total`` is what the lookup
+    reports, so that a test can change a tool's answer and nothing else."""
 
     @function_tool
     def lookup_order(order_id: str) -> dict[str, Any]:
         """Look up an order."""
-        return {"order_id": order_id, "status": "delivered", "total": 19.99}
+        return {"order_id": order_id, "status": "delivered", "total": total}
 
     @function_tool
     def issue_refund(order_id: str, amount: float) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    disable_nagle_algorithm = True  # no delayed-ACK stall between the headers and the body
 
     def _reply(self, status: int, body: Any) -> None:
         data = json.dumps(body).encode()
@@ -28,7 +29,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._count()
         order_id = self.path.rsplit("/", 1)[-1]
-        self._reply(200, {"order_id": order_id, "status": "delivered", "total": 19.99})
+        total = self.server.shop.total
+        self._reply(200, {"order_id": order_id, "status": "delivered", "total": total})
 
     def do_POST(self) -> None:
         self._count()
@@ -52,10 +54,14 @@ class _Server(ThreadingHTTPServer):
 
 
 class Shop:
-    """``GET /orders/<id>`` and ``POST /refunds``; ``requests`` counts what arrived."""
+    """``GET /orders/<id>`` and ``POST /refunds``; ``requests`` counts what arrived.
+
+    ``total`` is the total every order is said to have (a test changes it to change the
+    shop's answer)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.total = 19.99
         self.requests: list[tuple[str, str]] = []
         self.refunds: list[Any] = []
         self._httpd: _Server | None = _Server(self)

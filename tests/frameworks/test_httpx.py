@@ -1,7 +1,9 @@
 """Plain httpx and httpx2 clients recorded in one line and replayed with the server gone.
 
 A GET is an ``external.read``, a POST a ``write`` tool; replay serves both from the record,
-the shop's request counter does not move, and a changed body diverges at the POST's seq.
+the shop's request counter does not move, and a changed body diverges at the POST's seq. A
+GET made ``pure`` by a rule is sent again by ``rerun_pure=True``: a changed answer from the
+shop diverges at its seq.
 """
 
 from __future__ import annotations
@@ -116,6 +118,53 @@ def test_get_is_an_external_read_post_a_write_tool_and_replay_sends_nothing(
     paths = {c.path: (c.old, c.new) for c in diverged.first.changes}
     assert paths["$.payload.args.body.amount"] == (19.99, 25.0)
     assert len(shop.requests) == 2
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_a_changed_answer_to_a_pure_get_is_caught_at_its_seq(lib: Any, shop: Shop, db: str) -> None:
+    """A changed answer from the server, caught when the read is re-sent.
+
+    A default ``GET`` is an ``external.read``: replay serves it and never asks the server, so
+    a changed answer cannot be seen (that is the closed world). A rule making the lookup a
+    ``pure`` tool lets ``rerun_pure=True`` send it again (the shop allowed through the network
+    guard) and compare the fresh answer with the recorded one; the refund POST is still
+    served from the record.
+    """
+    client = instrument(lib.Client(), rules={("GET", "*/orders/*"): "pure"})
+    agent = _plain(_agent(client, shop.url))
+    result = tachograph.record_run(agent, "B-2002", store=db)
+    assert result.status == "ok", result
+    recorded = tachograph.open_store(db).events(result.run_id)
+    assert [e.type for e in recorded] == [
+        "run.started",
+        "tool.requested",
+        "tool.completed",  # the lookup
+        "tool.requested",
+        "tool.completed",  # the refund
+        "run.finished",
+    ]
+    assert (recorded[1].payload["tool"], recorded[1].payload["effect"]) == ("http.get", "pure")
+    assert recorded[2].payload["result"]["body"]["total"] == 19.99
+    # The server's clock is not part of its answer: with it, every re-run a second later
+    # would diverge although the shop answered the same.
+    assert "date" not in recorded[2].payload["result"]["headers"]
+    allow = [shop.url.removeprefix("http://")]
+
+    same = tachograph.replay(db, result.run_id, agent, rerun_pure=True, allow_network=allow)
+    assert same.reproduced, same.render()
+    shop.total = 25.0  # the shop now answers another total
+    report = tachograph.replay(db, result.run_id, agent, rerun_pure=True, allow_network=allow)
+
+    assert not report.reproduced
+    assert report.first is not None
+    assert report.first.kind is tachograph.DivergenceKind.TOOL_IMPLEMENTATION_CHANGED
+    assert report.first.seq == recorded[2].seq == 2
+    paths = {c.path: (c.old, c.new) for c in report.first.changes}
+    assert paths == {"$.payload.result.body.total": (19.99, 25.0)}
+    assert "seq 2" in report.render()
+    lookup = ("GET", "/orders/B-2002")
+    assert shop.requests == [lookup, ("POST", "/refunds"), lookup, lookup]
+    assert len(shop.refunds) == 1  # the refund was served in both replays, not sent
 
 
 @pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)

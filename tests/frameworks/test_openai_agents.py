@@ -153,6 +153,43 @@ def test_record_then_replay_offline_without_repeating_the_refund(
     assert _counter(counter) == 1
 
 
+def test_a_changed_tool_result_is_caught_at_the_tool_seq(
+    srv: FakeLLMServer, tmp_path: Path
+) -> None:
+    """The lookup is declared ``pure``, so ``rerun_pure=True`` runs it again on the recorded
+    arguments and compares its answer with the record; the refund is still served."""
+    db, counter = str(tmp_path / "runs.db"), tmp_path / "refunds.json"
+    pure = {"lookup_order": "pure"}
+    client = openai.AsyncOpenAI(base_url=srv.openai_base_url, api_key="sk-test")
+    triage = instrument(build(counter), client=client, effects=pure)
+    agent = _declared(triage)
+    result = tachograph.record_run(agent, PROMPT, store=db)
+    assert result.status == "ok", result
+    recorded = tachograph.open_store(db).events(result.run_id)
+    completed = next(e for e in recorded if e.type == "tool.completed")
+    assert completed.payload["tool"] == "lookup_order"
+    assert completed.payload["result"]["value"]["total"] == 19.99
+    requests = srv.request_count
+    assert _counter(counter) == 1
+    srv.stop()
+
+    same = tachograph.replay(db, result.run_id, agent, rerun_pure=True)
+    assert same.reproduced, same.render()
+    # The same agent, but its lookup now reports another total.
+    repriced = instrument(build(counter, total=25.0), client=client, effects=pure)
+    report = tachograph.replay(db, result.run_id, _declared(repriced), rerun_pure=True)
+
+    assert not report.reproduced
+    assert report.first is not None
+    assert report.first.kind is tachograph.DivergenceKind.TOOL_IMPLEMENTATION_CHANGED
+    assert report.first.seq == completed.seq == 10
+    paths = {c.path: (c.old, c.new) for c in report.first.changes}
+    assert paths["$.payload.result.value.total"] == (19.99, 25.0)
+    assert "seq 10" in report.render()
+    assert srv.request_count == requests  # no model request in either replay
+    assert _counter(counter) == 1  # the refund was served, not run again
+
+
 def test_a_tripped_input_guardrail_is_recorded_as_a_blocking_tripwire(
     srv: FakeLLMServer, tmp_path: Path
 ) -> None:

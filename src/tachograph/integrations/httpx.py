@@ -25,9 +25,9 @@ URL, another body) is a divergence at its seq. ``rules`` classifies requests: a 
 fall back to the defaults).
 
 Only the request headers named in ``request_headers`` are recorded (none by default):
-credentials, cookies and tracing headers never reach the record. Response framing headers and
-``set-cookie`` are dropped. The body is read whole, so a streamed download is recorded (and
-served) in one piece.
+credentials, cookies and tracing headers never reach the record. Response framing headers,
+``set-cookie`` and ``date`` are dropped (the client gets the answer as recorded, live too).
+The body is read whole, so a streamed download is recorded (and served) in one piece.
 """
 
 from __future__ import annotations
@@ -69,10 +69,12 @@ HttpRule: TypeAlias = (
 """``(method, url) -> effect | "external" | None``, or ``{(method, url_glob): effect}``."""
 
 # Framing of the live exchange (the body is recorded decoded, so these would lie on replay),
-# and session secrets, which a record must not keep.
+# session secrets, which a record must not keep, and the server's clock: ``date`` changes
+# every second, so a ``pure`` request re-sent by ``rerun_pure`` would always differ from its
+# record although the server's answer did not change.
 _RESPONSE_DROP = frozenset(
     {"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"}
-    | {"set-cookie"}
+    | {"set-cookie", "date"}
 )
 
 
