@@ -12,6 +12,7 @@ import orjson
 
 from ..capture.loader import load_agent
 from ..errors import Divergence
+from ..record.event import EventType
 from ..replay.api import fork, replay, resume
 from ..replay.history import RunHistory
 from ..replay.report import ReplayReport
@@ -33,7 +34,12 @@ _AGENT_HELP = (
 )
 
 
-_ANSWERABLE = ("model.request", "model.response", "tool.requested", "tool.completed")
+_ANSWERABLE = (
+    EventType.MODEL_REQUEST.value,
+    EventType.MODEL_RESPONSE.value,
+    EventType.TOOL_REQUESTED.value,
+    EventType.TOOL_COMPLETED.value,
+)
 
 
 _allow_network = click.option(

@@ -16,6 +16,7 @@ import click
 import orjson
 
 from ..capture.agent import record_run
+from ..record.event import EventType
 from ..record.jsonl import export_run, verify_jsonl
 from ..replay.api import replay
 from ..store import verify_stored
@@ -43,7 +44,7 @@ def _tamper(path: Path) -> tuple[int, int, int]:
     for i, raw in enumerate(lines):
         line = orjson.loads(raw)
         payload = line.get("payload") or {}
-        if line["type"] == "tool.requested" and payload.get("tool") == "issue_refund":
+        if line["type"] == EventType.TOOL_REQUESTED.value and payload.get("tool") == "issue_refund":
             before = int(payload["args"]["amount_cents"])
             after = before * 10
             payload["args"]["amount_cents"] = after

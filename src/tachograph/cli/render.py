@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..views.text import escape, escape_json
 from ..views.timeline import is_dry_run, short, summarize
 
@@ -34,8 +34,9 @@ _TYPE_STYLES = {
     "model": "cyan",
     "tool": "yellow",
     "plan": "blue",
-    "decision": "blue",
-    "handoff": "blue",
+    # the undotted types are their own family
+    EventType.DECISION.value: "blue",
+    EventType.HANDOFF.value: "blue",
     "guardrail": "green",
     "output": "green",
     "clock": "dim",
@@ -46,7 +47,7 @@ _TYPE_STYLES = {
 
 def type_style(event_type: str) -> str:
     """The rich style for an event type: one colour per family, red for failures."""
-    if event_type.endswith(".failed") or event_type == "output.rejected":
+    if event_type.endswith(".failed") or event_type == EventType.OUTPUT_REJECTED.value:
         return "bold red"
     return _TYPE_STYLES.get(event_type.split(".", 1)[0], "white")
 
@@ -54,7 +55,7 @@ def type_style(event_type: str) -> str:
 def event_style(event: Event) -> str:
     """The style of one event's row (a tripped guardrail is red, not green)."""
     payload = event.payload if isinstance(event.payload, dict) else {}
-    if event.type == "guardrail.tripwire" and payload.get("blocked"):
+    if event.type == EventType.GUARDRAIL_TRIPWIRE.value and payload.get("blocked"):
         return "bold red"
     return type_style(event.type)
 

@@ -44,7 +44,7 @@ from ..capture.boundary import CallKind, CallTicket, begin_call
 from ..capture.session import Session, current_session
 from ..errors import RecordingError
 from ..providers.http import body_bytes, body_fields, digest, json_or_none
-from ..record.event import Effect
+from ..record.event import Effect, EventType
 
 __all__ = [
     "DEFAULT_READS",
@@ -205,13 +205,13 @@ def _sync_transport(lib: Any) -> type:
             ex = _Exchange(lib, request, self.options, session)
             if ex.kind == EXTERNAL:
                 payload = ex.read_payload()
-                served, value = session.serve_value("external.read", payload)
+                served, value = session.serve_value(EventType.EXTERNAL_READ.value, payload)
                 if served:
                     return ex.rebuild(value)
                 live = self.inner.handle_request(request)
                 data = live.read()
                 record = ex.answer(live, data)
-                session.record_value("external.read", payload, record)
+                session.record_value(EventType.EXTERNAL_READ.value, payload, record)
                 return ex.rebuild(record)
             ticket = ex.begin_tool()
             if ticket.served:
@@ -248,13 +248,13 @@ def _async_transport(lib: Any) -> type:
             ex = _Exchange(lib, request, self.options, session)
             if ex.kind == EXTERNAL:
                 payload = ex.read_payload()
-                served, value = session.serve_value("external.read", payload)
+                served, value = session.serve_value(EventType.EXTERNAL_READ.value, payload)
                 if served:
                     return ex.rebuild(value)
                 live = await self.inner.handle_async_request(request)
                 data = await live.aread()
                 record = ex.answer(live, data)
-                session.record_value("external.read", payload, record)
+                session.record_value(EventType.EXTERNAL_READ.value, payload, record)
                 return ex.rebuild(record)
             ticket = ex.begin_tool()
             if ticket.served:

@@ -51,7 +51,7 @@ from ..capture.boundary import CallKind, CallTicket
 from ..capture.session import Session, current_session
 from ..errors import ProfileError, ReplayError
 from ..record.canonical import canonical
-from ..record.event import Effect, Event
+from ..record.event import Effect, Event, EventType
 from ..store.base import Store
 from ..store.registry import open_store
 from ..store.verify import read_verified
@@ -286,14 +286,15 @@ class TachographSaver(InMemorySaver):
         completions = {
             e.idempotency_key: e
             for e in events
-            if e.type in ("tool.completed", "model.response") and e.idempotency_key
+            if e.type in (EventType.TOOL_COMPLETED.value, EventType.MODEL_RESPONSE.value)
+            and e.idempotency_key
         }
         thread: str | None = None
         self._loading = True
         try:
             for event in events:
                 done = completions.get(event.idempotency_key or "")
-                if event.type == "tool.requested" and event.payload is not None:
+                if event.type == EventType.TOOL_REQUESTED.value and event.payload is not None:
                     name = str(event.payload.get("tool"))
                     args = event.payload.get("args") or {}
                     if name.startswith(_PREFIX):
@@ -304,7 +305,7 @@ class TachographSaver(InMemorySaver):
                     identity = tool_identity(name, args, event.idempotency_key, event.run_id)
                     if done is not None and thread is not None and identity is not None:
                         self._keep(thread, identity, done)
-                elif event.type == "model.request" and event.payload is not None:
+                elif event.type == EventType.MODEL_REQUEST.value and event.payload is not None:
                     request = event.payload.get("request")
                     if done is not None and thread is not None and isinstance(request, dict):
                         self._keep(thread, model_identity(request), done)
@@ -313,7 +314,7 @@ class TachographSaver(InMemorySaver):
 
     def _keep(self, thread: str, identity: str, done: Event) -> None:
         body = done.payload or {}
-        answer = body.get("result" if done.type == "tool.completed" else "response")
+        answer = body.get("result" if done.type == EventType.TOOL_COMPLETED.value else "response")
         self.remember(thread, identity, answer, {"run_id": done.run_id, "seq": done.seq})
 
     def _apply(self, operation: str, args: dict[str, Any], done: Event) -> None:

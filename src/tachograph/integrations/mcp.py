@@ -70,7 +70,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..capture.boundary import CallKind, CallTicket, begin_call
 from ..capture.session import Session, current_session
-from ..record.event import Effect
+from ..record.event import Effect, EventType
 from .mcp_server import RecordingMiddleware, effect_from_annotations
 
 __all__ = [
@@ -214,7 +214,7 @@ class RecordingDispatcher:
             payload["request"] = body
         if meta is not None:
             payload["meta"] = meta
-        served, value = session.serve_value("external.read", payload)
+        served, value = session.serve_value(EventType.EXTERNAL_READ.value, payload)
         if served:
             if method in _HANDSHAKE and self.inner is not None:
                 # A fork talks to a live server after its recorded part: it must have been
@@ -235,9 +235,9 @@ class RecordingDispatcher:
                 # The server's refusal is what the world supplied: replay raises it again.
                 info = _error_info(exc)
                 info.pop("type")
-                session.record_value("external.read", payload, {ERROR_FIELD: info})
+                session.record_value(EventType.EXTERNAL_READ.value, payload, {ERROR_FIELD: info})
                 raise
-            session.record_value("external.read", payload, result)
+            session.record_value(EventType.EXTERNAL_READ.value, payload, result)
         if method == "tools/list":
             self._absorb(result)
         return result

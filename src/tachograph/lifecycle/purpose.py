@@ -24,7 +24,7 @@ from typing import IO, Any
 import orjson
 
 from ..errors import PolicyError, PurposeDenied, RunNotFound
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..record.jsonl import write_events
 from ..record.rows import StoredRow
 from ..store.audit import AuditEntry, AuditRecord
@@ -104,12 +104,12 @@ class PurposePolicy:
 
 
 _AUDIT_RECORD_TYPES = (
-    "run.finished",
-    "decision",
-    "plan.selected",
+    EventType.RUN_FINISHED.value,
+    EventType.DECISION.value,
+    EventType.PLAN_SELECTED.value,
     "guardrail.*",
     "output.*",
-    "handoff",
+    EventType.HANDOFF.value,
 )
 
 DEFAULT_POLICY = PurposePolicy(
@@ -124,10 +124,10 @@ DEFAULT_POLICY = PurposePolicy(
             "audit",
             payloads=_AUDIT_RECORD_TYPES,
             fields={
-                "run.started": ("parent", "labels"),
-                "tool.requested": ("tool", "effect", "schema_version"),
+                EventType.RUN_STARTED.value: ("parent", "labels"),
+                EventType.TOOL_REQUESTED.value: ("tool", "effect", "schema_version"),
                 "tool.*": ("tool",),
-                "model.failed": ("error",),
+                EventType.MODEL_FAILED.value: ("error",),
             },
             description="auditors: envelopes, decisions and guardrails, tool names and effects",
         ),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PolicyError
-from ..record.event import Event, now_ts
+from ..record.event import Event, EventType, now_ts
 from ..store.audit import AuditEntry
 from ..store.base import RunInfo, Store
 from .audit import current_actor
@@ -49,7 +49,13 @@ DAY = 86400.0
 AUDIT_FLOOR = 183 * DAY
 """Six months: the least time the audit record is kept unless an override says otherwise."""
 
-_AUDIT_TYPES = ("run.started", "run.finished", "decision", "plan.selected", "guardrail.*")
+_AUDIT_TYPES = (
+    EventType.RUN_STARTED.value,
+    EventType.RUN_FINISHED.value,
+    EventType.DECISION.value,
+    EventType.PLAN_SELECTED.value,
+    "guardrail.*",
+)
 _EFFECTFUL = ("write", "irreversible")
 
 
@@ -131,7 +137,11 @@ class RetentionPolicy:
 
 
 DEFAULT_RETENTION = RetentionPolicy(
-    types={"model.request": 30 * DAY, "model.response": 30 * DAY, "external.read": 90 * DAY},
+    types={
+        EventType.MODEL_REQUEST.value: 30 * DAY,
+        EventType.MODEL_RESPONSE.value: 30 * DAY,
+        EventType.EXTERNAL_READ.value: 90 * DAY,
+    },
     default=400 * DAY,
 )
 """Without a policy file: raw model traffic 30 days, external reads 90 days, everything else
@@ -226,7 +236,11 @@ def is_audit_record(event: Event, effects: Mapping[str, str]) -> bool:
 def _effects(events: Sequence[Event]) -> dict[str, str]:
     found = {}
     for e in events:
-        if e.type == "tool.requested" and isinstance(e.payload, dict) and e.idempotency_key:
+        if (
+            e.type == EventType.TOOL_REQUESTED.value
+            and isinstance(e.payload, dict)
+            and e.idempotency_key
+        ):
             found[e.idempotency_key] = str(e.payload.get("effect"))
     return found
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._version import __version__
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..store.base import Store
 from . import attributes as A
 from . import spans as S
@@ -157,7 +157,7 @@ def build_spans(
         TraceFlags,
     )
 
-    if not events or events[0].type != "run.started":
+    if not events or events[0].type != EventType.RUN_STARTED.value:
         raise ValueError("a run to export must begin with run.started")
     plan = plan_ids(events)
 
@@ -211,13 +211,13 @@ def build_spans(
     owner: dict[int, Any] = {}  # event seq -> span it belongs to
     call_ids = S.ToolCallIds()
     for request in events:
-        if request.type == "model.response" and isinstance(request.payload, dict):
+        if request.type == EventType.MODEL_RESPONSE.value and isinstance(request.payload, dict):
             call_ids.answered(request.payload.get("response"))
         if request.seq not in plan.call_span_ids:
             continue
         ids.next_span_id = int(plan.call_span_ids[request.seq], 16)
         payload = request.payload if isinstance(request.payload, dict) else {}
-        if request.type == "model.request":
+        if request.type == EventType.MODEL_REQUEST.value:
             span = tracer.start_span(
                 S.chat_span_name(request.model),
                 context=root_ctx,
@@ -273,7 +273,7 @@ def build_spans(
                 Status(StatusCode.ERROR, S.error_message(done, content=capture_content))
             )
         span.end(end_time=ts_to_ns(done.ts))
-    if last.type == "run.finished":
+    if last.type == EventType.RUN_FINISHED.value:
         root.set_attributes(S.agent_end_attributes(last, content=capture_content))
         payload = last.payload if isinstance(last.payload, dict) else {}
         if payload.get("status") in ("error", "aborted"):

@@ -36,7 +36,7 @@ from .._version import __version__
 from ..errors import FormatError, ProfileError
 from ..privacy.redactor import default_processors
 from ..record.canonical import canonical
-from ..record.event import Event, now_ts
+from ..record.event import Event, EventType, now_ts
 from ..record.seal import KeyDeriver, Processor, Sealer
 from ..store.base import Store
 from . import attributes as A
@@ -213,13 +213,13 @@ def _model_events(
     request.update(step.get("params") or {})
     if not_captured:
         request_payload["not_captured"] = not_captured
-    keyed = b.process("model.request", request_payload).get("request")
+    keyed = b.process(EventType.MODEL_REQUEST.value, request_payload).get("request")
     keyed = keyed if isinstance(keyed, dict) else {}
     key = b.key(model, {k: keyed[k] for k in ("model", "messages") if k in keyed})
     meta = {"idempotency_key": key, "model": model}
-    out = [(step["start_ns"], 1, "model.request", request_payload, meta)]
+    out = [(step["start_ns"], 1, EventType.MODEL_REQUEST.value, request_payload, meta)]
     if span.status_code == 2:
-        out.append((step["end_ns"], 1, "model.failed", {"error": _error(span)}, meta))
+        out.append((step["end_ns"], 1, EventType.MODEL_FAILED.value, {"error": _error(span)}, meta))
         return out
     # The response in the OpenAI chat-completions shape, the one most tools read.
     choice: dict[str, Any] = {"index": 0, "finish_reason": step["finish_reason"]}
@@ -241,7 +241,7 @@ def _model_events(
         response["usage"] = usage
         done["usage"] = usage
     answered = {"idempotency_key": key, "model": step["model"] or model}
-    out.append((step["end_ns"], 1, "model.response", done, answered))
+    out.append((step["end_ns"], 1, EventType.MODEL_RESPONSE.value, done, answered))
     return out
 
 
@@ -261,16 +261,17 @@ def _tool_events(
         requested["call_id"] = step["tool_call_id"]
         key = f"{b.run_id}:{tool}:{step['tool_call_id']}"
     else:
-        key = b.key(tool, b.process("tool.requested", requested).get("args"))
+        key = b.key(tool, b.process(EventType.TOOL_REQUESTED.value, requested).get("args"))
     meta = {"idempotency_key": key}
-    out = [(step["start_ns"], 1, "tool.requested", requested, meta)]
+    out = [(step["start_ns"], 1, EventType.TOOL_REQUESTED.value, requested, meta)]
     if span.status_code == 2:
-        out.append((step["end_ns"], 1, "tool.failed", {"tool": tool, "error": _error(span)}, meta))
+        failed: dict[str, Any] = {"tool": tool, "error": _error(span)}
+        out.append((step["end_ns"], 1, EventType.TOOL_FAILED.value, failed, meta))
         return out
     done: dict[str, Any] = {"tool": tool, "result": step["tool_result"]}
     if step["tool_result"] is None:
         done["not_captured"] = ["result"]
-    out.append((step["end_ns"], 1, "tool.completed", done, meta))
+    out.append((step["end_ns"], 1, EventType.TOOL_COMPLETED.value, done, meta))
     return out
 
 
@@ -338,7 +339,7 @@ def _build_run(
     if started["input"] is None:
         started["not_captured"] = ["input"]
     root_span = root.span_id if root else calls[0]["span_id"]
-    b.add("run.started", started, start, root_span)
+    b.add(EventType.RUN_STARTED.value, started, start, root_span)
 
     points: list[tuple[int, int, int, str, dict[str, Any], dict[str, Any], str]] = []
     for step in calls:
@@ -359,7 +360,7 @@ def _build_run(
         if finished["output"] is None:
             finished["not_captured"] = ["output"]
     last = max([end] + [p[0] for p in points])
-    b.add("run.finished", finished, last, root_span)
+    b.add(EventType.RUN_FINISHED.value, finished, last, root_span)
     return ImportedRun(run_id, trace_id, dialect, tuple(b.events))
 
 

@@ -15,7 +15,7 @@ import orjson
 from ..providers import genai
 from ..providers.genai import finish_reasons, input_messages, output_messages
 from ..providers.http import response_body
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..record.seal import KEY_SECRET_FIELD
 from . import attributes as A
 
@@ -50,8 +50,15 @@ SAFE_PAYLOAD_KEYS = frozenset(
     }
 )
 
-REQUEST_TYPES = frozenset({"model.request", "tool.requested"})
-COMPLETION_TYPES = frozenset({"model.response", "model.failed", "tool.completed", "tool.failed"})
+REQUEST_TYPES = frozenset({EventType.MODEL_REQUEST.value, EventType.TOOL_REQUESTED.value})
+COMPLETION_TYPES = frozenset(
+    {
+        EventType.MODEL_RESPONSE.value,
+        EventType.MODEL_FAILED.value,
+        EventType.TOOL_COMPLETED.value,
+        EventType.TOOL_FAILED.value,
+    }
+)
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
@@ -102,7 +109,7 @@ def event_attributes(event: Event, *, content: bool) -> dict[str, AttributeValue
     put(attrs, A.TACHO_MODEL, event.model)
     payload = event.payload if isinstance(event.payload, dict) else {}
     for key, value in payload.items():
-        if key == KEY_SECRET_FIELD and event.type == "run.started":
+        if key == KEY_SECRET_FIELD and event.type == EventType.RUN_STARTED.value:
             continue  # SPEC section 5: it stays in the log, never in telemetry
         if content or key in SAFE_PAYLOAD_KEYS:
             put(attrs, f"{A.TACHO_PAYLOAD}.{key}", value)
@@ -262,7 +269,7 @@ def chat_end_attributes(event: Event, *, content: bool) -> dict[str, AttributeVa
     """Attributes added to a ``chat`` span by ``model.response`` or ``model.failed``."""
     payload = event.payload if isinstance(event.payload, dict) else {}
     attrs: dict[str, AttributeValue] = {}
-    if event.type == "model.failed":
+    if event.type == EventType.MODEL_FAILED.value:
         error = payload.get("error")
         if isinstance(error, dict):
             put(attrs, A.ERROR_TYPE, error.get("type"))
@@ -329,7 +336,7 @@ def tool_end_attributes(event: Event, *, content: bool) -> dict[str, AttributeVa
     """Attributes added to an ``execute_tool`` span by its completion or failure."""
     payload = event.payload if isinstance(event.payload, dict) else {}
     attrs: dict[str, AttributeValue] = {}
-    if event.type == "tool.failed":
+    if event.type == EventType.TOOL_FAILED.value:
         error = payload.get("error")
         if isinstance(error, dict):
             put(attrs, A.ERROR_TYPE, error.get("type"))

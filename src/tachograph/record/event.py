@@ -125,8 +125,8 @@ _SPAN = re.compile(r"[0-9a-f]{16}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _SALT = re.compile(r"[0-9a-f]{32}")
 
-# "handoff" is a known type without a dot; every other type must be dotted.
-_UNDOTTED_KNOWN: Final = frozenset({"handoff", "decision"})
+# "handoff" and "decision" are the known types without a dot; every other type must be dotted.
+_UNDOTTED_KNOWN: Final = frozenset({EventType.HANDOFF.value, EventType.DECISION.value})
 
 
 def check_tenant(tenant: str) -> str:

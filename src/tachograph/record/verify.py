@@ -29,7 +29,7 @@ from .canonical import (
     loads,
     loads_strict,
 )
-from .event import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, envelope_bytes
+from .event import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, EventType, envelope_bytes
 from .rows import RunSummary, StoredRow
 
 __all__ = [
@@ -203,7 +203,7 @@ def _check_values(line: dict[str, Any]) -> str | None:
         value = line[key]
         pattern = PATTERNS[key]
         if type(value) is not str or not pattern.fullmatch(value):
-            if key == "type" and value in ("handoff", "decision"):
+            if key == "type" and value in (EventType.HANDOFF.value, EventType.DECISION.value):
                 continue
             return f"{key} {value!r} is not well formed"
     if not _is_int(line["seq"]) or not 0 <= line["seq"] <= MAX_SAFE_INTEGER:

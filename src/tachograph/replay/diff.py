@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..record.event import Event
+from ..record.event import Event, EventType
 
 __all__ = [
     "MISSING",
@@ -317,7 +317,7 @@ def diff_runs(
             count_a += sum(1 for _ in ia)
             count_b += sum(1 for _ in ib)
             return RunDiff(names[0], names[1], seq, ea, eb, changes, count_a, count_b)
-        if ea.type == "run.started" and eb.type == "run.started":
+        if ea.type == EventType.RUN_STARTED.value and eb.type == EventType.RUN_STARTED.value:
             pa, pb = ea.payload or {}, eb.payload or {}
             changes_list = diff_values(
                 {"input": pa.get("input"), "labels": _own_labels(pa)},

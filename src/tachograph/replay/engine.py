@@ -17,7 +17,7 @@ from typing import Any
 from ..capture.boundary import CallKind, CallTicket, ReplayStopped, error_info
 from ..capture.session import EFFECTS, Session
 from ..errors import ConfirmationRequired, TachographError
-from ..record.event import Effect, Event
+from ..record.event import Effect, Event, EventType
 from ..record.seal import Processor
 from .diff import Change, diff_values
 from .history import RunHistory
@@ -25,6 +25,10 @@ from .matchers import Matcher, normalize
 from .report import DivergenceItem, DivergenceKind
 
 __all__ = ["RecordedError", "ReplayEngine", "rebuild_error"]
+
+# Read per served call: constants, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
+_TOOL_COMPLETED = EventType.TOOL_COMPLETED.value
+_MODEL_RESPONSE = EventType.MODEL_RESPONSE.value
 
 
 class RecordedError(Exception):
@@ -176,17 +180,17 @@ class ReplayEngine:
         if matched is None:
             return False, None
         recorded = matched.payload or {}
-        return True, recorded.get("seed" if type_ == "random.seed" else "value")
+        return True, recorded.get("seed" if type_ == EventType.RANDOM_SEED.value else "value")
 
     def compare_rerun(self, ticket: CallTicket, result: Any, error: BaseException | None) -> None:
         recorded = ticket.compare_with
         assert recorded is not None
         if error is not None:
             fresh: dict[str, Any] = {"tool": ticket.name, "error": error_info(error)}
-            fresh_type = "tool.failed"
+            fresh_type = EventType.TOOL_FAILED.value
         else:
             fresh = {"tool": ticket.name, "result": normalize(result)}
-            fresh_type = "tool.completed"
+            fresh_type = EventType.TOOL_COMPLETED.value
         fresh = self._session().process(fresh_type, fresh)
         changes = diff_values(recorded.payload, fresh, "$.payload")
         if recorded.type != fresh_type:
@@ -276,7 +280,7 @@ class ReplayEngine:
     def _overridden(self, completion: Event) -> dict[str, Any]:
         assert self.override is not None
         payload = dict(completion.payload or {})
-        field_name = "response" if completion.type == "model.response" else "result"
+        field_name = "response" if completion.type == EventType.MODEL_RESPONSE.value else "result"
         payload[field_name] = self.override[1]
         payload["overridden"] = True
         return payload
@@ -285,9 +289,9 @@ class ReplayEngine:
         payload = completion.payload or {}
         if self.override is not None and self.override[0] == completion.seq:
             payload = self._overridden(completion)
-        if completion.type == "tool.completed":
+        if completion.type == _TOOL_COMPLETED:
             return payload.get("result"), None
-        if completion.type == "model.response":
+        if completion.type == _MODEL_RESPONSE:
             return payload.get("response"), None
         return None, rebuild_error(payload.get("error") or {})
 

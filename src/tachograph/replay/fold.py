@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..record.event import Event
+from ..record.event import Event, EventType
 
 __all__ = ["Reducer", "State", "fold"]
 
@@ -131,7 +131,7 @@ def _model_done(state: State, e: Event) -> None:
             continue
         if intent is not None and exchange["seq"] != intent["seq"]:
             continue
-        if e.type == "model.response":
+        if e.type == EventType.MODEL_RESPONSE.value:
             exchange["response"] = _p(e).get("response")
             exchange["answered_by"] = e.model
         else:
@@ -158,7 +158,7 @@ def _tool_done(state: State, e: Event) -> None:
     obs: dict[str, Any] = {"seq": e.seq, "tool": p.get("tool"), "key": e.idempotency_key}
     if intent is not None:
         obs["args"] = intent.get("args")
-    if e.type == "tool.completed":
+    if e.type == EventType.TOOL_COMPLETED.value:
         obs["result"] = p.get("result")
         if p.get("dry_run"):
             obs["dry_run"] = True
@@ -190,24 +190,24 @@ def _value(state: State, e: Event) -> None:
 
 
 DEFAULT_REDUCERS: dict[str, Reducer] = {
-    "run.started": _started,
-    "run.finished": _finished,
-    "model.request": _model_request,
-    "model.response": _model_done,
-    "model.failed": _model_done,
-    "tool.requested": _tool_requested,
-    "tool.completed": _tool_done,
-    "tool.failed": _tool_done,
-    "plan.selected": _plan,
-    "guardrail.tripwire": _append_to("guardrail_trips"),
-    "output.accepted": _append_to("accepted"),
-    "output.rejected": _append_to("rejected"),
-    "decision": _append_to("decisions"),
-    "handoff": _handoff,
-    "clock.read": _value,
-    "random.seed": _value,
-    "random.value": _value,
-    "external.read": _value,
+    EventType.RUN_STARTED.value: _started,
+    EventType.RUN_FINISHED.value: _finished,
+    EventType.MODEL_REQUEST.value: _model_request,
+    EventType.MODEL_RESPONSE.value: _model_done,
+    EventType.MODEL_FAILED.value: _model_done,
+    EventType.TOOL_REQUESTED.value: _tool_requested,
+    EventType.TOOL_COMPLETED.value: _tool_done,
+    EventType.TOOL_FAILED.value: _tool_done,
+    EventType.PLAN_SELECTED.value: _plan,
+    EventType.GUARDRAIL_TRIPWIRE.value: _append_to("guardrail_trips"),
+    EventType.OUTPUT_ACCEPTED.value: _append_to("accepted"),
+    EventType.OUTPUT_REJECTED.value: _append_to("rejected"),
+    EventType.DECISION.value: _append_to("decisions"),
+    EventType.HANDOFF.value: _handoff,
+    EventType.CLOCK_READ.value: _value,
+    EventType.RANDOM_SEED.value: _value,
+    EventType.RANDOM_VALUE.value: _value,
+    EventType.EXTERNAL_READ.value: _value,
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import FormatError, Unreplayable
 from ..lifecycle.purpose import reading
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..record.jsonl import read_jsonl
 from ..record.seal import key_secret_of
 from ..record.verify import VerifyReport, verify_events
@@ -25,7 +25,16 @@ from ..store import Store, open_store, read_verified
 
 __all__ = ["RunHistory"]
 
-_COMPLETION_TYPES = frozenset({"tool.completed", "tool.failed", "model.response", "model.failed"})
+_COMPLETION_TYPES = frozenset(
+    {
+        EventType.TOOL_COMPLETED.value,
+        EventType.TOOL_FAILED.value,
+        EventType.MODEL_RESPONSE.value,
+        EventType.MODEL_FAILED.value,
+    }
+)
+# Read per event: a constant, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
+_TOOL_REQUESTED = EventType.TOOL_REQUESTED.value
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,7 @@ class RunHistory:
     @property
     def finished(self) -> Event | None:
         last = self.events[-1]
-        return last if last.type == "run.finished" else None
+        return last if last.type == EventType.RUN_FINISHED.value else None
 
     @property
     def input(self) -> Any:
@@ -146,7 +155,7 @@ class RunHistory:
         return frozenset(
             str((e.payload or {}).get("tool"))
             for e in self.events
-            if e.type == "tool.requested" and isinstance(e.payload, dict)
+            if e.type == _TOOL_REQUESTED and isinstance(e.payload, dict)
         )
 
     def completion(self, key: str | None) -> Event | None:
@@ -157,7 +166,7 @@ class RunHistory:
         """Raise :class:`~tachograph.errors.Unreplayable` unless the run can be replayed;
         returns whether it is replayed unverified."""
         first = self.started
-        if first.type != "run.started":
+        if first.type != EventType.RUN_STARTED.value:
             raise Unreplayable(
                 f"run {self.run_id!r} does not begin with run.started; it cannot be replayed",
                 run_id=self.run_id,

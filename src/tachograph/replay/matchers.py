@@ -17,16 +17,35 @@ from typing import Any
 from ..capture.boundary import ReplayStopped
 from ..providers.normal import compare_requests, is_http_form
 from ..record.canonical import canonical, loads
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..record.seal import Processor
 from .diff import Change, diff_values
 from .report import Candidate, DivergenceItem, DivergenceKind
 
 __all__ = ["COMPLETIONS", "UNCOMPARED", "Matcher", "key_suffix", "normalize"]
 
-COMPLETIONS = frozenset({"tool.completed", "tool.failed", "model.response", "model.failed"})
-_VALUE_TYPES = frozenset({"clock.read", "random.seed", "random.value", "external.read"})
-_SERVED = frozenset({"tool.requested", "model.request"}) | _VALUE_TYPES
+COMPLETIONS = frozenset(
+    {
+        EventType.TOOL_COMPLETED.value,
+        EventType.TOOL_FAILED.value,
+        EventType.MODEL_RESPONSE.value,
+        EventType.MODEL_FAILED.value,
+    }
+)
+_VALUE_TYPES = frozenset(
+    {
+        EventType.CLOCK_READ.value,
+        EventType.RANDOM_SEED.value,
+        EventType.RANDOM_VALUE.value,
+        EventType.EXTERNAL_READ.value,
+    }
+)
+_SERVED = frozenset({EventType.TOOL_REQUESTED.value, EventType.MODEL_REQUEST.value}) | _VALUE_TYPES
+# Read per event: constants, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
+_RUN_STARTED = EventType.RUN_STARTED.value
+_RUN_FINISHED = EventType.RUN_FINISHED.value
+_MODEL_REQUEST = EventType.MODEL_REQUEST.value
+_TOOL_REQUESTED = EventType.TOOL_REQUESTED.value
 UNCOMPARED = frozenset({"meta"})
 """Payload fields recorded but never compared: the metadata a call carried (an MCP request's
 ``_meta``, a W3C ``traceparent``), which differs from run to run without changing the call."""
@@ -96,9 +115,9 @@ class Matcher:
         if source:
             self.source_run_id = source[0].run_id
             for event in source:
-                if event.type == "run.started":
+                if event.type == _RUN_STARTED:
                     self.started_event = event
-                elif event.type == "run.finished":
+                elif event.type == _RUN_FINISHED:
                     self.finished_event = event
                 elif event.type in COMPLETIONS:
                     if event.idempotency_key is not None:
@@ -287,7 +306,7 @@ class Matcher:
             return self._check_value_event(expected, payload)
         changes = self._compare(expected, type_, payload)
         if (
-            type_ == "model.request"
+            type_ == _MODEL_REQUEST
             and model is not None
             and expected.model is not None
             and model != expected.model
@@ -302,7 +321,7 @@ class Matcher:
         self, expected: Event, payload: dict[str, Any], model: str, changes: list[Change]
     ) -> None:
         """The agent asks another exact model id than the recorded call named."""
-        actual = _actual("model.request", payload, model)
+        actual = _actual(EventType.MODEL_REQUEST.value, payload, model)
         actual["model"] = model
         self.diverge(
             DivergenceKind.MODEL_CHANGED,
@@ -314,7 +333,7 @@ class Matcher:
             f"called {expected.model!r}. The recorded answer came from the other model, so "
             "from here on the replay shows the old model's answers to the new code; record "
             "the run again to see what the new model does.",
-            candidates=self._candidates("model.request", payload, model),
+            candidates=self._candidates(EventType.MODEL_REQUEST.value, payload, model),
         )
 
     def _imported(self) -> bool:
@@ -328,7 +347,7 @@ class Matcher:
         trace knows neither tachograph's effect classes nor its keys). What the trace did not
         capture is noted, never counted as a match or a mismatch."""
         recorded = expected.payload or {}
-        if type_ == "model.request" and is_http_form(recorded) != is_http_form(payload):
+        if type_ == _MODEL_REQUEST and is_http_form(recorded) != is_http_form(payload):
             result = compare_requests(recorded, payload)
             if result.not_captured:
                 self.notes.append(
@@ -336,7 +355,7 @@ class Matcher:
                     f"{', '.join(result.not_captured)}; those were not compared"
                 )
             return [Change(path, before, after) for path, before, after in result.changes]
-        if type_ == "tool.requested" and self._imported():
+        if type_ == _TOOL_REQUESTED and self._imported():
             missing = recorded.get("not_captured") or []
             if "args" in missing:
                 self.notes.append(
@@ -415,20 +434,20 @@ class Matcher:
         changes: list[Change],
     ) -> None:
         recorded_name = _name_of(expected)
-        if type_ == "tool.requested" and recorded_name != name:
+        if type_ == EventType.TOOL_REQUESTED.value and recorded_name != name:
             kind = DivergenceKind.TOOL_CHANGED
             text = (
                 f"The agent chose tool {name!r} where the recording chose {recorded_name!r}. "
                 "Look at the model response or plan just before this step."
             )
-        elif type_ == "tool.requested":
+        elif type_ == EventType.TOOL_REQUESTED.value:
             kind = DivergenceKind.ARGS_CHANGED
             text = (
                 f"Tool {name!r} was called with different arguments "
                 f"({', '.join(c.path for c in changes[:3])}). The values come from the agent's "
                 "code or from an earlier answer: check what computes them."
             )
-        elif type_ == "model.request":
+        elif type_ == EventType.MODEL_REQUEST.value:
             kind = DivergenceKind.REQUEST_CHANGED
             text = (
                 "The model request differs from the recorded one "
@@ -457,7 +476,7 @@ class Matcher:
         # Values are served from the record; only what identifies them is compared.
         probe = {k: v for k, v in payload.items() if k != "value" and k not in UNCOMPARED}
         recorded = {k: v for k, v in (expected.payload or {}).items() if k in probe}
-        if expected.type != "random.seed":
+        if expected.type != EventType.RANDOM_SEED.value:
             changes = diff_values(recorded, probe, "$.payload")
             if changes:
                 self.diverge(
@@ -482,7 +501,7 @@ class Matcher:
                 DivergenceKind.MISSING_CALLS,
                 first.seq,
                 first,
-                {"type": "run.finished", "payload": {"status": status}},
+                {"type": EventType.RUN_FINISHED.value, "payload": {"status": status}},
                 [],
                 f"The agent finished while {left} recorded step(s) remained, starting with "
                 f"{first.type} at seq {first.seq}: it now stops earlier than it did.",
@@ -516,14 +535,14 @@ class Matcher:
             now.pop("output", None)
             before.pop("output", None)
             self.notes.append("the recorded run's final output was not captured; not compared")
-        now = self._processed("run.finished", now)
+        now = self._processed(EventType.RUN_FINISHED.value, now)
         changes = diff_values(before, now, "$.payload")
         if changes:
             self.diverge(
                 DivergenceKind.OUTPUT_CHANGED,
                 recorded.seq,
                 recorded,
-                {"type": "run.finished", "payload": now},
+                {"type": EventType.RUN_FINISHED.value, "payload": now},
                 changes,
                 "The agent reached the end with a different result than recorded "
                 f"({', '.join(c.path for c in changes[:3])}).",
@@ -538,18 +557,18 @@ def _name_of(event: Event) -> str | None:
         return payload.get("tool")
     if event.type.startswith("model."):
         return event.model
-    if event.type == "decision":
+    if event.type == EventType.DECISION.value:
         return payload.get("name")
-    if event.type == "guardrail.tripwire":
+    if event.type == EventType.GUARDRAIL_TRIPWIRE.value:
         return payload.get("guardrail")
     return None
 
 
 def _probe_name(type_: str, payload: dict[str, Any]) -> str | None:
     """The name of a step the agent takes now, as :func:`_name_of` reads a recorded one."""
-    if type_ == "decision":
+    if type_ == EventType.DECISION.value:
         return payload.get("name")
-    if type_ == "guardrail.tripwire":
+    if type_ == EventType.GUARDRAIL_TRIPWIRE.value:
         return payload.get("guardrail")
     return None
 

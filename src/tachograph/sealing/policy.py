@@ -25,7 +25,7 @@ from typing import Any
 from ..capture.recorder import Observer, Recorder
 from ..capture.seals import DEFAULT_EVERY_EVENTS, DEFAULT_EVERY_SECONDS, SealPolicy
 from ..record.checkpoint import SigningKey
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..record.merkle import SealLeaf
 from ..store.base import Store
 from .log import SealLog, load_signing_key
@@ -33,6 +33,8 @@ from .log import SealLog, load_signing_key
 __all__ = ["DEFAULT_EVERY_EVENTS", "DEFAULT_EVERY_SECONDS", "SealPolicy", "SealingObserver"]
 
 _log = logging.getLogger("tachograph")
+# Read per event: a constant, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
+_RUN_FINISHED = EventType.RUN_FINISHED.value
 
 
 class SealingObserver(Observer):
@@ -93,7 +95,7 @@ class SealingObserver(Observer):
 
     def after(self, recorder: Recorder, event: Event) -> None:
         """Seal ``event`` if the policy says one is due."""
-        final = event.type == "run.finished"
+        final = event.type == _RUN_FINISHED
         run = (id(recorder.store), event.tenant, event.run_id)
         now = self.clock()
         with self._lock:

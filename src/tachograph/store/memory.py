@@ -24,7 +24,7 @@ from ..errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..record.rows import StoredRow
 from .audit import AuditEntry, AuditRecord, chain_audit
 from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found
@@ -32,6 +32,8 @@ from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found
 __all__ = ["MemoryStore"]
 
 _SCHEME = "memory://"
+# Read per event: a constant, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
+_RUN_FINISHED = EventType.RUN_FINISHED.value
 
 
 @dataclass
@@ -172,7 +174,7 @@ class MemoryStore(Store):
                 new_ids[ev.event_id] = row
                 receipts.append(Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash))
             # Nothing above raised: apply the whole batch.
-            finished = {e.event_id: e for e in events if e.type == "run.finished"}
+            finished = {e.event_id: e for e in events if e.type == _RUN_FINISHED}
             for key, staged in pending.items():
                 if staged:
                     self._apply(data, key, staged, finished)

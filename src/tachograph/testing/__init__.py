@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..record.event import Event, new_event
+from ..record.event import Event, EventType, new_event
 
 __all__ = ["build_run", "fixed_ts"]
 
@@ -63,13 +63,13 @@ def build_run(
         last = index == length - 1
         if seq == 0:
             kind, body = (
-                "run.started",
+                EventType.RUN_STARTED.value,
                 {"input": f"input of {run_id}", "env": {"code_version": None}},
             )
         elif last and status is not None:
-            kind, body = "run.finished", {"status": status}
+            kind, body = EventType.RUN_FINISHED.value, {"status": status}
         else:
-            kind, body = "decision", (payload or _default_payload)(seq)
+            kind, body = EventType.DECISION.value, (payload or _default_payload)(seq)
         event = new_event(
             run_id=run_id,
             seq=seq,

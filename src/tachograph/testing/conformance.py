@@ -32,7 +32,7 @@ from ..errors import (
     SequenceConflict,
     StoreError,
 )
-from ..record.event import Event, new_event
+from ..record.event import Event, EventType, new_event
 from ..record.jsonl import export_run, import_jsonl
 from ..record.rows import StoredRow
 from ..record.verify import Check, VerifyReport, verify_run
@@ -179,7 +179,7 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         forged = new_event(
             run_id="run-a",
             seq=2,
-            type="decision",
+            type=EventType.DECISION.value,
             actor="agent",
             payload={"name": "x", "chosen": 1},
             prev_hash=events[0].hash,  # not the head
@@ -251,7 +251,7 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         clash = new_event(
             run_id="run-b",
             seq=0,
-            type="run.started",
+            type=EventType.RUN_STARTED.value,
             actor="agent",
             payload={"input": "x"},
             prev_hash=None,
@@ -511,7 +511,7 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
                     seq,
                     f"01J9Z8Q2M{tag}{seq:016d}",
                     t.ts,
-                    "decision" if seq else "run.started",
+                    EventType.DECISION.value if seq else EventType.RUN_STARTED.value,
                     t.actor,
                     None,
                     None,

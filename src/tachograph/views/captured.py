@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..record.event import EventType
+
 __all__ = ["NOT_CAPTURED", "display_payload", "not_captured"]
 
 NOT_CAPTURED = "not captured"
@@ -24,10 +26,10 @@ NOT_CAPTURED = "not captured"
 # Field name -> where it sits in the payload: (event type, path of keys) for the fields that
 # are top-level placeholders (dropped from a display) or absent inner keys.
 _TOP_LEVEL = {
-    ("run.started", "input"),
-    ("run.finished", "output"),
-    ("tool.requested", "args"),
-    ("tool.completed", "result"),
+    (EventType.RUN_STARTED.value, "input"),
+    (EventType.RUN_FINISHED.value, "output"),
+    (EventType.TOOL_REQUESTED.value, "args"),
+    (EventType.TOOL_COMPLETED.value, "result"),
 }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..store.base import RunInfo
 from .captured import NOT_CAPTURED, not_captured
 
@@ -33,12 +33,12 @@ __all__ = [
 def is_dry_run(event: Event) -> bool:
     """True for a simulated tool result, or a run started in dry-run mode."""
     payload = event.payload if isinstance(event.payload, dict) else {}
-    if event.type == "tool.completed":
+    if event.type == EventType.TOOL_COMPLETED.value:
         result = payload.get("result")
         return payload.get("dry_run") is True or (
             isinstance(result, dict) and result.get("dry_run") is True
         )
-    if event.type == "run.started":
+    if event.type == EventType.RUN_STARTED.value:
         labels = payload.get("labels")
         return isinstance(labels, dict) and labels.get("tachograph.dry_run") == "true"
     return False
@@ -149,26 +149,26 @@ def summarize(event: Event) -> str:
     t = event.type
     # What an imported trace did not capture is said as such, never shown as null or {}.
     missing = not_captured(p)
-    if t == "run.started":
+    if t == EventType.RUN_STARTED.value:
         value = NOT_CAPTURED if "input" in missing else short(p.get("input"), 50)
         text = f"input {value}"
         parent = p.get("parent")
         if isinstance(parent, dict):
             text += f"  (fork of {parent.get('run_id')} at seq {parent.get('seq')})"
         return text
-    if t == "run.finished":
+    if t == EventType.RUN_FINISHED.value:
         if p.get("error"):
             err = p["error"]
             return f"{p.get('status')}: {err.get('type')}: {short(err.get('message'), 40)}"
         value = NOT_CAPTURED if "output" in missing else short(p.get("output"), 50)
         return f"{p.get('status')}: {value}"
-    if t == "model.request":
+    if t == EventType.MODEL_REQUEST.value:
         request = p.get("request")
         if "messages" in missing:
             model = request.get("model") if isinstance(request, dict) else None
             return f"{model or event.model or '?'}: messages {NOT_CAPTURED}"
         return _message(request)
-    if t == "model.response":
+    if t == EventType.MODEL_RESPONSE.value:
         response = p.get("response")
         text = _uncaptured_answer(response) if "message" in missing else _answer(response)
         usage = p.get("usage")
@@ -179,36 +179,36 @@ def summarize(event: Event) -> str:
         if tokens is not None:
             text += f"  [{tokens} tokens]"
         return text
-    if t == "model.failed" or t == "tool.failed":
+    if t == EventType.MODEL_FAILED.value or t == EventType.TOOL_FAILED.value:
         err = p.get("error") or {}
-        prefix = f"{p['tool']}: " if t == "tool.failed" and "tool" in p else ""
+        prefix = f"{p['tool']}: " if t == EventType.TOOL_FAILED.value and "tool" in p else ""
         return f"{prefix}{err.get('type')}: {short(err.get('message'), 50)}"
-    if t == "tool.requested":
+    if t == EventType.TOOL_REQUESTED.value:
         args = NOT_CAPTURED if "args" in missing else _args(p.get("args"))
         return f"{p.get('tool')}({args})  [{p.get('effect')}]"
-    if t == "tool.completed":
+    if t == EventType.TOOL_COMPLETED.value:
         result = NOT_CAPTURED if "result" in missing else short(p.get("result"), 60)
         return f"{p.get('tool')} -> {result}"
-    if t == "plan.selected":
+    if t == EventType.PLAN_SELECTED.value:
         return f"{p.get('plan')}" + (f"  ({short(p['reason'], 50)})" if p.get("reason") else "")
-    if t == "decision":
+    if t == EventType.DECISION.value:
         return f"{p.get('name')} = {short(p.get('chosen'), 50)}"
-    if t == "guardrail.tripwire":
+    if t == EventType.GUARDRAIL_TRIPWIRE.value:
         # a tripwire fired: it stopped the step, or only flagged it
         verdict = "BLOCKED" if p.get("blocked") else "flagged"
         reason = f"  ({short(p['reason'], 50)})" if p.get("reason") else ""
         return f"{p.get('guardrail')} ({p.get('stage')}): {verdict}{reason}"
-    if t == "guardrail.passed":
+    if t == EventType.GUARDRAIL_PASSED.value:
         return f"{p.get('guardrail')} ({p.get('stage')}): passed"
-    if t in ("output.accepted", "output.rejected"):
+    if t in (EventType.OUTPUT_ACCEPTED.value, EventType.OUTPUT_REJECTED.value):
         return f"by {p.get('by')}" + (f": {short(p['reason'], 50)}" if p.get("reason") else "")
-    if t == "handoff":
+    if t == EventType.HANDOFF.value:
         return f"{p.get('from')} -> {p.get('to')}"
-    if t in ("clock.read", "random.value"):
+    if t in (EventType.CLOCK_READ.value, EventType.RANDOM_VALUE.value):
         return short(p.get("value"), 60)
-    if t == "random.seed":
+    if t == EventType.RANDOM_SEED.value:
         return f"seed {p.get('seed')} ({p.get('source')})"
-    if t == "external.read":
+    if t == EventType.EXTERNAL_READ.value:
         key = f"[{p['key']}]" if p.get("key") is not None else ""
         return f"{p.get('source')}{key} = {short(p.get('value'), 50)}"
     return short(p, 70)
