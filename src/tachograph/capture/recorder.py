@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from ..errors import RecordingError, WriteFailed
 from ..record.event import Event, EventType
@@ -25,6 +25,11 @@ from ..store.base import Store
 from .seals import RunSeals, SealPlan, SealPolicy, configured_key, resolve_policy
 from .vouch import FIELD as UNVOUCHED_FIELD
 from .vouch import ToolLedger, warn_unvouched
+
+# Plain-str event types: ``EventType.X.value`` is a Python-level property on 3.11, and
+# these are read per recorded event.
+_RUN_FINISHED: Final = EventType.RUN_FINISHED.value
+
 
 __all__ = [
     "Durability",
@@ -537,7 +542,7 @@ class Recorder:
         """
         if not processed:
             payload = self.sealer.process(type, payload)
-        if type == EventType.RUN_FINISHED.value:
+        if type == _RUN_FINISHED:
             self._unvouched(self.ledger.observe(type, payload, self.sealer.next_seq))
             if self.ledger.unvouched:  # the run carries the fact (docs/replay.md)
                 payload = {
@@ -583,9 +588,9 @@ class Recorder:
             claimed = self.writer.claim(event) if now else None
             ticket = self.writer.submit(event) if claimed is None else claimed
             self._last_ticket = ticket
-            if type == EventType.RUN_FINISHED.value:
+            if type == _RUN_FINISHED:
                 self.finished = True
-        if type != EventType.RUN_FINISHED.value:
+        if type != _RUN_FINISHED:
             self._unvouched(self.ledger.observe(type, event.payload, event.seq))
         if claimed is not None:
             # The writer was idle: append here (outside the run's lock; the writer thread

@@ -20,7 +20,7 @@ import hmac
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from .canonical import canonical
 from .event import (
@@ -36,6 +36,13 @@ from .event import (
     new_event,
 )
 from .keycount import RepeatCounter
+
+# Plain-str event types: ``EventType.X.value`` is a Python-level property on 3.11, and
+# these are read per recorded event.
+_MODEL_REQUEST: Final = EventType.MODEL_REQUEST.value
+_RUN_STARTED: Final = EventType.RUN_STARTED.value
+_TOOL_REQUESTED: Final = EventType.TOOL_REQUESTED.value
+
 
 __all__ = [
     "HIDDEN",
@@ -74,7 +81,7 @@ def hide_key_secret(type_: str, payload: dict[str, Any], *, mark: bool = False) 
     erasure can reach it, so processors, observers, telemetry and what a person reads never
     get it. Exports keep it (the payload digest commits to it, and a replay needs it).
     """
-    if type_ != EventType.RUN_STARTED.value or KEY_SECRET_FIELD not in payload:
+    if type_ != _RUN_STARTED or KEY_SECRET_FIELD not in payload:
         return payload
     shown = dict(payload)
     if mark:
@@ -91,7 +98,7 @@ def process_payload(
     them (a secrets detector would take it for an API key) and put back after them."""
     if not processors:
         return payload
-    secret = payload.get(KEY_SECRET_FIELD) if type_ == EventType.RUN_STARTED.value else None
+    secret = payload.get(KEY_SECRET_FIELD) if type_ == _RUN_STARTED else None
     if secret is not None:
         payload = hide_key_secret(type_, payload)
     for processor in processors:
@@ -159,9 +166,9 @@ def key_args(type_: str, payload: Mapping[str, Any]) -> Any:
     """What the default key of a call is derived from, in its (processed) request payload:
     a tool's ``args``; a model call's ``request`` when it is an object, else its ``http`` and
     ``request`` (an HTTP transport's request); ``None`` for any other type."""
-    if type_ == EventType.TOOL_REQUESTED.value:
+    if type_ == _TOOL_REQUESTED:
         return payload.get("args")
-    if type_ == EventType.MODEL_REQUEST.value:
+    if type_ == _MODEL_REQUEST:
         request = payload.get("request")
         if isinstance(request, dict):
             return request
@@ -247,7 +254,7 @@ class KeyDeriver:
         self._counts.default(name, int(h, 16))
 
 
-_REQUESTS = frozenset({EventType.TOOL_REQUESTED.value, EventType.MODEL_REQUEST.value})
+_REQUESTS = frozenset({_TOOL_REQUESTED, _MODEL_REQUEST})
 
 
 class Sealer:
@@ -350,9 +357,9 @@ class Sealer:
         assert event.payload is not None
         assert event.salt is not None
         payload = self.process(event.type, dict(event.payload))
-        if event.type == EventType.RUN_STARTED.value:
+        if event.type == _RUN_STARTED:
             self._keys = KeyDeriver(self.run_id, key_secret_of(payload))
-        elif event.type == EventType.MODEL_REQUEST.value and "prompt_hash" in payload:
+        elif event.type == _MODEL_REQUEST and "prompt_hash" in payload:
             payload = with_prompt_hash(dict(payload))
         key = self._rekey(event, payload)
         if (
