@@ -42,6 +42,8 @@ __all__ = ["figures"]
 
 CALLS_PER_RUN = 2
 """Model calls per run: the call that asks for a tool, then the one that answers."""
+LONG_RUN = 20
+"""Calls in the long run that separates the adapter's per-call cost from the run's own."""
 LIMIT = 2.0
 """The target: recording at most doubles the cost of a model call, as for the frameworks."""
 
@@ -88,9 +90,9 @@ def _figure(lib: Any, srv: Any, settings: Settings) -> Figure:
     recorded = instrument(lib.Client(timeout=30))
     external = instrument(lib.Client(timeout=30), rules={("POST", "*/chat/completions"): EXTERNAL})
 
-    def conversation(client: Any) -> str:
+    def conversation(client: Any, calls: int = CALLS_PER_RUN) -> str:
         text = ""
-        for _ in range(CALLS_PER_RUN):
+        for _ in range(calls):
             reply = client.post(url, json=BODY)
             reply.raise_for_status()
             text = reply.json()["choices"][0]["message"]["content"] or ""
@@ -112,6 +114,15 @@ def _figure(lib: Any, srv: Any, settings: Settings) -> Figure:
 
         return sample
 
+    def long_runs() -> float:
+        # LONG_RUN calls in one run (POST as external.read): with the empty run's cost taken
+        # out, what the adapter itself adds to one call
+        t0 = time.perf_counter_ns()
+        for _ in range(runs):
+            with tachograph.record(db, actor="bench", input=None) as run:
+                run.output = conversation(external, LONG_RUN)
+        return (time.perf_counter_ns() - t0) / runs
+
     def empty_runs() -> float:
         t0 = time.perf_counter_ns()
         for _ in range(runs):
@@ -126,6 +137,7 @@ def _figure(lib: Any, srv: Any, settings: Settings) -> Figure:
         # what a run's start and end cost with no call in it: the part of the per-call figure
         # that a longer run spreads thinner
         empty = statistics.median(empty_runs() for _ in range(repeats))
+        long_run = statistics.median(long_runs() for _ in range(repeats))
         # the workload needs these clients and the server, so a miss is profiled here
         missed = (
             statistics.median(subj) / statistics.median(base) > LIMIT
@@ -139,6 +151,9 @@ def _figure(lib: Any, srv: Any, settings: Settings) -> Figure:
     baseline = measure_of(f"a plain {name}.Client", base, "ns/model call")
     ratio = subject.median / baseline.median
     read_ratio = statistics.median(read_subj) / statistics.median(read_base)
+    # the adapter's own cost per call: a long run's time less an empty run's, per call
+    marginal = max(long_run - empty, 0.0) / LONG_RUN
+    marginal_ratio = marginal / statistics.median(read_base)
     return Figure(
         key=f"adapter_{name}",
         title=f"httpx adapter ({name}): recording overhead per raw-HTTP model call (local fake "
@@ -154,6 +169,10 @@ def _figure(lib: Any, srv: Any, settings: Settings) -> Figure:
         extra={
             "library": name,
             "empty_run_ns": empty,
+            "long_run_calls": LONG_RUN,
+            "long_run_ns": long_run,
+            "marginal_ns_per_call": marginal,
+            "marginal_ratio": marginal_ratio,
             "external_read": {
                 "subject_median_ns": statistics.median(read_subj),
                 "baseline_median_ns": statistics.median(read_base),

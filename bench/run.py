@@ -13,6 +13,7 @@ import datetime as dt
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import platform
 import shutil
@@ -214,7 +215,16 @@ def run_suite(
                 continue
             t0 = time.perf_counter()
             module = importlib.import_module(f"bench.{name}")
-            produced: list[Figure] = module.figures(settings)
+            # A library may configure the root logger (the MCP server installs a rich handler
+            # at INFO): restore it after each module, or every later figure pays for
+            # printing its HTTP client's log lines.
+            logger = logging.getLogger()
+            handlers, level = list(logger.handlers), logger.level
+            try:
+                produced: list[Figure] = module.figures(settings)
+            finally:
+                logger.handlers[:] = handlers
+                logger.setLevel(level)
             for fig in produced:
                 # a miss, or a figure with no target yet: say where the time goes
                 wanted = not fig.passed or not fig.targets
