@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,8 +53,14 @@ POLICY_ENV = "TACHOGRAPH_PURPOSE_POLICY"
 """Environment variable naming a purpose policy file (TOML) to use instead of the default."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _match(event_type: str, pattern: str) -> bool:
+    # asked for every event a scoped read returns, with a handful of types and patterns
+    return fnmatch.fnmatchcase(event_type, pattern)
+
+
 def _matches(event_type: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(event_type, p) for p in patterns)
+    return any(_match(event_type, p) for p in patterns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +81,7 @@ class PurposeRule:
         if _matches(event_type, self.payloads):
             return "whole"
         for pattern, keys in self.fields.items():
-            if fnmatch.fnmatchcase(event_type, pattern):
+            if _match(event_type, pattern):
                 return keys
         return None
 
