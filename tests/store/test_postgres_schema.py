@@ -8,6 +8,8 @@ retention and a payload insert cannot interleave into an orphan.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tachograph.errors import DuplicateConflict, SequenceConflict
 from tachograph.store import verify_stored
 from tachograph.store.audit import AuditEntry, chain_audit
 from tachograph.store.postgres import EVENT_ID_LOOKUP, SCHEMA_VERSION, PostgresStore
@@ -274,3 +277,31 @@ def test_a_version_1_store_works_then_upgrades_to_what_a_new_install_is(
         store.append(more)
         assert verify_stored(store, "run-a").ok
         assert store.run_info("run-a").events == 125
+
+
+# -- the optimistic append ------------------------------------------------------------------
+
+
+def test_a_refused_pipelined_append_says_exactly_why_and_leaves_the_connection_clean(
+    pg_cluster: PgCluster, db: str, app: PostgresStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch in order is sent in one pipeline; when the database refuses it (a head that
+    moved, an id stored elsewhere) nothing is kept, the precise path names the conflict, and
+    psycopg has nothing to warn about."""
+    events = build_run("run-a", 4, tenant="acme")
+    app.append(events[:2])
+    other = build_run("run-b", 2, tenant="acme")
+    with caplog.at_level(logging.WARNING, logger="psycopg"):
+        with pytest.raises(DuplicateConflict):  # seq 1 is stored with other content
+            app.append([dataclasses.replace(other[1], run_id="run-a", seq=1)])
+        with pytest.raises(SequenceConflict):  # seq 3 after a head at 1: a gap
+            app.append(events[3:])
+        twin = dataclasses.replace(events[1], run_id="run-b", seq=0, prev_hash=None)
+        with pytest.raises(DuplicateConflict, match="already stored"):  # run-a's seq 1's id
+            app.append([twin])
+        assert app.append(events[:2])[0].duplicate  # re-sent: the original receipts
+        assert [r.seq for r in app.append(events[2:], durable=False)] == [2, 3]
+    assert [r for r in caplog.records if r.name.startswith("psycopg")] == []
+    assert app._conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert [e.seq for e in app.read("run-a")] == [0, 1, 2, 3]
+    assert verify_stored(app, "run-a").ok
