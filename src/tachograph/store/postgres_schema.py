@@ -8,14 +8,15 @@ What the database itself enforces, whoever connects (short of a superuser):
   ``SECURITY DEFINER`` functions that also write ``store_audit``.
 - **The chain.** A trigger on every event insert moves the run's head by compare-and-set:
   ``seq`` must be the run's count and ``prev_hash`` its head hash, else the insert fails; the
-  primary key ``(tenant, run_id, seq)`` is the backstop.
+  primary key ``(tenant, run_id, seq)`` is the backstop. Each payload has its event, in its
+  run and of the same type (``payloads_have_events``, once per INSERT statement).
 - **Roles.** Tables and functions belong to ``tachograph_owner`` (NOLOGIN). The writer role
   has INSERT and SELECT only (the run summary moves through the trigger); the reader SELECT.
 - **Tenants and purposes.** ``FORCE ROW LEVEL SECURITY`` on every table, keyed by the
   transaction-local settings ``tachograph.tenant`` and ``tachograph.purpose``. Reading a
   payload of a type that ``read_policy`` does not grant the purpose is an error.
-- **A schema that distributes.** Every unique key and index includes ``run_id``, no foreign key
-  leaves a run, envelopes and payloads keep their exact bytes (text and bytea, never jsonb),
+- **A schema that distributes.** Every unique key and index includes ``run_id``, no foreign
+  key at all, envelopes and payloads keep their exact bytes (text and bytea, never jsonb),
   no sequence anywhere; the run-keyed tables are hash-partitioned by ``run_id``.
 """
 
