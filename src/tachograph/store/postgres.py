@@ -12,6 +12,7 @@ A store opened with ``?tenant=T`` never sets any other tenant.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import urllib.parse
@@ -21,6 +22,7 @@ from typing import Any
 import orjson
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 
 from ..errors import (
     AppendRefused,
@@ -36,6 +38,7 @@ from ..errors import (
 )
 from ..record.event import Event, EventType
 from ..record.rows import StoredRow
+from . import postgres_migrations as migrations
 from . import postgres_schema as schema
 from .audit import AuditEntry, AuditRecord, chain_audit
 from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found
@@ -62,19 +65,52 @@ _PAYLOAD_PAGE_SQL = (
     "SELECT seq, body, salt FROM tachograph.payloads "
     "WHERE tenant = %s AND run_id = %s AND seq >= %s AND seq <= %s"
 )
+# Arrays go in binary (%b): no quoting and escaping of every element on the client, no text
+# parsing of every element (and hex decoding of every payload) on the server.
 _INSERT_EVENTS = (
     "INSERT INTO tachograph.events (tenant, run_id, seq, event_id, ts, type, actor, trace_id, "
     "span_id, idempotency_key, model, seed, payload_digest, prev_hash, hash, status) "
-    "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], "
-    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], "
-    "%s::text[], %s::text[], %s::text[], %s::text[])"
+    "SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], "
+    "%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::bigint[], "
+    "%b::text[], %b::text[], %b::text[], %b::text[])"
 )
 _INSERT_PAYLOADS = (
     "INSERT INTO tachograph.payloads (tenant, run_id, seq, type, salt, body) "
-    "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], "
-    "%s::bytea[])"
+    "SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], "
+    "%b::bytea[])"
 )
 _RUN_COLUMNS = "tenant, run_id, actor, started_at, last_at, events, head_hash, status"
+# The first event id of a batch that is stored anywhere in the tenant (one is enough to refuse
+# or to leave the optimistic path). ORDER BY event_id LIMIT 1 makes it a merge of index scans
+# of events_event_id (event_id leads), one probe per id and partition: the cost follows the
+# batch, not the store. A bare `event_id = ANY(...)` was planned as a read of all the
+# tenant's rows (the primary key's tenant prefix, or sequential scans) until statistics
+# caught up with a growing table. On Citus it is one multi-shard query, merged.
+EVENT_ID_LOOKUP = (
+    "SELECT event_id, run_id, seq, hash FROM tachograph.events "
+    "WHERE event_id = ANY(%b::text[]) AND tenant = %s ORDER BY event_id LIMIT 1"
+)
+
+
+class _Declined(Exception):
+    """The optimistic append found a stored event id: roll back, take the precise path."""
+
+
+def _continues_in_order(events: Sequence[Event]) -> bool:
+    """One tenant, distinct event ids, and each run's events consecutive and linked (the
+    first of each run is the database's to hold against the run's head)."""
+    tenant = events[0].tenant
+    last: dict[str, Event] = {}
+    ids: set[str] = set()
+    for ev in events:
+        before = last.get(ev.run_id)
+        if ev.tenant != tenant or ev.event_id in ids:
+            return False
+        if before is not None and (ev.seq != before.seq + 1 or ev.prev_hash != before.hash):
+            return False
+        last[ev.run_id] = ev
+        ids.add(ev.event_id)
+    return True
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -147,10 +183,14 @@ class PostgresStore(Store):
 
     @classmethod
     def install_schema(cls, admin_url: str, *, partitions: int = 8) -> bool:
-        """Install roles and schema through ``admin_url`` (a superuser); False if present."""
+        """Install roles and schema through ``admin_url`` (a superuser); False if present
+        (an older version is then upgraded in place, see :mod:`.postgres_migrations`)."""
         conninfo, _ = split_url(admin_url)
         with psycopg.connect(conninfo, autocommit=True) as conn:
-            return schema.install(conn, partitions=partitions)
+            created = schema.install(conn, partitions=partitions)
+            if not created:
+                migrations.upgrade(conn)
+            return created
 
     @classmethod
     def grant_login(
@@ -182,11 +222,15 @@ class PostgresStore(Store):
 
     def _open(self, *, create: bool, partitions: int) -> None:
         cur = self._conn.cursor()
+        cur.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        row = cur.fetchone()
+        may_install = create and row is not None and bool(row[0])
         cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema.SCHEMA,))
-        if cur.fetchone() is None:
-            cur.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
-            row = cur.fetchone()
-            if create and row is not None and row[0]:
+        if cur.fetchone() is not None:
+            if may_install:
+                migrations.upgrade(self._conn)  # a no-op at the current version
+        else:
+            if may_install:
                 schema.install(self._conn, partitions=partitions)
             else:
                 raise StoreNotFound(
@@ -275,6 +319,9 @@ class PostgresStore(Store):
         if not events:
             return []
         with self._lock:
+            receipts = self._append_optimistic(events, durable)
+            if receipts is not None:
+                return receipts
             for attempt in range(_CONFLICT_RETRIES + 1):
                 try:
                     with self._conn.transaction():
@@ -299,6 +346,48 @@ class PostgresStore(Store):
                         ) from exc
                     raise self._translate(exc, events[0].run_id) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _append_optimistic(self, events: Sequence[Event], durable: bool) -> list[Receipt] | None:
+        """The usual batch (new events of one tenant, each run's in order and linked) in one
+        pipeline: scope, the cross-run event-id lookup and both inserts are sent at once, and
+        the transaction commits only if the lookup found none of the ids. The chain trigger
+        holds each run's first event against its head. Anything else (a re-sent event, a
+        head that moved, any error) rolls everything back and returns None: the precise path
+        then says exactly what is wrong, or dedupes."""
+        if not _continues_in_order(events):
+            return None
+        conn = self._conn
+        tenant = events[0].tenant
+        clear = False
+        try:
+            # BEGIN and COMMIT by hand, and every failure caught inside the pipeline: psycopg
+            # logs a warning for a pipeline left with an error in flight (transaction() in a
+            # pipeline does so for every failed statement), and failing is how this declines.
+            with conn.pipeline() as pipeline:
+                try:
+                    cur = conn.cursor()
+                    cur.execute("BEGIN")
+                    if not durable:
+                        cur.execute("SET LOCAL synchronous_commit = off")
+                    self._scope(cur, tenant)
+                    lookup = conn.cursor()
+                    lookup.execute(EVENT_ID_LOOKUP, ([ev.event_id for ev in events], tenant))
+                    self._insert(cur, events)
+                    pipeline.sync()
+                    clear = not lookup.fetchall()
+                    if clear:
+                        cur.execute("COMMIT")
+                except psycopg.Error:
+                    clear = False
+        except psycopg.Error:  # the commit failed, or the connection did
+            clear = False
+        finally:
+            if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    conn.rollback()  # declined or interrupted: never leave a transaction open
+        if not clear:
+            return None
+        return [Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash) for ev in events]
 
     def _append_txn(self, events: Sequence[Event], durable: bool) -> list[Receipt]:
         cur = self._conn.cursor()
@@ -396,11 +485,7 @@ class PostgresStore(Store):
                     expected=twin.hash,
                     actual=ev.hash,
                 )
-        cur.execute(
-            "SELECT event_id, run_id, seq, hash FROM tachograph.events "
-            "WHERE event_id = ANY(%s) AND tenant = %s",
-            ([ev.event_id for ev in fresh], tenant),
-        )
+        cur.execute(EVENT_ID_LOOKUP, ([ev.event_id for ev in fresh], tenant))
         for event_id, run_id, seq, digest in cur.fetchall():
             ev = seen[event_id]
             raise DuplicateConflict(
@@ -412,7 +497,7 @@ class PostgresStore(Store):
             )
 
     @staticmethod
-    def _insert(cur: psycopg.Cursor[Any], fresh: list[Event]) -> None:
+    def _insert(cur: psycopg.Cursor[Any], fresh: Sequence[Event]) -> None:
         columns: list[list[Any]] = [[] for _ in range(16)]
         bodies: list[bytes | None] = []
         for ev in fresh:

@@ -8,14 +8,15 @@ What the database itself enforces, whoever connects (short of a superuser):
   ``SECURITY DEFINER`` functions that also write ``store_audit``.
 - **The chain.** A trigger on every event insert moves the run's head by compare-and-set:
   ``seq`` must be the run's count and ``prev_hash`` its head hash, else the insert fails; the
-  primary key ``(tenant, run_id, seq)`` is the backstop.
+  primary key ``(tenant, run_id, seq)`` is the backstop. Each payload has its event, in its
+  run and of the same type (``payloads_have_events``, once per INSERT statement).
 - **Roles.** Tables and functions belong to ``tachograph_owner`` (NOLOGIN). The writer role
   has INSERT and SELECT only (the run summary moves through the trigger); the reader SELECT.
 - **Tenants and purposes.** ``FORCE ROW LEVEL SECURITY`` on every table, keyed by the
   transaction-local settings ``tachograph.tenant`` and ``tachograph.purpose``. Reading a
   payload of a type that ``read_policy`` does not grant the purpose is an error.
-- **A schema that distributes.** Every unique key and index includes ``run_id``, no foreign key
-  leaves a run, envelopes and payloads keep their exact bytes (text and bytea, never jsonb),
+- **A schema that distributes.** Every unique key and index includes ``run_id``, no foreign
+  key at all, envelopes and payloads keep their exact bytes (text and bytea, never jsonb),
   no sequence anywhere; the run-keyed tables are hash-partitioned by ``run_id``.
 """
 
@@ -36,12 +37,14 @@ __all__ = [
     "STORE_TABLES",
     "TENANT_TABLES",
     "WRITER",
+    "function_sql",
     "install",
     "schema_sql",
+    "statement_triggers",
 ]
 
 SCHEMA = "tachograph"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 OWNER = "tachograph_owner"
 WRITER = "tachograph_writer"
 READER = "tachograph_reader"
@@ -81,21 +84,21 @@ CREATE TABLE tachograph.events (
     hash text NOT NULL,
     status text,  -- run.finished's status, for the run summary; not part of the envelope
     PRIMARY KEY (tenant, run_id, seq),
-    UNIQUE (tenant, run_id, event_id),
-    UNIQUE (tenant, run_id, seq, type)  -- what a payload's foreign key names
+    -- Event ids are unique within a run. event_id leads: the append's cross-run lookup
+    -- (event_id = ANY(...)) is then one index probe per id and partition, whatever the size.
+    CONSTRAINT events_event_id UNIQUE (event_id, run_id, tenant)
 ) PARTITION BY HASH (run_id);
-CREATE INDEX events_event_id ON tachograph.events (event_id, run_id);
 
 CREATE TABLE tachograph.payloads (
     tenant text NOT NULL,
     run_id text NOT NULL,
     seq bigint NOT NULL,
-    type text NOT NULL,  -- the event's type (the foreign key holds it): the purpose policy reads it
+    type text NOT NULL,  -- the event's type (payloads_have_events holds it): the policy reads it
     salt text,
     body bytea,          -- the payload's JSON bytes exactly as appended
-    PRIMARY KEY (tenant, run_id, seq),
-    FOREIGN KEY (tenant, run_id, seq, type)
-        REFERENCES tachograph.events (tenant, run_id, seq, type)
+    PRIMARY KEY (tenant, run_id, seq)
+    -- Each payload's event, of the same type, is checked once per statement by the trigger
+    -- payloads_have_events: a foreign key probed the partitioned events row by row.
 ) PARTITION BY HASH (run_id);
 
 CREATE TABLE tachograph.runs (
@@ -263,18 +266,12 @@ END $$;
 -- Compare-and-set of each run's head, once per INSERT statement (a row trigger would update
 -- the summary row once per event: a chain of row versions that grows with the batch). The
 -- statement's events of a run must be contiguous (the primary key makes seqs unique), linked
--- by prev_hash, and start at the run's head; the head moves only if it is still there.
-CREATE FUNCTION tachograph.events_chain() RETURNS trigger
+-- by prev_hash, and start at the run's head; the head moves only if it is still there. Runs
+-- are taken in key order, so that two batches over the same runs lock them in the same order.
+CREATE OR REPLACE FUNCTION tachograph.events_chain() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
 DECLARE r record; n bigint; bad record;
 BEGIN
-    SELECT d.run_id INTO bad FROM tachograph.deleted_runs d
-      JOIN (SELECT DISTINCT tenant, run_id FROM new_rows) k
-        ON k.tenant = d.tenant AND k.run_id = d.run_id LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'tachograph: run % was deleted by retention; its id cannot be used again',
-            quote_literal(bad.run_id) USING ERRCODE = 'TG006';
-    END IF;
     SELECT b.run_id, b.seq INTO bad FROM new_rows a JOIN new_rows b
         ON b.tenant = a.tenant AND b.run_id = a.run_id AND b.seq = a.seq + 1
      WHERE b.prev_hash IS DISTINCT FROM a.hash LIMIT 1;
@@ -294,9 +291,16 @@ BEGIN
                bool_or(type = 'run.finished') AS finished,
                (array_agg(status ORDER BY seq DESC) FILTER (WHERE type = 'run.finished'))[1]
                    AS status
-          FROM new_rows GROUP BY tenant, run_id
+          FROM new_rows GROUP BY tenant, run_id ORDER BY tenant, run_id
     LOOP
         n := 0;
+        -- A run deleted by retention has no summary row: a new one must not start there (a
+        -- later seq finds no head to move, below). One index probe per new run.
+        IF r.first = 0 AND tachograph.run_deleted(r.tenant, r.run_id) THEN
+            RAISE EXCEPTION
+                'tachograph: run % was deleted by retention; its id cannot be used again',
+                quote_literal(r.run_id) USING ERRCODE = 'TG006';
+        END IF;
         IF r.last - r.first + 1 = r.cnt THEN
             IF r.first = 0 AND r.first_prev IS NULL THEN
                 INSERT INTO tachograph.runs
@@ -314,6 +318,12 @@ BEGIN
                 GET DIAGNOSTICS n = ROW_COUNT;
             END IF;
         END IF;
+        IF n <> 1 AND tachograph.run_deleted(r.tenant, r.run_id) THEN
+            -- deleted before, or while this append waited for the run's summary row
+            RAISE EXCEPTION
+                'tachograph: run % was deleted by retention; its id cannot be used again',
+                quote_literal(r.run_id) USING ERRCODE = 'TG006';
+        END IF;
         IF n <> 1 THEN
             RAISE EXCEPTION 'tachograph: run % seq % does not follow the run''s head',
                 quote_literal(r.run_id), r.first
@@ -321,6 +331,33 @@ BEGIN
                     'run_id', r.run_id, 'seq', r.first)::text;
         END IF;
     END LOOP;
+    RETURN NULL;
+END $$;
+
+-- Once per INSERT statement, what a foreign key to events did row by row: every new payload
+-- has its event in its run, of the same type. The runs' summary rows are locked first (KEY
+-- SHARE; an append already holds them through the head's compare-and-set): retention locks
+-- them before it deletes, so no payload commits beside events a retention is deleting.
+CREATE OR REPLACE FUNCTION tachograph.payloads_have_events() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+DECLARE k record; bad record;
+BEGIN
+    FOR k IN SELECT DISTINCT tenant, run_id FROM new_rows ORDER BY tenant, run_id LOOP
+        -- one index probe per run (a join was planned as a scan of every summary row)
+        PERFORM 1 FROM tachograph.runs r WHERE r.tenant = k.tenant AND r.run_id = k.run_id
+           FOR KEY SHARE;
+    END LOOP;
+    SELECT n.run_id, n.seq, n.type INTO bad FROM new_rows n
+     WHERE NOT EXISTS (
+        SELECT 1 FROM tachograph.events e
+         WHERE e.tenant = n.tenant AND e.run_id = n.run_id AND e.seq = n.seq
+           AND e.type = n.type)
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'tachograph: payload of run % seq % has no event of type % there',
+            quote_literal(bad.run_id), bad.seq, quote_literal(bad.type)
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
     RETURN NULL;
 END $$;
 
@@ -416,10 +453,13 @@ END $$;
 
 -- Delete a whole run of this transaction's tenant (retention): the number of events, or NULL
 -- if the run is not there. Its id stays taken; the audit record goes in the same transaction.
-CREATE FUNCTION tachograph.delete_run_rows(p_run_id text) RETURNS bigint
+-- The summary row is locked first: a concurrent append (the head's compare-and-set) or payload
+-- insert (payloads_have_events) waits for this transaction, then finds the run deleted.
+CREATE OR REPLACE FUNCTION tachograph.delete_run_rows(p_run_id text) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
 DECLARE t text := tachograph.one_tenant(); n bigint;
 BEGIN
+    PERFORM 1 FROM tachograph.runs WHERE tenant = t AND run_id = p_run_id FOR UPDATE;
     SELECT count(*) INTO n FROM tachograph.events WHERE tenant = t AND run_id = p_run_id;
     IF n = 0 AND NOT EXISTS (
         SELECT 1 FROM tachograph.runs WHERE tenant = t AND run_id = p_run_id) THEN
@@ -498,26 +538,36 @@ _ROW_TRIGGERS = {
     "checkpoints": (("append_only", "BEFORE UPDATE OR DELETE", "refuse"),),
 }
 
-_STATEMENT_TRIGGERS = {"events": "events_chain", "seals": "seals_contiguous"}
+_STATEMENT_TRIGGERS = {
+    "events": "events_chain",
+    "payloads": "payloads_have_events",
+    "seals": "seals_contiguous",
+}
 """Statement triggers with a transition table, on the table and each partition."""
 
 _AUDITED = {"payloads": "UPDATE", "events": "DELETE"}
 """Changes that commit only beside a store-audit record of the same transaction."""
 
 
-def _triggers(table: str, partitions: Sequence[str]) -> list[str]:
-    """Append-only triggers, all ``ENABLE ALWAYS``. Row triggers of a partitioned table are
-    cloned to its partitions; statement (TRUNCATE) triggers are not, so those go on each."""
-    out: list[str] = []
+def statement_triggers(table: str, partitions: Sequence[str]) -> list[str]:
+    """The table's AFTER INSERT statement trigger (if any), on the table and each partition:
+    a statement trigger fires for the table the statement names, and is not cloned."""
     statement = _STATEMENT_TRIGGERS.get(table)
+    out: list[str] = []
     for target in [table, *partitions] if statement else []:
-        # A statement trigger fires for the table the statement names.
         out += [
             f"CREATE TRIGGER {statement} AFTER INSERT ON tachograph.{target} "
             "REFERENCING NEW TABLE AS new_rows "
             f"FOR EACH STATEMENT EXECUTE FUNCTION tachograph.{statement}()",
             f"ALTER TABLE tachograph.{target} ENABLE ALWAYS TRIGGER {statement}",
         ]
+    return out
+
+
+def _triggers(table: str, partitions: Sequence[str]) -> list[str]:
+    """Append-only triggers, all ``ENABLE ALWAYS``. Row triggers of a partitioned table are
+    cloned to its partitions; statement (TRUNCATE) triggers are not, so those go on each."""
+    out = statement_triggers(table, partitions)
     if table in _AUDITED:
         for target in partitions or [table]:
             out += [
@@ -587,6 +637,15 @@ def _split(script: str) -> list[str]:
     return out
 
 
+def function_sql(*names: str) -> list[str]:
+    """The ``CREATE OR REPLACE FUNCTION`` statements of the schema's functions ``names``."""
+    wanted = [f"CREATE OR REPLACE FUNCTION tachograph.{name}(" for name in names]
+    out = [s for s in _split(_FUNCTIONS) if any(w in s for w in wanted)]
+    if len(out) != len(names):
+        raise ValueError(f"not all of {names} are replaceable functions of the schema")
+    return out
+
+
 def schema_sql(*, partitions: int = 8) -> list[str]:
     """Every statement that builds the schema, in order, run as the owner role."""
     if partitions < 0:
@@ -618,7 +677,8 @@ def schema_sql(*, partitions: int = 8) -> list[str]:
 
 def install(conn: Any, *, partitions: int = 8) -> bool:
     """Install the schema through ``conn`` (a psycopg connection of a superuser, or of a role
-    that can create roles and is a member of the owner role). Returns False if it was there.
+    that can create roles and is a member of the owner role). Returns False if it was there
+    (an older version is then upgraded by :func:`.postgres_migrations.upgrade`).
 
     One transaction: the schema appears whole or not at all.
     """

@@ -1,0 +1,94 @@
+"""Upgrades of the PostgreSQL schema of :mod:`tachograph.store.postgres_schema` in place.
+
+``meta.schema_version`` says which version a database holds. :func:`upgrade` runs the
+migrations from there to :data:`~tachograph.store.postgres_schema.SCHEMA_VERSION` in one
+transaction, as the owner role, under the lock that installing takes: a database is at one
+version or the next, never between. ``PostgresStore.install_schema`` upgrades a schema it
+finds, and so does a store opened by a superuser with ``create=True``; a store of an older
+version keeps working for the roles that may not upgrade it (what a version adds is speed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import postgres_schema as schema
+
+__all__ = ["MIGRATIONS", "upgrade"]
+
+SCHEMA = schema.SCHEMA
+
+
+def _partitions(cur: Any, table: str) -> list[str]:
+    cur.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = %s::regclass ORDER BY c.relname",
+        (f"{SCHEMA}.{table}",),
+    )
+    return [str(r[0]) for r in cur.fetchall()]
+
+
+def _constraints(cur: Any, table: str, kind: str) -> list[str]:
+    cur.execute(
+        # conparentid 0: a foreign key to a partitioned table also has a row per partition
+        "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = %s "
+        "AND conparentid = 0 ORDER BY conname",
+        (f"{SCHEMA}.{table}", kind),
+    )
+    return [str(r[0]) for r in cur.fetchall()]
+
+
+_CHANGED_IN_2 = ("events_chain", "payloads_have_events", "delete_run_rows")
+
+
+def _migration_2(cur: Any) -> list[str]:
+    """Version 1 to 2, for appends without per-row checks. The payloads' foreign key to
+    events becomes the statement trigger ``payloads_have_events``; the events' unique key
+    ``(tenant, run_id, seq, type)``, which only that key used, goes; the unique key
+    ``(tenant, run_id, event_id)`` and the index ``(event_id, run_id)`` become one unique key
+    ``(event_id, run_id, tenant)``; retention locks the run's summary row before it deletes."""
+    out = [f'ALTER TABLE {SCHEMA}.payloads DROP CONSTRAINT "{name}"'
+           for name in _constraints(cur, "payloads", "f")]  # fmt: skip
+    out += [f'ALTER TABLE {SCHEMA}.events DROP CONSTRAINT "{name}"'
+            for name in _constraints(cur, "events", "u")]  # fmt: skip
+    out += [
+        f"DROP INDEX IF EXISTS {SCHEMA}.events_event_id",
+        f"ALTER TABLE {SCHEMA}.events ADD CONSTRAINT events_event_id "
+        "UNIQUE (event_id, run_id, tenant)",
+    ]
+    out += schema.function_sql(*_CHANGED_IN_2)
+    out += schema.statement_triggers("payloads", _partitions(cur, "payloads"))
+    return out
+
+
+MIGRATIONS: dict[int, Callable[[Any], list[str]]] = {2: _migration_2}
+"""``version -> statements`` that bring a schema of ``version - 1`` to ``version`` (given a
+cursor of the owner on the database, to read what is there)."""
+
+
+def upgrade(conn: Any) -> int:
+    """Bring an installed schema to the current version through ``conn`` (a superuser or a
+    member of the owner role), in one transaction; returns the version it was at (0 when
+    there is no schema: then nothing is done). A newer schema is left as it is."""
+    with conn.transaction():
+        cur = conn.cursor()
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext('tachograph.install'))")
+        cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (SCHEMA,))
+        if cur.fetchone() is None:
+            return 0
+        cur.execute(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema_version'")
+        row = cur.fetchone()
+        found = int(row[0]) if row else 1
+        if found >= schema.SCHEMA_VERSION:
+            return found
+        cur.execute(f"SET LOCAL ROLE {schema.OWNER}")
+        for version in range(found + 1, schema.SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version](cur):
+                cur.execute(statement)
+        cur.execute(
+            f"UPDATE {SCHEMA}.meta SET value = %s WHERE key = 'schema_version'",
+            (str(schema.SCHEMA_VERSION),),
+        )
+        cur.execute("RESET ROLE")
+    return found
