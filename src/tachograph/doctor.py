@@ -131,19 +131,19 @@ def _permissions(store: Store) -> Iterator[Finding]:
 
 @register_check("schema")
 def _schema(store: Store) -> Iterator[Finding]:
-    from .store.sqlite import SCHEMA_VERSION
-
+    # each engine has its own numbering: compare with what this engine writes
+    current = getattr(type(store), "current_schema_version", None)
     version = getattr(store, "schema_version", None)
-    if version is None:
+    if version is None or current is None:
         return
-    if version == SCHEMA_VERSION:
+    if version == current:
         yield Finding("schema", "ok", f"schema version {version} (current)")
     else:
         yield Finding(
             "schema",
             "warning",
-            f"schema version {version}; this tachograph writes {SCHEMA_VERSION}",
-            "Open it once with write access (any recording command) to upgrade it.",
+            f"schema version {version}; this tachograph writes {current}",
+            str(getattr(type(store), "upgrade_advice", "")),
         )
 
 

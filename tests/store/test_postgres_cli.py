@@ -56,6 +56,11 @@ def test_demo_and_every_read_command_work_on_postgres(
     )  # fmt: skip
     every = json.loads(_tacho(child_env, tmp_path, *store, "verify", "--all", "--json").stdout)
     assert every["ok"] is True, every
+    # doctor compares the schema with what this engine writes (it used to hold PostgreSQL's
+    # numbering against SQLite's and warn on every PostgreSQL store)
+    doctor = _tacho(child_env, tmp_path, *store, "doctor", "--json", check=False)
+    schema = [f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "schema"]
+    assert [f["level"] for f in schema] == ["ok"], schema
 
 
 def _fill_sqlite(path: Path, runs: int, length: int) -> dict[str, list[Any]]:

@@ -17,7 +17,7 @@ import dataclasses
 import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import psycopg
@@ -256,6 +256,12 @@ class PostgresStore(Store):
                 expected=SCHEMA_VERSION,
                 actual=version,
             )
+
+    current_schema_version: ClassVar[int] = SCHEMA_VERSION
+    """The schema version this tachograph writes."""
+    upgrade_advice: ClassVar[str] = (
+        "Upgrade it once as its administrator: PostgresStore.install_schema(ADMIN_URL)."
+    )
 
     @property
     def schema_version(self) -> int:

@@ -19,7 +19,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -474,6 +474,12 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 "nothing was written",
                 location=self.path,
             )
+
+    current_schema_version: ClassVar[int] = SCHEMA_VERSION
+    """The schema version this tachograph writes (an older file is upgraded on open)."""
+    upgrade_advice: ClassVar[str] = (
+        "Open it once with write access (any recording command) to upgrade it."
+    )
 
     @property
     def schema_version(self) -> int:
