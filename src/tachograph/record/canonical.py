@@ -235,8 +235,9 @@ def canonical(value: Any, path: str = "value") -> bytes:
             # sequences as there are such floats, none is inside a string, and dropping the
             # ".0" of each gives the JCS bytes, with no copy of the value.
             out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-            if out.count(b".0,") + out.count(b".0]") + out.count(b".0}") == flags:
-                out = out.replace(b".0,", b",").replace(b".0]", b"]").replace(b".0}", b"}")
+            dropped, found = _DOT_ZERO_BEFORE_END.subn(b"", out)
+            if found == flags:
+                out = dropped
             else:
                 out = orjson.dumps(_rewrite(value), option=orjson.OPT_SORT_KEYS)
         else:
