@@ -388,7 +388,7 @@ def verify_cmd(
         with _open_store_at(target) as store:
             source = store.url
             reports = _verify_reports(store, out, None, workers)
-            verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
+            verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
             blobs = blobcheck.check_store(store, reports)
         target = None
     elif target is not None and (Path(target).is_file() or _looks_like_file(target)):
@@ -403,7 +403,7 @@ def verify_cmd(
         with open_store() as store:
             source = store.url
             reports = _verify_reports(store, out, target, workers)
-            verdicts = _seal_verdicts(store, reports, keys, witnesses, witness_keys)
+            verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
             if target is not None:  # one run: say what its record cannot vouch for
                 for r in reports:
                     if r.run_id is not None:
@@ -428,7 +428,7 @@ def verify_cmd(
                 "ok": not failed and not empty_file,
                 "runs": [
                     {
-                        **_with_blobs(_with_seal(r, verdicts), r, blobs),
+                        **_with_blobs(with_seal(r, verdicts.get((r.tenant, r.run_id))), r, blobs),
                         **(
                             {"unvouched": unvouched[(r.tenant, r.run_id)]}
                             if unvouched.get((r.tenant, r.run_id))
@@ -498,18 +498,10 @@ def seal_verdicts_of(
     store: Store,
     reports: list[VerifyReport],
     keys: tuple[str, ...] = (),
+    witnesses: tuple[str, ...] = (),
+    witness_keys: tuple[str, ...] = (),
 ) -> dict[Any, Any]:
     """The sealing verdict of each verified report's run, as ``tacho verify`` gives it."""
-    return _seal_verdicts(store, reports, keys, (), ())
-
-
-def _seal_verdicts(
-    store: Store,
-    reports: list[VerifyReport],
-    keys: tuple[str, ...],
-    witnesses: tuple[str, ...],
-    witness_keys: tuple[str, ...],
-) -> dict[Any, Any]:
     # The sealing commands are optional (they need the [seal] extra to check signatures).
     try:
         from .seal import seal_verdicts
@@ -541,12 +533,7 @@ def render_with_seal(report: VerifyReport, verdict: Any) -> str:
 
 def with_seal(report: VerifyReport, verdict: Any) -> dict[str, Any]:
     """A run's verification report as JSON, with its sealing verdict (``seal``, ``sealed``)."""
-    return _with_seal(report, {(report.tenant, report.run_id): verdict})
-
-
-def _with_seal(report: VerifyReport, verdicts: dict[Any, Any]) -> dict[str, Any]:
     data = report.to_dict()
-    verdict = verdicts.get((report.tenant, report.run_id))
     if verdict is not None:
         data["seal"] = verdict.to_dict()
         data["sealed"] = verdict.status == "sealed"

@@ -173,14 +173,11 @@ class _Engine:
         # Whole-payload pre-check: the hints, and the substrings of the secret field names.
         fields: tuple[str, ...] = ("pass", "pwd", "secret", "api", "authorization", "cookie")
         fields += ("private_key", *(f for f in SECRET_FIELDS if f.endswith("_token")))
-        blob_hints = self.hints + (fields if secrets else ())
-        self.blob_hints = tuple(dict.fromkeys(h.encode() for h in blob_hints))
+        blob_hints = dict.fromkeys(h.encode() for h in self.hints + (fields if secrets else ()))
         # one pass over the bytes for all of them: some six times faster than a substring
         # test per hint (there are about forty)
         self.blob_pattern = (
-            re.compile(b"|".join(re.escape(h) for h in self.blob_hints))
-            if self.blob_hints
-            else None
+            re.compile(b"|".join(re.escape(h) for h in blob_hints)) if blob_hints else None
         )
 
     def clean(self, payload: dict[str, Any]) -> bool:
