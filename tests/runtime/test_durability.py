@@ -337,3 +337,25 @@ def test_a_store_closed_under_a_recording_is_not_asked_for_seals_again(tmp_path:
         errors = len(writer.seals.errors)
         assert not writer.seals.active  # the run is no longer tracked
     assert 1 <= errors <= 2
+
+
+def test_a_processor_that_edits_in_place_keys_the_call_on_what_it_left(
+    store: tg.SQLiteStore,
+) -> None:
+    """The key is derived from the processed arguments even when a processor changes them in
+    place (same object): the masked address, never the real one (SPEC section 5)."""
+    from tachograph.record.seal import KeyDeriver, key_secret_of
+
+    def mask_in_place(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+        args = payload.get("args")
+        if event_type == "tool.requested" and isinstance(args, dict) and "email" in args:
+            args["email"] = "[email]"
+        return payload
+
+    with tg.record(store, actor="a", run_id="inplace", processors=[mask_in_place]):
+        find_customer("ann@example.com")
+    events = store.events("inplace")
+    request = next(e for e in events if e.type == "tool.requested")
+    assert request.payload["args"] == {"email": "[email]"}
+    keys = KeyDeriver("inplace", key_secret_of(events[0].payload))
+    assert request.idempotency_key == keys.key("find_customer", {"email": "[email]"})

@@ -169,7 +169,7 @@ class Session:
         what = "tool" if kind is CallKind.TOOL else "model"
         field = "args" if kind is CallKind.TOOL else "request"
         try:
-            request_jcs = canonical(request, f"{name}.{field}")
+            canonical(request, f"{name}.{field}")
         except ProfileError as exc:
             raise ProfileError(
                 f"{what} {name!r}: {exc}",
@@ -193,14 +193,11 @@ class Session:
             # the prompt hash and the key come from the processed request (SPEC section 5)
             payload = with_prompt_hash(self.process(_MODEL_REQUEST, payload))
         kind_type = _TOOL_REQUESTED if kind is CallKind.TOOL else _MODEL_REQUEST
-        if isinstance(key, str):
-            call_key = key
-        else:
-            args = key_args(kind_type, payload)
-            # the processors mostly hand the request back untouched: its bytes are known
-            call_key = self.make_key(
-                name, args, key, args_jcs=request_jcs if args is request else None
-            )
+        # The key is derived from the processed arguments' own bytes, never from the bytes
+        # checked above: a processor may change the request in place (SPEC section 5).
+        call_key = (
+            key if isinstance(key, str) else self.make_key(name, key_args(kind_type, payload), key)
+        )
         ticket = CallTicket(
             self,
             kind=kind,
