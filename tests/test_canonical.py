@@ -346,6 +346,7 @@ def test_integral_floats_print_as_integers_on_the_fast_path() -> None:
 # ".0" inside a string, a key or next to a negative zero is tried.
 _tricky_texts = st.sampled_from(
     ["1.0,", "x.0]", ".0}", "-0,", "1e5", "2E3", "0" * 16, "a.0", "25.0", "{", "[[", "é.0,"]
+    + ['"1.0,', '\\', 'a\\"', '\\".0]', '\\\\"2.0}', '"', '-0.0,', "\n1.0,"]
 )
 _parsed_scalars = _scalars | _tricky_texts
 _parsed_values = st.recursive(
@@ -375,6 +376,34 @@ def test_jcs_of_parsed_is_canonical_or_declines(value: dict[str, Any]) -> None:
     assert fast == rfc8785.dumps(parsed)
 
 
+# Mostly integral floats (the values that send a payload down this path), mixed with the
+# tricky strings, so that the fast path itself is taken often, not only declined.
+# (the spellings it declines, exponents, 16 digits and -0.0, are the other test's: here they
+# would make nearly every example decline)
+_integral_floats = st.integers(-(10**9), 10**9).map(float) | st.sampled_from(
+    [0.0, 1e14, 0.5, 3.25]
+)
+_float_heavy = st.recursive(
+    _integral_floats | _tricky_texts | _texts,
+    lambda inner: (
+        st.lists(inner, max_size=6) | st.dictionaries(_keys | _tricky_texts, inner, max_size=6)
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=500)
+@given(st.dictionaries(_keys | _tricky_texts, _float_heavy, min_size=1, max_size=6))
+def test_jcs_of_parsed_on_float_heavy_payloads(value: dict[str, Any]) -> None:
+    from tachograph.record.canonical import jcs_of_parsed
+
+    parsed = orjson.loads(orjson.dumps(value))
+    fast = jcs_of_parsed(parsed, orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS))
+    if fast is not None:
+        assert fast == canonical_exact(parsed)
+        assert fast == rfc8785.dumps(parsed)
+
+
 def test_jcs_of_parsed_takes_the_common_float_payload() -> None:
     from tachograph.record.canonical import jcs_of_parsed
 
@@ -382,5 +411,11 @@ def test_jcs_of_parsed_takes_the_common_float_payload() -> None:
     parsed = orjson.loads(orjson.dumps(payload))
     fast = jcs_of_parsed(parsed, orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS))
     assert fast == canonical_exact(payload)
-    tricked = {"note": "1.0,", "n": 2.0}
-    assert jcs_of_parsed(tricked, orjson.dumps(tricked, option=orjson.OPT_SORT_KEYS)) is None
+    # a string that holds what the drop edits, escaped quotes and backslashes: the strings
+    # are left alone and the floats still take the fast path
+    for tricked in (
+        {"note": "1.0,", "n": 2.0},
+        {"note": 'say "3.0," \\', "n": [2.0, {"k\\": "x\\\\"}], "m": '\\"4.0}'},
+    ):
+        fast = jcs_of_parsed(tricked, orjson.dumps(tricked, option=orjson.OPT_SORT_KEYS))
+        assert fast == canonical_exact(tricked) == rfc8785.dumps(tricked)

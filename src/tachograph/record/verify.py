@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -384,11 +385,15 @@ class LineChecker:
         Check 1 runs on stored values too: SQLite columns are not strictly typed, and a
         tampered row must produce a report, never an exception.
         """
+        row = _plain_row(event)
+        if row is not None:
+            self._feed_plain(row, event.payload if self.decoded else None)
+            return
         pos = self.position
         self.position += 1
         if self.run_id is None:
             self.run_id, self.tenant = event.run_id, event.tenant
-        problem = _check_event_format(event)
+        problem = _check_event_format_fully(event)
         if problem is not None:
             self._fail_at(pos, Check.FORMAT, problem, None)
             self.prev_recomputed = None
@@ -413,14 +418,20 @@ class LineChecker:
         """Check one stored row (see :class:`~tachograph.record.rows.StoredRow`) without
         building an Event. A row that is not plainly well formed takes the full path of
         :meth:`feed_event`."""
-        (tenant, run_id, seq, event_id, ts, kind, actor, trace_id, span_id, key, model, seed,
-         digest, prev_hash, stored_hash, body, salt) = row  # fmt: skip
         if not _row_plainly_well_formed(row):
+            (tenant, run_id, seq, event_id, ts, kind, actor, trace_id, span_id, key, model,
+             seed, digest, prev_hash, stored_hash, body, salt) = row  # fmt: skip
             self.feed_event(
                 Event(1, tenant, run_id, seq, event_id, ts, kind, actor, trace_id, span_id, key,
                       model, seed, digest, prev_hash, stored_hash, None, salt, body)
             )  # fmt: skip
             return
+        self._feed_plain(row, None)
+
+    def _feed_plain(self, row: tuple[Any, ...], parsed: Any) -> None:
+        # a row _row_plainly_well_formed admitted; ``parsed`` is its decoded payload, if known
+        (tenant, run_id, seq, event_id, ts, kind, actor, trace_id, span_id, key, model, seed,
+         digest, prev_hash, stored_hash, body, salt) = row  # fmt: skip
         pos = self.position
         self.position += 1
         if self.run_id is None:
@@ -440,6 +451,7 @@ class LineChecker:
             body,
             salt,
             body,
+            parsed,
         )
 
     def hold_against(self, summary: RunSummary | None) -> None:
@@ -518,42 +530,31 @@ _JOINED_FIELDS = re.compile(
     )
 )
 _TRACE, _SPAN, _DIGEST, _SALT = (PATTERNS[k] for k in ("trace_id", "span_id", "digest", "salt"))
+# An Event's fields in StoredRow's order (Event has every one of them under the same name)
+_ROW_OF = operator.attrgetter(*StoredRow._fields)
 
 
-def _plainly_well_formed(e: Event) -> bool:
-    """True only if check 1 certainly holds; False sends the event to the full check.
+def _plain_row(e: Event) -> tuple[Any, ...] | None:
+    """The event's fields as a stored row (in one C call) if check 1 certainly holds; ``None``
+    sends the event to the full check.
 
     A fast path for the common case (ASCII strings, bytes payload), so that verifying a store
     does not pay for building a dict per event. It must never admit what the full check refuses.
     """
-    if e.v != 1 or type(e.v) is not int:
-        return False
     if e.payload_bytes is None and e.payload is not None:
-        return False
-    return _row_plainly_well_formed(
-        StoredRow(
-            e.tenant,
-            e.run_id,
-            e.seq,
-            e.event_id,
-            e.ts,
-            e.type,
-            e.actor,
-            e.trace_id,
-            e.span_id,
-            e.idempotency_key,
-            e.model,
-            e.seed,
-            e.payload_digest,
-            e.prev_hash,
-            e.hash,
-            e.payload_bytes,
-            e.salt,
-        )
-    )
+        return None
+    if e.v != 1 or type(e.v) is not int:
+        return None
+    row: tuple[Any, ...] = _ROW_OF(e)
+    return row if _row_plainly_well_formed(row) else None
 
 
-def _row_plainly_well_formed(r: StoredRow) -> bool:
+def _plainly_well_formed(e: Event) -> bool:
+    """True only if check 1 certainly holds (see :func:`_plain_row`)."""
+    return _plain_row(e) is not None
+
+
+def _row_plainly_well_formed(r: tuple[Any, ...]) -> bool:
     """:func:`_plainly_well_formed` over a stored row (``v`` is 1 by construction)."""
     (tenant, run_id, seq, event_id, ts, kind, actor, trace, span, key, model, seed, digest,
      prev, stored, body, salt) = r  # fmt: skip
