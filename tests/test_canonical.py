@@ -345,8 +345,11 @@ def test_integral_floats_print_as_integers_on_the_fast_path() -> None:
 # Strings that look like the number spellings jcs_of_parsed edits or refuses, so that a drop of
 # ".0" inside a string, a key or next to a negative zero is tried.
 _tricky_texts = st.sampled_from(
-    ["1.0,", "x.0]", ".0}", "-0,", "1e5", "2E3", "0" * 16, "a.0", "25.0", "{", "[[", "é.0,"]
-    + ['"1.0,', '\\', 'a\\"', '\\".0]', '\\\\"2.0}', '"', '-0.0,', "\n1.0,"]
+    [
+        *("1.0,", "x.0]", ".0}", "-0,", "1e5", "2E3", "0" * 16, "a.0", "25.0", "{", "[[", "é.0,"),
+        # escaped quotes and backslashes, which the string finder masks
+        *('"1.0,', "\\", 'a\\"', '\\".0]', '\\\\"2.0}', '"', "-0.0,", "\n1.0,"),
+    ]
 )
 _parsed_scalars = _scalars | _tricky_texts
 _parsed_values = st.recursive(
@@ -380,9 +383,7 @@ def test_jcs_of_parsed_is_canonical_or_declines(value: dict[str, Any]) -> None:
 # tricky strings, so that the fast path itself is taken often, not only declined.
 # (the spellings it declines, exponents, 16 digits and -0.0, are the other test's: here they
 # would make nearly every example decline)
-_integral_floats = st.integers(-(10**9), 10**9).map(float) | st.sampled_from(
-    [0.0, 1e14, 0.5, 3.25]
-)
+_integral_floats = st.integers(-(10**9), 10**9).map(float) | st.sampled_from([0.0, 1e14, 0.5, 3.25])
 _float_heavy = st.recursive(
     _integral_floats | _tricky_texts | _texts,
     lambda inner: (
