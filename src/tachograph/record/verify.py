@@ -438,6 +438,21 @@ class LineChecker:
             self.run_id, self.tenant = run_id, tenant
         env = envelope_bytes(1, tenant, run_id, seq, event_id, ts, kind, actor, trace_id,
                              span_id, key, model, seed, digest, prev_hash)  # fmt: skip
+        recomputed = "sha256:" + _sha256(env).hexdigest()
+        if (
+            recomputed == stored_hash
+            and seq == pos
+            and prev_hash == self.prev_recomputed
+            and (pos or prev_hash is None)
+            and run_id == self.run_id
+            and tenant == self.tenant
+            and body is not None
+            and salt is not None
+            and _stored_digest(bytes.fromhex(salt), body, digest, parsed) == digest
+        ):
+            # every check passed (the common case): nothing to report
+            self.prev_recomputed = self.head = recomputed
+            return
         self._check_rest(
             pos,
             None,
@@ -532,6 +547,7 @@ _JOINED_FIELDS = re.compile(
 _TRACE, _SPAN, _DIGEST, _SALT = (PATTERNS[k] for k in ("trace_id", "span_id", "digest", "salt"))
 # An Event's fields in StoredRow's order (Event has every one of them under the same name)
 _ROW_OF = operator.attrgetter(*StoredRow._fields)
+_sha256 = hashlib.sha256
 
 
 def _plain_row(e: Event) -> tuple[Any, ...] | None:
