@@ -354,17 +354,18 @@ def begin_call(
     records but never compares); keys are derived from the arguments alone. ``effect`` defaults to
     ``irreversible`` for tools: a tool nobody classified must be assumed to be dangerous.
     """
-    from .session import current_session
-
-    session = current_session()
+    session = CURRENT_SESSION.get()
     if session is None:
         return None
-    call_kind = CallKind.parse(kind)
+    # the decorators and adapters pass the enums themselves: skip the parsing then
+    call_kind = kind if kind.__class__ is CallKind else CallKind.parse(kind)
+    if effect is not None and effect.__class__ is not Effect:
+        effect = Effect.parse(effect)
     return session.begin_call(
         call_kind,
         name,
         request,
-        effect=Effect.parse(effect) if effect is not None else None,
+        effect=effect,
         key=key,
         model=model,
         seed=seed,
