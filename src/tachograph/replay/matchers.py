@@ -125,6 +125,8 @@ class Matcher:
                 else:
                     self._stream.append(event)
         self._left = len(self._stream)
+        # read per compared tool call: whether the run was imported from a trace
+        self._from_trace = self._imported()
         # key mode: open steps by key (without the run id), so that matching stays linear
         self._by_key: dict[str, list[Event]] = {}
         for event in self._stream:
@@ -355,7 +357,7 @@ class Matcher:
                     f"{', '.join(result.not_captured)}; those were not compared"
                 )
             return [Change(path, before, after) for path, before, after in result.changes]
-        if type_ == _TOOL_REQUESTED and self._imported():
+        if type_ == _TOOL_REQUESTED and self._from_trace:
             missing = recorded.get("not_captured") or []
             if "args" in missing:
                 self.notes.append(
