@@ -107,7 +107,7 @@ class ReplayEngine:
             raise_on_divergence=raise_on_divergence,
             live_after_source=live_after_source,
             processors=processors,
-            on_served=self._on_served,
+            on_served=self._on_served if copy_served else None,  # else a call per step for nothing
         )
 
     # -- the Engine protocol ---------------------------------------------------------------

@@ -127,12 +127,14 @@ class Matcher:
         self._left = len(self._stream)
         # read per compared tool call: whether the run was imported from a trace
         self._from_trace = self._imported()
-        # key mode: open steps by key (without the run id), so that matching stays linear
+        # key mode: open steps by key (without the run id), so that matching stays linear;
+        # strict mode never looks a step up by key
         self._by_key: dict[str, list[Event]] = {}
-        for event in self._stream:
-            suffix = key_suffix(event.idempotency_key, self.source_run_id)
-            if suffix is not None:
-                self._by_key.setdefault(suffix, []).append(event)
+        if match == "key":
+            for event in self._stream:
+                suffix = key_suffix(event.idempotency_key, self.source_run_id)
+                if suffix is not None:
+                    self._by_key.setdefault(suffix, []).append(event)
 
     def _processed(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
         """What the recorder would have stored for this payload: the record was processed
