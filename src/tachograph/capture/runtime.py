@@ -173,6 +173,8 @@ def _annotation(annotation: Any) -> str | None:
 
 
 _TOOLS: dict[str, ToolSpec] = {}
+# Read per call: an enum member through its class costs about 0.14 us on 3.11.
+_TOOL_CALL = CallKind.TOOL
 
 
 def _check_json(value: Any, where: str) -> None:
@@ -241,7 +243,7 @@ def tool(
                 return None, _nothing
             # begin_call's work, less its look-up of the session and parsing of the enums
             ticket = session.begin_call(
-                CallKind.TOOL,
+                _TOOL_CALL,
                 spec.name,
                 spec.bind(args, kwargs),
                 effect=spec.effect,
