@@ -8,6 +8,8 @@ import hmac
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tachograph.errors import PrivacyError
 from tachograph.privacy import (
@@ -20,6 +22,7 @@ from tachograph.privacy import (
     pii_policy,
     redact_secrets,
 )
+from tachograph.privacy.redactor import _any_of
 
 from .planted import CARD, EMAIL, IBAN, IP, JWT, KEY, OPENAI, PHONE, PRIVATE_KEY, STRIPE
 
@@ -205,3 +208,26 @@ def test_validators() -> None:
     assert iban_ok("GB82WEST12345698765432")
     assert not iban_ok("GB82WEST12345698765433")
     assert not iban_ok("ZZ82WEST12345698765432")
+
+
+_letters = st.binary(min_size=0, max_size=6).map(lambda b: bytes(c % 4 + 97 for c in b))
+
+
+@settings(max_examples=300)
+@given(st.lists(_letters, min_size=1, max_size=12), st.lists(_letters, max_size=8))
+def test_the_whole_payload_test_finds_a_word_exactly_when_one_occurs(
+    words: list[bytes], pieces: list[bytes]
+) -> None:
+    # the hints are merged into a trie-shaped pattern: it must still say "some word occurs"
+    # exactly when one does (words over four letters, so that prefixes and overlaps abound)
+    blob = b"|".join(pieces)
+    found = _any_of(words).search(blob) is not None
+    assert found == any(w in blob for w in words)
+
+
+def test_the_secrets_pattern_still_catches_every_hint() -> None:
+    hints = ["sk-ant-", "api_key", "authorization", "private key", "ghp_", "refresh_token"]
+    for hint in hints:
+        payload = {"tool": "t", "args": {"note": f"x{hint.upper()}y"}}
+        assert not redact_secrets._engine.clean(payload), hint
+    assert redact_secrets._engine.clean({"tool": "bench_lookup", "args": {"i": 1}})

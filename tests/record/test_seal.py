@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tachograph as tg
 from tachograph.record.canonical import canonical
@@ -36,6 +39,27 @@ def test_the_deriver_counts_repeats_and_ignores_key_order() -> None:
     c = keys.key("t", {"x": 1, "y": 2}, custom=lambda args: f"order-{args['x']}")
     assert b == a + "#1"
     assert c == "r:t:order-1"
+
+
+@settings(max_examples=200)
+@given(st.binary(max_size=200) | st.none(), st.binary(max_size=300))
+def test_the_deriver_hashes_as_the_standard_library_does(secret: bytes | None, body: bytes) -> None:
+    # the deriver prepares the padded key blocks once per run: any secret length (a key
+    # longer than SHA-256's 64-byte block is hashed first) must give RFC 2104's HMAC
+    if secret is None:
+        h = hashlib.sha256(body).hexdigest()[:16]
+    else:
+        h = hmac.new(secret, body, hashlib.sha256).hexdigest()[:16]
+    keys = KeyDeriver("r", secret)
+    assert keys.key("t", None, args_jcs=body) == f"r:t:{h}"
+    assert keys.key("t", None, args_jcs=body) == f"r:t:{h}#1"
+
+
+def test_the_deriver_secret_cannot_be_swapped_under_it() -> None:
+    keys = KeyDeriver("r", bytes(16))
+    with pytest.raises(AttributeError):
+        keys.secret = b"x" * 16  # type: ignore[misc]
+    assert keys.secret == bytes(16)
 
 
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+")

@@ -347,3 +347,25 @@ def test_a_recorded_substitution_accounts_for_the_call() -> None:
     ledger.observe("model.response", asked, 8)
     ledger.observe("tool.requested", {"tool": "log_metrics"}, 9)
     assert [c.tool for c in ledger.observe("run.finished", {"status": "ok"}, 11)] == ["escalate"]
+
+
+def test_a_run_without_model_answers_is_judged_by_its_run_finished_alone() -> None:
+    # the ledger walk is skipped when no model.response exists; what run.finished lists is
+    # still reported, and one model.response brings the walk back
+    from types import SimpleNamespace as Ev
+
+    listed = {"status": "ok", "unvouched": [{"tool": "escalate", "seq": 2, "call_id": None}]}
+    tools_only = [
+        Ev(type="run.started", payload={}, seq=0),
+        Ev(type="tool.requested", payload={"tool": "lookup"}, seq=1),
+        Ev(type="run.finished", payload=listed, seq=3),
+    ]
+    assert [(c.tool, c.seq) for c in unvouched_calls(tools_only)] == [("escalate", 2)]
+    asked = {"response": {"choices": [{"message": {"tool_calls": [{"name": "refund"}]}}]}}
+    with_answer = [
+        Ev(type="run.started", payload={}, seq=0),
+        Ev(type="model.response", payload=asked, seq=1),
+        Ev(type="tool.requested", payload={"tool": "lookup"}, seq=2),
+        Ev(type="run.finished", payload={"status": "ok"}, seq=3),
+    ]
+    assert [(c.tool, c.seq) for c in unvouched_calls(iter(with_answer))] == [("refund", 1)]

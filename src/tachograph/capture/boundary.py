@@ -89,6 +89,11 @@ class CallKind(str, enum.Enum):
             raise RecordingError(f"unknown call kind {value!r}; expected one of {valid}") from None
 
 
+# Read per call: an enum member through its class costs about 0.14 us on 3.11.
+_TOOL: Final = CallKind.TOOL
+_MODEL: Final = CallKind.MODEL
+
+
 def error_info(exc: BaseException) -> dict[str, str]:
     """``{type, message}`` for an exception; ``type`` is ``module.Class`` outside builtins."""
     recorded = getattr(exc, "recorded_info", None)
@@ -176,7 +181,7 @@ class CallTicket:
         self.session = session
         self.kind = kind
         self.name = name
-        self.request_type = _TOOL_REQUESTED if kind is CallKind.TOOL else _MODEL_REQUEST
+        self.request_type = _TOOL_REQUESTED if kind is _TOOL else _MODEL_REQUEST
         self.payload = payload
         """The request payload as recorded (after processors)."""
         self.key: str | None = key
@@ -225,7 +230,7 @@ class CallTicket:
             return result
         if not self._may_record():
             return result
-        if self.kind is CallKind.TOOL:
+        if self.kind is _TOOL:
             payload: dict[str, Any] = {"tool": self.name, "result": result}
             if self.dry_run:
                 payload["dry_run"] = True
@@ -264,7 +269,7 @@ class CallTicket:
         if not self._may_record():
             return
         error = dict(info) if info is not None else error_info(exc or RuntimeError("failed"))
-        if self.kind is CallKind.TOOL:
+        if self.kind is _TOOL:
             self._append(_TOOL_FAILED, {"tool": self.name, "error": error}, None, None, None)
             return
         body: dict[str, Any] = {"error": error}
@@ -291,7 +296,7 @@ class CallTicket:
     ) -> None:
         recorder = self.session.recorder
         assert recorder is not None
-        is_model = self.kind is CallKind.MODEL
+        is_model = self.kind is _MODEL
         try:
             recorder.append(
                 type_,
@@ -311,7 +316,7 @@ class CallTicket:
         path = str(exc.fields.get("path") or "")
         path = path.replace(f"payload.{field}", f"{self.name}.{field}", 1)
         message = str(exc).replace(f"payload.{field}", f"{self.name}.{field}")
-        is_tool = self.kind is CallKind.TOOL
+        is_tool = self.kind is _TOOL
         error = ProfileError(
             f"{'tool' if is_tool else 'model'} {self.name!r} {verb} a value outside the JSON "
             f"profile: {message}",
@@ -354,17 +359,18 @@ def begin_call(
     records but never compares); keys are derived from the arguments alone. ``effect`` defaults to
     ``irreversible`` for tools: a tool nobody classified must be assumed to be dangerous.
     """
-    from .session import current_session
-
-    session = current_session()
+    session = CURRENT_SESSION.get()
     if session is None:
         return None
-    call_kind = CallKind.parse(kind)
+    # the decorators and adapters pass the enums themselves: skip the parsing then
+    call_kind = kind if kind.__class__ is CallKind else CallKind.parse(kind)
+    if effect is not None and effect.__class__ is not Effect:
+        effect = Effect.parse(effect)
     return session.begin_call(
         call_kind,
         name,
         request,
-        effect=Effect.parse(effect) if effect is not None else None,
+        effect=effect,
         key=key,
         model=model,
         seed=seed,

@@ -57,6 +57,13 @@ _current = CURRENT_SESSION
 EFFECTS = frozenset({Effect.WRITE, Effect.IRREVERSIBLE})
 """Tools that change the world: their intent is made durable first, and dry run replaces them."""
 
+# Read per call: an enum member through its class costs about 0.14 us on 3.11, and an
+# ``Effect``'s ``.value`` 0.2 us; a module global or a dict look-up a fraction of that.
+_TOOL: Final = CallKind.TOOL
+_IRREVERSIBLE: Final = Effect.IRREVERSIBLE
+_WRITE: Final = Effect.WRITE
+_EFFECT_NAMES: Final = {e: e.value for e in Effect}
+
 
 def current_session() -> Session | None:
     """The session of the current context, or None outside any run."""
@@ -166,19 +173,19 @@ class Session:
         extra: dict[str, Any] | None = None,
     ) -> CallTicket:
         """Start a call: processors, then key and prompt hash, then serve or go live."""
-        what = "tool" if kind is CallKind.TOOL else "model"
-        field = "args" if kind is CallKind.TOOL else "request"
+        is_tool = kind is _TOOL
         try:
-            canonical(request, f"{name}.{field}")
+            canonical(request, f"{name}.args" if is_tool else f"{name}.request")
         except ProfileError as exc:
             raise ProfileError(
-                f"{what} {name!r}: {exc}",
+                f"{'tool' if is_tool else 'model'} {name!r}: {exc}",
                 path=exc.fields.get("path"),
-                tool=name if kind is CallKind.TOOL else None,
+                tool=name if is_tool else None,
             ) from None
-        if kind is CallKind.TOOL:
-            effect = effect or Effect.IRREVERSIBLE
-            payload: dict[str, Any] = {"tool": name, "args": request, "effect": effect.value}
+        if is_tool:
+            effect = effect or _IRREVERSIBLE
+            effect_name = _EFFECT_NAMES[effect]
+            payload: dict[str, Any] = {"tool": name, "args": request, "effect": effect_name}
             if schema_version is not None:
                 payload["schema_version"] = schema_version
             for field_name, value in (extra or {}).items():
@@ -192,7 +199,7 @@ class Session:
             payload = {"request": request, **(extra or {})}
             # the prompt hash and the key come from the processed request (SPEC section 5)
             payload = with_prompt_hash(self.process(_MODEL_REQUEST, payload))
-        kind_type = _TOOL_REQUESTED if kind is CallKind.TOOL else _MODEL_REQUEST
+        kind_type = _TOOL_REQUESTED if is_tool else _MODEL_REQUEST
         # The key is derived from the processed arguments' own bytes, never from the bytes
         # checked above: a processor may change the request in place (SPEC section 5).
         call_key = (
@@ -223,11 +230,13 @@ class Session:
             )
         if ticket.key is not None:
             ticket.key = self.live_key(ticket.key)
-        if ticket.kind is CallKind.TOOL and self.dry_run and ticket.effect in EFFECTS:
+        effect = ticket.effect
+        changes_world = effect is _WRITE or effect is _IRREVERSIBLE  # in EFFECTS
+        if ticket.kind is _TOOL and self.dry_run and changes_world:
             ticket.dry_run = True
         if record_intent:
             # intent before effect (SPEC section 6): on disk before the tool may touch the world
-            durable = ticket.effect in EFFECTS and not ticket.dry_run
+            durable = changes_world and not ticket.dry_run
             self.recorder.append(
                 ticket.request_type,
                 ticket.payload,

@@ -185,12 +185,17 @@ def unvouched_calls(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
     is still known from there). A run without ``run.finished`` is judged up to its last model
     request.
     """
+    events = events if isinstance(events, (list, tuple)) else list(events)
     ledger = ToolLedger()
     listed: list[UnvouchedCall] = []
+    # Only a model answer opens a call to vouch for: a run without one (a tool-only agent)
+    # needs no ledger walk, just what its run.finished lists.
+    follow = any(event.type == _MODEL_RESPONSE for event in events)
     for event in events:
         if event.payload is None:
             continue
-        ledger.observe(event.type, event.payload, event.seq)
+        if follow:
+            ledger.observe(event.type, event.payload, event.seq)
         if event.type == _RUN_FINISHED:
             for item in event.payload.get(FIELD) or ():
                 call = UnvouchedCall.from_dict(item) if isinstance(item, Mapping) else None

@@ -176,9 +176,7 @@ class _Engine:
         blob_hints = dict.fromkeys(h.encode() for h in self.hints + (fields if secrets else ()))
         # one pass over the bytes for all of them: some six times faster than a substring
         # test per hint (there are about forty)
-        self.blob_pattern = (
-            re.compile(b"|".join(re.escape(h) for h in blob_hints)) if blob_hints else None
-        )
+        self.blob_pattern = _any_of(blob_hints) if blob_hints else None
 
     def clean(self, payload: dict[str, Any]) -> bool:
         """True when no string of ``payload`` can hold a match: one serialization and a few
@@ -202,6 +200,33 @@ class _Engine:
 
 
 _DIGIT = re.compile(r"[0-9]")
+
+_Trie = dict[int, "_Trie"]
+_END = -1  # the trie key that marks the end of a word (bytes are 0..255)
+
+
+def _any_of(words: Iterable[bytes]) -> re.Pattern[bytes]:
+    """A pattern that finds a place where one of ``words`` occurs (only whether one does:
+    a word that another begins with stands for both).
+
+    The words are merged into a trie (``a(?:pi|kia|ccess...)``): the regex engine tries an
+    alternative per distinct next byte instead of one per word at every position, which
+    halves the cost of the whole-payload test of every recorded and replayed event.
+    """
+    trie: _Trie = {}
+    for word in words:
+        node = trie
+        for byte in word:
+            node = node.setdefault(byte, {})
+        node[_END] = {}
+
+    def alternatives(node: _Trie) -> bytes:
+        if _END in node:  # a word ends here: its longer continuations add nothing
+            return b""
+        alts = [re.escape(bytes([b])) + alternatives(node[b]) for b in sorted(node)]
+        return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+
+    return re.compile(alternatives(trie))
 
 
 @functools.lru_cache(maxsize=32)

@@ -125,12 +125,16 @@ class Matcher:
                 else:
                     self._stream.append(event)
         self._left = len(self._stream)
-        # key mode: open steps by key (without the run id), so that matching stays linear
+        # read per compared tool call: whether the run was imported from a trace
+        self._from_trace = self._imported()
+        # key mode: open steps by key (without the run id), so that matching stays linear;
+        # strict mode never looks a step up by key
         self._by_key: dict[str, list[Event]] = {}
-        for event in self._stream:
-            suffix = key_suffix(event.idempotency_key, self.source_run_id)
-            if suffix is not None:
-                self._by_key.setdefault(suffix, []).append(event)
+        if match == "key":
+            for event in self._stream:
+                suffix = key_suffix(event.idempotency_key, self.source_run_id)
+                if suffix is not None:
+                    self._by_key.setdefault(suffix, []).append(event)
 
     def _processed(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
         """What the recorder would have stored for this payload: the record was processed
@@ -355,7 +359,7 @@ class Matcher:
                     f"{', '.join(result.not_captured)}; those were not compared"
                 )
             return [Change(path, before, after) for path, before, after in result.changes]
-        if type_ == _TOOL_REQUESTED and self._imported():
+        if type_ == _TOOL_REQUESTED and self._from_trace:
             missing = recorded.get("not_captured") or []
             if "args" in missing:
                 self.notes.append(
