@@ -11,6 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from ..errors import AppendRefused, FormatError, VerificationFailed
+from .bulk import collector_paused
 from .event import Event, event_from_line
 from .seal import Processor, Sealer
 from .verify import VerifyReport, iter_jsonl_runs
@@ -88,12 +89,13 @@ def read_jsonl(source: str | os.PathLike[str] | IO[bytes]) -> list[list[Event]]:
     name = str(source) if isinstance(source, (str, os.PathLike)) else None
     runs: list[list[Event]] = []
     failed: list[VerifyReport] = []
-    for checker, parsed in iter_jsonl_runs(_open_lines(source), source=name):
-        report = checker.report()
-        if not report.ok:
-            failed.append(report)
-            continue
-        runs.append([_to_event(line) for line in parsed if line is not None])
+    with collector_paused():  # every run of the file is held: see record/bulk.py
+        for checker, parsed in iter_jsonl_runs(_open_lines(source), source=name):
+            report = checker.report()
+            if not report.ok:
+                failed.append(report)
+                continue
+            runs.append([_to_event(line) for line in parsed if line is not None])
     if failed:
         raise VerificationFailed(
             "refused: " + "; ".join(r.render() for r in failed), reports=failed, report=failed[0]

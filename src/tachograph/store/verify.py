@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from ..errors import RunNotFound
+from ..record.bulk import collector_paused
 from ..record.event import Event
 from ..record.verify import VerifyReport, verify_run
 from .base import RunInfo, Store
@@ -73,7 +74,8 @@ def read_verified(
     """
     summary = run_summary(store, run_id, tenant=tenant)
     where = summary.tenant if summary is not None else tenant
-    events = list(store.read(run_id, tenant=where))
+    with collector_paused():  # the whole run is held: see record/bulk.py
+        events = list(store.read(run_id, tenant=where))
     # ``read`` decodes each payload with orjson.loads of its stored bytes: the check reuses it
     return events, verify_run(events, summary, source=store.url, decoded=True)
 
