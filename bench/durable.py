@@ -111,6 +111,7 @@ def _appends_figure(settings: Settings, workdir: Path) -> Figure:
         targets=[
             Target("events/s end to end", subject.median, ">=", 25_000),
             Target("share of the raw rate", ratio, ">=", 0.5),
+            Target("share of the raw rate (issue target)", ratio, ">=", 0.8),
         ],
         extra={
             "events_per_sample": n,
@@ -195,8 +196,21 @@ def _intent_figure(settings: Settings, workdir: Path) -> Figure:
         t0 = time.perf_counter_ns()
         store.append([event])
         direct.append(float(time.perf_counter_ns() - t0))
+    # The issue's floor: one raw sqlite3 commit of one row (WAL, synchronous=FULL), the line
+    # of an event of the same size, in a file of its own on the same disk.
+    raw = _raw_db(workdir / "intent-raw.db")
+    raw_commits: list[float] = []
+    for event in events:
+        line = event.to_json()
+        t0 = time.perf_counter_ns()
+        raw.execute("BEGIN")
+        raw.execute("INSERT INTO lines (line) VALUES (?)", (line,))
+        raw.execute("COMMIT")
+        raw_commits.append(float(time.perf_counter_ns() - t0))
+    raw.close()
     os.close(fd)
     direct_m = measure_of("SQLiteStore.append of one event (one commit)", direct, "ns")
+    raw_m = measure_of("raw sqlite3 INSERT + COMMIT of one row (WAL, FULL)", raw_commits, "ns")
     subject = measure_of(
         "call of a write tool -> its body starts (back to back)", back_to_back, "ns"
     )
@@ -217,9 +231,15 @@ def _intent_figure(settings: Settings, workdir: Path) -> Figure:
         baseline=baseline,
         ratio=ratio,
         ratio_label="intent latency / fsync",
-        targets=[Target("median in fsyncs", ratio, "<", 2.0)],
+        targets=[
+            Target("median in fsyncs", ratio, "<", 2.0),
+            # issue target: a durable intent <= 1.1 raw WAL commits of one row
+            Target("writer idle: in raw commits", isolated_m.median / raw_m.median, "<=", 1.1),
+            Target("back to back: in raw commits", subject.median / raw_m.median, "<=", 1.1),
+        ],
         extra={
             "calls": calls,
+            "raw_commit_ns": raw_m.to_dict(),
             "isolated_ns": isolated_m.to_dict(),
             "isolated_in_fsyncs": isolated_m.median / statistics.median(fsyncs_isolated),
             "commits_per_call_back_to_back": commits_per_call,

@@ -1,10 +1,18 @@
-"""The cost of recording: one event in memory against an OpenTelemetry span; a decorated tool
-called outside any run against a plain call."""
+"""The cost of recording: one event in memory against an OpenTelemetry span and against the
+floor of building it; a recorded read-tool call against the floor of building its two events,
+at two run lengths; the peak memory of a long recording against a ten times shorter one; a
+decorated tool called outside any run against a plain call."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -15,7 +23,16 @@ from tachograph.record.event import Event, new_event
 from tachograph.store.audit import AuditEntry, AuditRecord, chain_audit
 from tachograph.store.base import CheckpointRow, Receipt, RunInfo, SealRow, Store, StoredRow
 
-from .common import Figure, Settings, Target, interleaved, loop_sample, measure_of, payload_of_size
+from .common import (
+    Figure,
+    Settings,
+    Target,
+    interleaved,
+    loop_sample,
+    measure_of,
+    payload_of_size,
+    scaled,
+)
 
 __all__ = ["NullStore", "figures"]
 
@@ -208,6 +225,182 @@ def _record_event_figure(settings: Settings) -> Figure:
     )
 
 
+def _event_floor(payload: dict[str, Any], kind: str, key: str | None, model: str | None) -> Any:
+    """The floor of building one event: a random salt, the payload's sorted orjson bytes, the
+    salted digest, the envelope's sorted orjson bytes and their hash. What no recorder of this
+    format can skip (it omits the ULID, the clock and every check)."""
+    dumps, sort, sha256, urandom = orjson.dumps, orjson.OPT_SORT_KEYS, hashlib.sha256, os.urandom
+
+    def build() -> str:
+        salt = urandom(16)
+        h = sha256(salt)
+        h.update(dumps(payload, option=sort))
+        envelope = {
+            "v": 1,
+            "tenant": "default",
+            "run_id": "bench-run",
+            "seq": 1,
+            "event_id": "01KBEXAMPLE0000000000000000"[:26],
+            "ts": "2026-12-01T00:00:00.000000Z",
+            "type": kind,
+            "actor": "bench",
+            "trace_id": None,
+            "span_id": None,
+            "idempotency_key": key,
+            "model": model,
+            "seed": None,
+            "payload_digest": "sha256:" + h.hexdigest(),
+            "prev_hash": PREV,
+        }
+        return "sha256:" + sha256(dumps(envelope, option=sort)).hexdigest()
+
+    return build
+
+
+def _event_build_figure(settings: Settings) -> Figure:
+    payload = payload_of_size(PAYLOAD_BYTES, index=7)
+    key, model = "bench-run:claude:0123456789abcdef", "claude-sonnet-4-5-20250929"
+
+    def event() -> Event:
+        return new_event(
+            run_id="bench-run",
+            seq=1,
+            type="model.response",
+            actor="bench",
+            payload=payload,
+            prev_hash=PREV,
+            idempotency_key=key,
+            model=model,
+            checked=True,
+        )
+
+    floor = _event_floor(payload, "model.response", key, model)
+    inner = 400
+    subj, base = interleaved(
+        loop_sample(event, inner), loop_sample(floor, inner), repeats=settings.repeats or 31
+    )
+    subject = measure_of("new_event", subj, "ns")
+    baseline = measure_of("floor: salt, sorted orjson, two SHA-256", base, "ns")
+    ratio = subject.median / baseline.median
+    return Figure(
+        key="event_build",
+        title="build one event against its floor (1.5 KB payload)",
+        subject=subject,
+        baseline=baseline,
+        ratio=ratio,
+        ratio_label="event cost / floor",
+        targets=[Target("times the floor", ratio, "<=", 1.5)],
+        profile_fn=lambda: [event() for _ in range(20_000)],
+    )
+
+
+_TIMES: list[int] = []
+
+
+@tachograph.tool(effect="read", name="bench_read")
+def _read_tool(i: int) -> dict[str, int]:
+    return {"item": i, "stock": i % 97}
+
+
+def _timed_agent(calls: int) -> int:
+    # the agent times its own loop: run start and end (two events, a commit) are left out
+    t0 = time.perf_counter_ns()
+    total = 0
+    for i in range(calls):
+        total += _read_tool(i)["stock"]
+    _TIMES.append(time.perf_counter_ns() - t0)
+    return total
+
+
+def _tool_call_figure(settings: Settings) -> Figure:
+    short = scaled(1_000, settings.scale, minimum=200)
+    long = scaled(100_000, settings.scale, minimum=2_000)
+    request = {"tool": "bench_read", "args": {"i": 123}, "effect": "read"}
+    result = {"tool": "bench_read", "result": {"item": 123, "stock": 26}}
+    key = "bench-run:bench_read:0123456789abcdef"
+    req_floor = _event_floor(request, "tool.requested", key, None)
+    res_floor = _event_floor(result, "tool.completed", key, None)
+
+    def floor() -> None:
+        req_floor()
+        res_floor()
+
+    def calls_sample(n: int) -> float:
+        # A real recording (decorators, session, writer thread) into a store that discards.
+        tachograph.record_run(_timed_agent, n, store=NullStore(), actor="bench")
+        return _TIMES.pop() / n
+
+    repeats = settings.repeats or 15
+    subj, base = interleaved(
+        lambda: calls_sample(short), loop_sample(floor, short), repeats=repeats
+    )
+    longs = [calls_sample(long) for _ in range(max(3, repeats // 5))]
+    subject = measure_of(f"recorded read-tool call, runs of {short} calls", subj, "ns")
+    baseline = measure_of("floor: build its two events", base, "ns")
+    long_m = measure_of(f"recorded read-tool call, runs of {long} calls", longs, "ns")
+    ratio = subject.median / baseline.median
+    growth = long_m.median / subject.median
+    return Figure(
+        key="tool_call",
+        title="a recorded read-tool call (two events through the decorators)",
+        subject=subject,
+        baseline=baseline,
+        ratio=ratio,
+        ratio_label="call cost / floor of its two events",
+        targets=[
+            Target("times the floor of its two events", ratio, "<=", 2.5),
+            Target(f"per-call cost, {long} calls over {short}", growth, "<=", 1.1),
+        ],
+        extra={"long_run": long_m.to_dict(), "growth": growth},
+        profile_fn=lambda: calls_sample(short),
+    )
+
+
+RECPROBE = Path(__file__).with_name("recprobe.py")
+
+
+def _recording_peak(path: Path, events: int) -> dict[str, Any]:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    out = subprocess.run(
+        [sys.executable, str(RECPROBE), str(path), str(events)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def _record_memory_figure(settings: Settings) -> Figure:
+    workdir = Path(settings.workdir) / "record"
+    workdir.mkdir(parents=True, exist_ok=True)
+    small = scaled(100_000, settings.scale, minimum=2_000)
+    large = scaled(1_000_000, settings.scale, minimum=20_000)
+    small_r = _recording_peak(workdir / "small.db", small)
+    large_r = _recording_peak(workdir / "large.db", large)
+    subject = measure_of(
+        f"peak RSS recording {large_r['events']} events", [large_r["peak_rss_kb"]], "KiB"
+    )
+    baseline = measure_of(
+        f"peak RSS recording {small_r['events']} events", [small_r["peak_rss_kb"]], "KiB"
+    )
+    ratio = subject.median / baseline.median
+    return Figure(
+        key="record_memory",
+        title="recording memory: a ten times longer run",
+        subject=subject,
+        baseline=baseline,
+        ratio=ratio,
+        ratio_label="peak RSS, long run / short run",
+        targets=[Target("flat", ratio, "<=", 1.2)],
+        extra={"small": small_r, "large": large_r},
+    )
+
+
 def float_payload(index: int = 7) -> dict[str, Any]:
     """The record_event payload with what sent it to the exact encoder: integral floats (as a
     model's usage, prices or scores arrive) and non-ASCII keys."""
@@ -303,8 +496,11 @@ def figures(settings: Settings) -> list[Figure]:
     started = time.perf_counter()
     out = [
         _record_event_figure(settings),
+        _event_build_figure(settings),
         _canonical_floats_figure(settings),
+        _tool_call_figure(settings),
         _tool_overhead_figure(settings),
+        _record_memory_figure(settings),
     ]
     for fig in out:
         fig.extra.setdefault("seconds", round(time.perf_counter() - started, 2))

@@ -318,6 +318,30 @@ def test_a_slow_store_bounds_the_writer_queue(tmp_path: Path) -> None:
     store.close()
 
 
+def test_large_payloads_are_bounded_by_bytes_too(tmp_path: Path) -> None:
+    """The queue's byte bound: 200 events of 20 KB payloads behind a slow store never hold
+    more than the bound (plus the one event that may always enter an empty queue), however
+    many the count bound would admit; every event still reaches the store, in order."""
+    from tachograph.capture.recorder import QUEUED_EVENT_BYTES, Writer
+
+    store = _SlowStore(tmp_path / "slow-bytes.db")
+    bound = 200_000
+    writer = Writer(store, max_batch=4, max_queue=10_000, max_queue_bytes=bound)
+    events = build_run("big", 200, payload=lambda seq: {"text": "x" * 20_000, "seq": seq})
+    one = len(events[1].payload_bytes or b"") + QUEUED_EVENT_BYTES
+    seen: list[int] = []
+    for event in events:
+        writer.submit(event)
+        seen.append(writer.queued_bytes)
+    writer.wait()
+    assert max(seen) <= bound + one
+    assert max(seen) >= bound // 2  # the store really was slower than the submits
+    assert writer.queued_bytes == 0
+    assert [e.seq for e in store.read("big", decode=False)] == list(range(200))
+    writer.close()
+    store.close()
+
+
 def test_a_store_closed_under_a_recording_is_not_asked_for_seals_again(tmp_path: Path) -> None:
     """The writer seals a quiet run on a timer; once its store is closed it stops asking
     (it used to retry every period for as long as the process lived)."""

@@ -76,6 +76,15 @@ RunKey = tuple[str, str]
 """``(tenant, run_id)``."""
 
 
+QUEUED_EVENT_BYTES = 2_048
+"""What one event waiting for the writer is counted as beside its payload bytes: its
+envelope strings, the decoded payload and the objects around them."""
+
+
+def _queued_size(events: Sequence[Event]) -> int:
+    return sum(len(e.payload_bytes or b"") for e in events) + QUEUED_EVENT_BYTES * len(events)
+
+
 class Writer:
     """Appends events to one store from a background thread, in batches.
 
@@ -85,14 +94,28 @@ class Writer:
     recorded through the same store go on.
     """
 
-    def __init__(self, store: Store, *, max_batch: int = 512, max_queue: int = 50_000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch: int = 512,
+        max_queue: int = 4_096,
+        max_queue_bytes: int = 32 * 1024 * 1024,
+    ) -> None:
         self.store = store
         self.max_batch = max_batch
         self.max_queue = max(max_queue, 1)
         """Events that may wait for the writer thread: past it, :meth:`submit` blocks until
-        the store catches up (memory stays bounded when the store is slower than the agent)."""
+        the store catches up (memory stays bounded when the store is slower than the agent).
+        Eight batches: enough for the writer to batch, and a few tens of MiB of small events
+        at most (a queued event costs a few KiB in memory beside its payload)."""
+        self.max_queue_bytes = max(max_queue_bytes, 1)
+        """The same bound in bytes (payload bytes plus :data:`QUEUED_EVENT_BYTES` per event),
+        so that large payloads (long model answers) cannot pile up by the gigabyte under the
+        count. A single event larger than the bound still goes through, alone."""
         self._cond = threading.Condition()
         self._queue: list[Event] = []
+        self._queued_bytes = 0
         self._submitted = 0
         self._written = 0
         self._failed: dict[RunKey, BaseException] = {}
@@ -112,6 +135,12 @@ class Writer:
         """Events submitted and waiting for the writer thread (at most :attr:`max_queue`)."""
         with self._cond:
             return len(self._queue)
+
+    @property
+    def queued_bytes(self) -> int:
+        """What the waiting events count against :attr:`max_queue_bytes`."""
+        with self._cond:
+            return self._queued_bytes
 
     def claim(self, event: Event) -> int | None:
         """Take over the store for ``event`` and everything queued before it, if the writer
@@ -147,6 +176,7 @@ class Writer:
             failed = self._append(live) if live else {}
         finally:
             with self._cond:
+                self._queued_bytes -= _queued_size(self._queue[: len(claimed) - 1])
                 del self._queue[: len(claimed) - 1]
                 self._written += len(claimed)
                 self._failed.update(failed)
@@ -173,8 +203,13 @@ class Writer:
                 self._thread.start()
             # Back-pressure: a full queue waits for the writer thread (a timed wait, so that
             # Ctrl-C still gets through), unless this very thread holds the store.
-            while len(self._queue) >= self.max_queue and threading.current_thread() is not (
-                self._thread
+            while (
+                self._queue
+                and (
+                    len(self._queue) >= self.max_queue
+                    or self._queued_bytes >= self.max_queue_bytes
+                )
+                and threading.current_thread() is not self._thread
             ):
                 self._cond.notify_all()
                 self._cond.wait(0.25)
@@ -183,6 +218,7 @@ class Writer:
                 if self._closed:
                     raise WriteFailed("the writer is closed")
             self._queue.append(event)
+            self._queued_bytes += _queued_size((event,))
             self._submitted += 1
             ticket = self._submitted
             self._cond.notify_all()
@@ -255,6 +291,7 @@ class Writer:
                 continue
             failed = self._append(live) if live else {}
             with self._cond:
+                self._queued_bytes -= _queued_size(batch)
                 del self._queue[: len(batch)]
                 self._written += len(batch)
                 self._failed.update(failed)
