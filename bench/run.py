@@ -55,8 +55,11 @@ why and reports nothing; ``adapter_*`` only when their framework is installed.""
 
 FIGURE_KEYS = (
     "record_event",
+    "event_build",
     "canonical_floats",
+    "tool_call",
     "tool_overhead",
+    "record_memory",
     "durable_appends",
     "intent_durable",
     "verify",
