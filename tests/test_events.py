@@ -367,3 +367,23 @@ def test_erased_is_both_payload_and_salt_null() -> None:
     erased = Event(**{**{k: getattr(event, k) for k in LINE_KEYS}, "payload": None, "salt": None})
     assert erased.erased
     assert erased.hash == event.hash
+
+
+def test_stored_event_is_the_dataclass_constructor_field_for_field() -> None:
+    """The slot-setting constructor of the hot paths builds what ``Event(...)`` builds, and
+    covers every field (a field added to Event without it fails here)."""
+    import dataclasses
+
+    from tachograph.record.event import Event, stored_event
+    from tachograph.testing import build_run
+
+    names = [f.name for f in dataclasses.fields(Event)]
+    for event in build_run("fields", 4, status="ok"):
+        values = [getattr(event, name) for name in names]
+        fast, slow = stored_event(*values), Event(*values)
+        assert type(fast) is Event
+        assert [getattr(fast, n) for n in names] == [getattr(slow, n) for n in names] == values
+        assert fast == slow
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            fast.seq = 9  # type: ignore[misc]
+    assert stored_event(*values[:-1]).payload_bytes is None  # the default, as in Event

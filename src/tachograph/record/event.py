@@ -37,6 +37,7 @@ __all__ = [
     "new_event",
     "new_ulid",
     "now_ts",
+    "stored_event",
 ]
 
 FORMAT_VERSION: Final = 1
@@ -393,6 +394,82 @@ class Event:
         return orjson.dumps(self.to_line())
 
 
+# Each field's slot descriptor: ``stored_event`` sets the slots directly.
+_SLOT = {name: getattr(Event, name).__set__ for name in Event.__dataclass_fields__}
+
+
+def stored_event(
+    v: int,
+    tenant: str,
+    run_id: str,
+    seq: int,
+    event_id: str,
+    ts: str,
+    type: str,
+    actor: str,
+    trace_id: str | None,
+    span_id: str | None,
+    idempotency_key: str | None,
+    model: str | None,
+    seed: int | None,
+    payload_digest: str,
+    prev_hash: str | None,
+    hash: str,
+    payload: Any,
+    salt: str | None,
+    payload_bytes: bytes | None = None,
+    *,
+    _new: Any = object.__new__,
+    _cls: type[Event] = Event,
+    _v: Any = _SLOT["v"],
+    _tenant: Any = _SLOT["tenant"],
+    _run_id: Any = _SLOT["run_id"],
+    _seq: Any = _SLOT["seq"],
+    _event_id: Any = _SLOT["event_id"],
+    _ts: Any = _SLOT["ts"],
+    _type: Any = _SLOT["type"],
+    _actor: Any = _SLOT["actor"],
+    _trace_id: Any = _SLOT["trace_id"],
+    _span_id: Any = _SLOT["span_id"],
+    _key: Any = _SLOT["idempotency_key"],
+    _model: Any = _SLOT["model"],
+    _seed: Any = _SLOT["seed"],
+    _digest: Any = _SLOT["payload_digest"],
+    _prev: Any = _SLOT["prev_hash"],
+    _hash: Any = _SLOT["hash"],
+    _payload: Any = _SLOT["payload"],
+    _salt: Any = _SLOT["salt"],
+    _body: Any = _SLOT["payload_bytes"],
+) -> Event:
+    """``Event(...)`` with the same arguments, for the hot paths that build events by the
+    million (every store read, every recorded event). The frozen dataclass's ``__init__``
+    sets each of its 19 fields through ``object.__setattr__`` by name (about 4.5 us here);
+    this sets the slots through their descriptors (about 2.8 us). Nothing is checked, as in
+    ``Event(...)``; a test holds the two equal field for field.
+    """
+    e = _new(_cls)
+    _v(e, v)
+    _tenant(e, tenant)
+    _run_id(e, run_id)
+    _seq(e, seq)
+    _event_id(e, event_id)
+    _ts(e, ts)
+    _type(e, type)
+    _actor(e, actor)
+    _trace_id(e, trace_id)
+    _span_id(e, span_id)
+    _key(e, idempotency_key)
+    _model(e, model)
+    _seed(e, seed)
+    _digest(e, payload_digest)
+    _prev(e, prev_hash)
+    _hash(e, hash)
+    _payload(e, payload)
+    _salt(e, salt)
+    _body(e, payload_bytes)
+    return e  # type: ignore[no-any-return]
+
+
 def new_event(
     *,
     run_id: str,
@@ -498,7 +575,7 @@ def new_event(
         digest,
         prev_hash,
     )
-    return Event(
+    return stored_event(
         FORMAT_VERSION,
         tenant,
         run_id,

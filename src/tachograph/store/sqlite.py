@@ -32,7 +32,7 @@ from ..errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ..record.event import Event, EventType
+from ..record.event import Event, EventType, stored_event
 from ..record.rows import StoredRow
 from .base import Receipt, RunInfo, SealRow, Store, not_found
 from .sqlite_lifecycle import LIFECYCLE_MIGRATION, SQLiteLifecycle
@@ -811,7 +811,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 except (orjson.JSONDecodeError, TypeError):
                     # Tampered bytes: a typed error naming the run and seq (check 5 in verify).
                     payload = _decode_body(body, r)
-                yield Event(
+                yield stored_event(
                     1, tenant_, run, seq, event_id, ts, kind, actor, trace_id, span_id, key,
                     model, seed, digest, prev_hash, stored_hash, payload, salt, body,
                 )  # fmt: skip
