@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import cProfile
 import io
+import json
 import os
 import pstats
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -198,6 +200,28 @@ def loop_sample(fn: Callable[[], object], inner: int) -> Callable[[], float]:
         return (time.perf_counter_ns() - t0) / inner
 
     return sample
+
+
+def remove_sqlite(path: str | os.PathLike[str]) -> None:
+    """Delete a SQLite file and its WAL and shared-memory files, if they exist."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{os.fspath(path)}{suffix}").unlink(missing_ok=True)
+
+
+def run_probe(script: Path, *args: object) -> dict[str, Any]:
+    """Run a probe script in a fresh interpreter (nothing this process allocated counts) with
+    this process's import path; return the JSON object it prints."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    out = subprocess.run(
+        [sys.executable, str(script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
 
 
 # -- synthetic events -------------------------------------------------------------------------

@@ -6,10 +6,7 @@ decorated tool called outside any run against a plain call."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -31,6 +28,8 @@ from .common import (
     loop_sample,
     measure_of,
     payload_of_size,
+    remove_sqlite,
+    run_probe,
     scaled,
 )
 
@@ -240,7 +239,7 @@ def _event_floor(payload: dict[str, Any], kind: str, key: str | None, model: str
             "tenant": "default",
             "run_id": "bench-run",
             "seq": 1,
-            "event_id": "01KBEXAMPLE0000000000000000"[:26],
+            "event_id": "01KBEXAMPLE000000000000000",
             "ts": "2026-12-01T00:00:00.000000Z",
             "type": kind,
             "actor": "bench",
@@ -360,19 +359,8 @@ RECPROBE = Path(__file__).with_name("recprobe.py")
 
 
 def _recording_peak(path: Path, events: int) -> dict[str, Any]:
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    out = subprocess.run(
-        [sys.executable, str(RECPROBE), str(path), str(events)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    )
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
+    remove_sqlite(path)
+    return run_probe(RECPROBE, path, events)
 
 
 def _record_memory_figure(settings: Settings) -> Figure:

@@ -11,7 +11,7 @@ from typing import Any
 import tachograph
 from tachograph.store import SQLiteStore
 
-from .common import Figure, Settings, Target, measure_of, scaled
+from .common import Figure, Settings, Target, measure_of, remove_sqlite, scaled
 
 __all__ = ["figures"]
 
@@ -42,8 +42,7 @@ def figures(settings: Settings) -> list[Figure]:
     workdir = Path(settings.workdir) / "replay"
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "replay.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    remove_sqlite(path)
     store = SQLiteStore(path)
     lengths = [scaled(n, settings.scale, minimum=n // 50) for n in LENGTHS]
     runs: dict[int, tuple[str, int]] = {}

@@ -4,12 +4,9 @@ memory of verifying every run of each."""
 from __future__ import annotations
 
 import functools
-import json
 import os
 import random
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +15,18 @@ from typing import Any
 from tachograph.record.event import Event
 from tachograph.store import SQLiteStore
 
-from .common import Figure, Measure, Settings, Target, build_run, interleaved, measure_of, scaled
+from .common import (
+    Figure,
+    Measure,
+    Settings,
+    Target,
+    build_run,
+    interleaved,
+    measure_of,
+    remove_sqlite,
+    run_probe,
+    scaled,
+)
 
 __all__ = ["figures"]
 
@@ -27,14 +35,9 @@ SMALL, LARGE = 10_000, 1_000_000
 MEMPROBE = Path(__file__).with_name("memprobe.py")
 
 
-def _fresh(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-
-
 def _grow(path: Path, total: int, run_len: int) -> dict[str, Any]:
     """Fill a new store with ``total`` events in runs of ``run_len``, ten runs per append."""
-    _fresh(path)
+    remove_sqlite(path)
     store = SQLiteStore(path)
     event_bytes = 0
     pending: list[Event] = []
@@ -137,17 +140,7 @@ _MEASURES: dict[str, tuple[str, Callable[[_Probe], float], int]] = {
 
 def _memory(path: Path) -> dict[str, Any]:
     """Peak RSS of ``verify_all`` over a store, in a fresh interpreter."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    out = subprocess.run(
-        [sys.executable, str(MEMPROBE), str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    )
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
+    return run_probe(MEMPROBE, path)
 
 
 def figures(settings: Settings) -> list[Figure]:

@@ -18,6 +18,7 @@ from .common import (
     build_run,
     interleaved,
     measure_of,
+    remove_sqlite,
     scaled,
 )
 from .record import float_payload
@@ -97,8 +98,7 @@ def _fresh(settings: Settings, name: str) -> SQLiteStore:
     workdir = Path(settings.workdir) / "verify"
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / name
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    remove_sqlite(path)
     return SQLiteStore(path)
 
 
@@ -203,9 +203,7 @@ def _workers_figure(settings: Settings) -> Figure:
             "seconds": round(time.perf_counter() - started, 2),
         },
         # the parent's side only (waiting on the workers); workers are other processes
-        profile_fn=lambda: verify_stored_parallel(
-            long_store, "bench-long", workers=2, chunk=chunk
-        ),
+        profile_fn=lambda: verify_stored_parallel(long_store, "bench-long", workers=2, chunk=chunk),
     )
 
 
@@ -217,8 +215,7 @@ def _verify_figure(settings: Settings) -> Figure:
     workdir = Path(settings.workdir) / "verify"
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "verify.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    remove_sqlite(path)
     store = SQLiteStore(path)
     load_s = bulk_load(store, "bench-verify", n, payload_bytes=PAYLOAD_BYTES, batch=5000)
 

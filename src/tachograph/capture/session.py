@@ -39,7 +39,7 @@ from ..record.seal import (
     prompt_hash,
     with_prompt_hash,
 )
-from .boundary import CURRENT_SESSION, CallKind, CallTicket, Engine, error_info
+from .boundary import CURRENT_SESSION, TOOL_CALL, CallKind, CallTicket, Engine, error_info
 from .recorder import Recorder
 
 # Plain-str event types: ``EventType.X.value`` is a Python-level property on 3.11, and
@@ -57,9 +57,8 @@ _current = CURRENT_SESSION
 EFFECTS = frozenset({Effect.WRITE, Effect.IRREVERSIBLE})
 """Tools that change the world: their intent is made durable first, and dry run replaces them."""
 
-# Read per call: an enum member through its class costs about 0.14 us on 3.11, and an
-# ``Effect``'s ``.value`` 0.2 us; a module global or a dict look-up a fraction of that.
-_TOOL: Final = CallKind.TOOL
+# Read per call (as boundary's TOOL_CALL): an ``Effect`` member through its class costs about
+# 0.14 us on 3.11 and its ``.value`` 0.2 us; a module global or a dict look-up a fraction.
 _IRREVERSIBLE: Final = Effect.IRREVERSIBLE
 _WRITE: Final = Effect.WRITE
 _EFFECT_NAMES: Final = {e: e.value for e in Effect}
@@ -173,7 +172,7 @@ class Session:
         extra: dict[str, Any] | None = None,
     ) -> CallTicket:
         """Start a call: processors, then key and prompt hash, then serve or go live."""
-        is_tool = kind is _TOOL
+        is_tool = kind is TOOL_CALL
         try:
             canonical(request, f"{name}.args" if is_tool else f"{name}.request")
         except ProfileError as exc:
@@ -232,7 +231,7 @@ class Session:
             ticket.key = self.live_key(ticket.key)
         effect = ticket.effect
         changes_world = effect is _WRITE or effect is _IRREVERSIBLE  # in EFFECTS
-        if ticket.kind is _TOOL and self.dry_run and changes_world:
+        if ticket.kind is TOOL_CALL and self.dry_run and changes_world:
             ticket.dry_run = True
         if record_intent:
             # intent before effect (SPEC section 6): on disk before the tool may touch the world

@@ -139,12 +139,6 @@ def default_key(
     return base if repeat == 0 else f"{base}#{repeat}"
 
 
-def _key_hash(args_jcs: bytes, secret: bytes | None) -> str:
-    if secret is None:
-        return hashlib.sha256(args_jcs).hexdigest()[:16]
-    return hmac.new(secret, args_jcs, hashlib.sha256).hexdigest()[:16]
-
-
 class _KeyHash:
     """``h`` of SPEC section 5 under one run's secret: the first 16 hex of
     ``HMAC-SHA256(secret, JCS(args))`` (RFC 2104), or of ``SHA-256(JCS(args))`` without one.
@@ -166,6 +160,11 @@ class _KeyHash:
         h = self._keyed.copy()
         h.update(args_jcs)
         return h.hexdigest()[:16]
+
+
+def _key_hash(args_jcs: bytes, secret: bytes | None) -> str:
+    """``h`` of one key, outside a run's deriver (the one definition is :class:`_KeyHash`)."""
+    return _KeyHash(secret)(args_jcs)
 
 
 def parse_default_key(key: str, run_id: str) -> tuple[str, str, int] | None:
