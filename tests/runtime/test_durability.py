@@ -383,3 +383,67 @@ def test_a_processor_that_edits_in_place_keys_the_call_on_what_it_left(
     assert request.payload["args"] == {"email": "[email]"}
     keys = KeyDeriver("inplace", key_secret_of(events[0].payload))
     assert request.idempotency_key == keys.key("find_customer", {"email": "[email]"})
+
+
+class _CommitLog(tg.SQLiteStore):
+    """The real SQLite store, noting the event types of each transaction it commits."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.commits: list[list[str]] = []
+
+    def append(self, events: Any, **options: Any) -> Any:
+        receipts = super().append(events, **options)
+        self.commits.append([e.type for e in events])
+        return receipts
+
+
+@tg.tool(effect="write")
+def put_note(text: str) -> str:
+    return text
+
+
+def test_a_completion_lingers_into_the_next_intents_commit(tmp_path: Path) -> None:
+    """Group commit: with the writer lingering, the completion of one write call is not
+    committed on its own; the intent of the next call takes it into its commit. Five calls
+    cost five commits before the run's end, not ten; every event is stored, in order."""
+    from tachograph.capture.recorder import writer_for
+
+    store = _CommitLog(tmp_path / "linger.db")
+    writer_for(store).linger = 3600.0  # only a durable event or a flush ends the wait
+    with tg.record(store, actor="a", run_id="linger", input=None, tools=[put_note]) as run:
+        for i in range(5):
+            put_note(f"note {i}")
+        run.output = "done"
+    pair = ["tool.completed", "tool.requested"]
+    assert store.commits[0] == ["run.started", "tool.requested"]
+    assert store.commits[1:5] == [pair] * 4
+    assert store.commits[5][0] == "tool.completed"
+    assert store.commits[-1][-1] == "run.finished"
+    assert len(store.commits) <= 7  # the run's end may add a commit for its last events
+    types = [r[1] for r in stored(tmp_path / "linger.db", "linger")]
+    assert types == ["run.started", *(["tool.requested", "tool.completed"] * 5), "run.finished"]
+    store.close()
+
+
+def test_a_flush_does_not_wait_for_the_linger(tmp_path: Path) -> None:
+    """A flush (or anything else that waits for the writer) ends the linger at once: with an
+    hour of linger, events appended without durability are on disk when flush returns."""
+    import threading
+
+    from tachograph.capture.recorder import writer_for
+
+    path = tmp_path / "flush.db"
+    store = _CommitLog(path)
+    writer_for(store).linger = 3600.0
+    with tg.record(store, actor="a", run_id="fl", input=None) as run:
+        run.flush()
+        for i in range(3):
+            tg.decide("step", i)
+        waiter = threading.Thread(target=run.flush)
+        waiter.start()
+        waiter.join(60)  # a liveness bound, far below the linger: not a timing claim
+        assert not waiter.is_alive()
+        assert [r[1] for r in stored(path, "fl")][-3:] == ["decision"] * 3
+        run.output = None
+    store.close()

@@ -101,9 +101,17 @@ class Writer:
         max_batch: int = 512,
         max_queue: int = 4_096,
         max_queue_bytes: int = 32 * 1024 * 1024,
+        linger: float = 0.001,
     ) -> None:
         self.store = store
         self.max_batch = max_batch
+        self.linger = max(linger, 0.0)
+        """Seconds the writer thread lets newly queued events wait before it commits them,
+        when nobody waits for them (no flush, no durable event behind them) and fewer than a
+        batch are queued. A durable event that comes meanwhile (the intent of the next write
+        tool) takes them into its own commit on its caller's thread: a run of write-tool calls
+        costs one commit per call, not two (the completion of one call, then the intent of
+        the next, each waiting for the other). 0 commits at once."""
         self.max_queue = max(max_queue, 1)
         """Events that may wait for the writer thread: past it, :meth:`submit` blocks until
         the store catches up (memory stays bounded when the store is slower than the agent).
@@ -127,6 +135,10 @@ class Writer:
         # ``_busy``: the writer thread is appending a batch.
         self._claimed: list[Event] | None = None
         self._busy = False
+        # When the oldest queued event was queued (``time.monotonic``), for the linger; and
+        # how many callers wait for the writer (a flush, a durable event): then no linger.
+        self._queued_at = 0.0
+        self._waiters = 0
         self.seals = RunSeals(store)
         """Which runs this writer seals, and when (:mod:`tachograph.capture.seals`)."""
 
@@ -178,6 +190,7 @@ class Writer:
             with self._cond:
                 self._queued_bytes -= _queued_size(self._queue[: len(claimed) - 1])
                 del self._queue[: len(claimed) - 1]
+                self._queued_at = 0.0  # queued during this commit: due at once
                 self._written += len(claimed)
                 self._failed.update(failed)
                 self._claimed = None
@@ -217,6 +230,8 @@ class Writer:
                     raise self._failure(run)
                 if self._closed:
                     raise WriteFailed("the writer is closed")
+            if not self._queue:
+                self._queued_at = time.monotonic()
             self._queue.append(event)
             self._queued_bytes += _queued_size((event,))
             self._submitted += 1
@@ -229,9 +244,15 @@ class Writer:
         raise :class:`WriteFailed` if events of ``run`` (default: of any run) were lost."""
         with self._cond:
             target = self._submitted if ticket is None else ticket
-            while self._written < target:
-                # A timed wait: an untimed one cannot be interrupted by Ctrl-C on POSIX.
-                self._cond.wait(0.25)
+            if self._written < target:
+                self._waiters += 1
+                self._cond.notify_all()  # a lingering writer thread commits now
+                try:
+                    while self._written < target:
+                        # A timed wait: an untimed one cannot be interrupted by Ctrl-C on POSIX.
+                        self._cond.wait(0.25)
+                finally:
+                    self._waiters -= 1
             failed = [run] if run is not None and run in self._failed else []
             if run is None:
                 failed = list(self._failed)
@@ -243,8 +264,13 @@ class Writer:
     def drain(self) -> None:
         """Block until everything submitted is handled, without raising (for exit)."""
         with self._cond:
-            while self._written < self._submitted:
-                self._cond.wait()
+            self._waiters += 1
+            self._cond.notify_all()
+            try:
+                while self._written < self._submitted:
+                    self._cond.wait()
+            finally:
+                self._waiters -= 1
 
     def _failure(self, run: RunKey) -> WriteFailed:
         error = self._failed[run]
@@ -265,13 +291,21 @@ class Writer:
         while True:
             with self._cond:
                 quiet = False
-                while (not self._queue and not self._closed) or self._claimed is not None:
+                while (
+                    (not self._queue and not self._closed)
+                    or self._claimed is not None
+                    or self._lingers()
+                ):
                     due = self.seals.next_due() if self.seals.active else None
                     now = time.monotonic()
                     if due is not None and due <= now and self._claimed is None:
                         quiet = True  # a quiet run's stored events are due a seal
                         break
-                    self._cond.wait(None if due is None else max(due - now, 0.01))
+                    if self._queue and self._claimed is None:
+                        # lingering: until the queued events are ``linger`` old
+                        until = self._queued_at + self.linger
+                        due = until if due is None else min(due, until)
+                    self._cond.wait(None if due is None else max(due - now, 0.0002))
                 closing = not quiet and not self._queue
                 self._busy = True
                 if not (quiet or closing):
@@ -293,10 +327,23 @@ class Writer:
             with self._cond:
                 self._queued_bytes -= _queued_size(batch)
                 del self._queue[: len(batch)]
+                self._queued_at = 0.0  # what is left waited for this commit: no linger
                 self._written += len(batch)
                 self._failed.update(failed)
                 self._busy = False
                 self._cond.notify_all()
+
+    def _lingers(self) -> bool:
+        """Whether the writer thread holds back the queued events a little longer (under
+        the lock): see :attr:`linger`."""
+        return (
+            bool(self._queue)
+            and not self._closed
+            and not self._waiters
+            and len(self._queue) < self.max_batch
+            and self._queued_bytes < self.max_queue_bytes
+            and time.monotonic() < self._queued_at + self.linger
+        )
 
     def _seal_alone(self, plan: SealPlan, now: float) -> None:
         """Append seals of events already stored (no events with them)."""
