@@ -230,13 +230,22 @@ class Writer:
                     raise self._failure(run)
                 if self._closed:
                     raise WriteFailed("the writer is closed")
-            if not self._queue:
+            first = not self._queue
+            if first:
                 self._queued_at = time.monotonic()
             self._queue.append(event)
-            self._queued_bytes += _queued_size((event,))
+            self._queued_bytes += len(event.payload_bytes or b"") + QUEUED_EVENT_BYTES
             self._submitted += 1
             ticket = self._submitted
-            self._cond.notify_all()
+            if (
+                first
+                or len(self._queue) >= self.max_batch
+                or self._queued_bytes >= self.max_queue_bytes
+            ):
+                # Only the writer thread waits for submits, and with events already queued it
+                # is appending, lingering until a deadline, or waiting for a claim to end:
+                # waking it for every event would only hand it the GIL to go back to sleep.
+                self._cond.notify_all()
             return ticket
 
     def wait(self, ticket: int | None = None, *, run: RunKey | None = None) -> None:
