@@ -76,6 +76,11 @@ class PurposeRule:
     """Tenants (patterns) this purpose may read."""
     description: str = ""
 
+    @property
+    def reads_everything(self) -> bool:
+        """Whether every payload is whole to this purpose (its payloads include ``*``)."""
+        return "*" in self.payloads
+
     def view(self, event_type: str) -> str | tuple[str, ...] | None:
         """``"whole"``, the keys it may read, or ``None`` (envelope only)."""
         if _matches(event_type, self.payloads):
@@ -299,10 +304,10 @@ class ScopedStore(Store):
         resolved = self._check_tenant(run_id, tenant)
         rule = self.rule()
         self._record("read", resolved, {"run_id": run_id, "from_seq": from_seq})
-        return (
-            self._filter(e, rule)
-            for e in self.inner.read(run_id, tenant=resolved, from_seq=from_seq, decode=decode)
-        )
+        events = self.inner.read(run_id, tenant=resolved, from_seq=from_seq, decode=decode)
+        if rule.reads_everything:
+            return events  # nothing to filter: no generator step per event (replay reads so)
+        return (self._filter(e, rule) for e in events)
 
     def read_rows(
         self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
@@ -312,7 +317,11 @@ class ScopedStore(Store):
         resolved = self._check_tenant(run_id, tenant)
         rule = self.rule()
         self._record("read", resolved, {"run_id": run_id, "from_seq": from_seq})
-        for row in self.inner.read_rows(run_id, tenant=resolved, from_seq=from_seq):
+        rows = self.inner.read_rows(run_id, tenant=resolved, from_seq=from_seq)
+        if rule.reads_everything:
+            yield from rows
+            return
+        for row in rows:
             if rule.view(row.type) == "whole":
                 yield row
             else:
