@@ -187,50 +187,58 @@ def _check_unicode(name: str, text: str) -> None:
 # -- ids and time -----------------------------------------------------------------------------
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-# Every 10-bit value as two Crockford base32 characters: a ULID is 13 lookups.
+# Every 10-bit value as two Crockford base32 characters: a ULID is 13 lookups at most.
 _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
 
 
 class _UlidSource:
-    """Monotonic ULIDs: within one millisecond the random part counts up by one."""
+    """Monotonic ULIDs: within one millisecond the 80-bit random part counts up by one.
+
+    Counting up changes only its last 10 bits (the last two characters) in 1023 steps of 1024,
+    so the text before them, the 48-bit time and the first 70 random bits, is kept as one
+    24-character head and rebuilt only when the count carries out of the last 10 bits or a
+    new millisecond draws a new random part: a ULID is then the head and one pair lookup.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last_ms = -1
-        self._last_rand = 0
-        self._prefix: tuple[int, str] = (-1, "")
+        self._ms = -1
+        self._high = 0  # the random part without its last 10 bits
+        self._low = 0  # its last 10 bits
+        self._head = ""  # the text of the time and of ``_high``: 24 characters
 
     def next(self, ms: int) -> str:
         with self._lock:
-            if ms <= self._last_ms:
-                ms = self._last_ms
-                rand = self._last_rand + 1
-                if rand >= 1 << 80:  # pragma: no cover - 2^80 ids in one millisecond
+            if ms <= self._ms:
+                ms = self._ms
+                low = self._low + 1
+                if low < 1024:
+                    self._low = low
+                    return self._head + _PAIRS[low]
+                low = 0
+                high = self._high + 1  # the carry out of the last 10 bits
+                if high >> 70:  # pragma: no cover - 2^80 ids in one millisecond
                     ms += 1
-                    rand = int.from_bytes(random_bytes(10), "big") >> 1
+                    high, low = self._draw()
             else:
-                # The top bit stays clear so the counter has room to grow within the millisecond.
-                rand = int.from_bytes(random_bytes(10), "big") >> 1
-            self._last_ms, self._last_rand = ms, rand
-            prefix = self._prefix
-            if prefix[0] != ms:
-                # The first 10 characters carry the 48-bit time (after 2 zero bits): once per ms.
-                p = _PAIRS
-                prefix = self._prefix = (
-                    ms,
-                    p[ms >> 40 & 1023]
-                    + p[ms >> 30 & 1023]
-                    + p[ms >> 20 & 1023]
-                    + p[ms >> 10 & 1023]
-                    + p[ms & 1023],
-                )
-        p = _PAIRS
-        return (
-            prefix[1]
-            + p[rand >> 70 & 1023] + p[rand >> 60 & 1023] + p[rand >> 50 & 1023]
-            + p[rand >> 40 & 1023] + p[rand >> 30 & 1023] + p[rand >> 20 & 1023]
-            + p[rand >> 10 & 1023] + p[rand & 1023]
-        )  # fmt: skip
+                high, low = self._draw()
+            p = _PAIRS
+            # 12 pairs of 10 bits: the time (after 2 zero bits), then the high 70 random bits
+            head = (
+                p[ms >> 40 & 1023] + p[ms >> 30 & 1023] + p[ms >> 20 & 1023]
+                + p[ms >> 10 & 1023] + p[ms & 1023]
+                + p[high >> 60 & 1023] + p[high >> 50 & 1023] + p[high >> 40 & 1023]
+                + p[high >> 30 & 1023] + p[high >> 20 & 1023] + p[high >> 10 & 1023]
+                + p[high & 1023]
+            )  # fmt: skip
+            self._ms, self._high, self._low, self._head = ms, high, low, head
+            return head + p[low]
+
+    @staticmethod
+    def _draw() -> tuple[int, int]:
+        # The top bit stays clear so the counter has room to grow within the millisecond.
+        rand = int.from_bytes(random_bytes(10), "big") >> 1
+        return rand >> 10, rand & 1023
 
 
 _ULIDS = _UlidSource()
