@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import rfc8785
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tachograph.errors import EventError, ProfileError
 from tachograph.record.canonical import canonical
@@ -145,6 +147,13 @@ def test_timestamps_have_exactly_six_fraction_digits() -> None:
     assert format_ts(1_760_497_929_999_999_999) == "2025-10-15T03:12:09.999999Z"
     stamps = [now_ts() for _ in range(1000)] + [_event().ts for _ in range(100)]
     assert all(TS.fullmatch(s) for s in stamps)
+
+
+@given(st.integers(0, 2**62) | st.integers(0, 10**9 - 1).map(lambda r: 1_760_497_929 * 10**9 + r))
+def test_timestamps_keep_every_fraction_digit(ns: int) -> None:
+    # the fraction is the microseconds, truncated, padded to six digits
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 1_000_000_000))
+    assert format_ts(ns) == f"{seconds}.{ns % 1_000_000_000 // 1000:06d}Z"
 
 
 def test_timestamps_from_many_threads_are_consistent() -> None:

@@ -242,9 +242,12 @@ class _UlidSource:
 
 
 _ULIDS = _UlidSource()
-# (seconds, formatted seconds) as one tuple, replaced in a single assignment, so that a thread
-# never sees the seconds of one moment paired with the text of another.
+# (seconds, formatted seconds with the point) as one tuple, replaced in a single assignment, so
+# that a thread never sees the seconds of one moment paired with the text of another.
 _ts_cache: tuple[int, str] = (-1, "")
+# The six fraction digits are two lookups of three: about half the cost of formatting them.
+_MILLIS = [f"{i:03d}" for i in range(1000)]
+_MICROS_Z = [f"{i:03d}Z" for i in range(1000)]
 
 
 def _format_ts(ns: int) -> str:
@@ -252,9 +255,9 @@ def _format_ts(ns: int) -> str:
     secs, rem = divmod(ns, 1_000_000_000)
     cached = _ts_cache
     if cached[0] != secs:
-        cached = (secs, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)))
+        cached = (secs, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(secs)))
         _ts_cache = cached
-    return f"{cached[1]}.{rem // 1000:06d}Z"
+    return cached[1] + _MILLIS[rem // 1_000_000] + _MICROS_Z[rem // 1000 % 1000]
 
 
 def now_ts() -> str:
