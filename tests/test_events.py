@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
+import pickle
 import re
 import sys
 import threading
@@ -434,6 +435,8 @@ def test_stored_event_is_the_dataclass_constructor_field_for_field() -> None:
         assert type(fast) is Event
         assert [getattr(fast, n) for n in names] == [getattr(slow, n) for n in names] == values
         assert fast == slow
+        assert repr(fast) == repr(slow)
+        assert pickle.loads(pickle.dumps(fast)) == fast
         with pytest.raises(dataclasses.FrozenInstanceError):
             fast.seq = 9  # type: ignore[misc]
     assert stored_event(*values[:-1]).payload_bytes is None  # the default, as in Event
