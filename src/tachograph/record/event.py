@@ -517,14 +517,17 @@ def new_event(
         raise EventError(f"span_id {span_id!r} is not a W3C span id", field="span_id")
     if seed is not None and (builtins_type(seed) is not int or abs(seed) > 2**53 - 1):
         raise EventError(f"seed {seed!r} must be an integer within ±(2**53 - 1)", field="seed")
+    # A key and a model are usually given and ASCII: the test for that is inline, no call.
     if idempotency_key is not None:
         if builtins_type(idempotency_key) is not str:
             raise EventError("idempotency_key must be a string", field="idempotency_key")
-        _check_unicode("idempotency_key", idempotency_key)
+        if not idempotency_key.isascii():
+            _check_unicode("idempotency_key", idempotency_key)
     if model is not None:
         if builtins_type(model) is not str:
             raise EventError("model must be a string", field="model")
-        _check_unicode("model", model)
+        if not model.isascii():
+            _check_unicode("model", model)
     if ts is not None and (builtins_type(ts) is not str or not _TS.fullmatch(ts)):
         raise EventError(
             f"ts {ts!r} must be UTC 'YYYY-MM-DDTHH:MM:SS.ffffffZ'", field="ts", value=ts
