@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import enum
 import json
 import math
 import struct
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +160,22 @@ def test_max_safe_integers_are_admitted() -> None:
     )
 
 
+def test_orjson_refuses_what_the_scan_leaves_to_it() -> None:
+    # canonical leaves keys, integers and lone surrogates to orjson: its limits must be ours
+    strict = orjson.OPT_STRICT_INTEGER | orjson.OPT_SORT_KEYS
+    assert orjson.dumps([MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER], option=strict)
+    for bad in (
+        MAX_SAFE_INTEGER + 1,
+        -MAX_SAFE_INTEGER - 1,
+        {_Text("a"): 1},
+        {1: 1},
+        {"k": "\ud800"},
+        {"\udfff": 1},
+    ):
+        with pytest.raises(orjson.JSONEncodeError):
+            orjson.dumps(bad, option=strict)
+
+
 # -- values outside the profile -------------------------------------------------------------------
 
 
@@ -167,6 +185,35 @@ class _Colour(enum.Enum):
 
 class _Label(str, enum.Enum):
     SHIPPED = "shipped"
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+class _Text(str):
+    pass
+
+
+class _Number(int):
+    pass
+
+
+class _Ratio(float):
+    pass
+
+
+class _Mapping(dict):  # type: ignore[type-arg]
+    pass
+
+
+class _Items(list):  # type: ignore[type-arg]
+    pass
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
 
 
 def _nest(levels: int, kind: str) -> Any:
@@ -197,9 +244,29 @@ _REJECTED = [
     pytest.param(_Colour.RED, "payload.args.x", "type", id="enum"),
     pytest.param(_Label.SHIPPED, "payload.args.x", "type", id="str-enum"),
     pytest.param(complex(1, 2), "payload.args.x", "type", id="complex"),
+    # what orjson itself would print: the scan must refuse it
+    pytest.param(_Level.HIGH, "payload.args.x", "type", id="int-enum"),
+    pytest.param(_Text("s"), "payload.args.x", "type", id="str-subclass"),
+    pytest.param(_Number(1), "payload.args.x", "type", id="int-subclass"),
+    pytest.param(_Ratio(0.5), "payload.args.x", "type", id="float-subclass"),
+    pytest.param(_Mapping(a=1), "payload.args.x", "type", id="dict-subclass"),
+    pytest.param(_Items([1]), "payload.args.x", "type", id="list-subclass"),
+    pytest.param(uuid.UUID(int=1), "payload.args.x", "type", id="uuid"),
+    pytest.param(_Point(1), "payload.args.x", "type", id="dataclass"),
+    pytest.param(orjson.Fragment(b"1"), "payload.args.x", "type", id="fragment"),
+    pytest.param(datetime.time(1, 2), "payload.args.x", "type", id="time"),
+    pytest.param([[2**53]], "payload.args.x[0][0]", "integer", id="nested-int-2^53"),
+    pytest.param({"k": -(2**63)}, "payload.args.x.k", "integer", id="int64-min"),
+    pytest.param(2**64, "payload.args.x", "integer", id="int-2^64"),
     pytest.param({1: "one"}, "payload.args.x[1]", "key", id="int-key"),
     pytest.param({None: "none"}, "payload.args.x[None]", "key", id="none-key"),
     pytest.param({("a",): 1}, "payload.args.x[('a',)]", "key", id="tuple-key"),
+    pytest.param({_Text("a"): 1}, "payload.args.x['a']", "key", id="str-subclass-key"),
+    pytest.param(
+        {_Label.SHIPPED: 1}, "payload.args.x[<_Label.SHIPPED: 'shipped'>]", "key", id="str-enum-key"
+    ),
+    pytest.param({True: 1}, "payload.args.x[True]", "key", id="bool-key"),
+    pytest.param({1.5: 1}, "payload.args.x[1.5]", "key", id="float-key"),
     pytest.param({"\ud800": 1}, 'payload.args.x["\ud800"]', "surrogate", id="surrogate-key"),
     pytest.param([0, [1, math.nan]], "payload.args.x[1][1]", "float", id="nan-in-list"),
     pytest.param({"a b": {"c": {1}}}, 'payload.args.x["a b"].c', "type", id="quoted-key-path"),

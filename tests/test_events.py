@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
+import pickle
 import re
 import sys
 import threading
@@ -13,6 +15,8 @@ from typing import Any
 
 import pytest
 import rfc8785
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tachograph.errors import EventError, ProfileError
 from tachograph.record.canonical import canonical
@@ -31,6 +35,7 @@ from tachograph.record.event import (
     now_ts,
 )
 from tachograph.record.event import _format_ts as format_ts
+from tachograph.record.event import _UlidSource as UlidSource
 from tachograph.store import SQLiteStore
 
 CROCKFORD = re.compile(r"[0123456789ABCDEFGHJKMNPQRSTVWXYZ]{26}", re.ASCII)
@@ -97,6 +102,45 @@ def test_ulids_from_many_threads_are_unique() -> None:
         assert out == sorted(out)
 
 
+def _ulid_text(ms: int, rand: int) -> str:
+    # the ULID spec's encoding, done the slow way: 26 base32 digits of the 130-bit number
+    value = ms << 80 | rand
+    return "".join(ALPHABET[value >> (5 * (25 - i)) & 31] for i in range(26))
+
+
+@pytest.mark.parametrize(
+    "start",
+    [0, 2**10 - 3, 2**20 - 3, 2**40 - 3, 2**70 - 3, 2**79 - 3],
+    ids=["zero", "carry-10", "carry-20", "carry-40", "carry-70", "top"],
+)
+def test_ulids_count_up_across_every_carry(monkeypatch: pytest.MonkeyPatch, start: int) -> None:
+    # the random draw is fixed so that counting up crosses a carry boundary within one
+    # millisecond; each id must be the plain encoding of the time and the counted value
+    draws = iter([(start << 1).to_bytes(10, "big"), (5 << 1).to_bytes(10, "big")])
+    # (by module object: the facade name tachograph.record is not this package)
+    event_module = importlib.import_module("tachograph.record.event")
+    monkeypatch.setattr(event_module, "random_bytes", lambda n: next(draws))
+    source = UlidSource()
+    ms = 1_760_497_929_412
+    got = [source.next(ms) for _ in range(6)]
+    assert got == [_ulid_text(ms, start + i) for i in range(6)]
+    # a clock that steps back keeps counting in the last millisecond seen
+    assert source.next(ms - 5) == _ulid_text(ms, start + 6)
+    # a new millisecond draws a new random part
+    assert source.next(ms + 1) == _ulid_text(ms + 1, 5)
+    assert source.next(ms + 1) == _ulid_text(ms + 1, 6)
+
+
+def test_ulid_encoding_matches_the_spec() -> None:
+    ulid = new_ulid()
+    now = time.time_ns() // 1_000_000
+    value = 0
+    for char in ulid:
+        value = value * 32 + ALPHABET.index(char)
+    assert _ulid_text(value >> 80, value & (2**80 - 1)) == ulid
+    assert now - 1000 <= value >> 80 <= now
+
+
 def test_timestamps_have_exactly_six_fraction_digits() -> None:
     assert format_ts(0) == "1970-01-01T00:00:00.000000Z"
     assert format_ts(1_760_497_929_412_000_999) == "2025-10-15T03:12:09.412000Z"
@@ -104,6 +148,13 @@ def test_timestamps_have_exactly_six_fraction_digits() -> None:
     assert format_ts(1_760_497_929_999_999_999) == "2025-10-15T03:12:09.999999Z"
     stamps = [now_ts() for _ in range(1000)] + [_event().ts for _ in range(100)]
     assert all(TS.fullmatch(s) for s in stamps)
+
+
+@given(st.integers(0, 2**62) | st.integers(0, 10**9 - 1).map(lambda r: 1_760_497_929 * 10**9 + r))
+def test_timestamps_keep_every_fraction_digit(ns: int) -> None:
+    # the fraction is the microseconds, truncated, padded to six digits
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 1_000_000_000))
+    assert format_ts(ns) == f"{seconds}.{ns % 1_000_000_000 // 1000:06d}Z"
 
 
 def test_timestamps_from_many_threads_are_consistent() -> None:
@@ -384,6 +435,8 @@ def test_stored_event_is_the_dataclass_constructor_field_for_field() -> None:
         assert type(fast) is Event
         assert [getattr(fast, n) for n in names] == [getattr(slow, n) for n in names] == values
         assert fast == slow
+        assert repr(fast) == repr(slow)
+        assert pickle.loads(pickle.dumps(fast)) == fast
         with pytest.raises(dataclasses.FrozenInstanceError):
             fast.seq = 9  # type: ignore[misc]
     assert stored_event(*values[:-1]).payload_bytes is None  # the default, as in Event

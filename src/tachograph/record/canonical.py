@@ -4,8 +4,9 @@ Two encoders produce the same bytes:
 
 * the **fast path** hands the value to orjson with sorted keys. orjson's output is already JCS
   for everything in the profile except some floats and a rare key order. A single scan of the
-  value validates the profile and tells whether one of those cases is present; if so, a
-  second pass copies the value with the difference removed before orjson sees it:
+  value, with orjson's own refusals of non-string keys, integers beyond 2^53 and lone
+  surrogates, validates the profile and tells whether one of those cases is present; if so,
+  a second pass copies the value with the difference removed before orjson sees it:
 
   - an integral float below 2^53 in magnitude becomes the int of the same value (orjson
     prints ``25.0``, JCS ``25``; the int prints ``25``, and ``-0.0`` becomes ``0`` as JCS says);
@@ -60,6 +61,10 @@ MAX_DEPTH = 64
 _INTEGRAL = 1  # integral floats below 1e16 (not -0.0): orjson prints "25.0", JCS "25"
 _OTHER = 1 << 40  # other floats orjson prints in another notation (1e-7, 1e+16, -0.0)
 _INF = math.inf
+# orjson refuses object keys that are not exactly ``str`` and lone surrogates under any
+# options, and under OPT_STRICT_INTEGER integers beyond ±(2^53 - 1): the scan leaves those to it.
+_STRICT = orjson.OPT_STRICT_INTEGER
+_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 # UTF-8 lead bytes of U+E000..U+FFFF and of U+10000 and above: ordering keys by UTF-16 code
 # units differs from orjson's code-point order only between two such characters.
 _SUPPLEMENTARY = re.compile(rb"[\xf0-\xf4]")
@@ -76,43 +81,24 @@ class _Reject(Exception):
 
 
 def _scan(value: Any, depth: int) -> int:
+    # Only values are looked at. Keys, integers and strings are left to orjson (see _STRICT):
+    # its refusal sends ``canonical`` to ``_fail``, which names the value, as a rejection here
+    # does. The scan finds what orjson would print but the profile refuses (tuples, subclasses,
+    # other types, NaN and the infinities, nesting past MAX_DEPTH) and counts the floats
+    # orjson prints unlike JCS.
     t = type(value)
-    if t is dict:
+    if t is dict or t is list:
         if depth > MAX_DEPTH:
             raise _Reject
         flags = 0
-        for key, item in value.items():
-            if type(key) is not str:
-                raise _Reject
+        for item in value.values() if t is dict else value:
             it = type(item)
-            if it is str or it is bool or item is None:
+            if it is str or it is int or it is bool or item is None:
                 continue
-            if it is int:
-                if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
-                    continue
-                raise _Reject
             flags += _scan(item, depth + 1)
         return flags
-    if t is list:
-        if depth > MAX_DEPTH:
-            raise _Reject
-        flags = 0
-        for item in value:
-            it = type(item)
-            if it is str or it is bool or item is None:
-                continue
-            if it is int:
-                if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
-                    continue
-                raise _Reject
-            flags += _scan(item, depth + 1)
-        return flags
-    if t is str or t is bool or value is None:
+    if t is str or t is int or t is bool or value is None:
         return 0
-    if t is int:
-        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            return 0
-        raise _Reject
     if t is float:
         if value != value or value == _INF or value == -_INF:
             raise _Reject
@@ -234,24 +220,21 @@ def canonical(value: Any, path: str = "value") -> bytes:
         raise _fail(value, path) from None
     try:
         if not flags:
-            out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+            out = orjson.dumps(value, option=_SORTED)
         elif flags < _OTHER:
             # Only integral floats below 1e16: orjson prints each as its digits, then ".0",
             # then "," "]" or "}". If the output holds exactly as many of those three-byte
             # sequences as there are such floats, none is inside a string, and dropping the
             # ".0" of each gives the JCS bytes, with no copy of the value.
-            out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+            out = orjson.dumps(value, option=_SORTED)
             dropped, found = _DOT_ZERO_BEFORE_END.subn(b"", out)
-            if found == flags:
-                out = dropped
-            else:
-                out = orjson.dumps(_rewrite(value), option=orjson.OPT_SORT_KEYS)
+            out = dropped if found == flags else orjson.dumps(_rewrite(value), option=_SORTED)
         else:
-            out = orjson.dumps(_rewrite(value), option=orjson.OPT_SORT_KEYS)
+            out = orjson.dumps(_rewrite(value), option=_SORTED)
         if not out.isascii() and (b"\xee" in out or b"\xef" in out) and _SUPPLEMENTARY.search(out):
             # characters of both kinds somewhere (keys or strings): sort every object by
             # UTF-16 code units ourselves and let orjson keep that order
-            out = orjson.dumps(_rewrite_sorted(value))
+            out = orjson.dumps(_rewrite_sorted(value), option=_STRICT)
         return out
     except (orjson.JSONEncodeError, TypeError):
         raise _fail(value, path) from None
