@@ -409,12 +409,12 @@ def test_integral_floats_print_as_integers_on_the_fast_path() -> None:
     assert type(value["price"]) is float  # not rewritten in place
 
 
-# Strings that look like the number spellings jcs_of_parsed edits or refuses, so that a drop of
-# ".0" inside a string, a key or next to a negative zero is tried.
+# Strings that look like the number spellings orjson and JCS print differently, so that a
+# drop of ".0" inside a string, a key or next to a negative zero is tried.
 _tricky_texts = st.sampled_from(
     [
         *("1.0,", "x.0]", ".0}", "-0,", "1e5", "2E3", "0" * 16, "a.0", "25.0", "{", "[[", "é.0,"),
-        # escaped quotes and backslashes, which the string finder masks
+        # escaped quotes and backslashes
         *('"1.0,', "\\", 'a\\"', '\\".0]', '\\\\"2.0}', '"', "-0.0,", "\n1.0,"),
     ]
 )
@@ -426,30 +426,7 @@ _parsed_values = st.recursive(
     ),
     max_leaves=30,
 )
-
-
-@given(st.dictionaries(_keys | _tricky_texts, _parsed_values, max_size=6))
-def test_jcs_of_parsed_is_canonical_or_declines(value: dict[str, Any]) -> None:
-    """The verifier's shortcut for stored payloads: whatever orjson parses back from stored
-    bytes, it either gives exactly the canonical bytes or declines (never other bytes)."""
-    from tachograph.record.canonical import jcs_of_parsed
-
-    try:
-        parsed = orjson.loads(orjson.dumps(value))
-    except orjson.JSONEncodeError:
-        return  # not storable as JSON bytes in the first place
-    guess = orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS)
-    fast = jcs_of_parsed(parsed, guess)
-    if fast is None:
-        return
-    assert fast == canonical_exact(parsed)
-    assert fast == rfc8785.dumps(parsed)
-
-
-# Mostly integral floats (the values that send a payload down this path), mixed with the
-# tricky strings, so that the fast path itself is taken often, not only declined.
-# (the spellings it declines, exponents, 16 digits and -0.0, are the other test's: here they
-# would make nearly every example decline)
+# Mostly integral floats (what orjson prints unlike JCS), mixed with the tricky strings.
 _integral_floats = st.integers(-(10**9), 10**9).map(float) | st.sampled_from([0.0, 1e14, 0.5, 3.25])
 _float_heavy = st.recursive(
     _integral_floats | _tricky_texts | _texts,
@@ -460,30 +437,35 @@ _float_heavy = st.recursive(
 )
 
 
+def _canonical_of_parsed(value: dict[str, Any]) -> None:
+    """What check 5 does with a stored payload: parse its bytes, encode the value."""
+    try:
+        parsed = orjson.loads(orjson.dumps(value))
+    except orjson.JSONEncodeError:
+        return  # not storable as JSON bytes in the first place
+    assert canonical(parsed) == canonical_exact(parsed) == rfc8785.dumps(parsed)
+
+
+@given(st.dictionaries(_keys | _tricky_texts, _parsed_values, max_size=6))
+def test_canonical_of_stored_payloads(value: dict[str, Any]) -> None:
+    """The verifier encodes whatever orjson parses back from stored bytes: exactly."""
+    _canonical_of_parsed(value)
+
+
 @settings(max_examples=500)
 @given(st.dictionaries(_keys | _tricky_texts, _float_heavy, min_size=1, max_size=6))
-def test_jcs_of_parsed_on_float_heavy_payloads(value: dict[str, Any]) -> None:
-    from tachograph.record.canonical import jcs_of_parsed
-
-    parsed = orjson.loads(orjson.dumps(value))
-    fast = jcs_of_parsed(parsed, orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS))
-    if fast is not None:
-        assert fast == canonical_exact(parsed)
-        assert fast == rfc8785.dumps(parsed)
+def test_canonical_of_float_heavy_stored_payloads(value: dict[str, Any]) -> None:
+    _canonical_of_parsed(value)
 
 
-def test_jcs_of_parsed_takes_the_common_float_payload() -> None:
-    from tachograph.record.canonical import jcs_of_parsed
-
+def test_canonical_of_the_common_float_payload() -> None:
     payload = {"usage": {"cost_usd": 25.0, "scores": [1.0, 0.5, 3.0]}, "métadonnées": {"clé": 2.0}}
-    parsed = orjson.loads(orjson.dumps(payload))
-    fast = jcs_of_parsed(parsed, orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS))
-    assert fast == canonical_exact(payload)
+    _canonical_of_parsed(payload)
     # a string that holds what the drop edits, escaped quotes and backslashes: the strings
-    # are left alone and the floats still take the fast path
+    # are left alone
     for tricked in (
         {"note": "1.0,", "n": 2.0},
         {"note": 'say "3.0," \\', "n": [2.0, {"k\\": "x\\\\"}], "m": '\\"4.0}'},
     ):
-        fast = jcs_of_parsed(tricked, orjson.dumps(tricked, option=orjson.OPT_SORT_KEYS))
-        assert fast == canonical_exact(tricked) == rfc8785.dumps(tricked)
+        _canonical_of_parsed(tricked)
+        assert canonical(tricked) == rfc8785.dumps(tricked)

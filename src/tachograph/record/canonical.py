@@ -44,7 +44,6 @@ __all__ = [
     "canonical_exact",
     "check_profile",
     "es6_number",
-    "jcs_of_parsed",
     "loads",
     "loads_strict",
     "loads_untrusted",
@@ -71,9 +70,6 @@ _SUPPLEMENTARY = re.compile(rb"[\xf0-\xf4]")
 # The ".0" orjson prints after an integral float, where the number ends: one pass over the
 # bytes (three ``bytes.replace`` passes cost twice as much on a 1.6 KB payload).
 _DOT_ZERO_BEFORE_END = re.compile(rb"\.0(?=[,\]}])")
-# A string token (kept: group 1) or, outside strings, the ".0" that ends an integral float
-# (dropped: the unmatched group is replaced by nothing). One pass over the bytes, in C.
-_STRING_OR_DOT_ZERO = re.compile(rb'("[^"\\]*(?:\\.[^"\\]*)*")|\.0(?=[,\]}])')
 
 
 class _Reject(Exception):
@@ -371,49 +367,6 @@ _SIXTEEN_DIGITS = b"0" * 16
 def _has_long_digits(raw: bytes) -> bool:
     """True if ``raw`` holds 16 ASCII digits in a row (an integer that may exceed 2^53)."""
     return _SIXTEEN_DIGITS in raw.translate(_DIGITS_AS_ZERO)
-
-
-def jcs_of_parsed(value: Any, sorted_bytes: bytes) -> bytes | None:
-    """``canonical(value)`` for a value orjson parsed from JSON, computed from
-    ``sorted_bytes = orjson.dumps(value, option=OPT_SORT_KEYS)`` without scanning the value,
-    when checks on the bytes prove the result; ``None`` when they do not (call
-    :func:`canonical`). Only payloads with integral floats take this path: without them the
-    sorted bytes already are the JCS form in the common case.
-
-    The checks look only outside strings, at the "skeleton" of structure, numbers and
-    literals: no number in exponent notation (orjson's form of floats from 1e16 and below
-    1e-5), no 16-digit run (an integer beyond 2^53), at most ``MAX_DEPTH`` brackets (so the
-    nesting is within the profile), no negative zero. Then the ".0" that ends each integral
-    float is dropped; if as many were dropped from the whole bytes as the skeleton holds, none
-    was inside a string (otherwise a slower pattern drops them again, skipping strings).
-
-    ``sorted_bytes`` are orjson's own output, so its strings are found without a parser: with
-    every escaped backslash and escaped quote masked (two bytes for two, so nothing moves),
-    each remaining quote opens or closes a string, and splitting on quotes alternates outside
-    and inside. (A tokenizing regex over the same bytes costs several times as much.)
-    """
-    masked = sorted_bytes
-    if b"\\" in masked:
-        masked = masked.replace(b"\\\\", b"__").replace(b'\\"', b"__")
-    skeleton = b'"'.join(masked.split(b'"')[::2])
-    outside = len(_DOT_ZERO_BEFORE_END.findall(skeleton))
-    if not outside:
-        return None
-    digits = skeleton.translate(_DIGITS_AS_ZERO)
-    if _SIXTEEN_DIGITS in digits or b"0e" in digits or b"0E" in digits:
-        return None
-    if skeleton.count(b"{") + skeleton.count(b"[") > MAX_DEPTH:
-        return None
-    if b"-0.0," in skeleton or b"-0.0]" in skeleton or b"-0.0}" in skeleton:
-        return None
-    out, dropped = _DOT_ZERO_BEFORE_END.subn(b"", sorted_bytes)
-    if not out.isascii() and (b"\xee" in out or b"\xef" in out) and _SUPPLEMENTARY.search(out):
-        return None
-    if dropped != outside:
-        # a string holds ".0" before "," "]" or "}", and the drop touched it: drop again, this
-        # time skipping every string token
-        out = _STRING_OR_DOT_ZERO.sub(rb"\1", sorted_bytes)
-    return out
 
 
 def _widen(value: Any) -> Any:

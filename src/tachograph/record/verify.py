@@ -26,7 +26,6 @@ from .canonical import (
     MAX_SAFE_INTEGER,
     DuplicateKeyError,
     canonical,
-    jcs_of_parsed,
     loads,
     loads_strict,
 )
@@ -364,7 +363,7 @@ class LineChecker:
         else:
             salt_bytes = bytes.fromhex(salt)
             if payload_bytes is not None:
-                actual = _stored_digest(salt_bytes, payload_bytes, payload_digest, parsed)
+                actual = _stored_digest(salt_bytes, payload_bytes, parsed)
             else:
                 h = hashlib.sha256(salt_bytes)
                 h.update(canonical(payload, "payload"))
@@ -448,7 +447,7 @@ class LineChecker:
             and tenant == self.tenant
             and body is not None
             and salt is not None
-            and _stored_digest(bytes.fromhex(salt), body, digest, parsed) == digest
+            and _stored_digest(bytes.fromhex(salt), body, parsed) == digest
         ):
             # every check passed (the common case): nothing to report
             self.prev_recomputed = self.head = recomputed
@@ -643,26 +642,21 @@ def _check_event_format_fully(event: Event) -> str | None:
 _OUTSIDE = "sha256:(stored payload is outside the JSON profile)"
 
 
-def _stored_digest(salt: bytes, body: bytes, expected: str, parsed: Any = None) -> str:
-    """The payload digest of stored JSON bytes (any key order), as check 5 reports it.
+def _stored_digest(salt: bytes, body: bytes, parsed: Any = None) -> str:
+    """The payload digest of stored JSON bytes (any key order), as check 5 reports it: the
+    salted digest of the payload's JCS form, which the caller compares with the stored one.
 
-    The payload passes if the salted hash of either orjson's sorted form or the exact JCS form
-    is ``expected``; otherwise the JCS form's digest is the one reported. The value is parsed
-    once (``parsed``, when not ``None``, is ``orjson.loads(body)`` already); the JCS form
-    comes from the sorted bytes when :func:`jcs_of_parsed` can prove it (integral floats),
-    else from :func:`canonical`.
+    Only the JCS form counts (SPEC section 2): a digest over another serialization of the
+    same value (orjson's ``25.0`` where JCS prints ``25``) fails. The value is parsed once
+    (``parsed``, when not ``None``, is ``orjson.loads(body)`` already) and encoded by
+    :func:`canonical`, whose scan of the value is what proves orjson's sorted bytes to be the
+    JCS form (a proof from the bytes alone costs more: every test of them reads the whole
+    payload).
     """
     try:
         value = orjson.loads(body) if parsed is None else parsed
-        guess = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except (orjson.JSONDecodeError, orjson.JSONEncodeError, TypeError):
+    except orjson.JSONDecodeError:
         return _OUTSIDE
-    digest = _salted(salt, guess)
-    if digest == expected:
-        return digest  # the common case: no integral float, the sorted bytes are the JCS
-    exact = jcs_of_parsed(value, guess)
-    if exact is not None:
-        return _salted(salt, exact)
     try:
         try:
             exact = canonical(value, "payload")
