@@ -169,6 +169,19 @@ def _intent_figure(settings: Settings, workdir: Path) -> Figure:
     fsyncs: list[float] = []
     fsyncs_isolated: list[float] = []  # each phase against the fsyncs of its own moment
     fsyncs_direct: list[float] = []
+    # The floor: one raw sqlite3 commit of one row (WAL, synchronous=FULL), the line
+    # of an event of the same size, in a file of its own on the same disk.
+    raw = _raw_db(workdir / "intent-raw.db")
+    raw_lines = [e.to_json() for e in build_run("bench-intent-raw", calls, payload_bytes=200)]
+    raw_commits: list[float] = []
+
+    def raw_commit(line: bytes) -> float:
+        t0 = time.perf_counter_ns()
+        raw.execute("BEGIN")
+        raw.execute("INSERT INTO lines (line) VALUES (?)", (line,))
+        raw.execute("COMMIT")
+        return float(time.perf_counter_ns() - t0)
+
     with tachograph.record(store, actor="bench", input=None, tools=[_write_tool]) as run:
         # back to back: the previous call's completion is usually still being committed
         run.flush()
@@ -180,13 +193,17 @@ def _intent_figure(settings: Settings, workdir: Path) -> Figure:
             back_to_back.append(float(_BODY_STARTED[0] - t0))
         run.flush()
         commits_per_call = (store.commits - commits_before) / calls
-        # isolated: the writer is idle when the call begins
+        # isolated: the writer is idle when the call begins. Each call is followed, once its
+        # completion is committed too, by one raw commit (the floor), so that both
+        # see the disk of the same moment and neither shares it with another commit.
         for i in range(calls):
             run.flush()
             fsyncs_isolated.append(fsync())
             t0 = time.perf_counter_ns()
             _write_tool(calls + i)
             isolated.append(float(_BODY_STARTED[0] - t0))
+            run.flush()
+            raw_commits.append(raw_commit(raw_lines[i % len(raw_lines)]))
         run.output = calls
     # One commit of one event straight into the store, no writer thread: the floor.
     direct: list[float] = []
@@ -196,17 +213,6 @@ def _intent_figure(settings: Settings, workdir: Path) -> Figure:
         t0 = time.perf_counter_ns()
         store.append([event])
         direct.append(float(time.perf_counter_ns() - t0))
-    # The floor: one raw sqlite3 commit of one row (WAL, synchronous=FULL), the line
-    # of an event of the same size, in a file of its own on the same disk.
-    raw = _raw_db(workdir / "intent-raw.db")
-    raw_commits: list[float] = []
-    for event in events:
-        line = event.to_json()
-        t0 = time.perf_counter_ns()
-        raw.execute("BEGIN")
-        raw.execute("INSERT INTO lines (line) VALUES (?)", (line,))
-        raw.execute("COMMIT")
-        raw_commits.append(float(time.perf_counter_ns() - t0))
     raw.close()
     os.close(fd)
     direct_m = measure_of("SQLiteStore.append of one event (one commit)", direct, "ns")
