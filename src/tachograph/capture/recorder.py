@@ -234,7 +234,7 @@ class Writer:
             if first:
                 self._queued_at = time.monotonic()
             self._queue.append(event)
-            self._queued_bytes += len(event.payload_bytes or b"") + QUEUED_EVENT_BYTES
+            self._queued_bytes += _queued_size((event,))
             self._submitted += 1
             ticket = self._submitted
             if (
