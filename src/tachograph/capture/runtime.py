@@ -250,9 +250,10 @@ def tool(
             )
             if ticket.served:
                 return ticket, _nothing  # the record answers: nothing will run
-            call_kwargs = dict(kwargs)
+            # partial copies the keywords it is given: a copy here only to add the key
+            call_kwargs = kwargs
             if spec.takes_key and ticket.key is not None and kwargs.get("idempotency_key") is None:
-                call_kwargs["idempotency_key"] = ticket.key
+                call_kwargs = {**kwargs, "idempotency_key": ticket.key}
             if ticket.dry_run:
                 return ticket, functools.partial(_dry_run, spec, (args, call_kwargs), ticket.key)
             return ticket, functools.partial(func, *args, **call_kwargs)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ..errors import ProfileError, RecordingError
+from ..privacy.redactor import Redactor
 from ..record.canonical import canonical
 from ..record.event import Effect, EventType
 from ..record.seal import (
@@ -91,6 +92,10 @@ class Session:
         self.recorder = recorder
         self.engine = engine
         self.processors = tuple(recorder.processors if recorder is not None else processors)
+        # Redactors never change their input in place (tachograph.privacy.redactor): behind
+        # them alone, a request the processors hand back as it was still has the canonical
+        # bytes checked before processing, and its key is derived from those.
+        self._keeps_input = all(type(p) is Redactor for p in self.processors)
         self.dry_run = dry_run
         self.used_dry_run = False
         self.notes: list[str] = []
@@ -125,9 +130,8 @@ class Session:
 
     def process(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
         """The payload as it is recorded (and compared): every processor applied."""
-        if self.recorder is not None:
-            return self.recorder.sealer.process(type_, payload)
-        # as the Sealer does: the run's key secret is never shown to a processor
+        # What the recorder's Sealer.process does, called directly (the processors are its
+        # own: see __init__): the run's key secret is never shown to a processor.
         return process_payload(self.processors, type_, payload)
 
     def make_key(
@@ -174,7 +178,7 @@ class Session:
         """Start a call: processors, then key and prompt hash, then serve or go live."""
         is_tool = kind is TOOL_CALL
         try:
-            canonical(request, f"{name}.args" if is_tool else f"{name}.request")
+            request_jcs = canonical(request, f"{name}.args" if is_tool else f"{name}.request")
         except ProfileError as exc:
             raise ProfileError(
                 f"{'tool' if is_tool else 'model'} {name!r}: {exc}",
@@ -199,11 +203,15 @@ class Session:
             # the prompt hash and the key come from the processed request (SPEC section 5)
             payload = with_prompt_hash(self.process(_MODEL_REQUEST, payload))
         kind_type = _TOOL_REQUESTED if is_tool else _MODEL_REQUEST
-        # The key is derived from the processed arguments' own bytes, never from the bytes
-        # checked above: a processor may change the request in place (SPEC section 5).
-        call_key = (
-            key if isinstance(key, str) else self.make_key(name, key_args(kind_type, payload), key)
-        )
+        # The key is derived from the processed arguments' own bytes (SPEC section 5): the
+        # bytes checked above only when the processors handed the request back untouched and
+        # none of them can have changed it in place (only redactors ran).
+        if isinstance(key, str):
+            call_key = key
+        else:
+            args = key_args(kind_type, payload)
+            same = key is None and args is request and self._keeps_input
+            call_key = self.make_key(name, args, key, args_jcs=request_jcs if same else None)
         ticket = CallTicket(
             self,
             kind=kind,

@@ -53,6 +53,20 @@ HOW_TO_RECORD = (
     "again"
 )
 
+# The event types the ledger follows: any other (a tool's completion, a clock read...) is
+# passed over with one set look-up, as it is recorded by the million.
+_FOLLOWED: Final = frozenset(
+    {
+        _DECISION,
+        _HANDOFF,
+        _MODEL_REQUEST,
+        _MODEL_RESPONSE,
+        _PLAN_SELECTED,
+        _RUN_FINISHED,
+        _TOOL_REQUESTED,
+    }
+)
+
 # The OpenAI Agents SDK hands off through a tool call named transfer_to_<agent>; the
 # integration records it as a ``handoff`` event.
 _HANDOFF_PREFIX = "transfer_to_"
@@ -109,6 +123,8 @@ class ToolLedger:
 
     def observe(self, type_: str, payload: Any, seq: int) -> list[UnvouchedCall]:
         """Account for one recorded event; returns the calls it left unvouched."""
+        if type_ not in _FOLLOWED:
+            return []
         if type_ == _MODEL_RESPONSE:
             response = payload.get("response") if isinstance(payload, Mapping) else None
             calls = requested_tool_calls(response)
@@ -117,7 +133,9 @@ class ToolLedger:
                     self._open.extend(UnvouchedCall(c.tool, seq, c.call_id) for c in calls)
             return []
         if type_ == _TOOL_REQUESTED:
-            name = payload.get("tool") if isinstance(payload, Mapping) else None
+            # a plain dict (every recorded payload) spares the ABC check of Mapping
+            is_map = type(payload) is dict or isinstance(payload, Mapping)
+            name = payload.get("tool") if is_map else None
             with self._lock:
                 for i, call in enumerate(self._open):
                     if call.tool == name:
@@ -137,8 +155,12 @@ class ToolLedger:
                         del self._open[i]
                         break
             return []
-        aborted = isinstance(payload, Mapping) and payload.get("status") == "aborted"
-        if type_ == _RUN_FINISHED and aborted:
+        aborted = (
+            type_ == _RUN_FINISHED
+            and isinstance(payload, Mapping)
+            and payload.get("status") == "aborted"
+        )
+        if aborted:
             # Stopped from outside (Ctrl-C, a fork stopped at a divergence): the calls still
             # open were never made, rather than made unrecorded.
             with self._lock:

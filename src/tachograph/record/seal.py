@@ -20,7 +20,7 @@ import hmac
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from .canonical import canonical
 from .event import (
@@ -139,6 +139,25 @@ def default_key(
     return base if repeat == 0 else f"{base}#{repeat}"
 
 
+class _Keyed(Protocol):
+    """A keyed HMAC-SHA256 state: ``hmac.HMAC`` or the C object behind it."""
+
+    def copy(self) -> _Keyed: ...
+    def update(self, data: bytes, /) -> None: ...
+    def hexdigest(self) -> str: ...
+
+
+def _keyed_hmac(secret: bytes) -> _Keyed:
+    """HMAC-SHA256 keyed with ``secret``: the C object ``hmac.HMAC`` wraps when OpenSSL is
+    there, whose copy, update and hexdigest skip the four Python-level frames of the
+    wrapper per key (about a third of a key's hashing); else ``hmac.HMAC`` itself."""
+    try:
+        import _hashlib
+    except ImportError:  # pragma: no cover - Python built without OpenSSL
+        return hmac.new(secret, digestmod=hashlib.sha256)
+    return _hashlib.hmac_new(secret, digestmod="sha256")
+
+
 class _KeyHash:
     """``h`` of SPEC section 5 under one run's secret: the first 16 hex of
     ``HMAC-SHA256(secret, JCS(args))`` (RFC 2104), or of ``SHA-256(JCS(args))`` without one.
@@ -152,7 +171,7 @@ class _KeyHash:
     __slots__ = ("_keyed",)
 
     def __init__(self, secret: bytes | None) -> None:
-        self._keyed = hmac.new(secret, digestmod=hashlib.sha256) if secret is not None else None
+        self._keyed = _keyed_hmac(secret) if secret is not None else None
 
     def __call__(self, args_jcs: bytes) -> str:
         if self._keyed is None:
@@ -345,23 +364,25 @@ class Sealer:
         if actor is not None and actor != self.actor:
             check_actor(actor)
         body = payload if processed else self.process(type_, payload)
+        # in new_event's order (matching its 17 keywords would cost about 0.9 us per event)
         event = new_event(
-            run_id=self.run_id,
-            seq=self.next_seq,
-            type=type_,
-            actor=actor or self.actor,
-            payload=body,
-            prev_hash=self.head_hash,
-            tenant=self.tenant,
-            trace_id=trace_id,
-            span_id=span_id,
-            idempotency_key=idempotency_key,
-            model=model,
-            seed=seed,
-            ts=ts,
-            event_id=event_id,
-            salt=salt,
-            checked=True,
+            self.run_id,  # run_id
+            self.next_seq,  # seq
+            type_,  # type
+            actor or self.actor,  # actor
+            body,  # payload
+            self.head_hash,  # prev_hash
+            self.tenant,  # tenant
+            trace_id,
+            span_id,
+            idempotency_key,
+            model,
+            seed,
+            ts,
+            event_id,
+            salt,
+            None,  # payload_bytes: serialized from the payload
+            True,  # checked: the run id, tenant and actor at construction, the type above
         )
         self.next_seq += 1
         self.head_hash = event.hash
