@@ -364,25 +364,23 @@ class Sealer:
         if actor is not None and actor != self.actor:
             check_actor(actor)
         body = payload if processed else self.process(type_, payload)
-        # in new_event's order (matching its 17 keywords would cost about 0.9 us per event)
         event = new_event(
-            self.run_id,  # run_id
-            self.next_seq,  # seq
-            type_,  # type
-            actor or self.actor,  # actor
-            body,  # payload
-            self.head_hash,  # prev_hash
-            self.tenant,  # tenant
-            trace_id,
-            span_id,
-            idempotency_key,
-            model,
-            seed,
-            ts,
-            event_id,
-            salt,
-            None,  # payload_bytes: serialized from the payload
-            True,  # checked: the run id, tenant and actor at construction, the type above
+            run_id=self.run_id,
+            seq=self.next_seq,
+            type=type_,
+            actor=actor or self.actor,
+            payload=body,
+            prev_hash=self.head_hash,
+            tenant=self.tenant,
+            trace_id=trace_id,
+            span_id=span_id,
+            idempotency_key=idempotency_key,
+            model=model,
+            seed=seed,
+            ts=ts,
+            event_id=event_id,
+            salt=salt,
+            checked=True,
         )
         self.next_seq += 1
         self.head_hash = event.hash
