@@ -55,6 +55,15 @@ def test_the_deriver_hashes_as_the_standard_library_does(secret: bytes | None, b
     assert keys.key("t", None, args_jcs=body) == f"r:t:{h}#1"
 
 
+@pytest.mark.parametrize("length", [0, 1, 63, 64, 65, 128, 1000])
+def test_the_deriver_hashes_secrets_at_the_block_boundary(length: int) -> None:
+    secret = bytes(range(256)) * 4
+    secret = secret[:length]
+    body = b'{"i":123}'
+    h = hmac.new(secret, body, hashlib.sha256).hexdigest()[:16]
+    assert KeyDeriver("r", secret).key("t", None, args_jcs=body) == f"r:t:{h}"
+
+
 def test_the_deriver_secret_cannot_be_swapped_under_it() -> None:
     keys = KeyDeriver("r", bytes(16))
     with pytest.raises(AttributeError):
