@@ -70,6 +70,11 @@ def _grow(path: Path, total: int, run_len: int) -> dict[str, Any]:
     }
 
 
+def _repeat(measure: Callable[[_Probe], float], probe: _Probe, times: int) -> list[float]:
+    """One measure taken ``times`` times on one probe (what the profile of a miss runs)."""
+    return [measure(probe) for _ in range(times)]
+
+
 class _Probe:
     """The store-level measures taken on one store."""
 
@@ -79,13 +84,18 @@ class _Probe:
         self.run_len = run_len
         self.rng = random.Random(seed)
         self.appended = 0
+        # the runs this probe appends carry a token of its own: several probes of one store
+        # (the measures, then the profile of the worst, a store kept in --dir) never append
+        # a run id twice
+        self.tag = os.urandom(4).hex()
 
     def _run(self) -> str:
         return f"grown-{self.rng.randrange(self.runs):07d}"
 
     def append(self) -> float:
         """Seconds per event to append a new run in batches of 100 (prebuilt events)."""
-        events = list(build_run(f"appended-{self.appended:05d}", self.run_len, payload_bytes=1000))
+        run_id = f"appended-{self.tag}-{self.appended:05d}"
+        events = list(build_run(run_id, self.run_len, payload_bytes=1000))
         self.appended += 1
         t0 = time.perf_counter_ns()
         for start in range(0, len(events), 100):
@@ -198,9 +208,9 @@ def figures(settings: Settings) -> list[Figure]:
             "run_length": run_len,
             "seconds": round(grown - started, 2),
         },
-        profile_fn=lambda: [
-            _MEASURES[worst_key][1](_Probe(large_path, large["runs"], run_len, 3)) for _ in range(5)
-        ],
+        profile_fn=lambda: _repeat(
+            _MEASURES[worst_key][1], _Probe(large_path, large["runs"], run_len, 3), 5
+        ),
     )
     memory = Figure(
         key="verify_memory",

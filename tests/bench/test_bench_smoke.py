@@ -154,3 +154,20 @@ def test_unknown_module_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
         bench_run.main(["--only", "nope", "--json", ""])
     assert exc.value.code == 2
     assert "unknown module(s) nope" in capsys.readouterr().err
+
+
+def test_the_profile_of_a_slow_append_appends_runs_of_its_own(tmp_path: Path) -> None:
+    # When `append` is the worst store_growth measure and misses, its profile appends more
+    # runs to the store the measures already appended to: no run id may come twice (a
+    # DuplicateConflict stopped the whole suite when noise made `append` the worst).
+    from bench import scale
+    from tachograph.store import SQLiteStore
+
+    path = tmp_path / "grown.db"
+    measured = scale._Probe(path, 1, 20, 1)
+    measured.append()
+    measured.append()
+    appends = scale._MEASURES["append"][1]
+    for _ in range(2):  # the profile may be taken again: each time a probe of its own
+        assert len(scale._repeat(appends, scale._Probe(path, 1, 20, 3), 5)) == 5
+    assert len(SQLiteStore(path).runs(limit=100)) == 2 + 5 + 5
