@@ -24,7 +24,7 @@ import enum
 import functools
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -256,9 +256,6 @@ class Redactor:
     rules: tuple[Rule, ...] = ()
     _engine: _Engine = field(init=False, repr=False, compare=False)
     _starts: dict[str, tuple[tuple[int, int], ...]] = field(init=False, repr=False, compare=False)
-    _clean_search: Callable[[bytes], object] | None = field(
-        init=False, repr=False, compare=False
-    )
 
     def __post_init__(self) -> None:
         kinds = frozenset(self.kinds)
@@ -276,16 +273,8 @@ class Redactor:
                 "tokens need a key: pass keyring=KeyRing.from_env() (TACHOGRAPH_PII_KEY or "
                 "TACHOGRAPH_PII_KEY_FILE), KeyRing.from_file(...) or KeyRing.from_callback(...)"
             )
-        engine = _engine(kinds, self.secrets)
-        object.__setattr__(self, "_engine", engine)
+        object.__setattr__(self, "_engine", _engine(kinds, self.secrets))
         object.__setattr__(self, "_starts", {})
-        # Without rules and without the digit detectors, ``_Engine.clean`` is the whole
-        # answer for most payloads: its pattern's search, held here so that the processor
-        # asks it without two Python calls in between (it runs on every recorded event).
-        quick = None
-        if not self.rules and not engine.digits and engine.blob_pattern is not None:
-            quick = engine.blob_pattern.search
-        object.__setattr__(self, "_clean_search", quick)
 
     def __repr__(self) -> str:
         key = self.keyring.current if self.keyring is not None else None
@@ -316,14 +305,10 @@ class Redactor:
     # -- the processor ---------------------------------------------------------------------
 
     def __call__(self, event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
-        search = self._clean_search
-        if search is not None and type(payload) is dict:
-            # what the general path below decides (no rule starts; _Engine.clean), inline
-            try:
-                dirty = search(orjson.dumps(payload).lower()) is not None
-            except TypeError:  # outside the profile: walk, as clean() says
-                dirty = True
-            return self._dict(payload, ()) if dirty else payload
+        if not self.rules and type(payload) is dict:
+            # what the general path below decides when no rule can start, without its
+            # per-type lookup (it runs on every recorded event)
+            return payload if self._engine.clean(payload) else self._dict(payload, ())
         starts = self._starts.get(event_type)
         if starts is None:
             starts = tuple(

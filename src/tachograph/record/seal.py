@@ -155,25 +155,28 @@ class _KeyHash:
     ``tests/record/test_seal.py`` holds it to ``hmac.new`` for keys of every length class.
     """
 
-    __slots__ = ("_inner", "_outer")
+    __slots__ = ("_pads",)
 
     def __init__(self, secret: bytes | None) -> None:
-        if secret is None:
-            self._inner = self._outer = None
-            return
-        key = hashlib.sha256(secret).digest() if len(secret) > _BLOCK else secret
-        key = key.ljust(_BLOCK, b"\0")
-        self._inner = hashlib.sha256(key.translate(_IPAD))
-        self._outer = hashlib.sha256(key.translate(_OPAD))
+        # the inner and outer hashes, each fed its padded key; None: no secret, plain SHA-256
+        self._pads: tuple[Any, Any] | None = None
+        if secret is not None:
+            key = hashlib.sha256(secret).digest() if len(secret) > _BLOCK else secret
+            key = key.ljust(_BLOCK, b"\0")
+            self._pads = (
+                hashlib.sha256(key.translate(_IPAD)),
+                hashlib.sha256(key.translate(_OPAD)),
+            )
 
     def __call__(self, args_jcs: bytes) -> str:
-        if self._inner is None or self._outer is None:
+        if self._pads is None:
             return hashlib.sha256(args_jcs).hexdigest()[:16]
-        inner = self._inner.copy()
+        inner = self._pads[0].copy()
         inner.update(args_jcs)
-        outer = self._outer.copy()
+        outer = self._pads[1].copy()
         outer.update(inner.digest())
-        return outer.hexdigest()[:16]
+        h: str = outer.hexdigest()
+        return h[:16]
 
 
 def _key_hash(args_jcs: bytes, secret: bytes | None) -> str:
