@@ -20,11 +20,13 @@ Conventions (for every command module, built in or plugged in):
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
@@ -54,6 +56,7 @@ __all__ = [
     "CliError",
     "CliState",
     "TachoGroup",
+    "agent_output",
     "cli",
     "emit_json",
     "exit_code_for",
@@ -179,9 +182,48 @@ def json_option(fn: F) -> F:
     )(fn)
 
 
+@contextlib.contextmanager
+def agent_output(as_json: bool) -> Iterator[None]:
+    """While an agent runs under --json, everything it writes to stdout goes to stderr, so that
+    stdout holds exactly one JSON document: ``print``, writes to file descriptor 1, and the
+    output of the processes it (or a worker pool) starts, which inherit that descriptor."""
+    if not as_json:
+        yield
+        return
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no descriptor 1 at all: only Python's own stdout can be redirected
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+        return
+    try:
+        sys.stderr.flush()
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        for stream in (sys.stdout, sys.__stdout__):
+            if stream is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()  # what was buffered for descriptor 1 goes to stderr too
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _unjsonable(value: Any) -> str:
+    # What an agent returned, or any other value with no JSON form (a generator, an open
+    # file): named by its type and repr, so that --json still prints one document.
+    text = repr(value)
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return f"<not JSON: {type(value).__qualname__}: {text}>"
+
+
 def emit_json(data: Any) -> None:
-    """Write ``data`` as indented JSON with sorted keys, and a newline, to stdout."""
-    raw = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    """Write ``data`` as indented JSON with sorted keys, and a newline, to stdout. A value
+    with no JSON form is written as a string naming its type and repr."""
+    raw = orjson.dumps(data, default=_unjsonable, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
     # Text may have been written through sys.stdout before: flush it so the order holds.
     sys.stdout.flush()
     sys.stdout.buffer.write(raw + b"\n")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, NoReturn
@@ -36,6 +38,17 @@ __all__ = ["register"]
 
 @contextlib.contextmanager
 def _destination(path: str | None) -> Iterator[IO[bytes]]:
+    """Where an export goes: stdout, a file written whole or not at all, or, when PATH is a
+    device, a FIFO or another file that is not a regular one, that file itself.
+
+    A regular file (or a new one) is written under a fresh temporary name beside it and
+    renamed over it once complete, so that a failed export leaves no half file and an old
+    export is replaced only by a whole new one. A symbolic link is followed, as a shell's
+    ``>`` follows it: the file it names is replaced, not the link. A device or a FIFO
+    (``/dev/stdout``, ``/dev/null``, a named pipe) cannot be replaced without breaking it for
+    everyone else: it is written in place, and a write it refuses (``/dev/full``) fails the
+    export.
+    """
     if path is None or path == "-":
         sys.stdout.flush()
         stream = sys.stdout.buffer
@@ -49,21 +62,46 @@ def _destination(path: str | None) -> Iterator[IO[bytes]]:
             f"(e.g. {Path(path) / 'runs.jsonl'})",
             exit_code=EXIT_USAGE,
         )
-    tmp = target.with_name(target.name + ".partial")
     try:
-        # An export holds the run's payloads: readable by its owner only, like the store.
-        handle = os.fdopen(os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600), "wb")
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
     except OSError as exc:
-        raise CliError(
-            f"cannot write {target.resolve()}: {exc.strerror}", exit_code=EXIT_USAGE
-        ) from exc
+        raise CliError(f"cannot write {path}: {exc.strerror}", exit_code=EXIT_USAGE) from exc
+    if mode is not None and not stat.S_ISREG(mode):
+        yield from _in_place(path)
+        return
+    real = Path(os.path.realpath(target))
+    try:
+        # A fresh name (O_EXCL: never a file or a link already there), readable by its owner
+        # only, like the store: an export holds the run's payloads.
+        fd, tmp_name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".partial")
+    except OSError as exc:
+        raise CliError(f"cannot write {real}: {exc.strerror}", exit_code=EXIT_USAGE) from exc
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        # Only a complete export gets the real name: a half-written file would not verify.
+        os.replace(tmp, real)
+    except OSError as exc:
+        raise CliError(f"cannot write {real}: {exc.strerror}", exit_code=EXIT_USAGE) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _in_place(path: str) -> Iterator[IO[bytes]]:
+    try:
+        handle = open(path, "wb")  # noqa: SIM115 - closed below, after the last write
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror}", exit_code=EXIT_USAGE) from exc
     try:
         with handle:
             yield handle
-        # Only a complete export gets the real name: a half-written file would not verify.
-        tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror}", exit_code=EXIT_USAGE) from exc
 
 
 @click.command("export", short_help="Export runs as JSONL.")

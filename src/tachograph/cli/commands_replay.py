@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from typing import Any
@@ -20,6 +19,7 @@ from .app import (
     EXIT_FAILED,
     EXIT_USAGE,
     CliError,
+    agent_output,
     emit_json,
     json_option,
     open_store,
@@ -72,16 +72,9 @@ def print_report(out: Output, report: ReplayReport) -> None:
 
 
 def _failed(report: ReplayReport) -> bool:
-    # a fork or resume whose agent raised once live failed too, though it followed the record
-    return not report.reproduced or report.final_status == "error"
-
-
-def _agent_output(as_json: bool) -> contextlib.AbstractContextManager[Any]:
-    """While the agent runs under --json, what it prints goes to stderr: stdout holds
-    exactly one JSON document."""
-    if as_json:
-        return contextlib.redirect_stdout(sys.stderr)
-    return contextlib.nullcontext()
+    # a fork or resume whose agent raised (or exited) once live failed too, though it
+    # followed the record
+    return not report.reproduced or report.final_status in ("error", "aborted")
 
 
 def _finish(report: ReplayReport, as_json: bool) -> None:
@@ -139,7 +132,7 @@ def replay_cmd(
     agent = load_agent(agent_path)
     if os.path.isfile(run_id):
         history = RunHistory.from_jsonl(run_id)
-        with _agent_output(as_json):
+        with agent_output(as_json):
             report = replay(
                 history,
                 None,
@@ -152,7 +145,7 @@ def replay_cmd(
             )
         _finish(report, as_json)
         return
-    with open_store() as store, _agent_output(as_json):
+    with open_store() as store, agent_output(as_json):
         info = resolve_run(store, run_id)
         report = replay(
             store,
@@ -215,7 +208,7 @@ def fork_cmd(
                     f"seq {at} is {target.type}",
                     exit_code=EXIT_USAGE,
                 )
-        with _agent_output(as_json):
+        with agent_output(as_json):
             report = fork(
                 store,
                 run_id,
@@ -268,7 +261,7 @@ def resume_cmd(
                 ),
             )
         try:
-            with _agent_output(as_json):
+            with agent_output(as_json):
                 report = resume(
                     store,
                     run_id,

@@ -7,8 +7,6 @@ when any run is ``changed``, ``still wrong`` or ``unreplayable``. See docs/regre
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from pathlib import Path
 
 import click
@@ -22,6 +20,7 @@ from .app import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
+    agent_output,
     emit_json,
     json_option,
     open_store,
@@ -223,10 +222,9 @@ def test_command(
             hints=("Save runs into it with: tacho save RUN --to DIR --verdict good",),
         )
     load_agent(agent)  # fail early, with exit code 2, before any worker starts
-    # under --json what the agent prints goes to stderr: stdout holds one JSON document
-    agent_out = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     try:
-        with agent_out:
+        # under --json what the agent (or a worker) prints goes to stderr: see agent_output
+        with agent_output(as_json):
             report = test_corpus(corpus, agent, workers=workers, accept=accept, match=match)
     except CorpusError as exc:
         raise CliError(str(exc), exit_code=EXIT_USAGE) from exc

@@ -29,6 +29,7 @@ from ..capture.session import Session
 from ..capture.vouch import unvouched_calls
 from ..errors import Divergence, ProfileError, ReplayError
 from ..privacy.redactor import default_processors, pin_processors
+from ..record.canonical import canonical
 from ..record.event import Event, EventType, new_ulid
 from ..record.seal import Processor
 from ..store import Store, open_store
@@ -328,14 +329,37 @@ def _drive(
                 if session.fatal_error is not None:
                     raise session.fatal_error from None
                 return "stopped", None, None
-            if not isinstance(exc, Exception):
+            # SystemExit ends a recorded run "aborted" (capture/agent.py): a replayed agent
+            # that exits ends the same way, compared with the recorded end, instead of
+            # taking the replay down with it (``sys.exit(0)`` would read as "reproduced").
+            # Ctrl-C, cancellation and the rest still propagate.
+            if isinstance(exc, SystemExit):
+                ended = "aborted"
+            elif isinstance(exc, Exception):
+                ended = "error"
+            else:
                 raise
             info: dict[str, Any] = dict(error_info(exc))
+            try:
+                engine.check_end(ended, None, info)
+            except ReplayStopped:
+                pass
+            return ended, None, {**info, "frame": raised_at(exc)}
+        try:
+            canonical(output, "output")
+        except ProfileError as bad:
+            # as a recording ends such a run (capture/agent.py): an error that says so
+            unrecordable = ProfileError(
+                f"the output of run {session.run_id!r} is outside the JSON profile: {bad}",
+                path=bad.fields.get("path"),
+                run_id=session.run_id,
+            )
+            info = dict(error_info(unrecordable))
             try:
                 engine.check_end("error", None, info)
             except ReplayStopped:
                 pass
-            return "error", None, {**info, "frame": raised_at(exc)}
+            return "error", None, info
         try:
             engine.check_end("ok", output, None)
         except ReplayStopped:
@@ -629,7 +653,7 @@ def _finish_live(
             },
         }
     elif recorded_error is not None:
-        body = {"status": "error", "error": recorded_error}
+        body = {"status": status, "error": recorded_error}
     else:
         body = {"status": "ok", "output": output}
     try:
@@ -686,7 +710,7 @@ def _live_report(
         final_status=(
             ("unfinished" if mode == "resume" else "aborted")
             if status == "stopped"
-            else ("error" if error is not None else "ok")
+            else (status if error is not None else "ok")
         ),
         allowed_calls=allowed,
         # served steps only: a call asked for just before a fork's step N is made live
