@@ -296,7 +296,8 @@ class Writer:
         error = self._failed[run]
         self._reported.add(run)
         return WriteFailed(
-            f"events of run {run[1]!r} could not be written to {self.store.url}: {error}; "
+            f"events of run {run[1]!r} could not be written to {self.store.url}: "
+            f"{_reason(error)}; "
             "the run is incomplete",
             cause=error,
             run_id=run[1],
@@ -456,6 +457,11 @@ def writer_for(store: Store) -> Writer:
         return writer
 
 
+def _reason(error: BaseException) -> str:
+    # a KeyboardInterrupt has no message: its name says what stopped the write
+    return str(error) or type(error).__name__
+
+
 def close_writer(store: Store) -> None:
     """Write what is queued for ``store`` and stop its writer thread (the store stays open).
 
@@ -470,7 +476,7 @@ def close_writer(store: Store) -> None:
     if lost:
         (_, run_id), error = next(iter(lost.items()))
         raise WriteFailed(
-            f"events of run {run_id!r} could not be written to {store.url}: {error}",
+            f"events of run {run_id!r} could not be written to {store.url}: {_reason(error)}",
             cause=error,
             run_id=run_id,
         )

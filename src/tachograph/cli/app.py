@@ -49,6 +49,7 @@ from ..views.text import escape
 
 __all__ = [
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_STORE",
     "EXIT_USAGE",
@@ -75,6 +76,8 @@ EXIT_USAGE = 2
 """A usage error: a bad option or argument, an agent path that does not import."""
 EXIT_STORE = 3
 """The store cannot be opened or read, or the named run is not in it."""
+EXIT_INTERRUPTED = 130
+"""Interrupted (Ctrl-C, SIGINT): 128 + the signal's number, as a shell reports it."""
 
 PLUGGED = ("corpus", "otel", "seal", "privacy", "migrate", "doctor")
 """Command modules loaded when present: each defines ``register(cli: click.Group)``."""
@@ -270,6 +273,24 @@ def _stop_waits_on_ctrl_c() -> None:
     signal.signal(signal.SIGINT, handler)
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was caused by a KeyboardInterrupt (its cause, context or ``cause``)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        cause = getattr(e, "cause", None)
+        todo.extend(
+            (e.__cause__, e.__context__, cause if isinstance(cause, BaseException) else None)
+        )
+    return False
+
+
 class TachoGroup(click.Group):
     """A group that turns tachograph errors into :class:`CliError` with the right exit code."""
 
@@ -279,7 +300,13 @@ class TachoGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TachographError as exc:
-            raise CliError(str(exc), exit_code=exit_code_for(exc), hints=_hints_for(exc)) from exc
+            # a failure that Ctrl-C caused (a write it interrupted) is reported, as 130
+            code = EXIT_INTERRUPTED if _interrupted(exc) else exit_code_for(exc)
+            raise CliError(str(exc), exit_code=code, hints=_hints_for(exc)) from exc
+        except KeyboardInterrupt:
+            # 130 (128 + SIGINT), as shells report it: not 1, which says a run failed to verify
+            click.echo("\nAborted!", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
 
 
 @click.group(cls=TachoGroup, context_settings={"help_option_names": ["-h", "--help"]})

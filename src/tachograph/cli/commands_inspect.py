@@ -560,7 +560,8 @@ def diff_cmd(run_a: str, run_b: str, as_json: bool) -> None:
         emit_json(result.to_dict())
     else:
         out = Output()
-        lines = result.render().splitlines()
+        # split at line feeds only: a recorded CR or U+2028 is escaped, never a line break
+        lines = result.render().rstrip("\n").split("\n")
         out.line(lines[0], style="bold green" if result.same else "bold red")
         for line in lines[1:]:
             out.line(line)

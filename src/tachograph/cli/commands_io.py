@@ -239,18 +239,31 @@ def import_cmd(file: str, no_redact: bool, as_json: bool) -> None:
     path = Path(file)
     if not path.is_file():
         raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)
+    if _blank(path):
+        # as ``tacho verify`` says of it: a file with no line holds no run to import
+        _refuse(
+            [],
+            path,
+            as_json,
+            refused=[Refusal("verification", f"no runs in {path}: an empty file imports nothing")],
+        )
     out = Output()
     try:
-        store = open_store_raw(state().store_url, create=False)
-    except StoreNotFound:
-        # No store yet: verify before creating one, so a refused file leaves nothing behind.
         try:
-            failed = [r for r in verify_jsonl(path) if not r.ok]
-        except FormatError as exc:
-            _refuse([], path, as_json, refused=[Refusal("verification", str(exc))])
-        if failed:
-            _refuse(failed, path, as_json)
-        store = open_store(create=True)
+            store = open_store_raw(state().store_url, create=False)
+        except StoreNotFound:
+            # No store yet: verify before creating one, so a refused file leaves nothing.
+            try:
+                failed = [r for r in verify_jsonl(path) if not r.ok]
+            except FormatError as exc:
+                _refuse([], path, as_json, refused=[Refusal("verification", str(exc))])
+            if failed:
+                _refuse(failed, path, as_json)
+            store = open_store_raw(state().store_url, create=True)
+    except StoreError as exc:
+        # the store cannot be opened: refused like a store that fails mid-import (exit 3),
+        # with the JSON report under --json
+        _refuse([], path, as_json, refused=[Refusal("store", str(exc))], exit_code=EXIT_STORE)
     with store:
         total = _count_lines(path) if out.err.is_terminal else None
         try:
@@ -286,6 +299,15 @@ def import_cmd(file: str, no_redact: bool, as_json: bool) -> None:
             f"  {report.redacted} event(s) redacted before storing; their runs were re-chained",
             style="yellow",
         )
+
+
+def _blank(path: Path) -> bool:
+    """True when ``path`` holds nothing but white space (read until a byte that is not)."""
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 16):
+            if chunk.strip():
+                return False
+    return True
 
 
 def register(group: click.Group) -> None:

@@ -54,7 +54,8 @@ _allow_network = click.option(
 
 def print_report(out: Output, report: ReplayReport) -> None:
     """Print a replay report with its verdict coloured."""
-    lines = report.render().splitlines()
+    # split at line feeds only: a recorded CR or U+2028 is escaped, never a line break
+    lines = report.render().rstrip("\n").split("\n")
     out.line(lines[0], style="bold green" if report.reproduced else "bold red")
     for line in lines[1:]:
         stripped = line.strip()
@@ -223,7 +224,10 @@ def fork_cmd(
     if not as_json:
         out = Output()
         print_report(out, report)
-        out.line(f"new run: {report.new_run_id}", style="bold")
+        if report.new_run_id is not None:
+            out.line(f"new run: {report.new_run_id}", style="bold")
+        else:
+            out.line("no new run: nothing was recorded", style="bold")
     else:
         emit_json(report.to_dict())
     if _failed(report):

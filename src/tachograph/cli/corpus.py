@@ -15,6 +15,7 @@ from ..capture.loader import load_agent
 from ..capture.recorder import Processor
 from ..errors import AgentLoadError
 from ..regression.runner import CorpusError, load_corpus, save_run, test_corpus
+from ..views.text import escape
 from .app import (
     EXIT_FAILED,
     EXIT_OK,
@@ -236,7 +237,8 @@ def test_command(
     if as_json:
         emit_json(report.to_dict())
     else:
-        click.echo(report.render())
+        # recorded text (notes, tool names, messages) is untrusted: escaped, line by line
+        click.echo(escape(report.render(), newlines=True))
     ctx = click.get_current_context()
     ctx.exit(EXIT_OK if report.ok else EXIT_FAILED)
 

@@ -117,11 +117,11 @@ def _summary(event: dict[str, Any]) -> str:
     payload = event.get("payload") or {}
     name = payload.get("tool") or payload.get("name") or payload.get("plan") or event.get("model")
     if event.get("type") in ("network.connect", "process.spawn"):
-        name = " ".join(
-            str(x)
-            for x in (payload.get("method"), payload.get("url") or payload.get("target"))
-            if x
-        )
+        url, target = payload.get("url"), payload.get("target")
+        if isinstance(url, str) and url.startswith("/") and target:
+            # http.client knows only the path: the connection's host and port go before it
+            url = f"{target}{url}"
+        name = " ".join(str(x) for x in (payload.get("method"), url or target) if x)
         if payload.get("frame"):
             name += f" from {payload['frame']}"
     text = str(event.get("type"))

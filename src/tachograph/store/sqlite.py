@@ -275,6 +275,13 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                         location=str(target.resolve()),
                     )
                 _create_private(target)
+            elif not create and target.is_file() and target.stat().st_size == 0:
+                # SQLite would take an empty file for an empty database and write a schema
+                # into it: a read must never turn someone's file into a store.
+                raise StoreNotFound(
+                    f"{target.resolve()} is an empty file, not a tachograph store",
+                    location=str(target.resolve()),
+                )
         self._lock = threading.RLock()
         self._busy_deadline = max(float(busy_timeout), _LOCK_DEADLINE)
         self.read_only = False
