@@ -249,3 +249,19 @@ def test_library_reads_name_a_purpose_and_are_audited(store: SQLiteStore, demo_r
         scoped(store, "audit", whole_events=True), demo_run, io.BytesIO(), purpose="audit"
     )
     assert len(reads()) == before + 1
+
+
+def test_export_run_to_a_path_writes_the_whole_file_or_nothing(
+    store: SQLiteStore, demo_run: str, tmp_path: Path
+) -> None:
+    target = tmp_path / "run.jsonl"
+    assert tachograph.export_run(store, demo_run, target) == store.run_info(demo_run).events
+    (report,) = verify_jsonl(target)
+    assert report.ok
+    assert report.run_id == demo_run
+    # a purpose that is refused leaves the earlier file as it was, and no temporary file
+    before = target.read_bytes()
+    with pytest.raises(PurposeDenied):
+        tachograph.export_run(store, demo_run, str(target), purpose="gossip")
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if "run.jsonl" in p.name] == ["run.jsonl"]

@@ -18,8 +18,10 @@ import dataclasses
 import fnmatch
 import functools
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 import orjson
@@ -482,7 +484,7 @@ def reading(
 def export_run(
     store: Store,
     run_id: str,
-    out: IO[bytes],
+    out: IO[bytes] | str | os.PathLike[str],
     *,
     tenant: str | None = None,
     purpose: str = DEFAULT_PURPOSE,
@@ -492,8 +494,24 @@ def export_run(
     """Write one stored run to ``out`` as JSONL (SPEC section 4), as ``purpose`` may read it,
     the read recorded in the store audit; returns the event count.
 
+    ``out`` is a binary stream or a path. A path is written whole or not at all: under a
+    fresh temporary name beside the file (a symbolic link is followed), renamed over it once
+    complete.
+
     Payloads the purpose may not read whole are withheld (they read, and verify, as erased),
     so that the file always verifies. The default purpose is ``debug``, as ``tacho export``'s;
     :func:`tachograph.record.jsonl.export_run` is the engine-level form, below the policy."""
     seen = reading(store, purpose, policy=policy, actor=actor, whole_events=True)
-    return write_events(seen.read(run_id, tenant=tenant, decode=False), out)
+    if not isinstance(out, (str, os.PathLike)):
+        return write_events(seen.read(run_id, tenant=tenant, decode=False), out)
+    real = Path(os.path.realpath(out))
+    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            count = write_events(seen.read(run_id, tenant=tenant, decode=False), handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, real)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return count
