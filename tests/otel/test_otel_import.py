@@ -362,3 +362,22 @@ def test_cli_import(tmp_path: Path) -> None:
     )
     assert stdin.exit_code == 0
     assert json.loads(stdin.stdout)["written"] == 8
+
+
+def test_reimport_joined_otherwise_is_refused_not_reported_skipped(tmp_path: Path) -> None:
+    """The same file imported again is skipped; imported again with its traces joined by
+    ``gap`` (a run of the same id with other steps), it is refused and writes nothing."""
+    from tachograph.errors import FormatError
+    from tachograph.store import SQLiteStore
+
+    path = Path(__file__).parent.parent / "golden" / "otel" / "producers" / "openai-v2.json"
+    store = SQLiteStore(tmp_path / "otel.db")
+    first = tgo.import_otlp(store, path)
+    assert len(first.runs) > 1  # several traces: a gap can join them
+    again = tgo.import_otlp(store, path)
+    assert all(r.skipped for r in again.runs)
+    assert again.written == 0
+    before = {i.run_id: i.events for i in store.runs(limit=0)}
+    with pytest.raises(FormatError, match="already in the store"):
+        tgo.import_otlp(store, path, gap=3600.0)
+    assert {i.run_id: i.events for i in store.runs(limit=0)} == before

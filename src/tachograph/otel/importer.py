@@ -489,9 +489,27 @@ def import_otlp(
     runs = runs_from_spans(
         spans, tenant=tenant, source=name, group_by=group_by, gap=gap, processors=chain
     )
+    # A run already stored is skipped only if it is this import's run again (the same
+    # steps): one built otherwise under the same id (other traces joined by ``gap`` or
+    # ``group_by``) is refused, before anything is written, rather than reported skipped.
+    present: set[str] = set()
+    for run in runs:
+        if store.head(run.run_id, tenant=tenant) is None:
+            continue
+        stored = [e.type for e in store.read(run.run_id, tenant=tenant, decode=False)]
+        built = [e.type for e in run.events]
+        if stored != built:
+            raise FormatError(
+                f"run {run.run_id!r} is already in the store with {len(stored)} events, and "
+                f"this import builds it with {len(built)} other steps (traces joined "
+                "otherwise, by --gap or --group-by): nothing was imported; import into "
+                "another store or tenant, or as it was imported before",
+                location=name,
+            )
+        present.add(run.run_id)
     out: list[ImportedRun] = []
     for run in runs:
-        if store.head(run.run_id, tenant=tenant) is not None:
+        if run.run_id in present:
             out.append(ImportedRun(run.run_id, run.trace_id, run.dialect, run.events, True))
             continue
         store.append(list(run.events))
