@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tachograph.record.checkpoint import Checkpoint, Note
+from tachograph.record.checkpoint import Checkpoint, Note, verify_cosignature
 from tachograph.record.merkle import SealLeaf
 from tachograph.sealing import HTTPWitness, SealLog, Witness, WitnessRefused
 from tachograph.store import SQLiteStore
@@ -49,6 +49,10 @@ def test_runs_say_how_far_they_are_sealed(tmp_path: Path) -> None:
     assert runs["running"]["seal"]["sealed_seq"] == 4
     assert runs["running"]["seal"]["unsealed_events"] == 3
     assert runs["short"]["seal"]["status"] == "unsealed"
+    assert runs["short"]["seal"]["reason"] == (
+        "no seal of this run yet: it is still running or stopped before its first seal, "
+        "or it was recorded with sealing off"
+    )
     assert runs["done"]["seal"]["signed_by"] == key.name
     text = tacho("verify", "--key", str(key.verifier), store=db).output
     assert "done: verified" in text
@@ -184,6 +188,44 @@ def test_the_directory_witness_refuses_forks_and_equivocation(tmp_path: Path) ->
     assert held is not None
     assert Checkpoint.parse(held.text).size == 5  # still the honest one
     assert list((tmp_path / "witness").glob("*.equivocation-*.txt"))
+
+
+def test_issuing_with_no_seal_waiting_pushes_the_latest_checkpoint(tmp_path: Path) -> None:
+    key, _ = make_key(tmp_path / "keys")
+    wkey, _ = make_key(tmp_path / "wkeys", "witness.example/w1", witness=True)
+    witness = Witness(tmp_path / "witness", log_keys=[key.verifier], key=wkey)
+    with SQLiteStore(tmp_path / "store" / "t.db") as store:
+        record(store, "run-a", 12, key=key)  # checkpointed, pushed to no witness
+        log = SealLog(store, key=key, witnesses=[witness])
+        assert witness.latest(log.origin) is None
+        note = log.issue()
+        assert log.issued_new is False
+        assert log.witness_errors == []
+        held = witness.latest(log.origin)
+        assert held is not None
+        assert held.text == note.text
+        assert log.cosigned is not None
+        assert verify_cosignature(log.cosigned, wkey.verifier) is not None
+        # The witness holds it now: pushing it again is accepted (from the size it holds).
+        again = SealLog(store, key=key, witnesses=[witness])
+        again.issue()
+        assert again.witness_errors == []
+
+
+def test_pushing_a_checkpoint_smaller_than_the_witness_holds_is_a_witness_error(
+    tmp_path: Path,
+) -> None:
+    key, _ = make_key(tmp_path / "keys")
+    witness = Witness(tmp_path / "witness", log_keys=[key.verifier])
+    with SQLiteStore(tmp_path / "one.db") as store:
+        record(store, "run-a", 12, key=key)  # seals at 4, 9, 11
+        SealLog(store, key=key, witnesses=[witness]).issue()
+    with SQLiteStore(tmp_path / "two.db") as store:  # the log again, cut short
+        record(store, "run-a", 6, key=key)  # seals at 4, 5
+        log = SealLog(store, key=key, witnesses=[witness])
+        log.issue()
+    assert len(log.witness_errors) == 1
+    assert "it holds checkpoint 3, larger than this one (2)" in log.witness_errors[0]
 
 
 @pytest.fixture

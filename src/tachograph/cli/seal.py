@@ -137,18 +137,28 @@ def seal_cmd(tenant: str, key_file: str | None, witnesses: tuple[str, ...], as_j
             key=key,
             witnesses=[witness_for(w, log_keys=[key.verifier]) for w in witnesses],
         )
+        # With no seal waiting, no checkpoint is signed: the latest one is pushed instead.
         note = log.issue()
     cp = Checkpoint.parse(note.text)
+    cosigned = log.cosigned or note
+    cosigners = [s.name for s in cosigned.signatures if s not in note.signatures]
     data = {
         "origin": cp.origin,
         "size": cp.size,
-        "checkpoint": (log.cosigned or note).to_bytes().decode(),
+        "issued": log.issued_new,
+        "checkpoint": cosigned.to_bytes().decode(),
+        "cosigned_by": cosigners,
         "witness_errors": log.witness_errors,
     }
     if as_json:
         emit_json(data)
     else:
-        click.echo(f"checkpoint {cp.origin} size {cp.size}")
+        latest = "" if log.issued_new else " (the latest: no seal waited for a new one)"
+        click.echo(f"checkpoint {cp.origin} size {cp.size}{latest}")
+        if witnesses:
+            accepted = len(witnesses) - len(log.witness_errors)
+            named = f", cosigned by {', '.join(cosigners)}" if cosigners else ", no cosignature"
+            click.echo(f"accepted by {accepted} of {len(witnesses)} witness(es){named}")
         for error in log.witness_errors:
             click.echo(f"witness: {error}", err=True)
     if log.witness_errors:
@@ -211,18 +221,27 @@ def evidence_cmd(
     from .app import resolve_run
 
     log_keys = parse_keys(keys) or _default_keys()
+    wkeys = parse_keys(witness_keys)
     with open_store() as store:
         info = resolve_run(store, run_id)
         note = None
         if witness is not None:
-            note = witness_for(witness, log_keys=log_keys).latest(origin_for(info.tenant))
+            # Asked for a witness's checkpoint: never fall back to the store's uncosigned one.
+            origin = origin_for(info.tenant)
+            note = witness_for(witness, log_keys=log_keys, create=False).latest(origin)
+            if note is None:
+                raise CliError(
+                    f"the witness {witness} holds no checkpoint of {origin}: no evidence written",
+                    hints=[f"Push the latest checkpoint to it: tacho seal --witness {witness}"],
+                )
         path = write_evidence(
             store,
             info.run_id,
             out,
             tenant=info.tenant,
-            verifier_keys=[*log_keys, *parse_keys(witness_keys)],
+            verifier_keys=[*log_keys, *wkeys],
             witness_note=note,
+            witness_keys=wkeys,
         )
     if as_json:
         emit_json({"run_id": info.run_id, "directory": str(path)})

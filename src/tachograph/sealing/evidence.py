@@ -44,11 +44,15 @@ def write_evidence(
     tenant: str | None = None,
     verifier_keys: Sequence[VerifierKey] = (),
     witness_note: Note | None = None,
+    witness_keys: Sequence[VerifierKey] = (),
 ) -> Path:
     """Write the bundle of ``run_id`` into ``directory`` (created); returns its path.
 
     The proof is to the store's latest checkpoint, or to ``witness_note`` (a checkpoint a
-    witness cosigned) when it is given and covers the run's last seal.
+    witness cosigned) when it is given. A ``witness_note`` must carry a cosignature (a valid
+    one by a key of ``witness_keys``, when they are given) and cover the run's last seal
+    under the store's latest checkpoint, else :class:`SealingError` is raised and nothing is
+    written: a bundle asked for with a witness never falls back to an uncosigned checkpoint.
     """
     info = store.run_info(run_id, tenant=tenant)
     log = SealLog(store, tenant=info.tenant)
@@ -62,6 +66,7 @@ def write_evidence(
         )
     note = Note.parse(row.note)
     if witness_note is not None:
+        _check_witness_note(store, info.tenant, info.run_id, note, witness_note, witness_keys)
         note = witness_note
     size = Checkpoint.parse(note.text).size
     seals = [s for s in store.seals_for_run(info.tenant, info.run_id) if s.index < size]
@@ -86,6 +91,63 @@ def write_evidence(
     (out / CHECKPOINT_FILE).write_bytes(note.to_bytes())
     (out / KEYS_FILE).write_text("".join(f"{k}\n" for k in verifier_keys))
     return out
+
+
+def _check_witness_note(
+    store: Store,
+    tenant: str,
+    run_id: str,
+    latest: Note,
+    wnote: Note,
+    witness_keys: Sequence[VerifierKey],
+) -> None:
+    """Raise unless ``wnote`` is a cosigned checkpoint of this log that covers the run's last
+    seal under the store's ``latest`` checkpoint."""
+    cp = Checkpoint.parse(latest.text)
+    wcp = Checkpoint.parse(wnote.text)
+    if wcp.origin != cp.origin:
+        raise SealingError(
+            f"the witness's checkpoint is for {wcp.origin!r}, not for this log ({cp.origin!r})",
+            what="checkpoint",
+            run_id=run_id,
+        )
+    if witness_keys:
+        cosigners = [k.name for k in witness_keys if verify_cosignature(wnote, k) is not None]
+        if not cosigners:
+            names = ", ".join(k.name for k in witness_keys)
+            raise SealingError(
+                f"the witness's checkpoint {wcp.size} carries no cosignature by {names}",
+                what="cosignature",
+                run_id=run_id,
+            )
+    elif not any(len(s.signature) == _COSIGNATURE_BYTES for s in wnote.signatures):
+        raise SealingError(
+            f"the witness's checkpoint {wcp.size} carries no cosignature (a witness with no "
+            "cosigning key keeps checkpoints but does not cosign them)",
+            what="cosignature",
+            run_id=run_id,
+        )
+    count = store.seal_count(tenant)
+    if wcp.size > count:
+        raise SealingError(
+            f"the witness holds checkpoint {wcp.size}, but the store's seal log holds only "
+            f"{count} seal(s): it was cut or rewritten after the witness saw it",
+            what="consistency",
+            run_id=run_id,
+        )
+    under = [s for s in store.seals_for_run(tenant, run_id) if s.index < cp.size]
+    if under and under[-1].index >= wcp.size:
+        raise SealingError(
+            f"the witness's checkpoint {wcp.size} does not cover run {run_id!r}'s last seal "
+            f"(seq {under[-1].seq}, leaf {under[-1].index} of checkpoint {cp.size}): push the "
+            "latest checkpoint to the witness first (tacho seal --witness URL|DIR)",
+            what="witness",
+            run_id=run_id,
+        )
+
+
+_COSIGNATURE_BYTES = 72
+"""A ``cosignature/v1`` is an 8-byte timestamp and an Ed25519 signature (a note's is 64)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,8 @@ class SealLog:
         """The latest checkpoint with the cosignatures the witnesses returned."""
         self.witness_errors: list[str] = []
         """Every refusal or failure of a witness, in order (a witness is never fatal)."""
+        self.issued_new = False
+        """Whether the last :meth:`issue` signed a new checkpoint (else it returned the latest)."""
         self._issued: Issued | None = None
 
     def append(self, leaves: Sequence[SealLeaf]) -> int:
@@ -105,7 +107,13 @@ class SealLog:
         )
 
     def issue(self) -> Note:
-        """Issue (sign, keep, push) a checkpoint over every seal appended so far."""
+        """Issue (sign, keep, push) a checkpoint over every seal appended so far.
+
+        When the latest checkpoint covers every seal already, none is signed
+        (:attr:`issued_new` is false): that latest one is returned, and pushed to the
+        witnesses all the same, since they may not hold it yet (it may have been issued by a
+        recorder that had no witnesses).
+        """
         if self.key is None:
             raise SealingError("issuing a checkpoint needs a signing key", what="key")
         issued = issue_checkpoint(
@@ -114,16 +122,34 @@ class SealLog:
         if issued is None:  # the latest checkpoint covers every seal already
             _, note = self._latest()
             assert note is not None
+            self.issued_new = False
+            if self.witnesses:
+                self.push(note)
             return note
         self._issued = issued
-        if self.witnesses and issued.new_hashes:
-            self._push(issued.note, issued.old, list(issued.new_hashes))
+        self.issued_new = bool(issued.new_hashes)
+        if self.witnesses:
+            if issued.new_hashes:
+                self._push(issued.note, issued.old, list(issued.new_hashes))
+            else:  # a tree of size 0, or a larger checkpoint another process kept meanwhile
+                self.push(issued.note)
         return issued.note
+
+    def push(self, note: Note) -> Note:
+        """Push ``note``, a checkpoint of this log, to every witness, whatever size each one
+        holds (it answers a wrong guess with its size, tlog-witness 409, and the consistency
+        proof from that size follows). Returns ``note`` with the cosignatures that came back
+        (also :attr:`cosigned`); refusals and unreachable witnesses go to
+        :attr:`witness_errors`."""
+        self._push(note, Frontier(0), [])
+        assert self.cosigned is not None
+        return self.cosigned
 
     def _push(self, note: Note, frontier: Frontier, new_hashes: list[bytes]) -> None:
         from .witness import WitnessConflict
 
         cosigned = note
+        size = Checkpoint.parse(note.text).size
         for witness in self.witnesses:
             old = frontier.size
             proof = consistency_from_frontier(frontier, new_hashes) if old else []
@@ -132,6 +158,12 @@ class SealLog:
                     sigs = witness.add_checkpoint(old, proof, note)
                 except WitnessConflict as conflict:
                     old = conflict.size
+                    if old > size:
+                        raise SealingError(
+                            f"it holds checkpoint {old}, larger than this one ({size}): the "
+                            "store's seal log was cut or rewritten after the witness saw it",
+                            what="consistency",
+                        ) from None
                     proof = self.consistency_proof(old, note) if old else []
                     sigs = witness.add_checkpoint(old, proof, note)
             except SealingError as exc:

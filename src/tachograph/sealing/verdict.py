@@ -81,11 +81,10 @@ def run_verdict(store: Store, info: RunInfo, audit: TenantAudit) -> SealVerdict:
     if audit.problem is not None:
         return SealVerdict(info.run_id, info.tenant, status="failed", reason=audit.problem)
     seals = store.seals_for_run(info.tenant, info.run_id)
+    if not seals:
+        # About this run, not its tenant's log: whatever the checkpoints, it has no seal.
+        return SealVerdict(info.run_id, info.tenant, status="unsealed", reason=_no_seal(info))
     if audit.size is None:
-        if not seals:
-            return SealVerdict(
-                info.run_id, info.tenant, status="unsealed", reason=audit.unsigned_reason
-            )
         # No trusted checkpoint, but the store's own seals still show a cut or changed run.
         verdict = _held_against(store, info, seals)
         if verdict.status != "sealed":
@@ -101,9 +100,10 @@ def run_verdict(store: Store, info: RunInfo, audit: TenantAudit) -> SealVerdict:
         )
     covered = [s for s in seals if s.index < audit.size]
     if not covered:
-        reason = f"no seal of this run under checkpoint {audit.size}"
-        if seals:
-            reason += f"; {len(seals)} seal(s) wait for the next checkpoint"
+        reason = (
+            f"no seal of this run under checkpoint {audit.size}; its {len(seals)} seal(s) "
+            "wait for the next checkpoint"
+        )
         return SealVerdict(info.run_id, info.tenant, status="unsealed", reason=reason)
     verdict = _held_against(store, info, covered)
     if verdict.status != "sealed":
@@ -121,6 +121,16 @@ def run_verdict(store: Store, info: RunInfo, audit: TenantAudit) -> SealVerdict:
         signed_by=audit.signer,
         witnessed_by=tuple(name for name, size in audit.witnessed if index < size),
     )
+
+
+def _no_seal(info: RunInfo) -> str:
+    """Why a run has no seal at all: a finished run is sealed at its end unless sealing was off."""
+    if info.status is None:
+        return (
+            "no seal of this run yet: it is still running or stopped before its first seal, "
+            "or it was recorded with sealing off"
+        )
+    return "no seal of this run: it was recorded with sealing off, or imported"
 
 
 def _unsigned(reason: str | None) -> str:

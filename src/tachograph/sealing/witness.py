@@ -249,10 +249,21 @@ class HTTPWitness:
             ) from exc
 
 
-def witness_for(target: str, *, log_keys: Sequence[VerifierKey] = ()) -> Witness | HTTPWitness:
-    """An HTTP witness for an ``http://`` URL, else a directory witness at that path."""
+def witness_for(
+    target: str, *, log_keys: Sequence[VerifierKey] = (), create: bool = True
+) -> Witness | HTTPWitness:
+    """An HTTP witness for an ``http://`` URL, else a directory witness at that path.
+
+    A directory that does not exist is made a new, empty witness; with ``create=False``
+    (to read what a witness holds) it raises :class:`SealingError` instead.
+    """
     if target.startswith(("http://", "https://")):
         return HTTPWitness(target)
+    if not create and not Path(target).is_dir():
+        raise SealingError(
+            f"no witness directory at {target}: it does not exist or is not a directory",
+            what="witness",
+        )
     return Witness(target, log_keys=log_keys)
 
 
