@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 import tachograph as tg
-from tachograph.cli.app import EXIT_OK
+from tachograph.cli.app import EXIT_OK, cli
 
 from .conftest import Tacho
 
@@ -78,3 +79,15 @@ def test_demo_honours_tachograph_store(
     assert result.returncode == 0, result.stderr
     assert target.is_file()
     assert not (tmp_path / ".tachograph").exists()
+
+
+def test_demo_through_a_sqlite_url_with_a_tenant(tmp_path: Path, runner: CliRunner) -> None:
+    url = f"sqlite:///{tmp_path / 'demo.db'}?tenant=acme"
+    result = runner.invoke(cli, ["--store", url, "demo", "--json"], catch_exceptions=False)
+    assert result.exit_code == EXIT_OK, result.output
+    run_id = json.loads(result.stdout)["run_id"]
+    with tg.open_store(tmp_path / "demo.db") as store:
+        assert store.run_info(run_id).tenant == "acme"
+    shown = runner.invoke(cli, ["--store", url, "show", run_id, "--json"], catch_exceptions=False)
+    assert shown.exit_code == EXIT_OK, shown.output
+    assert json.loads(shown.stdout)["run"]["tenant"] == "acme"

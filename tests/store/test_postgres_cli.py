@@ -17,6 +17,8 @@ from tachograph.store import SQLiteStore
 from tachograph.store.postgres import PostgresStore
 from tachograph.testing import build_run
 
+from .conftest import APP, TENANT_ROLE, PgCluster
+
 TIMEOUT = 300
 TACHO = [sys.executable, "-c", "import sys; from tachograph.cli import main; main(sys.argv[1:])"]
 
@@ -61,6 +63,36 @@ def test_demo_and_every_read_command_work_on_postgres(
     doctor = _tacho(child_env, tmp_path, *store, "doctor", "--json", check=False)
     schema = [f for f in json.loads(doctor.stdout)["findings"] if f["check"] == "schema"]
     assert [f["level"] for f in schema] == ["ok"], schema
+
+
+@pytest.mark.parametrize("role", [TENANT_ROLE, "postgres"])
+def test_demo_and_reads_through_a_tenant_url(
+    tmp_path: Path, child_env: dict[str, str], pg_cluster: PgCluster, pg_database: str, role: str
+) -> None:
+    # a role row-level security holds to its tenant, and a superuser it does not hold: the
+    # run is of the URL's tenant either way, and every command reads it through the same URL
+    url = pg_cluster.url(pg_database, role) + "?tenant=acme"
+    store = ["--store", url]
+    demo = json.loads(_tacho(child_env, tmp_path, *store, "demo", "--json").stdout)
+    assert demo["ok"] is True, demo
+    run_id = demo["run_id"]
+    shown = json.loads(_tacho(child_env, tmp_path, *store, "show", run_id, "--json").stdout)
+    assert shown["run"]["tenant"] == "acme", shown["run"]
+    verified = json.loads(_tacho(child_env, tmp_path, *store, "verify", run_id, "--json").stdout)
+    assert verified["ok"] is True, verified
+    exported = tmp_path / "run.jsonl"
+    _tacho(child_env, tmp_path, *store, "export", run_id, "-o", str(exported))
+    assert json.loads(exported.read_text().splitlines()[0])["tenant"] == "acme"
+    _tacho(child_env, tmp_path, "verify", str(exported))
+    _tacho(
+        child_env, tmp_path, *store, "replay", run_id,
+        "--agent", "tachograph.demo.agent:billing_agent",
+    )  # fmt: skip
+    with PostgresStore(pg_cluster.url(pg_database, APP), create=False) as every:
+        assert every.run_info(run_id).tenant == "acme"
+    other = _tacho(child_env, tmp_path, *store, "show", run_id, "--tenant", "globex", check=False)
+    assert other.returncode != 0
+    assert "confined to tenant 'acme'" in other.stderr, other.stderr
 
 
 def _fill_sqlite(path: Path, runs: int, length: int) -> dict[str, list[Any]]:

@@ -294,8 +294,12 @@ def test_retention_deletes_a_run_audited_and_its_id_stays_taken(open_as: Any) ->
 def test_seal_logs_are_per_tenant_and_gapless(pg_cluster: PgCluster, db: str, open_as: Any) -> None:
     acme = open_as(TENANT_ROLE, tenant="acme")
     assert acme.append_seals("acme", [SealRow("r", 0, b"a"), SealRow("r", 1, b"b")]) == 0
-    assert open_as(TENANT_ROLE, tenant="globex").seal_count("acme") == 0  # invisible
+    globex = open_as(TENANT_ROLE, tenant="globex")
+    assert globex.seal_count("globex") == 0
+    with pytest.raises(StoreError, match="confined to tenant 'globex'"):
+        globex.seal_count("acme")  # the store names no other tenant than its own
     with _raw(pg_cluster, db, TENANT_ROLE) as conn:
+        assert _in_tenant(conn, "globex", "SELECT count(*) FROM tachograph.seals") == [(0,)]
         with pytest.raises(psycopg.DatabaseError, match="gap") as info:
             _in_tenant(conn, "acme", "INSERT INTO tachograph.seals VALUES ('acme', 3, 'r', 3, 'x')")
         assert info.value.sqlstate == "TG001"
@@ -317,7 +321,7 @@ def test_a_cross_tenant_read_returns_nothing(pg_cluster: PgCluster, db: str, ope
     assert globex.count_events() == 0
     with pytest.raises(RunNotFound):
         list(globex.read("secret"))
-    with pytest.raises(RunNotFound):
+    with pytest.raises(StoreError, match="confined to tenant 'globex'"):
         list(globex.read("secret", tenant="acme"))  # the store never sets another tenant
     assert [i.run_id for i in acme.runs()] == ["secret"]
     with _raw(pg_cluster, db, TENANT_ROLE) as conn:
@@ -332,8 +336,8 @@ def test_a_cross_tenant_read_returns_nothing(pg_cluster: PgCluster, db: str, ope
 
 def test_a_cross_tenant_write_fails(pg_cluster: PgCluster, db: str, open_as: Any) -> None:
     globex = open_as(TENANT_ROLE, tenant="globex")
-    with pytest.raises(StoreError, match="row-level security"):
-        globex.append(build_run("intrusion", 2, tenant="acme"))
+    with pytest.raises(StoreError, match="confined to tenant 'globex'"):
+        globex.append(build_run("intrusion", 2, tenant="acme"))  # refused before it is sent
     assert open_as(APP).count_events() == 0
     ev = build_run("intrusion", 1, tenant="acme")[0]
     with (

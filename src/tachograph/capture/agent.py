@@ -339,6 +339,10 @@ class record:
     :class:`~tachograph.capture.seals.SealPolicy`, or ``False`` to opt out; default on unless
     ``TACHOGRAPH_SEAL=off``).
 
+    ``tenant`` is the run's tenant: by default the store's (a store opened with
+    ``?tenant=T``), else ``"default"``; a tenant other than the store's raises
+    :class:`~tachograph.errors.StoreError` before anything is written.
+
     ``processors`` run on every payload before it is hashed; they are preceded by
     :data:`tachograph.privacy.redact_secrets` (API keys, tokens, passwords become markers)
     unless ``redact_secrets=False``, or by the PII policy when ``TACHOGRAPH_PII=on``.
@@ -355,7 +359,7 @@ class record:
         actor: str,
         input: Any = None,
         run_id: str | None = None,
-        tenant: str = "default",
+        tenant: str | None = None,
         agent: Agent | None = None,
         labels: Mapping[str, str] | None = None,
         models: Iterable[str] | None = None,
@@ -405,23 +409,28 @@ class record:
 
     def start(self) -> Run:
         """Begin the run (what ``with`` does): write ``run.started`` and bind the session."""
-        recorder = Recorder(
-            self._store,
-            run_id=self.run_id,
-            actor=self.actor,
-            tenant=self.tenant,
-            durability=self.durability,
-            processors=self.processors,
-            listeners=self.listeners,
-            observers=self.observers,
-            seal=self.seal,
-        )
-        if self._store.head(self.run_id, tenant=self.tenant) is not None:
-            raise RecordingError(
-                f"run {self.run_id!r} already exists in {self._store.url}; use resume to "
-                "continue it",
+        try:
+            recorder = Recorder(
+                self._store,
                 run_id=self.run_id,
+                actor=self.actor,
+                tenant=self.tenant,
+                durability=self.durability,
+                processors=self.processors,
+                listeners=self.listeners,
+                observers=self.observers,
+                seal=self.seal,
             )
+            self.tenant = recorder.tenant  # the store's tenant when none was named
+            if self._store.head(self.run_id, tenant=self.tenant) is not None:
+                raise RecordingError(
+                    f"run {self.run_id!r} already exists in {self._store.url}; use resume to "
+                    "continue it",
+                    run_id=self.run_id,
+                )
+        except BaseException:
+            self.release()
+            raise
         session = Session(
             mode="record",
             run_id=self.run_id,

@@ -577,7 +577,7 @@ class Recorder:
         *,
         run_id: str,
         actor: str,
-        tenant: str = "default",
+        tenant: str | None = None,
         durability: Durability | str = Durability.EFFECTS,
         processors: Sequence[Processor] = (),
         listeners: Sequence[Listener] = (),
@@ -586,8 +586,14 @@ class Recorder:
         seal: SealPolicy | bool | None = None,
     ) -> None:
         self.store = store
+        # The run's tenant: the one named, else the store's (``?tenant=T``), else "default";
+        # one named that the store is not confined to is refused here, before any write.
         self.sealer = Sealer(
-            run_id=run_id, actor=actor, tenant=tenant, processors=processors, head=head
+            run_id=run_id,
+            actor=actor,
+            tenant=store.writing_tenant(tenant, run_id=run_id),
+            processors=processors,
+            head=head,
         )
         self.run_id = self.sealer.run_id
         self.tenant = self.sealer.tenant

@@ -150,7 +150,11 @@ def export_command(
 
 @otel_group.command("import", short_help="Record GenAI traces (OTLP/JSON) as runs.")
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--tenant", default="default", show_default=True, help="Tenant of the new runs.")
+@click.option(
+    "--tenant",
+    default=None,
+    help="Tenant of the new runs (default: the store's ?tenant=, else 'default').",
+)
 @click.option(
     "--group-by",
     default=None,
@@ -167,7 +171,7 @@ def export_command(
 )
 @json_option
 def import_command(
-    file: str, tenant: str, group_by: str | None, gap: float | None, as_json: bool
+    file: str, tenant: str | None, group_by: str | None, gap: float | None, as_json: bool
 ) -> None:
     """Read OTLP/JSON traces of GenAI spans (current or older OpenTelemetry GenAI conventions,
     OpenInference, OpenLLMetry) from FILE ('-' for stdin) and record each trace as a run,

@@ -117,11 +117,15 @@ def keys_init(out: Path | None, name: str | None, for_witness: bool, as_json: bo
 
 
 @click.command("seal", short_help="Issue a checkpoint over the seals waiting for one.")
-@click.option("--tenant", default="default", show_default=True)
+@click.option(
+    "--tenant", default=None, help="The tenant (default: the store's ?tenant=, else 'default')."
+)
 @click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--witness", "witnesses", multiple=True, help="Witness URL or directory to push to.")
 @json_option
-def seal_cmd(tenant: str, key_file: str | None, witnesses: tuple[str, ...], as_json: bool) -> None:
+def seal_cmd(
+    tenant: str | None, key_file: str | None, witnesses: tuple[str, ...], as_json: bool
+) -> None:
     """Sign and keep a checkpoint of TENANT's seal log (with the key in --key-file or
     TACHOGRAPH_SIGNING_KEY), and push it to the witnesses."""
     from ..record.checkpoint import Checkpoint
@@ -133,7 +137,7 @@ def seal_cmd(tenant: str, key_file: str | None, witnesses: tuple[str, ...], as_j
     with open_store() as store:
         log = SealLog(
             store,
-            tenant=tenant,
+            tenant=store.writing_tenant(tenant),
             key=key,
             witnesses=[witness_for(w, log_keys=[key.verifier]) for w in witnesses],
         )

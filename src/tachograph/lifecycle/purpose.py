@@ -229,7 +229,9 @@ class ScopedStore(Store):
         self.purpose = purpose
         self.policy = policy or DEFAULT_POLICY
         self.actor = actor or current_actor()
-        self.tenant = tenant
+        # A store confined to a tenant (``?tenant=T``) confines this view to it too; naming
+        # another tenant here is refused as the store refuses it.
+        self.tenant = inner.scoped_tenant(tenant)
         self.whole_events = whole_events
         self._rule: PurposeRule | None = None
 
@@ -265,6 +267,7 @@ class ScopedStore(Store):
         )
 
     def _check_tenant(self, run_id: str, tenant: str | None) -> str:
+        self.inner.scoped_tenant(tenant, run_id=run_id)  # a store's own scope says so itself
         if self.tenant is not None and tenant not in (None, self.tenant):
             raise RunNotFound(
                 f"no run {run_id!r} in tenant {self.tenant!r}", run_id=run_id, suggestions=[]
@@ -344,9 +347,9 @@ class ScopedStore(Store):
         """Atomic multi-batch appends pass through (the inner engine keeps memory flat)."""
         return self.inner.append_all(batches, progress=progress)
 
-    def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
+    def head(self, run_id: str, *, tenant: str | None = None) -> tuple[int, str] | None:
         """The inner store's head."""
-        return self.inner.head(run_id, tenant=tenant)
+        return self.inner.head(run_id, tenant=tenant if tenant is not None else self.tenant)
 
     def runs(self, **filters: Any) -> list[RunInfo]:
         """Runs, confined to the scoped tenant."""
@@ -359,6 +362,7 @@ class ScopedStore(Store):
         return self.inner.run_info(run_id, tenant=self._confined(run_id, tenant))
 
     def _confined(self, run_id: str, tenant: str | None) -> str | None:
+        self.inner.scoped_tenant(tenant, run_id=run_id)
         if self.tenant is not None and tenant not in (None, self.tenant):
             raise RunNotFound(
                 f"no run {run_id!r} in tenant {self.tenant!r}", run_id=run_id, suggestions=[]

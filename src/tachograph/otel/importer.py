@@ -459,7 +459,7 @@ def import_otlp(
     store: Store,
     source: str | os.PathLike[str] | IO[bytes] | bytes | Mapping[str, Any],
     *,
-    tenant: str = "default",
+    tenant: str | None = None,
     group_by: str | None = None,
     gap: float | None = None,
     processors: Sequence[Processor] = (),
@@ -468,7 +468,8 @@ def import_otlp(
     """Read OTLP/JSON traces (a path, a binary stream, bytes, or a parsed document) and record
     each GenAI conversation as a tachograph run (``group_by``: the attribute naming the
     conversation; ``gap``: join traces without one that follow within so many seconds).
-    Runs already in the store are skipped.
+    Runs already in the store are skipped. The runs are of ``tenant``, else of the store's
+    tenant (``?tenant=T``), else ``default``.
 
     Payloads pass through the processors of a recording: ``processors`` after the default
     redaction (secrets; the PII policy with ``TACHOGRAPH_PII=on``), as :func:`record` runs them.
@@ -484,6 +485,7 @@ def import_otlp(
         data = source
     else:
         data = source.read()
+    tenant = store.writing_tenant(tenant)
     spans = parse_otlp_json(data)
     chain = default_processors(processors, redact_secrets=redact_secrets)
     runs = runs_from_spans(

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..record.verify import VerifyReport
 
 __all__ = [
+    "DEFAULT_TENANT",
     "CheckpointRow",
     "Receipt",
     "RunInfo",
@@ -37,6 +38,9 @@ __all__ = [
     "row_event",
     "suggest",
 ]
+
+DEFAULT_TENANT = "default"
+"""The tenant of what is recorded when neither the caller nor the store names one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +121,30 @@ class Store(abc.ABC):
     url: str
     seals_with_events: bool = False
     """Whether :meth:`append_sealed` stores the seals in the batch's own transaction."""
+    tenant: str | None = None
+    """The one tenant this store is confined to (``?tenant=T`` of its URL), or ``None``."""
+
+    def scoped_tenant(self, tenant: str | None = None, *, run_id: str | None = None) -> str | None:
+        """The tenant an operation is for: ``tenant``, else the store's own (:attr:`tenant`),
+        else ``None`` (any tenant). A tenant other than the store's raises
+        :class:`~tachograph.errors.StoreError` naming both: a store confined to one tenant
+        never reads or writes another."""
+        scope = self.tenant
+        if scope is None or tenant is None or tenant == scope:
+            return scope if tenant is None else tenant
+        raise StoreError(
+            f"tenant {tenant!r} was asked of {self.url}, which is confined to tenant "
+            f"{scope!r}: leave tenant unset, or open the store for tenant {tenant!r}",
+            location=self.url,
+            run_id=run_id,
+            expected=scope,
+            actual=tenant,
+        )
+
+    def writing_tenant(self, tenant: str | None = None, *, run_id: str | None = None) -> str:
+        """The tenant a run recorded into this store gets: ``tenant``, else the store's own,
+        else ``"default"`` (see :meth:`scoped_tenant`); where every recording asks."""
+        return self.scoped_tenant(tenant, run_id=run_id) or DEFAULT_TENANT
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> Store:
@@ -159,8 +187,10 @@ class Store(abc.ABC):
         return len(receipts) - duplicates, duplicates
 
     @abc.abstractmethod
-    def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
-        """The last ``(seq, hash)`` of a run, or ``None`` if it has no events."""
+    def head(self, run_id: str, *, tenant: str | None = None) -> tuple[int, str] | None:
+        """The last ``(seq, hash)`` of a run, or ``None`` if it has no events; without
+        ``tenant``, of the run in :meth:`writing_tenant` (the store's tenant, else
+        ``default``)."""
 
     @abc.abstractmethod
     def read_rows(

@@ -202,9 +202,9 @@ class MemoryStore(Store):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
+    def head(self, run_id: str, *, tenant: str | None = None) -> tuple[int, str] | None:
         """The last ``(seq, hash)`` of a run, from its summary."""
-        info = self._open().summaries.get((tenant, run_id))
+        info = self._open().summaries.get((self.writing_tenant(tenant), run_id))
         return None if info is None else (info.events - 1, info.head_hash)
 
     def _tenant_of(self, data: _Runs, run_id: str, tenant: str | None) -> str:

@@ -7,7 +7,9 @@ which head) and dedupe of re-sent events, as every engine does.
 Each operation is one short transaction that first sets the transaction-local
 ``tachograph.tenant`` (the store's tenant, the run's tenant, or ``*`` for listings across
 tenants, which only members of ``tachograph_all_tenants`` see) and ``tachograph.purpose``.
-A store opened with ``?tenant=T`` never sets any other tenant.
+A store opened with ``?tenant=T`` never sets any other tenant: what is recorded into it is
+of tenant T when no tenant is named, reads and listings default to T, and an operation that
+names another tenant is refused with a :class:`StoreError` before anything is sent.
 """
 
 from __future__ import annotations
@@ -279,8 +281,11 @@ class PostgresStore(Store):
     # -- plumbing ----------------------------------------------------------------------------
 
     def _scope(self, cur: psycopg.Cursor[Any], tenant: str | None) -> None:
-        """Set this transaction's tenant and purpose (the keys of row-level security)."""
-        effective = self.tenant if self.tenant is not None else (tenant or "*")
+        """Set this transaction's tenant and purpose (the keys of row-level security): the
+        store's tenant when it has one (a tenant other than it is refused, as a superuser's
+        connection, which row-level security does not hold, would reach it), else the
+        operation's, else ``*``."""
+        effective = self.scoped_tenant(tenant) or "*"
         cur.execute(
             "SELECT set_config('tachograph.tenant', %s, true), "
             "set_config('tachograph.purpose', %s, true)",
@@ -324,6 +329,9 @@ class PostgresStore(Store):
         """
         if not events:
             return []
+        if self.tenant is not None:
+            for tenant in {ev.tenant for ev in events}:  # refused before anything is sent
+                self.scoped_tenant(tenant, run_id=events[0].run_id)
         with self._lock:
             receipts = self._append_optimistic(events, durable)
             if receipts is not None:
@@ -533,8 +541,9 @@ class PostgresStore(Store):
 
     # -- reading -----------------------------------------------------------------------------
 
-    def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
+    def head(self, run_id: str, *, tenant: str | None = None) -> tuple[int, str] | None:
         """The last ``(seq, hash)`` of a run, from its summary row (one index lookup)."""
+        tenant = self.writing_tenant(tenant, run_id=run_id)
         rows = self._query(
             tenant,
             "SELECT events - 1, head_hash FROM tachograph.runs WHERE tenant = %s AND run_id = %s",
@@ -543,6 +552,7 @@ class PostgresStore(Store):
         return (int(rows[0][0]), str(rows[0][1])) if rows else None
 
     def _resolve_tenant(self, run_id: str, tenant: str | None) -> str:
+        tenant = self.scoped_tenant(tenant, run_id=run_id)  # the store's own by default
         if tenant is not None:
             return tenant
         rows = self._query(
@@ -662,7 +672,8 @@ class PostgresStore(Store):
         until: str | None = None,
         limit: int | None = None,
     ) -> list[RunInfo]:
-        """Runs, newest first, filtered."""
+        """Runs, newest first, filtered (to the store's tenant when it has one)."""
+        tenant = self.scoped_tenant(tenant)
         where: list[str] = []
         args: list[Any] = []
         for column, value in (("actor", actor), ("tenant", tenant)):
@@ -707,11 +718,15 @@ class PostgresStore(Store):
             "SELECT tenant, run_id FROM tachograph.runs "
             "UNION SELECT DISTINCT tenant, run_id FROM tachograph.events",
         )
-        return [(str(t), str(r)) for t, r in rows]
+        return [(str(t), str(r)) for t, r in rows if self.tenant in (None, t)]
 
     def count_events(self) -> int:
         """How many events the store holds (that this connection may see)."""
-        return int(self._query(None, "SELECT count(*) FROM tachograph.events")[0][0])
+        if self.tenant is not None:
+            sql, args = "SELECT count(*) FROM tachograph.events WHERE tenant = %s", [self.tenant]
+        else:
+            sql, args = "SELECT count(*) FROM tachograph.events", []
+        return int(self._query(None, sql, args)[0][0])
 
     # -- the seal log (SPEC section 9): per tenant, keyed (tenant, idx) -------------------------
 

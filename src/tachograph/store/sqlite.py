@@ -245,6 +245,12 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
     ``synchronous="full"`` (the default) makes every committed batch survive power loss;
     ``"normal"`` is faster and may lose the last transactions on power loss (never on a
     process crash): an explicit opt-in, as the URL ``sqlite:///x.db?synchronous=normal``.
+
+    ``tenant`` (the URL's ``?tenant=T``) confines the store to one tenant, as a PostgreSQL
+    store's is: what is recorded into it is of that tenant when none is named, reads and
+    listings default to it, and an operation naming another tenant raises
+    :class:`StoreError`. Unlike PostgreSQL's row-level security this is no access control:
+    whoever can read the file can open it without the scope.
     """
 
     def __init__(
@@ -254,9 +260,13 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         create: bool = True,
         synchronous: str = "full",
         busy_timeout: float = 30.0,
+        tenant: str | None = None,
     ) -> None:
         self.path = str(path)
+        self.tenant = tenant or None
         self.url = f"sqlite:///{self.path}"
+        if self.tenant is not None:
+            self.url += "?tenant=" + urllib.parse.quote(self.tenant, safe="")
         sync = synchronous.upper()
         if sync not in ("FULL", "NORMAL", "EXTRA"):
             raise StoreError(
@@ -370,7 +380,12 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
     def from_url(cls, url: str, *, create: bool = True) -> SQLiteStore:
         """Open the store a ``sqlite:`` URL names."""
         path, query = _parse_url(url)
-        return cls(path, create=create, synchronous=query.get("synchronous", "full"))
+        return cls(
+            path,
+            create=create,
+            synchronous=query.get("synchronous", "full"),
+            tenant=urllib.parse.unquote(query.get("tenant", "")) or None,
+        )
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -642,6 +657,8 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             key = (ev.tenant, ev.run_id)
             state = heads.get(key)
             if state is None:
+                if self.tenant is not None:
+                    self.scoped_tenant(ev.tenant, run_id=ev.run_id)  # the whole batch refused
                 row = db.execute(
                     "SELECT events, head_hash, actor, started_at, status FROM runs "
                     "WHERE tenant=? AND run_id=?",
@@ -750,14 +767,16 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def head(self, run_id: str, *, tenant: str = "default") -> tuple[int, str] | None:
-        """The last ``(seq, hash)`` of a run.
+    def head(self, run_id: str, *, tenant: str | None = None) -> tuple[int, str] | None:
+        """The last ``(seq, hash)`` of a run (in the store's tenant, else ``default``, unless
+        ``tenant`` is named).
 
         Read from the run summary, which every append updates in the same transaction as the
         events (and which appends already rely on): one small table, so the answer costs the
         same in a store of a million events as in one of ten thousand. ``verify`` is what
         checks the events themselves.
         """
+        tenant = self.writing_tenant(tenant, run_id=run_id)
         with self._using("reading") as db:
             row = db.execute(
                 "SELECT events - 1, head_hash FROM runs WHERE tenant=? AND run_id=?",
@@ -766,6 +785,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         return (row[0], row[1]) if row else None
 
     def _resolve_tenant(self, run_id: str, tenant: str | None) -> str:
+        tenant = self.scoped_tenant(tenant, run_id=run_id)  # the store's own by default
         if tenant is not None:
             return tenant
         with self._using("reading", run_id) as db:
@@ -886,7 +906,8 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         until: str | None = None,
         limit: int | None = None,
     ) -> list[RunInfo]:
-        """Runs, newest first, filtered."""
+        """Runs, newest first, filtered (to the store's tenant when it has one)."""
+        tenant = self.scoped_tenant(tenant)
         where, args = [], []
         for column, value in (("actor", actor), ("tenant", tenant)):
             if value is not None:
@@ -934,12 +955,16 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             rows = db.execute(
                 "SELECT tenant, run_id FROM runs UNION SELECT DISTINCT tenant, run_id FROM events"
             ).fetchall()
-        return [(str(t), str(r)) for t, r in rows]
+        return [(str(t), str(r)) for t, r in rows if self.tenant in (None, t)]
 
     def count_events(self) -> int:
         """How many events the store holds."""
         with self._using("counting events of") as db:
-            return int(db.execute("SELECT count(*) FROM events").fetchone()[0])
+            if self.tenant is not None:
+                sql, args = "SELECT count(*) FROM events WHERE tenant=?", [self.tenant]
+            else:
+                sql, args = "SELECT count(*) FROM events", []
+            return int(db.execute(sql, args).fetchone()[0])
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` result (``"ok"`` when sound)."""
