@@ -351,3 +351,24 @@ def test_a_run_recorded_with_sealing_off_says_so(
     assert run["seal"]["reason"] == (
         "no seal of this run: it was recorded with sealing off, or imported"
     )
+
+
+def test_verify_of_an_evidence_folder_trusts_the_signing_keys_public_half_by_default(
+    setup: Setup, tmp_path: Path
+) -> None:
+    # docs/cli.md: --key defaults to the public half of TACHOGRAPH_SIGNING_KEY
+    _record(setup.db, "a")
+    out = tmp_path / "ev"
+    assert _tacho(setup.db, "evidence", "a", "-o", str(out)).exit_code == 0
+    audit = _tacho(setup.db, "verify", str(out))
+    assert audit.exit_code == 0, audit.output
+    assert "no trusted verifier key" not in audit.output
+
+
+def test_seal_with_an_empty_key_file_is_a_usage_error(setup: Setup, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.key"
+    empty.write_text("")
+    _record(setup.db, "a")
+    result = _tacho(setup.db, "seal", "--key-file", str(empty))
+    assert result.exit_code == 2, result.output
+    assert "not a tachograph signing key file" in result.output

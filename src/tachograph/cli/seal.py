@@ -131,7 +131,11 @@ def seal_cmd(
     from ..record.checkpoint import Checkpoint
     from ..sealing import SealLog, load_signing_key, witness_for
 
-    key = load_signing_key(key_file)
+    try:
+        key = load_signing_key(key_file)
+    except SealingError as exc:  # a file or variable that holds no signing key: usage (2)
+        where = f"--key-file {key_file}" if key_file else "TACHOGRAPH_SIGNING_KEY"
+        raise CliError(f"{where}: {exc}", exit_code=EXIT_USAGE) from exc
     if key is None:
         raise click.UsageError("give --key-file or set TACHOGRAPH_SIGNING_KEY")
     with open_store() as store:
@@ -183,7 +187,10 @@ def witness_cmd(
     growth (c2sp.org/tlog-witness add-checkpoint); refuse forks and equivocation."""
     from ..sealing.witness import Witness, serve
 
-    key = SigningKey.load(key_file)
+    try:
+        key = SigningKey.load(key_file)
+    except SealingError as exc:
+        raise CliError(f"--key-file {key_file}: {exc}", exit_code=EXIT_USAGE) from exc
     witness = Witness(directory, log_keys=parse_keys(log_keys), key=key)
     server = serve(witness, host=host, port=port)
     bound_host, bound_port = server.server_address[:2]
@@ -265,7 +272,7 @@ def verify_evidence_dir(
 
     report = verify_evidence(
         directory,
-        keys=parse_keys(keys),
+        keys=parse_keys(keys) or _default_keys(),  # as for a store: the documented default
         witness_keys=parse_keys(witness_keys),
         min_witnesses=min_witnesses,
     )
