@@ -372,3 +372,14 @@ def test_seal_with_an_empty_key_file_is_a_usage_error(setup: Setup, tmp_path: Pa
     result = _tacho(setup.db, "seal", "--key-file", str(empty))
     assert result.exit_code == 2, result.output
     assert "not a tachograph signing key file" in result.output
+
+
+def test_verify_against_a_witness_directory_that_does_not_exist_is_a_usage_error(
+    setup: Setup, tmp_path: Path
+) -> None:
+    _record(setup.db, "a")
+    missing = tmp_path / "no-such-witness"
+    result = _tacho(setup.db, "verify", "--witness", str(missing))
+    assert result.exit_code == 2, result.output
+    assert "no witness directory" in result.output
+    assert not missing.exists()  # reading a witness never creates one

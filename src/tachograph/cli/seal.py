@@ -305,7 +305,11 @@ def seal_verdicts(
         if report.tenant not in audits:
             notes: list[Note] = []
             for target in witnesses:
-                held = witness_for(target, log_keys=trusted).latest(origin_for(report.tenant))
+                try:  # reading a witness never makes one: a mistyped DIR is an error
+                    witness = witness_for(target, log_keys=trusted, create=False)
+                except SealingError as exc:
+                    raise CliError(f"--witness {target}: {exc}", exit_code=EXIT_USAGE) from exc
+                held = witness.latest(origin_for(report.tenant))
                 if held is not None:
                     notes.append(held)
             audits[report.tenant] = audit_tenant(
