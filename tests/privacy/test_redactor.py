@@ -231,3 +231,33 @@ def test_the_secrets_pattern_still_catches_every_hint() -> None:
         payload = {"tool": "t", "args": {"note": f"x{hint.upper()}y"}}
         assert not redact_secrets._engine.clean(payload), hint
     assert redact_secrets._engine.clean({"tool": "bench_lookup", "args": {"i": 1}})
+
+
+def test_a_key_that_is_not_a_string_reaches_the_profile_check(tmp_path: Path) -> None:
+    """An int key in a tool's result is refused as outside the profile (it crashed the
+    redactor with AttributeError before, after the write had fired, and the run still
+    finished ``ok``)."""
+    import tachograph as tg
+    from tachograph.errors import ProfileError
+    from tachograph.privacy.redactor import Finding, Redactor
+
+    assert list(Redactor().scan({1: "x", "password": "y"})) == [
+        Finding("field", "$.password", True)
+    ]
+
+    @tg.tool(effect="write", name="numbered")
+    def numbered(x: int) -> dict[int, str]:
+        return {x: "a"}
+
+    @tg.agent(name="numbering")
+    def agent(task: int) -> object:
+        return numbered(task)
+
+    db = tmp_path / "keys.db"
+    with pytest.raises(ProfileError, match="is not a string"):
+        tg.record_run(agent, 1, store=db)
+    with tg.open_store(db) as store:
+        (info,) = store.runs()
+        types = [e.type for e in store.read(info.run_id)]
+    assert info.status == "error"
+    assert types[-2:] == ["tool.failed", "run.finished"]

@@ -259,3 +259,20 @@ def test_fork_and_resume_apply_the_processors_they_are_given(
     requested = [e for e in crashed_store.events("crash") if e.type == "tool.requested"]
     assert len(requested) == 4
     assert all(e.payload["processed"] is True for e in requested)
+
+
+def test_an_override_goes_through_the_processors_like_any_live_payload(
+    store: tg.SQLiteStore, recorded: str, ledger: Ledger
+) -> None:
+    """The override of a fork is new data: a secret in it is redacted where it is stored
+    (it was stored as given, copied with ``processed=True`` as if recorded before)."""
+    secret = "sk-proj-AAAAbbbbCCCCddddEEEEffff0001"
+    answer = other_order_answer("B-2")
+    answer["choices"][0]["message"]["content"] = f"use key {secret}"
+    tg.fork(store, recorded, FIRST_RESPONSE, shop.build(), override=answer, new_run_id="what-if")
+    stored = store.events("what-if")[FIRST_RESPONSE]
+    assert stored.payload["overridden"] is True
+    text = str(stored.payload)
+    assert secret not in text
+    assert "[redacted:secret:openai]" in text
+    assert store.verify("what-if").ok

@@ -398,7 +398,8 @@ class Redactor:
         out: dict[str, Any] | None = None
         secrets = self.secrets
         for i, (k, v) in enumerate(value.items()):
-            nk = self._text(k)
+            # a key that is not a string is left as it is: the profile check refuses it
+            nk = self._text(k) if type(k) is str else k
             rule: Rule | None = None
             child: tuple[tuple[int, int], ...] = ()
             if states:
@@ -412,6 +413,7 @@ class Redactor:
             elif (
                 secrets
                 and type(v) in (str, int, float)
+                and type(k) is str
                 and k.lower() in SECRET_FIELDS
                 and not (type(v) is str and _KEEP_FULL.fullmatch(v))
             ):
@@ -465,7 +467,8 @@ class Redactor:
                 if (
                     self.secrets
                     and type(v) in (str, int, float)
-                    and k.lower() in SECRET_FIELDS
+                    and type(k) is str
+                and k.lower() in SECRET_FIELDS
                     and not (type(v) is str and _KEEP_FULL.fullmatch(v))
                 ):
                     yield Finding("field", f"{path}.{k}", True)

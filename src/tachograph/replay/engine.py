@@ -274,7 +274,9 @@ class ReplayEngine:
             return
         payload = completion.payload
         if self.override is not None and self.override[0] == completion.seq:
-            payload = self._overridden(completion)
+            # the override is new data, not a copy of what the recording processed: it goes
+            # through the run's processors (secrets, personal data) as any live payload does
+            payload = session.process(completion.type, self._overridden(completion))
         key = completion.idempotency_key
         session.recorder.append(
             completion.type,
