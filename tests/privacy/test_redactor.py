@@ -261,3 +261,56 @@ def test_a_key_that_is_not_a_string_reaches_the_profile_check(tmp_path: Path) ->
         types = [e.type for e in store.read(info.run_id)]
     assert info.status == "error"
     assert types[-2:] == ["tool.failed", "run.finished"]
+
+
+@pytest.mark.parametrize(
+    ("text", "kept", "kind"),
+    [
+        ("DB_PASSWORD=hunter2env", "DB_PASSWORD=", "password"),
+        ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENG", "AWS_SECRET_ACCESS_KEY=", "password"),
+        ("GITHUB_TOKEN=tok123456", "GITHUB_TOKEN=", "password"),
+        ("postgres://app:hunter2pg@10.0.0.5/db", "postgres://app:", "url_password"),
+        ("Authorization: Basic dXNlcjpwYXNz", "Authorization: Basic ", "basic_auth"),
+        (
+            "-----BEGIN PGP PRIVATE KEY BLOCK-----\nxyz\n-----END PGP PRIVATE KEY BLOCK-----",
+            "",
+            "private_key",
+        ),
+    ],
+)
+def test_secrets_a_review_found_passing_are_redacted(text: str, kept: str, kind: str) -> None:
+    from tachograph.privacy.redactor import Redactor
+
+    out = Redactor()("tool.completed", {"t": text})["t"]
+    assert out.startswith(kept)
+    assert f"[redacted:secret:{kind}]" in out
+    secret = text[len(kept) :].split("@")[0]
+    assert secret not in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["max_tokens: 100", "the basic information here", "https://user@host/x", "see a:b@c"],
+)
+def test_what_only_looks_like_those_secrets_is_kept(text: str) -> None:
+    from tachograph.privacy.redactor import Redactor
+
+    assert Redactor()("tool.completed", {"t": text}) == {"t": text}
+
+
+def test_secret_fields_hide_lists_objects_and_more_spellings() -> None:
+    from tachograph.privacy.redactor import Redactor
+
+    payload = {
+        "password": ["hunter2list"],
+        "authorization": {"basic": "Basic dXNlcjpwYXNz"},
+        "SessionToken": "FwoGZXIvYXdzEBY",
+        "SecretAccessKey": "wJalrXUtnFEMIK7MDENG",
+        "x-amz-security-token": "IQoJb3JpZ2luX2Vj",
+        "logprobs": [{"token": "Hello", "logprob": -0.1}],  # a model's token: not a secret
+    }
+    out = Redactor()("tool.completed", payload)
+    for key in ("password", "authorization", "SessionToken", "SecretAccessKey"):
+        assert out[key] == "[redacted:secret:field]", key
+    assert out["x-amz-security-token"] == "[redacted:secret:field]"
+    assert out["logprobs"] == payload["logprobs"]

@@ -6,7 +6,6 @@ import contextlib
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, NoReturn
@@ -15,6 +14,7 @@ import click
 
 from ..errors import FormatError, StoreError, StoreNotFound, VerificationFailed
 from ..privacy.redactor import default_processors
+from ..record.files import write_whole
 from ..record.jsonl import ImportRefused, Refusal, export_run, import_jsonl, verify_jsonl
 from ..store import open_store as open_store_raw
 from ..store import verify_stored
@@ -71,25 +71,12 @@ def _destination(path: str | None) -> Iterator[IO[bytes]]:
     if mode is not None and not stat.S_ISREG(mode):
         yield from _in_place(path)
         return
-    real = Path(os.path.realpath(target))
     try:
-        # A fresh name (O_EXCL: never a file or a link already there), readable by its owner
-        # only, like the store: an export holds the run's payloads.
-        fd, tmp_name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".partial")
-    except OSError as exc:
-        raise CliError(f"cannot write {real}: {exc.strerror}", exit_code=EXIT_USAGE) from exc
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
         # Only a complete export gets the real name: a half-written file would not verify.
-        os.replace(tmp, real)
+        with write_whole(target) as handle:
+            yield handle
     except OSError as exc:
-        raise CliError(f"cannot write {real}: {exc.strerror}", exit_code=EXIT_USAGE) from exc
-    finally:
-        tmp.unlink(missing_ok=True)
+        raise CliError(f"cannot write {path}: {exc.strerror}", exit_code=EXIT_USAGE) from exc
 
 
 def _in_place(path: str) -> Iterator[IO[bytes]]:

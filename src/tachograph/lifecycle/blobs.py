@@ -22,6 +22,7 @@ import orjson
 from ..errors import RecordingError
 from ..record.canonical import canonical
 from ..record.event import Event, now_ts
+from ..record.files import make_private_dirs
 from .times import shift
 
 __all__ = [
@@ -139,7 +140,7 @@ class BlobStore:
         reference. Storing the same bytes again keeps the later of the two expiries."""
         ref = blob_ref(data, media_type)
         target = self.path_for(ref[BLOB_KEY])
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(target.parent)
         created = now or now_ts()
         expires = None if ttl is None else shift(created, ttl)
         old = self.info(ref[BLOB_KEY])
@@ -360,7 +361,7 @@ def copy_blobs(events: Iterable[Event], source: BlobStore, dest: BlobStore) -> i
             if data is None or dest.get(ref[BLOB_KEY]) is not None:
                 continue
             target = dest.path_for(ref[BLOB_KEY])
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_private_dirs(target.parent)
             _write_private(target, data)
             meta = info.to_dict() if info else {"size": len(data), "media_type": ref["media_type"]}
             meta.pop("digest", None)

@@ -18,16 +18,15 @@ import dataclasses
 import fnmatch
 import functools
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
 from ..errors import PolicyError, PurposeDenied, RunNotFound
 from ..record.event import Event, EventType
+from ..record.files import write_whole
 from ..record.jsonl import write_events
 from ..record.rows import StoredRow
 from ..store.audit import AuditEntry, AuditRecord
@@ -508,14 +507,5 @@ def export_run(
     seen = reading(store, purpose, policy=policy, actor=actor, whole_events=True)
     if not isinstance(out, (str, os.PathLike)):
         return write_events(seen.read(run_id, tenant=tenant, decode=False), out)
-    real = Path(os.path.realpath(out))
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            count = write_events(seen.read(run_id, tenant=tenant, decode=False), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, real)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return count
+    with write_whole(out) as handle:
+        return write_events(seen.read(run_id, tenant=tenant, decode=False), handle)

@@ -135,7 +135,8 @@ DETECTORS: tuple[Detector, ...] = (
     # -- secrets (markers) ---------------------------------------------------------------------
     Detector(
         "private_key",
-        r"-----BEGIN[A-Z ]{0,40} PRIVATE KEY-----(?s:.*?)-----END[A-Z ]{0,40} PRIVATE KEY-----",
+        r"-----BEGIN[A-Z ]{0,40} PRIVATE KEY(?: BLOCK)?-----(?s:.*?)"
+        r"-----END[A-Z ]{0,40} PRIVATE KEY(?: BLOCK)?-----",
         secret=True,
         hints=("PRIVATE KEY",),
     ),
@@ -177,8 +178,11 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "password",
-        r"(?i:\b(?:password|passwd|pwd|passphrase|client_secret|secret_key|api[_-]?key"
-        r"|access[_-]?token|auth[_-]?token)[\"']?\s*[:=]\s*[\"']?)(?P<v>[^\s\"'&,;]{3,})",
+        # the name may end a longer one (DB_PASSWORD=, AWS_SECRET_ACCESS_KEY=, GITHUB_TOKEN=)
+        r"(?i:(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*(?:password|passwd|pwd|passphrase|passcode"
+        r"|secret|client_secret|secret_key|secret[_-]?access[_-]?key|api[_-]?key|token"
+        r"|access[_-]?token|auth[_-]?token|session[_-]?token)"
+        r"[\"']?\s*[:=]\s*[\"']?)(?P<v>[^\s\"'&,;]{3,})",
         secret=True,
         hints_lower=(
             "pass",
@@ -187,13 +191,28 @@ DETECTORS: tuple[Detector, ...] = (
             "api_key",
             "api-key",
             "apikey",
-            "access_token",
-            "access-token",
             "accesstoken",
-            "auth_token",
-            "auth-token",
             "authtoken",
+            "sessiontoken",
+            "token=",
+            "token:",
+            'token"',
+            "token'",
         ),
+    ),
+    Detector(
+        "url_password",
+        # the password of a URL's user information: postgres://app:hunter2@db/...
+        r"(?i:(?<![A-Za-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s/:@\"']{1,128}:)"
+        r"(?P<v>[^\s/@\"']{1,256})@",
+        secret=True,
+        hints=("://",),
+    ),
+    Detector(
+        "basic_auth",
+        r"(?i:authorization[\"']?\s*[:=]\s*[\"']?basic\s+)(?P<v>[A-Za-z0-9+/]{4,}={0,2})",
+        secret=True,
+        hints_lower=("authorization",),
     ),
     # -- personal data (tokens) ------------------------------------------------------------------
     Detector(
@@ -238,7 +257,13 @@ SECRET_FIELDS = frozenset(
         "secret_key", "api_key", "apikey", "api-key", "x-api-key", "access_token",
         "refresh_token", "id_token", "auth_token", "authorization",
         "proxy-authorization", "private_key", "aws_secret_access_key", "cookie", "set-cookie",
+        "accesstoken", "access-token", "refreshtoken", "refresh-token", "idtoken",
+        "authtoken", "auth-token", "x-auth-token", "api_token", "api-token", "sessiontoken",
+        "session_token", "session-token", "x-amz-security-token", "secretaccesskey",
+        "secret-access-key", "aws_secret", "passcode", "privatekey", "private-key",
+        "clientsecret", "client-secret", "x-goog-api-key",
     }
 )  # fmt: skip
-"""Object keys (compared in lower case) whose string or number value is a secret whatever it
-looks like: ``{"password": "hunter2"}`` is redacted although "hunter2" matches no pattern."""
+"""Object keys (compared in lower case) whose value is a secret whatever it looks like:
+``{"password": "hunter2"}`` is redacted although "hunter2" matches no pattern, and so is a
+list or an object under such a key (``{"authorization": {"basic": ...}}``), whole."""

@@ -200,6 +200,8 @@ class _Engine:
 
 
 _DIGIT = re.compile(r"[0-9]")
+# what a secret field's value may be to be replaced whole (not null, not a boolean)
+_SECRET_VALUE_TYPES = (str, int, float, list, dict)
 
 _Trie = dict[int, "_Trie"]
 _END = -1  # the trie key that marks the end of a word (bytes are 0..255)
@@ -412,7 +414,7 @@ class Redactor:
                 nv = self._apply(rule, v)
             elif (
                 secrets
-                and type(v) in (str, int, float)
+                and type(v) in _SECRET_VALUE_TYPES
                 and type(k) is str
                 and k.lower() in SECRET_FIELDS
                 and not (type(v) is str and _KEEP_FULL.fullmatch(v))
@@ -466,7 +468,7 @@ class Redactor:
                 yield from self.scan(k, path)
                 if (
                     self.secrets
-                    and type(v) in (str, int, float)
+                    and type(v) in _SECRET_VALUE_TYPES
                     and type(k) is str
                 and k.lower() in SECRET_FIELDS
                     and not (type(v) is str and _KEEP_FULL.fullmatch(v))

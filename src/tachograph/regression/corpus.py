@@ -20,6 +20,7 @@ import orjson
 from ..errors import CorpusError, FormatError, VerificationFailed
 from ..record.canonical import loads_untrusted
 from ..record.event import Event, now_ts
+from ..record.files import write_whole
 from ..record.jsonl import write_events
 from ..record.seal import Processor, Sealer
 from ..store import Store, open_store, verify_stored
@@ -136,9 +137,8 @@ def read_sidecar(path: Path) -> dict[str, Any]:
 
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
-    os.replace(tmp, path)
+    with write_whole(path) as out:
+        out.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
 
 
 def _entry(root: Path, path: Path) -> CorpusRun:
@@ -285,10 +285,8 @@ def save_run(
             run_id=run_id,
         )
     written = _rechain(events, processors) if processors else events
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as out:
+    with write_whole(path) as out:  # payloads: the owner's only, as in the store
         write_events(written, out)
-    os.replace(tmp, path)
     meta: dict[str, Any] = {
         "tachograph_fixture": FIXTURE_VERSION,
         "run_id": run_id,

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import FormatError, SealingError
 from ..record.checkpoint import Checkpoint, Note, TlogProof, VerifierKey, verify_cosignature
+from ..record.files import make_private_dirs, write_whole
 from ..record.jsonl import export_run, verify_jsonl
 from ..record.merkle import ProofError, SealLeaf, leaf_hash, verify_inclusion
 from ..store.base import Store
@@ -84,12 +85,17 @@ def write_evidence(
         )
     proof = TlogProof(seal.index, tuple(tree.inclusion_proof(seal.index, size)), note, seal.leaf)
     out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / RUN_FILE, "wb") as f:
+    # the run's payloads and its key secret: readable by the owner only, as the store is
+    make_private_dirs(out)
+    with write_whole(out / RUN_FILE) as f:
         export_run(store, info.run_id, f, tenant=info.tenant)
-    (out / PROOF_FILE).write_bytes(proof.to_bytes())
-    (out / CHECKPOINT_FILE).write_bytes(note.to_bytes())
-    (out / KEYS_FILE).write_text("".join(f"{k}\n" for k in verifier_keys))
+    for name, data in (
+        (PROOF_FILE, proof.to_bytes()),
+        (CHECKPOINT_FILE, note.to_bytes()),
+        (KEYS_FILE, "".join(f"{k}\n" for k in verifier_keys).encode()),
+    ):
+        with write_whole(out / name) as f:
+            f.write(data)
     return out
 
 

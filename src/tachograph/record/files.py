@@ -1,0 +1,49 @@
+"""Files that hold a record (exports, evidence, corpus fixtures, blobs): written whole or not
+at all, and readable by their owner only, as the store itself is."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+__all__ = ["make_private_dirs", "write_whole"]
+
+
+def make_private_dirs(folder: Path) -> None:
+    """Create ``folder`` and each missing parent with mode 0700 (``mkdir(parents=True,
+    mode=...)`` gives the mode to the last folder only, the parents the umask's)."""
+    missing: list[Path] = []
+    current = folder
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+            path.mkdir(mode=0o700)
+
+
+@contextlib.contextmanager
+def write_whole(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
+    """A binary handle whose bytes replace ``path`` once the block ends without an error.
+
+    They are written under a fresh name beside the file (``O_EXCL``, mode 0600: never a file
+    or a link already there) and renamed over it after an fsync; a symbolic link at ``path``
+    is followed, so the file it names is replaced, not the link. On an error nothing is left.
+    """
+    real = Path(os.path.realpath(path))
+    fd, tmp_name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".partial")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, real)
+    finally:
+        tmp.unlink(missing_ok=True)
