@@ -378,20 +378,50 @@ def test_bad_modes_fail_loudly(store: tg.SQLiteStore) -> None:
         tg.tool(effect="harmless")
 
 
-def test_threads_do_not_inherit_the_run(store: tg.SQLiteStore) -> None:
-    """A plain thread starts with an empty context: its calls are not recorded. Work handed
-    over with asyncio.to_thread (or contextvars.copy_context().run) is."""
+def test_threads_started_inside_the_run_carry_it(store: tg.SQLiteStore) -> None:
+    """A thread, a pool's task and asyncio's executor started inside the run record their
+    calls (they ran unrecorded before: a plain thread starts with an empty context); a
+    thread started before the run does not carry it."""
+    import concurrent.futures
+
     seen_keys.clear()
+    idle = threading.Event()
+    go = threading.Event()
+
+    def waiting() -> None:
+        idle.set()
+        go.wait()
+        send_mail("before@example.com", "x")
+
+    early = threading.Thread(target=waiting)
+    early.start()
+    idle.wait()
     with tg.record(store, actor="a", run_id="threads"):
         thread = threading.Thread(target=send_mail, args=("plain@example.com", "x"))
         thread.start()
         thread.join()
-        asyncio.run(asyncio.to_thread(send_mail, "copied@example.com", "x"))
-    assert seen_keys[0] is None
-    assert seen_keys[1] is not None
-    assert seen_keys[1].startswith("threads:send_mail:")
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            pool.submit(send_mail, "pool@example.com", "x").result()
+
+        async def in_executor() -> None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, send_mail, "executor@example.com", "x")
+            await asyncio.to_thread(send_mail, "copied@example.com", "x")
+
+        asyncio.run(in_executor())
+        go.set()
+        early.join()
     args = [e.payload["args"]["to"] for e in store.events("threads") if e.type == "tool.requested"]
-    assert args == ["copied@example.com"]
+    assert args == [
+        "plain@example.com",
+        "pool@example.com",
+        "executor@example.com",
+        "copied@example.com",
+    ]
+    assert seen_keys[-1] is None  # the thread started before the run: a plain call
+    # the wrapping is undone with the last run
+    assert threading.Thread.start.__module__ == "threading"
+    assert concurrent.futures.ThreadPoolExecutor.submit.__module__ == "concurrent.futures.thread"
 
 
 @tg.model("odd-2026-10-01")

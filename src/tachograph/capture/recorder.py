@@ -23,6 +23,7 @@ from ..record.event import Event, EventType
 from ..record.seal import Processor, Sealer, hide_key_secret
 from ..store.base import Store
 from .seals import RunSeals, SealPlan, SealPolicy, configured_key, resolve_policy
+from .threads import own_thread
 from .vouch import FIELD as UNVOUCHED_FIELD
 from .vouch import ToolLedger, warn_unvouched
 
@@ -223,8 +224,8 @@ class Writer:
             if self._closed:
                 raise WriteFailed("the writer is closed")
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="tachograph-writer", daemon=True
+                self._thread = own_thread(
+                    threading.Thread(target=self._run, name="tachograph-writer", daemon=True)
                 )
                 self._thread.start()
             # Back-pressure: a full queue waits for the writer thread (a timed wait, so that

@@ -42,6 +42,7 @@ from ..record.seal import (
 )
 from .boundary import CURRENT_SESSION, TOOL_CALL, CallKind, CallTicket, Engine, error_info
 from .recorder import Recorder
+from .threads import follow_threads, unfollow_threads
 
 # Plain-str event types: ``EventType.X.value`` is a Python-level property on 3.11, and
 # these are read several times per recorded or served call.
@@ -115,16 +116,19 @@ class Session:
     # -- context ---------------------------------------------------------------------------
 
     def activate(self) -> None:
-        """Make this the current session of the context."""
+        """Make this the current session of the context; threads started from it carry it."""
         if _current.get() is not None:
             raise RecordingError("a tachograph run is already active in this context")
         self._token = _current.set(self)
+        follow_threads()
 
     def deactivate(self) -> None:
-        """Restore the previous (empty) context."""
+        """Restore the previous (empty) context. A thread started inside the run that outlives
+        it still holds the session: its calls are refused as a task's are (the run finished)."""
         if self._token is not None:
             _current.reset(self._token)
             self._token = None
+            unfollow_threads()
 
     # -- processing and keys ---------------------------------------------------------------
 

@@ -116,15 +116,18 @@ class NetworkGuard:
         self._report = report
         self.allowed: list[Allowed] = []
         self.refused: list[dict[str, Any]] = []
+        self._closed = False
 
     @contextlib.contextmanager
     def guarding(self) -> Iterator[None]:
-        """Guard the current context (and the tasks it starts) for the duration."""
+        """Guard the current context (and the tasks and threads it starts) for the duration.
+        A thread that outlives it holds a closed guard, which lets everything through."""
         _install()
         token = _guard.set(self)
         try:
             yield
         finally:
+            self._closed = True
             _guard.reset(token)
             _uninstall()
 
@@ -150,7 +153,7 @@ class NetworkGuard:
         command: str | None = None,
     ) -> None:
         """Let the call through (allowed, not serving, tachograph's own I/O) or refuse it."""
-        if not self._active():
+        if self._closed or not self._active():
             return
         frame = sys._getframe(2)
         if _own_io(frame) or (kind == "exec" and _host_probe(frame)):
@@ -365,7 +368,47 @@ def _execute_child(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs:
             program, command = (parts[0] if parts else ""), " ".join(parts)
         exe = _text(kwargs.get("executable") or (rest[0] if rest else None))
         guard.check("exec", exe or program, command=command)
-    return _originals["execute_child"](self, args, *rest, **kwargs)
+    token = _passing.set(True)  # judged: the posix_spawn or fork_exec inside is not again
+    try:
+        return _originals["execute_child"](self, args, *rest, **kwargs)
+    finally:
+        _passing.reset(token)
+
+
+# What the patches above cannot see (other ways to start a process, datagrams), judged from
+# an audit hook (PEP 578): ``os.system``, ``os.posix_spawn``, ``os.spawn*``, ``os.exec*``,
+# ``os.fork`` and ``socket.sendto``/``sendmsg`` of an unconnected socket. A hook cannot be
+# removed: it does nothing unless a guard is active in the calling context.
+_AUDITED = frozenset(
+    {"os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork", "socket.sendto"}
+)
+_hooked = False
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event not in _AUDITED or not _count:
+        return
+    guard = _guard.get()
+    if guard is None or _passing.get():
+        return
+    if event == "socket.sendto":
+        sock, address = args[0], args[1]
+        if address is not None:
+            _judge_socket(sock, address)
+        return
+    if event == "os.fork":
+        guard.check("exec", "fork", command="os.fork()")
+        return
+    if event == "os.system":
+        command = _text(os.fsdecode(args[0])) or ""
+        guard.check("exec", command.split()[0] if command.split() else command, command=command)
+        return
+    # os.posix_spawn (path, argv, env), os.spawn (mode, path, args, env), os.exec (path, ...)
+    path = args[1] if event == "os.spawn" else args[0]
+    argv = args[2] if event == "os.spawn" else (args[1] if len(args) > 1 else ())
+    program = _text(os.fsdecode(path)) or ""
+    command = " ".join(_text(os.fsdecode(a)) or "" for a in argv) if argv else program
+    guard.check("exec", program, command=command)
 
 
 _PATCHES: tuple[tuple[str, Any, str, Any], ...] = (
@@ -384,11 +427,14 @@ _PATCHES: tuple[tuple[str, Any, str, Any], ...] = (
 
 
 def _install() -> None:
-    global _count
+    global _count, _hooked
     with _lock:
         _count += 1
         if _count > 1:
             return
+        if not _hooked:
+            sys.addaudithook(_audit)
+            _hooked = True
         for name, owner, attr, patched in _PATCHES:
             _originals[name] = getattr(owner, attr)
             setattr(owner, attr, patched)

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..capture.recorder import Observer, Recorder
 from ..capture.seals import DEFAULT_EVERY_EVENTS, DEFAULT_EVERY_SECONDS, SealPolicy
+from ..capture.threads import own_thread
 from ..record.checkpoint import SigningKey
 from ..record.event import Event, EventType
 from ..record.merkle import SealLeaf
@@ -118,8 +119,8 @@ class SealingObserver(Observer):
         leaf = SealLeaf(event.tenant, event.run_id, event.seq, event.hash, final)
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._work, name="tachograph-sealer", daemon=True
+                self._thread = own_thread(
+                    threading.Thread(target=self._work, name="tachograph-sealer", daemon=True)
                 )
                 self._thread.start()
         self._queue.put((recorder, leaf, done))
