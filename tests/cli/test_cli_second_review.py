@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import tachograph as tg
+from tachograph.record.jsonl import verify_jsonl
 
 from .conftest import Tacho
 
@@ -249,3 +250,42 @@ def test_import_json_into_a_store_that_cannot_be_opened_still_prints_its_report(
     assert result.exit_code == 3
     report = json.loads(result.stdout)
     assert report["refused"][0]["reason"] == "store"
+
+
+# -- reads of payloads name a purpose and are audited ---------------------------------------
+
+
+def _reads(path: Path) -> list[tuple[str, str]]:
+    with tg.open_store(path) as store:
+        return [
+            (r.detail["purpose"], r.detail["run_id"])
+            for r in store.read_audit()
+            if r.action == "read"
+        ]
+
+
+def test_diff_reads_for_a_purpose_and_is_audited(tmp_path: Path, runner: object) -> None:
+    path = tmp_path / "two.db"
+    a, b = _two_runs(path)
+    tacho = Tacho(path, runner)  # type: ignore[arg-type]
+    before = len(_reads(path))
+    result = tacho("diff", a, b, "--purpose", "metrics")
+    reads = _reads(path)[before:]
+    assert ("metrics", a) in reads
+    assert ("metrics", b) in reads
+    assert "hello" not in result.output  # metrics may not read the payloads: withheld
+
+
+def test_save_reads_for_a_purpose_and_is_audited(
+    tacho: Tacho, run_id: str, tmp_path: Path
+) -> None:
+    before = len(_reads(tacho.store))
+    saved = tacho(
+        "save", run_id, "--to", str(tmp_path / "c"), "--verdict", "good", "--purpose", "metrics"
+    )
+    assert saved.exit_code == 0, saved.output
+    assert ("metrics", run_id) in _reads(tacho.store)[before:]
+    (fixture,) = (tmp_path / "c").glob("*.jsonl")
+    assert all(line["payload"] is None for line in _lines(fixture))  # withheld, still verifies
+    (report,) = verify_jsonl(fixture)
+    assert report.ok

@@ -545,10 +545,15 @@ def with_seal(report: VerifyReport, verdict: Any) -> dict[str, Any]:
 @click.command("diff", short_help="Show where two runs first differ.")
 @click.argument("run_a", metavar="RUN_A")
 @click.argument("run_b", metavar="RUN_B")
+@purpose_option
 @json_option
-def diff_cmd(run_a: str, run_b: str, as_json: bool) -> None:
-    """Show the first step where two runs differ. Exits 1 when they differ, like diff(1)."""
-    with open_store() as store:
+def diff_cmd(run_a: str, run_b: str, purpose: str, as_json: bool) -> None:
+    """Show the first step where two runs differ. Exits 1 when they differ, like diff(1).
+
+    Payloads are read for --purpose (recorded in the store audit); what it may not read is
+    compared as withheld."""
+    with open_store() as raw:
+        store = scoped_store(raw, purpose)
         a = resolve_run(store, run_a)
         b = resolve_run(store, run_b)
         result: RunDiff = diff_runs(

@@ -27,6 +27,7 @@ from .app import (
     open_store,
     resolve_run,
 )
+from .privacy import purpose_option, scoped_store
 
 __all__ = ["register"]
 
@@ -69,6 +70,7 @@ __all__ = ["register"]
     "--tenant", default=None, help="The run's tenant, when run ids repeat across tenants."
 )
 @click.option("--force", is_flag=True, help="Replace a fixture of the same name.")
+@purpose_option
 @json_option
 @click.pass_context
 def save_command(
@@ -82,6 +84,7 @@ def save_command(
     name: str | None,
     tenant: str | None,
     force: bool,
+    purpose: str,
     as_json: bool,
 ) -> None:
     """Save RUN from the store into a corpus folder, with its verdict.
@@ -109,7 +112,10 @@ def save_command(
             loaded.append(load_agent(target))
         except AgentLoadError as exc:
             raise CliError(f"--processor: {exc}", exit_code=EXIT_USAGE) from exc
-    store = open_store(ctx)
+    raw = open_store(ctx)
+    # a fixture holds payloads: read for --purpose and recorded in the store audit, as an
+    # export is (what the purpose may not read whole is saved erased, so the file verifies)
+    store = scoped_store(raw, purpose, whole_events=True)
     try:
         info = resolve_run(store, run_id, tenant=tenant)
         run_id = info.run_id
@@ -128,7 +134,7 @@ def save_command(
     except CorpusError as exc:
         raise CliError(str(exc), exit_code=EXIT_USAGE) from exc
     finally:
-        store.close()
+        raw.close()
     sidecar = path.with_name(path.name[: -len(".jsonl")] + ".tacho.json")
     if as_json:
         emit_json(
