@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import tachograph
 from tachograph.cli.app import cli
 from tachograph.errors import PurposeDenied, StoreError
-from tachograph.lifecycle.blobs import BlobRule, BlobStore, check_blobs, is_blob_ref
+from tachograph.lifecycle.blobs import BlobRule, BlobStore, check_blobs, is_blob_ref, refs_in
 from tachograph.lifecycle.purpose import PurposePolicy, PurposeRule, load_policy, scoped
 from tachograph.record.jsonl import verify_jsonl
 from tachograph.store import SQLiteStore
@@ -265,3 +265,19 @@ def test_export_run_to_a_path_writes_the_whole_file_or_nothing(
         tachograph.export_run(store, demo_run, str(target), purpose="gossip")
     assert target.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir() if "run.jsonl" in p.name] == ["run.jsonl"]
+
+
+def test_erasing_a_payload_deletes_the_blobs_it_references(store: SQLiteStore) -> None:
+    from tachograph.lifecycle.erasure import erase
+
+    run_id, blobs = _record_with_blobs(store)
+    events = store.events(run_id)
+    held = {ref["$blob"] for e in events for _p, ref in refs_in(e.payload or {})}
+    assert held
+    assert all(blobs.path_for(d).exists() for d in held)
+    report = erase(store, run_id, reason="subject request")
+    assert report.runs[0].blobs == len(held)
+    assert not any(blobs.path_for(d).exists() for d in held)
+    assert store.verify(run_id).ok  # the chain commits to the references, not the content
+    again = erase(store, run_id, reason="subject request")
+    assert again.runs[0].blobs == 0

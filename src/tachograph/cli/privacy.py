@@ -140,7 +140,8 @@ def erase_cmd(
         already = len(run.seqs) - run.erased
         note = f" ({already} already erased)" if already else ""
         seqs_text = ", ".join(map(str, run.seqs)) or "none"
-        out.line(f"{run.run_id}: erased {run.erased} payload(s) at seq {seqs_text}{note}")
+        blobs = f" and {run.blobs} blob(s) they referenced" if run.blobs else ""
+        out.line(f"{run.run_id}: erased {run.erased} payload(s) at seq {seqs_text}{note}{blobs}")
     out.line(f"{report.erased} payload(s) erased by {report.actor}: {reason}", style="bold")
 
 

@@ -20,6 +20,7 @@ from ..record.event import Event
 from ..store.audit import AuditEntry
 from ..store.base import Store
 from .audit import current_actor
+from .blobs import BLOB_KEY, BlobStore, refs_in
 
 __all__ = ["ErasureReport", "RunErasure", "SubjectRule", "erase", "link_subject"]
 
@@ -34,6 +35,8 @@ class RunErasure:
     """The seqs picked for erasure (already erased ones included)."""
     erased: int
     """How many of them were erased by this call."""
+    blobs: int = 0
+    """Blobs the erased payloads referenced (SPEC section 6) deleted by this call."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -42,6 +45,7 @@ class RunErasure:
             "run_id": self.run_id,
             "seqs": list(self.seqs),
             "erased": self.erased,
+            "blobs": self.blobs,
         }
 
 
@@ -94,6 +98,7 @@ def erase(
     subject: str | None = None,
     tenant: str | None = None,
     actor: str | None = None,
+    blobs: BlobStore | None = None,
 ) -> ErasureReport:
     """Erase payloads and salts; return what was erased.
 
@@ -105,6 +110,11 @@ def erase(
 
     ``reason`` is required and goes into the store audit with ``actor`` (default: the
     operating-system user, or ``TACHOGRAPH_ACTOR``) and the erased seqs.
+
+    The blobs an erased payload references are deleted too (``blobs``, by default the folder
+    beside a store file, when there is one): the reference was the payload's, the content is
+    the data. A blob is content-addressed, so another run holding the same content loses it
+    as well, and reports it expired, not failed (SPEC section 6).
     """
     if not reason or not reason.strip():
         raise RecordingError("an erasure needs a reason (it is recorded in the store audit)")
@@ -138,15 +148,37 @@ def erase(
         plan.append((info.tenant, info.run_id, _picked(events, wanted, types, everything)))
     else:
         raise RecordingError("name a run, a data subject, or both")
+    folder = blobs if blobs is not None else _blobs_beside(store)
     results = []
     for run_tenant, target, picked in plan:
         detail: dict[str, Any] = {"reason": reason}
         if subject is not None:
             detail["subject"] = subject
+        referenced = _referenced(store, run_tenant, target, picked) if folder else []
         entry = AuditEntry(action="erase", actor=who, tenant=run_tenant, detail=detail)
         count = store.erase(run_tenant, target, picked, audit=entry)
-        results.append(RunErasure(run_tenant, target, tuple(picked), count))
+        deleted = sum(folder.delete(d) for d in referenced) if folder else 0
+        results.append(RunErasure(run_tenant, target, tuple(picked), count, deleted))
     return ErasureReport(reason=reason, actor=who, runs=tuple(results), subject=subject)
+
+
+def _blobs_beside(store: Store) -> BlobStore | None:
+    path = getattr(store, "path", None)
+    if not isinstance(path, str) or path == ":memory:":
+        return None
+    folder = BlobStore.beside(store)
+    return folder if folder.root.is_dir() else None
+
+
+def _referenced(store: Store, tenant: str, run_id: str, seqs: Sequence[int]) -> list[str]:
+    """The blob digests the still-present payloads at ``seqs`` reference."""
+    wanted = set(seqs)
+    digests: dict[str, None] = {}
+    for event in store.read(run_id, tenant=tenant):
+        if event.seq in wanted and event.payload is not None:
+            for _path, ref in refs_in(event.payload):
+                digests[ref[BLOB_KEY]] = None
+    return list(digests)
 
 
 def link_subject(
