@@ -332,6 +332,18 @@ def test_the_wire_shapes_of_requested_tool_calls() -> None:
     assert requested_tool_calls({"choices": [{"message": {"content": "hi"}}]}) == ()
     assert requested_tool_calls("text") == ()
     assert requested_tool_calls({"choices": "garbage", "content": [1, None]}) == ()
+    # Gemini (REST and the Python SDK's dump), Bedrock Converse, Ollama chat
+    part = {"functionCall": {"name": "d", "id": "g"}}
+    gemini = {"candidates": [{"content": {"parts": [part]}}]}
+    assert requested_tool_calls(gemini) == (RequestedCall("d", "g"),)
+    parts = [{"function_call": {"name": "d"}}, {"text": "x"}]
+    sdk = {"candidates": [{"content": {"parts": parts}}]}
+    assert requested_tool_calls(sdk) == (RequestedCall("d", None),)
+    converse = {"output": {"message": {"content": [{"toolUse": {"name": "e", "toolUseId": "t"}}]}}}
+    assert requested_tool_calls(converse) == (RequestedCall("e", "t"),)
+    ollama = {"message": {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}}
+    assert requested_tool_calls(ollama) == (RequestedCall("f", None),)
+    assert requested_tool_calls({"candidates": [None, {"content": {"parts": "x"}}]}) == ()
 
 
 def test_a_recorded_substitution_accounts_for_the_call() -> None:

@@ -2,7 +2,11 @@
 
 * OpenAI chat completions: ``choices[].message.tool_calls[]`` (``function.name``, ``id``);
 * OpenAI responses: ``output[]`` items of type ``function_call`` (``name``, ``call_id``);
-* Anthropic messages: ``content[]`` blocks of type ``tool_use`` (``name``, ``id``).
+* Anthropic messages: ``content[]`` blocks of type ``tool_use`` (``name``, ``id``);
+* Google Gemini: ``candidates[].content.parts[].functionCall`` (``function_call`` in the
+  Python SDK's own dump) (``name``, ``id``);
+* Amazon Bedrock Converse: ``output.message.content[].toolUse`` (``name``, ``toolUseId``);
+* Ollama chat: ``message.tool_calls[].function.name``.
 
 A recorded ``response`` may be an HTTP envelope (the SDK integrations), a stream (assembled
 first) or the body itself (a ``@model`` function's return value, an imported answer): all
@@ -70,6 +74,33 @@ def _messages(body: Mapping[str, Any]) -> list[RequestedCall]:
     return out
 
 
+def _gemini(body: Mapping[str, Any]) -> list[RequestedCall]:
+    out: list[RequestedCall] = []
+    for candidate in body.get("candidates") or ():
+        content = candidate.get("content") if isinstance(candidate, Mapping) else None
+        parts = content.get("parts") if isinstance(content, Mapping) else None
+        for part in parts if isinstance(parts, list) else ():
+            if not isinstance(part, Mapping):
+                continue
+            call = part.get("functionCall") or part.get("function_call")
+            name = call.get("name") if isinstance(call, Mapping) else None
+            if isinstance(call, Mapping) and isinstance(name, str) and name:
+                out.append(RequestedCall(name, _id(call.get("id"))))
+    return out
+
+
+def _converse(output: Mapping[str, Any]) -> list[RequestedCall]:
+    out: list[RequestedCall] = []
+    message = output.get("message")
+    blocks = message.get("content") if isinstance(message, Mapping) else None
+    for block in blocks if isinstance(blocks, list) else ():
+        use = block.get("toolUse") if isinstance(block, Mapping) else None
+        name = use.get("name") if isinstance(use, Mapping) else None
+        if isinstance(use, Mapping) and isinstance(name, str) and name:
+            out.append(RequestedCall(name, _id(use.get("toolUseId"))))
+    return out
+
+
 def requested_tool_calls(response: Any) -> tuple[RequestedCall, ...]:
     """The tool calls a recorded model ``response`` asks the agent to make, in order.
 
@@ -88,4 +119,12 @@ def requested_tool_calls(response: Any) -> tuple[RequestedCall, ...]:
         calls.extend(_responses(body))
     if isinstance(body.get("content"), list):
         calls.extend(_messages(body))
+    if isinstance(body.get("candidates"), list):
+        calls.extend(_gemini(body))
+    output = body.get("output")
+    if isinstance(output, Mapping):
+        calls.extend(_converse(output))
+    message = body.get("message")
+    if isinstance(message, Mapping) and isinstance(message.get("tool_calls"), list):
+        calls.extend(_chat({"choices": [{"message": message}]}))  # Ollama: one message
     return tuple(calls)
