@@ -271,6 +271,7 @@ def test_a_key_that_is_not_a_string_reaches_the_profile_check(tmp_path: Path) ->
         ("GITHUB_TOKEN=tok123456", "GITHUB_TOKEN=", "password"),
         ("postgres://app:hunter2pg@10.0.0.5/db", "postgres://app:", "url_password"),
         ("Authorization: Basic dXNlcjpwYXNz", "Authorization: Basic ", "basic_auth"),
+        ("https://s3/x?X-Amz-Signature=sigquery456", "https://s3/x?X-Amz-Signature=", "password"),
         (
             "-----BEGIN PGP PRIVATE KEY BLOCK-----\nxyz\n-----END PGP PRIVATE KEY BLOCK-----",
             "",
@@ -290,7 +291,13 @@ def test_secrets_a_review_found_passing_are_redacted(text: str, kept: str, kind:
 
 @pytest.mark.parametrize(
     "text",
-    ["max_tokens: 100", "the basic information here", "https://user@host/x", "see a:b@c"],
+    [
+        "max_tokens: 100",
+        "the basic information here",
+        "https://user@host/x",
+        "see a:b@c",
+        "the signature of the contract is valid",
+    ],
 )
 def test_what_only_looks_like_those_secrets_is_kept(text: str) -> None:
     from tachograph.privacy.redactor import Redactor

@@ -181,7 +181,7 @@ DETECTORS: tuple[Detector, ...] = (
         # the name may end a longer one (DB_PASSWORD=, AWS_SECRET_ACCESS_KEY=, GITHUB_TOKEN=)
         r"(?i:(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*(?:password|passwd|pwd|passphrase|passcode"
         r"|secret|client_secret|secret_key|secret[_-]?access[_-]?key|api[_-]?key|token"
-        r"|access[_-]?token|auth[_-]?token|session[_-]?token)"
+        r"|access[_-]?token|auth[_-]?token|session[_-]?token|signature)"
         r"[\"']?\s*[:=]\s*[\"']?)(?P<v>[^\s\"'&,;]{3,})",
         secret=True,
         hints_lower=(
@@ -198,6 +198,7 @@ DETECTORS: tuple[Detector, ...] = (
             "token:",
             'token"',
             "token'",
+            "signature",
         ),
     ),
     Detector(
