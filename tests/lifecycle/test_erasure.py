@@ -223,8 +223,9 @@ def test_one_subject_is_erased_across_runs(store: SQLiteStore) -> None:
     for run_id in runs["cust-1"]:
         verified = store.verify(run_id)
         assert verified.ok
-        assert verified.erased == (0, 1)
-        assert independent_audit(_lines(store, run_id)) == [0, 1]
+        # the linked events, run.started (the key secret) and run.finished (the output)
+        assert verified.erased == (0, 1, 3)
+        assert independent_audit(_lines(store, run_id)) == [0, 1, 3]
     (other,) = runs["cust-2"]
     assert store.verify(other).erased == ()
     erasures = [r for r in store.read_audit() if r.action == "erase"]
@@ -237,6 +238,32 @@ def test_linking_by_hand_and_narrowing_by_run(store: SQLiteStore, demo_run: str)
     assert link_subject(store, demo_run, "p-9", seqs=[4]) == 0  # already linked
     link_subject(store, second.run_id, "p-9")
     report = erase(store, demo_run, subject="p-9", reason="one run only")
-    assert [(r.run_id, r.seqs) for r in report.runs] == [(demo_run, (0, 4, 5))]
+    last = store.run_info(demo_run).events - 1  # run.finished: its output goes too
+    assert [(r.run_id, r.seqs) for r in report.runs] == [(demo_run, (0, 4, 5, last))]
     assert store.verify(second.run_id).erased == ()
     assert store.subject_events("default", "p-9")[:2] == [(demo_run, 4), (demo_run, 5)]
+
+
+def test_a_subjects_erasure_takes_the_answers_to_its_requests(store: SQLiteStore) -> None:
+    """docs/privacy.md's rule links the request naming the customer; what the tool returned
+    about them (and the run's output made of it) was left behind before."""
+
+    @tachograph.tool(effect="read", name="find_customer")
+    def find_customer(customer_id: str) -> dict[str, str]:
+        return {"email": "ann.leak@example.com", "phone": "+44 20 7946 0958"}
+
+    @tachograph.agent(name="support", tools=[find_customer])
+    def support(task: dict[str, str]) -> str:
+        found = find_customer(customer_id=task["customer"])
+        return f"emailed {found['email']}"
+
+    rule = SubjectRule(store, paths=["$.args.customer_id", "$.input.customer"])
+    result = tachograph.record_run(
+        support, {"customer": "cust-4471"}, store=store, listeners=[rule]
+    )
+    tachograph.capture.recorder.writer_for(store).drain()
+    erase(store, subject="cust-4471", reason="art. 17")
+    events = store.events(result.run_id)
+    leftover = [e.type for e in events if "ann.leak" in str(e.payload)]
+    assert leftover == []
+    assert store.verify(result.run_id).ok

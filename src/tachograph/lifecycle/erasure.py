@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RecordingError, RunNotFound
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..store.audit import AuditEntry
 from ..store.base import Store
 from .audit import current_actor
@@ -106,7 +106,10 @@ def erase(
       those events of that run; with neither, every payload of the run.
     * ``subject``: every event linked to that data subject (:func:`link_subject`,
       :class:`SubjectRule`), in every run of ``tenant`` (``"default"`` if not given) or only in
-      ``run_id``, plus each such run's ``run.started`` payload (its key secret).
+      ``run_id``, plus each such run's ``run.started`` payload (its key secret), the answer
+      to each linked request (its completion: what the tool or the model returned about the
+      person) and the run's ``run.finished`` (its output); ``seqs`` or ``types`` narrow it
+      to those linked events (and ``run.started``) alone.
 
     ``reason`` is required and goes into the store audit with ``actor`` (default: the
     operating-system user, or ``TACHOGRAPH_ACTOR``) and the erased seqs.
@@ -128,10 +131,12 @@ def erase(
             if run_id is None or linked_run == run_id:
                 by_run.setdefault(linked_run, {0}).add(seq)
         for linked_run, linked in sorted(by_run.items()):
+            events = list(store.read(linked_run, tenant=scope, decode=False))
             if wanted or types:  # narrowed further by seq or type
-                events = list(store.read(linked_run, tenant=scope, decode=False))
                 narrowed = set(_picked(events, wanted, types, False)) & linked
                 linked = narrowed | {0}
+            else:
+                linked |= _consequences(events, linked)
             plan.append((scope, linked_run, sorted(linked)))
     elif run_id is not None:
         info = store.run_info(run_id, tenant=tenant)
@@ -179,6 +184,31 @@ def _referenced(store: Store, tenant: str, run_id: str, seqs: Sequence[int]) -> 
             for _path, ref in refs_in(event.payload):
                 digests[ref[BLOB_KEY]] = None
     return list(digests)
+
+
+_REQUESTS = frozenset({EventType.TOOL_REQUESTED.value, EventType.MODEL_REQUEST.value})
+_COMPLETIONS = frozenset(
+    {
+        EventType.TOOL_COMPLETED.value,
+        EventType.TOOL_FAILED.value,
+        EventType.MODEL_RESPONSE.value,
+        EventType.MODEL_FAILED.value,
+    }
+)
+
+
+def _consequences(events: Sequence[Event], linked: set[int]) -> set[int]:
+    """What a subject's linked events bring with them: the answer to each linked request
+    (the completion with the same idempotency key: what a tool returned about the person),
+    and the run's ``run.finished`` (its output is made of those answers)."""
+    keys = {
+        e.idempotency_key
+        for e in events
+        if e.seq in linked and e.type in _REQUESTS and e.idempotency_key is not None
+    }
+    out = {e.seq for e in events if e.type in _COMPLETIONS and e.idempotency_key in keys}
+    out.update(e.seq for e in events if e.type == EventType.RUN_FINISHED.value)
+    return out
 
 
 def link_subject(
