@@ -202,3 +202,17 @@ def test_an_erased_run_started_gives_a_report(db: Path) -> None:
     forked = tg.fork(db, "r1", 2, V1)
     assert forked.verdict == "unreplayable"
     assert forked.new_run_id is None
+
+
+@pytest.mark.parametrize("key", ["S1", "it's", 3, ("a", 1)])
+def test_a_recorded_key_error_is_served_back_as_the_same_key_error(key: object) -> None:
+    """str(KeyError(k)) is repr(k): rebuilt from its message alone, the key was quoted twice,
+    and an agent that reads the missing key from the error diverged on unchanged code."""
+    from tachograph.capture.boundary import error_info
+    from tachograph.replay.engine import rebuild_error
+
+    original = KeyError(key)
+    rebuilt = rebuild_error(error_info(original))
+    assert type(rebuilt) is KeyError
+    assert rebuilt.args == original.args
+    assert str(rebuilt) == str(original)

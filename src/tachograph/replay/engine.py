@@ -9,6 +9,7 @@ resume goes live after the crash point, handling the call the process died in by
 
 from __future__ import annotations
 
+import ast
 import builtins
 import sys
 from collections.abc import Sequence
@@ -69,6 +70,10 @@ def rebuild_error(info: dict[str, Any]) -> BaseException:
             obj = getattr(obj, part, None)
         if isinstance(obj, type) and issubclass(obj, Exception):
             try:
+                if issubclass(obj, KeyError):
+                    key = _key_of(message)
+                    if key is not None:
+                        return obj(key[0])
                 return obj(message)
             except Exception:
                 exc = obj.__new__(obj)
@@ -77,6 +82,16 @@ def rebuild_error(info: dict[str, Any]) -> BaseException:
     except Exception:
         pass
     return RecordedError(type_name, message)
+
+
+def _key_of(message: str) -> tuple[Any] | None:
+    """The key a KeyError's recorded message names: ``str(KeyError(k))`` is ``repr(k)``, so
+    the key is the literal the message spells, when rebuilding it gives the message back."""
+    try:
+        key = ast.literal_eval(message)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return (key,) if str(KeyError(key)) == message else None
 
 
 class ReplayEngine:
