@@ -289,3 +289,53 @@ def test_save_reads_for_a_purpose_and_is_audited(
     assert all(line["payload"] is None for line in _lines(fixture))  # withheld, still verifies
     (report,) = verify_jsonl(fixture)
     assert report.ok
+
+
+def test_export_to_a_terminal_escapes_what_json_leaves_raw(
+    tmp_path: Path, tacho_exe: str, child_env: dict[str, str]
+) -> None:
+    """On a terminal the JSON lines keep their values but not the raw bidi override or line
+    separator a recorded answer held; through a pipe the bytes are the stored ones."""
+    import pty
+    import select
+
+    path = tmp_path / "tty.db"
+    with tg.record(path, actor="review", input={"text": "abc\u202edef\u2028x\x7f"}) as run:
+        pass
+    env = {k: v for k, v in child_env.items() if k != "TACHOGRAPH_STORE"}
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [tacho_exe, "--store", str(path), "export", run.run_id],
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], 30)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=30)
+    os.close(master)
+    shown = b"".join(chunks)
+    assert proc.returncode == 0
+    for raw in ("\u202e", "\u2028", "\x7f"):
+        assert raw.encode() not in shown
+    assert b"\\u202e" in shown
+    piped = subprocess.run(
+        [tacho_exe, "--store", str(path), "export", run.run_id],
+        capture_output=True,
+        env=env,
+        check=True,
+    ).stdout
+    assert "\u202e".encode() in piped  # the evidence, byte for byte
+    on_screen = [json.loads(line) for line in shown.replace(b"\r\n", b"\n").splitlines()]
+    assert on_screen == [json.loads(line) for line in piped.splitlines()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import stat
@@ -18,7 +19,7 @@ from ..record.files import write_whole
 from ..record.jsonl import ImportRefused, Refusal, export_run, import_jsonl, verify_jsonl
 from ..store import open_store as open_store_raw
 from ..store import verify_stored
-from ..views.text import escape
+from ..views.text import escape, escape_json
 from .app import (
     EXIT_FAILED,
     EXIT_STORE,
@@ -52,7 +53,13 @@ def _destination(path: str | None) -> Iterator[IO[bytes]]:
     if path is None or path == "-":
         sys.stdout.flush()
         stream = sys.stdout.buffer
-        yield stream
+        if sys.stdout.isatty():
+            # on a terminal, recorded text must not move the cursor or reorder the line:
+            # the characters JSON leaves raw (DEL, C1, bidi, separators) become \u escapes,
+            # which keep every line valid JSON of the same values (a pipe gets the bytes)
+            yield _TerminalSafe(stream)  # type: ignore[misc]
+        else:
+            yield stream
         stream.flush()
         return
     target = Path(path)
@@ -77,6 +84,21 @@ def _destination(path: str | None) -> Iterator[IO[bytes]]:
             yield handle
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc.strerror}", exit_code=EXIT_USAGE) from exc
+
+
+class _TerminalSafe:
+    """A binary stream that writes JSON lines through :func:`escape_json`."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def write(self, data: bytes) -> int:
+        self._stream.write(escape_json(self._decoder.decode(data)).encode("utf-8"))
+        return len(data)
+
+    def flush(self) -> None:
+        self._stream.flush()
 
 
 def _in_place(path: str) -> Iterator[IO[bytes]]:
