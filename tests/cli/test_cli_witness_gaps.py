@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -24,19 +22,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 import tachograph as tg
+from sealing.helpers import make_key, start_witness
 from tachograph.cli.app import cli
-from tachograph.record.checkpoint import Checkpoint, Note, SigningKey, generate_key
+from tachograph.record.checkpoint import Checkpoint, Note, SigningKey
 
 ORIGIN = "tachograph.localhost/tachograph/default"
-
-
-def _key(folder: Path, name: str, *, witness: bool = False) -> tuple[SigningKey, Path]:
-    key = generate_key(name, kind=4 if witness else 1)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name.replace('/', '_')}.key"
-    path.write_text(key.encode() + "\n")
-    path.chmod(0o600)
-    return key, path
 
 
 @dataclass
@@ -60,44 +50,17 @@ class Setup:
         return None
 
 
-def _start_witness(wdir: Path, wkey_file: Path, log_key: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from tachograph.cli import main; main()",
-            "witness",
-            "--dir",
-            str(wdir),
-            "--key-file",
-            str(wkey_file),
-            "--log-key",
-            log_key,
-            "--json",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    raw = ""
-    while not raw.rstrip().endswith("}"):
-        line = proc.stdout.readline()
-        assert line, "the witness exited"
-        raw += line
-    return proc, json.loads(raw)["url"]
-
-
 @pytest.fixture
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
     """A signing key in TACHOGRAPH_SIGNING_KEY (as docs/concepts.md says to set it), a store
     path, and a ``tacho witness`` process that trusts the key and holds nothing yet."""
     for name in ("TACHOGRAPH_STORE", "TACHOGRAPH_LOG_NAME", "TACHOGRAPH_SEAL"):
         monkeypatch.delenv(name, raising=False)
-    key, key_file = _key(tmp_path / "keys", "log.example/tachograph")
-    wkey, wkey_file = _key(tmp_path / "wkeys", "witness.example/w1", witness=True)
+    key, key_file = make_key(tmp_path / "keys", "log.example/tachograph")
+    wkey, wkey_file = make_key(tmp_path / "wkeys", "witness.example/w1", witness=True)
     monkeypatch.setenv("TACHOGRAPH_SIGNING_KEY", str(key_file))
     wdir = tmp_path / "wstate"
-    proc, url = _start_witness(wdir, wkey_file, str(key.verifier))
+    proc, url = start_witness(wdir, wkey_file, str(key.verifier))
     try:
         yield Setup(tmp_path / "store" / "seal.db", key, key_file, wkey, url, wdir)
     finally:
@@ -173,9 +136,9 @@ def test_seal_exits_1_for_an_unreachable_witness(setup: Setup) -> None:
 
 def test_seal_exits_1_when_the_witness_refuses(setup: Setup, tmp_path: Path) -> None:
     _record(setup.db, "a")
-    other, _ = _key(tmp_path / "other", "other.example/tachograph")
-    _, wkey_file = _key(tmp_path / "wkeys2", "witness.example/w2", witness=True)
-    proc, url = _start_witness(tmp_path / "w2", wkey_file, str(other.verifier))
+    other, _ = make_key(tmp_path / "other", "other.example/tachograph")
+    _, wkey_file = make_key(tmp_path / "wkeys2", "witness.example/w2", witness=True)
+    proc, url = start_witness(tmp_path / "w2", wkey_file, str(other.verifier))
     try:
         result = _tacho(setup.db, "seal", "--witness", url, "--witness", setup.url)
     finally:
@@ -260,7 +223,7 @@ def test_evidence_fails_without_a_cosignature_by_the_given_witness_key(
 ) -> None:
     _record(setup.db, "a")
     assert _tacho(setup.db, "seal", "--witness", setup.url).exit_code == 0
-    stranger, _ = _key(tmp_path / "stranger", "stranger.example/w9", witness=True)
+    stranger, _ = make_key(tmp_path / "stranger", "stranger.example/w9", witness=True)
     out = tmp_path / "ev"
     result = _tacho(
         setup.db,

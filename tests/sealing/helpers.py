@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +91,32 @@ def rehash(lines: list[dict[str, Any]]) -> bytes:
 def tacho(*args: str, store: Path | None = None) -> Result:
     argv = (["--store", str(store)] if store is not None else []) + list(args)
     return CliRunner().invoke(cli, argv, catch_exceptions=False)
+
+
+def start_witness(wdir: Path, wkey_file: Path, log_key: str) -> tuple[subprocess.Popen[str], str]:
+    """A ``tacho witness`` process on 127.0.0.1 (a free port) keeping its state in ``wdir``,
+    cosigning with the key in ``wkey_file`` for the log ``log_key``: (process, its URL)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from tachograph.cli import main; main()",
+            "witness",
+            "--dir",
+            str(wdir),
+            "--key-file",
+            str(wkey_file),
+            "--log-key",
+            log_key,
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    raw = ""
+    while not raw.rstrip().endswith("}"):
+        line = proc.stdout.readline()
+        assert line, "the witness exited"
+        raw += line
+    return proc, json.loads(raw)["url"]

@@ -6,8 +6,6 @@ import json
 import os
 import sqlite3
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from tachograph.sealing import HTTPWitness, SealLog, Witness, WitnessRefused
 from tachograph.store import SQLiteStore
 from tachograph.store.base import SealRow
 
-from .helpers import make_key, record, tacho
+from .helpers import make_key, record, start_witness, tacho
 
 
 def _verdicts(db: Path, *args: str) -> dict[str, dict[str, object]]:
@@ -233,30 +231,7 @@ def witness_server(tmp_path: Path) -> tuple[str, str, str, Path]:
     """A ``tacho witness`` process on 127.0.0.1: (url, log vkey, witness vkey, log key file)."""
     key, key_file = make_key(tmp_path / "keys")
     wkey, wkey_file = make_key(tmp_path / "wkeys", "witness.example/w1", witness=True)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from tachograph.cli import main; main()",
-            "witness",
-            "--dir",
-            str(tmp_path / "wstate"),
-            "--key-file",
-            str(wkey_file),
-            "--log-key",
-            str(key.verifier),
-            "--json",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    raw = ""
-    while not raw.rstrip().endswith("}"):
-        line = proc.stdout.readline()
-        assert line, "the witness exited"
-        raw += line
-    url = json.loads(raw)["url"]
+    proc, url = start_witness(tmp_path / "wstate", wkey_file, str(key.verifier))
     try:
         yield url, str(key.verifier), str(wkey.verifier), key_file
     finally:
