@@ -47,12 +47,25 @@ __all__ = [
     "as_agent",
     "dry_run_default",
     "fingerprint",
+    "output_outside_profile",
     "record",
     "record_run",
     "release_store",
 ]
 
 RECORDER = f"tachograph-{__version__}"
+
+
+def output_outside_profile(run_id: str, bad: ProfileError) -> ProfileError:
+    """The error a run ends with when its agent returned ``bad``'s value (outside the JSON
+    profile): one wording for recording and replay, which compares the two."""
+    path = str(bad.fields.get("path") or "").replace("payload.output", "output", 1)
+    return ProfileError(
+        f"the output of run {run_id!r} is outside the JSON profile: "
+        f"{str(bad).replace('payload.output', 'output')}",
+        path=path,
+        run_id=run_id,
+    )
 
 
 def _runtime() -> str:
@@ -496,13 +509,7 @@ class record:
     def _unrecordable_output(run: Run, bad: ProfileError) -> None:
         """The agent returned something outside the JSON profile: finish the run as an error
         that says so (rather than leave it looking crashed), then raise it."""
-        path = str(bad.fields.get("path") or "").replace("payload.output", "output", 1)
-        error = ProfileError(
-            f"the output of run {run.run_id!r} is outside the JSON profile: "
-            f"{str(bad).replace('payload.output', 'output')}",
-            path=path,
-            run_id=run.run_id,
-        )
+        error = output_outside_profile(run.run_id, bad)
         run.status, run.error = "error", error_info(error)
         run.recorder.append(EventType.RUN_FINISHED.value, {"status": "error", "error": run.error})
         run.recorder.flush()

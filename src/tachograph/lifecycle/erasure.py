@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RecordingError, RunNotFound
+from ..record.canonical import loads
 from ..record.event import Event, EventType
 from ..store.audit import AuditEntry
 from ..store.base import Store
@@ -123,7 +124,7 @@ def erase(
         raise RecordingError("an erasure needs a reason (it is recorded in the store audit)")
     who = actor or current_actor()
     wanted = {int(s) for s in seqs}
-    plan: list[tuple[str, str, list[int]]] = []
+    plan: list[tuple[str, str, list[int], list[Event]]] = []
     if subject is not None:
         scope = tenant or (_tenant_of(store, run_id, None) if run_id else "default")
         by_run: dict[str, set[int]] = {}
@@ -137,7 +138,7 @@ def erase(
                 linked = narrowed | {0}
             else:
                 linked |= _consequences(events, linked)
-            plan.append((scope, linked_run, sorted(linked)))
+            plan.append((scope, linked_run, sorted(linked), events))
     elif run_id is not None:
         info = store.run_info(run_id, tenant=tenant)
         events = list(store.read(info.run_id, tenant=info.tenant, decode=False))
@@ -150,16 +151,16 @@ def erase(
                 seq=missing[0],
             )
         everything = not wanted and not types
-        plan.append((info.tenant, info.run_id, _picked(events, wanted, types, everything)))
+        plan.append((info.tenant, info.run_id, _picked(events, wanted, types, everything), events))
     else:
         raise RecordingError("name a run, a data subject, or both")
     folder = blobs if blobs is not None else _blobs_beside(store)
     results = []
-    for run_tenant, target, picked in plan:
+    for run_tenant, target, picked, events in plan:
         detail: dict[str, Any] = {"reason": reason}
         if subject is not None:
             detail["subject"] = subject
-        referenced = _referenced(store, run_tenant, target, picked) if folder else []
+        referenced = _referenced(events, picked) if folder else []
         entry = AuditEntry(action="erase", actor=who, tenant=run_tenant, detail=detail)
         count = store.erase(run_tenant, target, picked, audit=entry)
         deleted = sum(folder.delete(d) for d in referenced) if folder else 0
@@ -175,13 +176,14 @@ def _blobs_beside(store: Store) -> BlobStore | None:
     return folder if folder.root.is_dir() else None
 
 
-def _referenced(store: Store, tenant: str, run_id: str, seqs: Sequence[int]) -> list[str]:
-    """The blob digests the still-present payloads at ``seqs`` reference."""
+def _referenced(events: Sequence[Event], seqs: Sequence[int]) -> list[str]:
+    """The blob digests the still-present payloads at ``seqs`` reference (``events`` as read
+    for the plan, undecoded: only the payloads picked are parsed)."""
     wanted = set(seqs)
     digests: dict[str, None] = {}
-    for event in store.read(run_id, tenant=tenant):
-        if event.seq in wanted and event.payload is not None:
-            for _path, ref in refs_in(event.payload):
+    for event in events:
+        if event.seq in wanted and event.payload_bytes is not None:
+            for _path, ref in refs_in(loads(event.payload_bytes)):
                 digests[ref[BLOB_KEY]] = None
     return list(digests)
 

@@ -203,6 +203,17 @@ _DIGIT = re.compile(r"[0-9]")
 # what a secret field's value may be to be replaced whole (not null, not a boolean)
 _SECRET_VALUE_TYPES = (str, int, float, list, dict)
 
+
+def _secret_field(key: Any, value: Any) -> bool:
+    """Whether ``value`` under ``key`` is a secret whatever it looks like (SECRET_FIELDS),
+    and not already a token or marker."""
+    return (
+        type(value) in _SECRET_VALUE_TYPES
+        and type(key) is str
+        and key.lower() in SECRET_FIELDS
+        and not (type(value) is str and _KEEP_FULL.fullmatch(value))
+    )
+
 _Trie = dict[int, "_Trie"]
 _END = -1  # the trie key that marks the end of a word (bytes are 0..255)
 
@@ -412,13 +423,7 @@ class Redactor:
                 continue
             if rule is not None:
                 nv = self._apply(rule, v)
-            elif (
-                secrets
-                and type(v) in _SECRET_VALUE_TYPES
-                and type(k) is str
-                and k.lower() in SECRET_FIELDS
-                and not (type(v) is str and _KEEP_FULL.fullmatch(v))
-            ):
+            elif secrets and _secret_field(k, v):
                 nv = _SECRET_FIELD_MARKER
             else:
                 nv = self._walk(v, child)
@@ -466,13 +471,7 @@ class Redactor:
         elif type(value) is dict:
             for k, v in value.items():
                 yield from self.scan(k, path)
-                if (
-                    self.secrets
-                    and type(v) in _SECRET_VALUE_TYPES
-                    and type(k) is str
-                and k.lower() in SECRET_FIELDS
-                    and not (type(v) is str and _KEEP_FULL.fullmatch(v))
-                ):
+                if self.secrets and _secret_field(k, v):
                     yield Finding("field", f"{path}.{k}", True)
                     continue
                 yield from self.scan(v, f"{path}.{k}")

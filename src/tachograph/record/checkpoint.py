@@ -26,6 +26,7 @@ from ..errors import SealingError
 
 __all__ = [
     "COSIGNATURE",
+    "COSIGNATURE_BYTES",
     "SIGNATURE",
     "Checkpoint",
     "CheckpointError",
@@ -43,6 +44,9 @@ SIGNATURE = 0x01
 """Key type of an Ed25519 note signature (the log's key)."""
 COSIGNATURE = 0x04
 """Key type of an Ed25519 ``cosignature/v1`` (a witness's key)."""
+COSIGNATURE_BYTES = 72
+"""Length of a ``cosignature/v1``: an 8-byte timestamp and an Ed25519 signature (a note's
+signature is the 64 bytes alone)."""
 
 _DASH = "\u2014"
 _PROOF_HEADER = "c2sp.org/tlog-proof@v1"
@@ -338,7 +342,7 @@ def verify_cosignature(note: Note, key: VerifierKey) -> int | None:
     """
     for sig in note.signatures:
         if sig.name == key.name and sig.key_id == key.key_id and key.kind == COSIGNATURE:
-            if len(sig.signature) != 72:
+            if len(sig.signature) != COSIGNATURE_BYTES:
                 raise CheckpointError(
                     f"the cosignature by {key.name} is malformed", what="cosignature"
                 )

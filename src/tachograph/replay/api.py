@@ -22,7 +22,15 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Union
 
-from ..capture.agent import Agent, Run, as_agent, dry_run_default, record, release_store
+from ..capture.agent import (
+    Agent,
+    Run,
+    as_agent,
+    dry_run_default,
+    output_outside_profile,
+    record,
+    release_store,
+)
 from ..capture.boundary import ReplayStopped, error_info
 from ..capture.recorder import Durability, Recorder
 from ..capture.session import Session
@@ -348,13 +356,8 @@ def _drive(
         try:
             canonical(output, "output")
         except ProfileError as bad:
-            # as a recording ends such a run (capture/agent.py): an error that says so
-            unrecordable = ProfileError(
-                f"the output of run {session.run_id!r} is outside the JSON profile: {bad}",
-                path=bad.fields.get("path"),
-                run_id=session.run_id,
-            )
-            info = dict(error_info(unrecordable))
+            # as a recording ends such a run: an error that says so, in the same words
+            info = dict(error_info(output_outside_profile(session.run_id, bad)))
             try:
                 engine.check_end("error", None, info)
             except ReplayStopped:

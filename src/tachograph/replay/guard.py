@@ -377,7 +377,7 @@ def _execute_child(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs:
 
 # What the patches above cannot see (other ways to start a process, datagrams), judged from
 # an audit hook (PEP 578): ``os.system``, ``os.posix_spawn``, ``os.spawn*``, ``os.exec*``,
-# ``os.fork`` and ``socket.sendto``/``sendmsg`` of an unconnected socket. A hook cannot be
+# ``os.fork`` and ``socket.sendto`` of an unconnected socket. A hook cannot be
 # removed: it does nothing unless a guard is active in the calling context.
 _AUDITED = frozenset(
     {"os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork", "socket.sendto"}

@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatError, SealingError
-from ..record.checkpoint import Checkpoint, Note, TlogProof, VerifierKey, verify_cosignature
+from ..record.checkpoint import (
+    COSIGNATURE_BYTES,
+    Checkpoint,
+    Note,
+    TlogProof,
+    VerifierKey,
+    verify_cosignature,
+)
 from ..record.files import make_private_dirs, write_whole
 from ..record.jsonl import export_run, verify_jsonl
 from ..record.merkle import ProofError, SealLeaf, leaf_hash, verify_inclusion
@@ -126,7 +133,7 @@ def _check_witness_note(
                 what="cosignature",
                 run_id=run_id,
             )
-    elif not any(len(s.signature) == _COSIGNATURE_BYTES for s in wnote.signatures):
+    elif not any(len(s.signature) == COSIGNATURE_BYTES for s in wnote.signatures):
         raise SealingError(
             f"the witness's checkpoint {wcp.size} carries no cosignature (a witness with no "
             "cosigning key keeps checkpoints but does not cosign them)",
@@ -150,10 +157,6 @@ def _check_witness_note(
             what="witness",
             run_id=run_id,
         )
-
-
-_COSIGNATURE_BYTES = 72
-"""A ``cosignature/v1`` is an 8-byte timestamp and an Ed25519 signature (a note's is 64)."""
 
 
 @dataclass(frozen=True, slots=True)
