@@ -346,3 +346,36 @@ def test_verify_against_a_witness_directory_that_does_not_exist_is_a_usage_error
     assert result.exit_code == 2, result.output
     assert "no witness directory" in result.output
     assert not missing.exists()  # reading a witness never creates one
+
+
+def test_a_witness_refusal_is_escaped_before_it_reaches_the_terminal(setup: Setup) -> None:
+    """The refusal quotes the witness's answer: text from another host, escaped."""
+    import http.server
+    import threading
+
+    class Hostile(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            body = b"no \x1b[2J\x1b]8;;http://evil\x07 thanks\r forged"
+            self.send_response(403)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hostile)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        _record(setup.db, "a")
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = _tacho(setup.db, "seal", "--witness", url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 1
+    assert "\x1b" not in result.stderr
+    assert "\r" not in result.stderr
+    assert "\\x1b[2J" in result.stderr

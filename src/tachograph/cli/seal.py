@@ -15,6 +15,7 @@ from ..errors import SealingError
 from ..record.checkpoint import COSIGNATURE, SIGNATURE, Note, SigningKey, VerifierKey
 from ..record.verify import VerifyReport
 from ..store import Store
+from ..views.text import escape
 from .app import EXIT_FAILED, EXIT_USAGE, CliError, emit_json, json_option, open_store, state
 
 __all__ = ["parse_keys", "register", "seal_verdicts", "verify_evidence_dir"]
@@ -168,7 +169,8 @@ def seal_cmd(
             named = f", cosigned by {', '.join(cosigners)}" if cosigners else ", no cosignature"
             click.echo(f"accepted by {accepted} of {len(witnesses)} witness(es){named}")
         for error in log.witness_errors:
-            click.echo(f"witness: {error}", err=True)
+            # a witness's refusal quotes what it answered: untrusted text, escaped
+            click.echo(f"witness: {escape(error)}", err=True)
     if log.witness_errors:
         sys.exit(EXIT_FAILED)
 
