@@ -383,12 +383,14 @@ def verify_cmd(
     out = Output()
     verdicts: dict[Any, Any] = {}
     unvouched: dict[tuple[str | None, str | None], list[dict[str, Any]]] = {}
+    orphans: dict[str, str] = {}  # tenant -> what its seal log shows with no run left
     if target is not None and Path(target).is_file() and _is_sqlite_file(Path(target)):
         # ``tacho verify store.db``: every run of that store, as ``--store store.db verify``.
         with _open_store_at(target) as store:
             source = store.url
             reports = _verify_reports(store, out, None, workers)
             verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
+            orphans = orphan_seals_of(store, reports, keys, witnesses, witness_keys)
             blobs = blobcheck.check_store(store, reports)
         target = None
     elif target is not None and (Path(target).is_file() or _looks_like_file(target)):
@@ -404,6 +406,8 @@ def verify_cmd(
             source = store.url
             reports = _verify_reports(store, out, target, workers)
             verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
+            if target is None:
+                orphans = orphan_seals_of(store, reports, keys, witnesses, witness_keys)
             if target is not None:  # one run: say what its record cannot vouch for
                 for r in reports:
                     if r.run_id is not None:
@@ -425,7 +429,7 @@ def verify_cmd(
         emit_json(
             {
                 "source": source,
-                "ok": not failed and not empty_file,
+                "ok": not failed and not empty_file and not orphans,
                 "runs": [
                     {
                         **_with_blobs(with_seal(r, verdicts.get((r.tenant, r.run_id))), r, blobs),
@@ -440,6 +444,11 @@ def verify_cmd(
                 "verified": len(reports) - len(failed),
                 "failed": len(failed),
                 "blobs": blobcheck.totals(blobs),
+                **(
+                    {"seal_logs": [{"tenant": t, "problem": p} for t, p in orphans.items()]}
+                    if orphans
+                    else {}
+                ),
             }
         )
     else:
@@ -464,6 +473,8 @@ def verify_cmd(
             style = "bold red" if check.failures else "yellow" if check.expired else "green"
             for line in check.render().split("\n"):
                 out.line("  " + line, style=style)
+        for tenant, problem in orphans.items():
+            out.line(f"seal log of tenant {tenant}: SEAL FAILED: {problem}", style="bold red")
         if not reports:
             out.line(
                 f"no runs in {source}" + (": an empty file verifies nothing" if empty_file else ""),
@@ -475,7 +486,7 @@ def verify_cmd(
                 + (f", {len(failed)} FAILED" if failed else ""),
                 style="bold red" if failed else "bold green",
             )
-    if failed or empty_file:
+    if failed or empty_file or orphans:
         sys.exit(EXIT_FAILED)
 
 
@@ -509,6 +520,23 @@ def seal_verdicts_of(
         return {}
     verified = [r for r in reports if r.ok]
     return seal_verdicts(store, verified, keys=keys, witnesses=witnesses, witness_keys=witness_keys)
+
+
+def orphan_seals_of(
+    store: Store,
+    reports: list[VerifyReport],
+    keys: tuple[str, ...] = (),
+    witnesses: tuple[str, ...] = (),
+    witness_keys: tuple[str, ...] = (),
+) -> dict[str, str]:
+    """What the seal logs of tenants with no run left in ``reports`` show (whole-store verify)."""
+    try:
+        from .seal import orphan_seal_problems
+    except ImportError:  # pragma: no cover - a trimmed installation
+        return {}
+    return orphan_seal_problems(
+        store, reports, keys=keys, witnesses=witnesses, witness_keys=witness_keys
+    )
 
 
 def _with_blobs(

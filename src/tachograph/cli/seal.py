@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,7 +18,17 @@ from ..store import Store
 from ..views.text import escape
 from .app import EXIT_FAILED, EXIT_USAGE, CliError, emit_json, json_option, open_store, state
 
-__all__ = ["parse_keys", "register", "seal_verdicts", "verify_evidence_dir"]
+if TYPE_CHECKING:
+    from ..sealing import TenantAudit
+
+__all__ = [
+    "orphan_seal_problems",
+    "parse_keys",
+    "register",
+    "seal_verdicts",
+    "tenant_audits",
+    "verify_evidence_dir",
+]
 
 
 def parse_keys(values: Sequence[str]) -> list[VerifierKey]:
@@ -295,31 +305,67 @@ def seal_verdicts(
     witness_keys: Sequence[str] = (),
 ) -> dict[tuple[str | None, str | None], Any]:
     """The sealing verdict of each verified run, by ``(tenant, run_id)``."""
-    from ..sealing import audit_tenant, origin_for, run_verdict, witness_for
+    from ..sealing import run_verdict
 
-    trusted = parse_keys(keys) or _default_keys()
-    wkeys = parse_keys(witness_keys)
-    audits = {}
+    tenants = sorted({r.tenant for r in reports if r.tenant is not None and r.run_id is not None})
+    audits = tenant_audits(
+        store, tenants, keys=keys, witnesses=witnesses, witness_keys=witness_keys
+    )
     verdicts: dict[tuple[str | None, str | None], Any] = {}
     for report in reports:
         if report.tenant is None or report.run_id is None:
             continue
-        if report.tenant not in audits:
-            notes: list[Note] = []
-            for target in witnesses:
-                try:  # reading a witness never makes one: a mistyped DIR is an error
-                    witness = witness_for(target, log_keys=trusted, create=False)
-                except SealingError as exc:
-                    raise CliError(f"--witness {target}: {exc}", exit_code=EXIT_USAGE) from exc
-                held = witness.latest(origin_for(report.tenant))
-                if held is not None:
-                    notes.append(held)
-            audits[report.tenant] = audit_tenant(
-                store, report.tenant, keys=trusted, witness_notes=notes, witness_keys=wkeys
-            )
         info = store.run_info(report.run_id, tenant=report.tenant)
         verdicts[(report.tenant, report.run_id)] = run_verdict(store, info, audits[report.tenant])
     return verdicts
+
+
+def tenant_audits(
+    store: Store,
+    tenants: Sequence[str],
+    *,
+    keys: Sequence[str] = (),
+    witnesses: Sequence[str] = (),
+    witness_keys: Sequence[str] = (),
+) -> dict[str, TenantAudit]:
+    """Each tenant's seal log held against the trusted ``keys`` and the ``witnesses``."""
+    from ..sealing import audit_tenant, origin_for, witness_for
+
+    trusted = parse_keys(keys) or _default_keys()
+    wkeys = parse_keys(witness_keys)
+    audits: dict[str, TenantAudit] = {}
+    for tenant in tenants:
+        notes: list[Note] = []
+        for target in witnesses:
+            try:  # reading a witness never makes one: a mistyped DIR is an error
+                witness = witness_for(target, log_keys=trusted, create=False)
+            except SealingError as exc:
+                raise CliError(f"--witness {target}: {exc}", exit_code=EXIT_USAGE) from exc
+            held = witness.latest(origin_for(tenant))
+            if held is not None:
+                notes.append(held)
+        audits[tenant] = audit_tenant(
+            store, tenant, keys=trusted, witness_notes=notes, witness_keys=wkeys
+        )
+    return audits
+
+
+def orphan_seal_problems(
+    store: Store,
+    reports: Sequence[VerifyReport],
+    *,
+    keys: Sequence[str] = (),
+    witnesses: Sequence[str] = (),
+    witness_keys: Sequence[str] = (),
+) -> dict[str, str]:
+    """``{tenant: problem}`` for the seal logs of tenants no verified run belongs to: when
+    the store's owner removed every run of a tenant, its seals still name them."""
+    seen = {r.tenant for r in reports}
+    others = [t for t in store.seal_tenants() if t not in seen]
+    audits = tenant_audits(
+        store, others, keys=keys, witnesses=witnesses, witness_keys=witness_keys
+    )
+    return {t: a.problem for t, a in audits.items() if a.problem is not None}
 
 
 def register(group: click.Group) -> None:

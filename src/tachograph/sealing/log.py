@@ -224,21 +224,50 @@ def audit_tenant(
     log_name: str | None = None,
 ) -> TenantAudit:
     """Check ``tenant``'s latest checkpoint against trusted ``keys`` and the stored leaves,
-    and against checkpoints held by witnesses (``witness_notes``)."""
+    and against checkpoints held by witnesses (``witness_notes``).
+
+    Whatever the checkpoints, every stored seal must be filed under the run and seq it names,
+    and every run it names must still be in the store, or its deletion in the store audit
+    (retention). A witness's checkpoint is held against the stored seals even when the store
+    keeps no checkpoint or no log key is given, once a witness key (``witness_keys``)
+    vouches for it: the store's owner cannot then drop the checkpoints to escape it.
+    """
+    rows = store.read_seals(tenant)
+    problem = _filing_problem(store, tenant, rows)
+    if problem is not None:
+        return TenantAudit(tenant, None, None, problem=problem)
+    tree = Tree(leaf_hash(r.leaf) for r in rows)
+    origin = origin_for(tenant, log_name)
     row = store.latest_checkpoint(tenant)
-    count = store.seal_count(tenant)
-    if row is None:
-        reason = "no checkpoint was issued" + (
-            f" ({count} seal(s) wait for one: no signing key was given)" if count else ""
-        )
-        return TenantAudit(tenant, None, None, unsigned_reason=reason)
+    if row is None or not keys:
+        # No checkpoint the store can be held to (none kept, or no log key to trust one by):
+        # the witnesses' own checkpoints, those a witness key vouches for, still are.
+        held = _held_by_witnesses(tenant, origin, witness_notes, keys, witness_keys)
+        if isinstance(held, str):
+            return TenantAudit(tenant, None, None, problem=held)
+        stored_size = _stored_size(row)
+        for wcp in held:
+            problem = _against_stored(tree, stored_size, wcp)
+            if problem is not None:
+                return TenantAudit(tenant, None, None, problem=problem)
+        if row is None:
+            reason = "no checkpoint was issued" + (
+                f" ({len(rows)} seal(s) wait for one)" if rows else ""
+            )
+        else:
+            reason = "no trusted verifier key was given (--key)"
+        if witness_notes and not held:
+            reason += (
+                "; the witnesses' checkpoints were not checked: neither a log key (--key) nor "
+                "a witness key (--witness-key) vouches for them"
+            )
+        elif held:
+            sizes = ", ".join(str(w.size) for w in held)
+            reason += f"; the stored seals match the witnessed checkpoint(s) of size {sizes}"
+        return TenantAudit(tenant, None, None, unsigned_reason=reason, tree=tree)
     try:
         note = Note.parse(row.note)
         cp = Checkpoint.parse(note.text)
-        if not keys:
-            return TenantAudit(
-                tenant, None, None, unsigned_reason="no trusted verifier key was given (--key)"
-            )
         signers = note.verified_by(list(keys))
     except SealingError as exc:
         return TenantAudit(tenant, None, None, problem=f"latest checkpoint: {exc}")
@@ -250,13 +279,10 @@ def audit_tenant(
             None,
             problem=f"checkpoint {cp.size} is signed by {names}, not by a trusted key",
         )
-    if cp.origin != origin_for(tenant, log_name) and not cp.origin.endswith(
-        f"/tachograph/{tenant}"
-    ):
+    if cp.origin != origin and not cp.origin.endswith(f"/tachograph/{tenant}"):
         return TenantAudit(
             tenant, None, None, problem=f"checkpoint origin {cp.origin!r} is not this tenant's"
         )
-    tree = SealLog(store, tenant=tenant).tree()
     if len(tree) < cp.size:
         return TenantAudit(
             tenant,
@@ -275,13 +301,125 @@ def audit_tenant(
         )
     witnessed: list[tuple[str, int]] = []
     for wnote in witness_notes:
-        problem = _against_witness(tree, cp, note, wnote, keys, witness_keys)
-        if isinstance(problem, str):
-            return TenantAudit(tenant, cp.size, signers[0].name, problem=problem, tree=tree)
-        witnessed.extend(problem)
+        against = _against_witness(tree, cp, note, wnote, keys, witness_keys)
+        if isinstance(against, str):
+            return TenantAudit(tenant, cp.size, signers[0].name, problem=against, tree=tree)
+        witnessed.extend(against)
     return TenantAudit(
         tenant, cp.size, signers[0].name, tuple(witnessed), tree=tree, checkpoint=note
     )
+
+
+def _filing_problem(store: Store, tenant: str, rows: Sequence[SealRow]) -> str | None:
+    """Whether a stored seal is filed under another run or seq than it names, or names a run
+    the store no longer holds without a deletion of it in the store audit.
+
+    A run's seals are found by the run and seq the store files them under (its index), not by
+    parsing every leaf: a seal moved to another run would leave its own run unsealed, and a
+    run deleted with its events would leave no run to hold against its seals.
+    """
+    sealed: dict[str, int] = {}
+    for row in rows:
+        try:
+            leaf = SealLeaf.from_bytes(row.leaf)
+        except SealingError as exc:
+            return f"seal {row.index}: {exc}"
+        if (leaf.tenant, leaf.run_id, leaf.seq) != (tenant, row.run_id, row.seq):
+            return (
+                f"seal {row.index} is filed under run {row.run_id!r} seq {row.seq} of tenant "
+                f"{tenant!r}, but is for run {leaf.run_id!r} seq {leaf.seq} of tenant "
+                f"{leaf.tenant!r}: a seal was moved"
+            )
+        sealed[leaf.run_id] = max(leaf.seq, sealed.get(leaf.run_id, -1))
+    if not sealed:
+        return None
+    held = {run_id for t, run_id in store.run_keys() if t == tenant}
+    missing = [run_id for run_id in sealed if run_id not in held]
+    if not missing:
+        return None
+    deleted = _deleted_runs(store, tenant)
+    for run_id in missing:
+        if deleted is not None and run_id in deleted:
+            continue
+        audit = (
+            "the store audit records no deletion of it"
+            if deleted is not None
+            else "the store audit, which would record its deletion, cannot be read"
+        )
+        return (
+            f"run {run_id!r}, sealed up to seq {sealed[run_id]}, is not in the store and "
+            f"{audit}: a sealed run was removed"
+        )
+    return None
+
+
+def _deleted_runs(store: Store, tenant: str) -> set[str] | None:
+    """The runs of ``tenant`` that retention deleted, from the store audit (None: unreadable)."""
+    try:
+        return {
+            str(record.detail.get("run_id"))
+            for record in store.read_audit()
+            if record.action == "retention.delete" and record.tenant == tenant
+        }
+    except Exception:  # any engine's refusal: the caller says the audit was unreadable
+        return None
+
+
+def _stored_size(row: Any) -> int | None:
+    """The size of the store's latest checkpoint, untrusted, or None (none, or unreadable)."""
+    if row is None:
+        return None
+    try:
+        return Checkpoint.parse(Note.parse(row.note).text).size
+    except SealingError:
+        return None
+
+
+def _held_by_witnesses(
+    tenant: str,
+    origin: str,
+    witness_notes: Sequence[Note],
+    keys: Sequence[VerifierKey],
+    witness_keys: Sequence[VerifierKey],
+) -> str | list[Checkpoint]:
+    """The witnesses' checkpoints of this log that a log key or a witness key vouches for,
+    or a problem (a signature or cosignature that does not verify)."""
+    held: list[Checkpoint] = []
+    for wnote in witness_notes:
+        try:
+            wcp = Checkpoint.parse(wnote.text)
+            if wcp.origin != origin and not wcp.origin.endswith(f"/tachograph/{tenant}"):
+                continue
+            vouched = bool(keys and wnote.verified_by(list(keys))) or any(
+                verify_cosignature(wnote, k) is not None for k in witness_keys
+            )
+        except SealingError as exc:
+            return f"the witness's checkpoint: {exc}"
+        if vouched and wcp.size > 0:
+            held.append(wcp)
+    return held
+
+
+def _against_stored(tree: Tree, stored_size: int | None, wcp: Checkpoint) -> str | None:
+    """A witnessed checkpoint held against the stored seals, when the store's own checkpoint
+    cannot be trusted or is missing."""
+    if stored_size is None or stored_size < wcp.size:
+        latest = "none" if stored_size is None else str(stored_size)
+        return (
+            f"a witness holds checkpoint {wcp.size}, larger than the store's latest ({latest}): "
+            "the store's seal log was cut or rewritten"
+        )
+    if len(tree) < wcp.size:
+        return (
+            f"a witness holds checkpoint {wcp.size}, but the store holds only {len(tree)} "
+            "seal(s): seals were removed"
+        )
+    if tree.root(wcp.size) != wcp.root:
+        return (
+            f"the stored seals do not hash to the root of checkpoint {wcp.size} that a witness "
+            "holds: the store's seal log was rewritten after the witness saw it"
+        )
+    return None
 
 
 def _against_witness(

@@ -314,6 +314,16 @@ class Store(abc.ABC):
         """Every ``(tenant, run_id)`` in the store; engines also list orphaned events' runs."""
         return [(info.tenant, info.run_id) for info in self.runs()]
 
+    def seal_tenants(self) -> list[str]:
+        """The tenants whose seal log holds a seal (within the store's tenant, if scoped).
+
+        Engines answer from their seal tables; this default names the tenants of the runs
+        the store lists and its own (or ``default``), which misses a tenant whose every run is
+        gone."""
+        tenants = {tenant for tenant, _ in self.run_keys()}
+        tenants.add(self.tenant or "default")
+        return sorted(t for t in tenants if self.seal_count(t))
+
     def close(self) -> None:  # noqa: B027 - optional for engines without resources
         """Release the engine's resources. Closing twice is harmless."""
 

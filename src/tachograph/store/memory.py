@@ -304,6 +304,13 @@ class MemoryStore(Store):
             log = data.seals.get(tenant, [])
             return list(log[max(start, 0) : len(log) if end is None else max(end, 0)])
 
+    def seal_tenants(self) -> list[str]:
+        """The tenants whose seal log holds a seal (within the store's tenant, if scoped)."""
+        data = self._open()
+        with data.lock:
+            held = [t for t, seals in data.seals.items() if seals]
+        return sorted(t for t in held if self.tenant in (None, t))
+
     def seal_count(self, tenant: str) -> int:
         """How many leaves the tenant's log holds."""
         data = self._open()

@@ -66,6 +66,7 @@ class SQLiteSealLog:
     """The seal-log half of the SQLite store (mixed into it)."""
 
     path: str
+    tenant: str | None
     _db: sqlite3.Connection
     _lock: threading.RLock
 
@@ -115,6 +116,12 @@ class SQLiteSealLog:
             "AND (? < 0 OR idx<?) ORDER BY idx",
             (tenant, start, stop, stop),
         )
+
+    def seal_tenants(self) -> list[str]:
+        """The tenants whose seal log holds a seal (within the store's tenant, if scoped)."""
+        with self._lock:
+            rows = self._db.execute("SELECT DISTINCT tenant FROM seals ORDER BY tenant").fetchall()
+        return [str(r[0]) for r in rows if self.tenant in (None, r[0])]
 
     def seal_count(self, tenant: str) -> int:
         """How many leaves the tenant's log holds."""
