@@ -197,6 +197,23 @@ def test_recorded_control_and_bidi_characters_are_escaped(
         assert not any(line.lstrip().startswith("99 ") for line in body.splitlines())
 
 
+def test_json_output_escapes_c1_and_bidi_and_stays_equal(run_tacho: Run, tmp_path: Path) -> None:
+    # JSON leaves DEL, C1 controls (CSI is U+009B) and bidi overrides raw; every --json
+    # document must carry them as \\u escapes, and parse back to the same text.
+    text = "ab\u202edc\u200b\u2066x\x85y\x9b2Jz\x7f\u2028"
+    path = tmp_path / "c1.db"
+    with tg.open_store(path, create=True) as store:
+        store.append(build_run("c1-run", 3, payload=lambda seq: {"chosen": text}))
+    for args in (("show", "c1-run", "--full", "--json"), ("runs", "--json")):
+        result = run_tacho("--store", str(path), *args)
+        assert result.returncode == 0, result.stderr
+        for bad in ("\u202e", "\u2066", "\x85", "\x9b", "\x7f", "\u2028"):
+            assert bad not in result.stdout, (args, repr(bad))
+        data = json.loads(result.stdout)
+        if args[0] == "show":
+            assert any((e.get("payload") or {}).get("chosen") == text for e in data["events"]), data
+
+
 def _strip_sgr(text: str) -> str:
     """Remove rich's own colour codes (ESC [ ... m), which are ours, not recorded bytes."""
     import re
@@ -366,6 +383,64 @@ def test_a_writer_waiting_for_the_lock_says_so_and_stops_on_ctrl_c(
     assert time.monotonic() - started < 30  # stopped, rather than waiting out the lock
     demo.stdout.close() if demo.stdout else None
     demo.stderr.close()
+
+
+def test_sigterm_stops_a_command_as_ctrl_c_does_with_exit_143(
+    tacho_exe: str,
+    child_env: dict[str, str],
+    locked_store: tuple[Path, subprocess.Popen[str]],
+    tmp_path: Path,
+) -> None:
+    # kill, timeout, systemd and Kubernetes stop a process with SIGTERM: its clean-up runs
+    # (the lock wait gives up) and the exit status says so, 128 + SIGTERM
+    path, _holder = locked_store
+    demo = subprocess.Popen(
+        [tacho_exe, "--store", str(path), "demo"],
+        cwd=tmp_path,
+        env=child_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert demo.stderr is not None
+    assert "waiting for the write lock" in demo.stderr.readline()
+    demo.send_signal(signal.SIGTERM)
+    demo.wait(timeout=30)
+    err = demo.stderr.read()
+    assert demo.returncode == 143, err
+    assert "Terminated" in err
+    assert "Traceback" not in err
+    demo.stdout.close() if demo.stdout else None
+    demo.stderr.close()
+
+
+def test_sigterm_during_an_export_leaves_no_partial_file(
+    tacho_exe: str, child_env: dict[str, str], tmp_path: Path
+) -> None:
+    path = tmp_path / "big.db"
+    with tg.open_store(path, create=True) as store:
+        for i in range(4):
+            store.append(
+                build_run(f"big-{i}", 20_000, payload=lambda seq: {"n": seq, "pad": "x" * 200})
+            )
+    out = tmp_path / "out"
+    out.mkdir()
+    export = subprocess.Popen(
+        [tacho_exe, "--store", str(path), "export", "--all", "-o", str(out / "all.jsonl")],
+        env=child_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list(out.glob("*.partial")) and export.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert export.poll() is None, "the export ended before it could be stopped"
+    export.send_signal(signal.SIGTERM)
+    _, err = export.communicate(timeout=60)
+    assert export.returncode == 143, err
+    assert sorted(p.name for p in out.iterdir()) == []  # no partial, no truncated file
 
 
 def _read_only_mount(folder: Path, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:

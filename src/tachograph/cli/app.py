@@ -45,13 +45,14 @@ from ..errors import (
 )
 from ..store import RunInfo, Store, store_url
 from ..store import open_store as _open_store
-from ..views.text import escape
+from ..views.text import escape, escape_json
 
 __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_STORE",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "PLUGGED",
     "CliError",
@@ -227,6 +228,10 @@ def emit_json(data: Any) -> None:
     """Write ``data`` as indented JSON with sorted keys, and a newline, to stdout. A value
     with no JSON form is written as a string naming its type and repr."""
     raw = orjson.dumps(data, default=_unjsonable, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    if not raw.isascii() or b"\x7f" in raw:
+        # JSON leaves DEL, C1 controls (CSI among them) and bidi overrides raw: written to a
+        # terminal (or paged) they act. As \uXXXX escapes the document stays valid and equal.
+        raw = escape_json(raw.decode()).encode()
     # Text may have been written through sys.stdout before: flush it so the order holds.
     sys.stdout.flush()
     sys.stdout.buffer.write(raw + b"\n")
@@ -255,26 +260,44 @@ def _hints_for(exc: TachographError) -> list[str]:
     return []
 
 
+EXIT_TERMINATED = 143
+"""128 + SIGTERM: ``tacho`` was stopped by ``kill``, ``timeout``, systemd or Kubernetes."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that every clean-up runs (a partial export file is
+    removed, a store transaction rolled back) instead of the process dying where it stands."""
+
+
 def _stop_waits_on_ctrl_c() -> None:
     """On Ctrl-C, make every wait for a store lock give up at once, in every thread (the
     writer thread included, which the run's clean-up would otherwise wait for), then raise
-    KeyboardInterrupt as usual."""
+    KeyboardInterrupt as usual. SIGTERM does the same, raising :class:`Terminated`."""
     if threading.current_thread() is not threading.main_thread():
         return
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return  # ignored, or someone else's handler: leave it
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
 
-    def handler(signum: int, frame: Any) -> None:
-        from ..store.sqlite import interrupt_waits
+        def handler(signum: int, frame: Any) -> None:
+            from ..store.sqlite import interrupt_waits
 
-        interrupt_waits()
-        signal.default_int_handler(signum, frame)
+            interrupt_waits()
+            signal.default_int_handler(signum, frame)
 
-    signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGINT, handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # else ignored, or someone's own
+
+        def terminate(signum: int, frame: Any) -> None:
+            from ..store.sqlite import interrupt_waits
+
+            interrupt_waits()
+            raise Terminated
+
+        signal.signal(signal.SIGTERM, terminate)
 
 
-def _interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` was caused by a KeyboardInterrupt (its cause, context or ``cause``)."""
+def _interrupted(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (or :class:`Terminated`) that caused ``exc`` (its cause,
+    context or ``cause``), if any."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -283,12 +306,16 @@ def _interrupted(exc: BaseException) -> bool:
             continue
         seen.add(id(e))
         if isinstance(e, KeyboardInterrupt):
-            return True
+            return e
         cause = getattr(e, "cause", None)
         todo.extend(
             (e.__cause__, e.__context__, cause if isinstance(cause, BaseException) else None)
         )
-    return False
+    return None
+
+
+def _interrupt_code(interrupt: KeyboardInterrupt) -> int:
+    return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
 
 
 class TachoGroup(click.Group):
@@ -301,12 +328,15 @@ class TachoGroup(click.Group):
             return super().invoke(ctx)
         except TachographError as exc:
             # a failure that Ctrl-C caused (a write it interrupted) is reported, as 130
-            code = EXIT_INTERRUPTED if _interrupted(exc) else exit_code_for(exc)
+            interrupt = _interrupted(exc)
+            code = _interrupt_code(interrupt) if interrupt is not None else exit_code_for(exc)
             raise CliError(str(exc), exit_code=code, hints=_hints_for(exc)) from exc
-        except KeyboardInterrupt:
-            # 130 (128 + SIGINT), as shells report it: not 1, which says a run failed to verify
-            click.echo("\nAborted!", err=True)
-            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        except KeyboardInterrupt as interrupt:
+            # 130 (128 + SIGINT) or 143 (SIGTERM), as shells report them: not 1, which says a
+            # run failed to verify
+            terminated = isinstance(interrupt, Terminated)
+            click.echo("\nTerminated." if terminated else "\nAborted!", err=True)
+            raise click.exceptions.Exit(_interrupt_code(interrupt)) from None
 
 
 @click.group(cls=TachoGroup, context_settings={"help_option_names": ["-h", "--help"]})
