@@ -207,3 +207,44 @@ def test_every_run_of_a_tenant_deleted_by_the_owner_is_caught_by_the_whole_store
     emptied = tacho("verify", str(db))
     assert emptied.exit_code == 1
     assert "seal log of tenant default: SEAL FAILED" in emptied.output
+
+
+def test_evidence_of_a_tampered_or_seal_failed_run_is_written_but_named(tmp_path: Path) -> None:
+    key, _ = make_key(tmp_path / "keys")
+    db = tmp_path / "t.db"
+    with SQLiteStore(db) as store:
+        record(store, "run-a", 8, key=key)
+        record(store, "run-b", 8, key=key)
+    good = tacho("evidence", "run-a", "-o", str(tmp_path / "ok"), "--key", str(key.verifier),
+                 "--json", store=db)  # fmt: skip
+    assert good.exit_code == 0, good.output
+    assert json.loads(good.stdout)["ok"] is True
+    raw = _owner(db)
+    # run-a: a payload changed (the chain shows it); run-b: its tail cut with the summary
+    # rewritten to match (only its seals show it)
+    raw.execute(
+        "UPDATE payloads SET body=CAST('{\"forged\":1}' AS BLOB) WHERE id="
+        "(SELECT id FROM events WHERE run_id='run-a' AND seq=3)"
+    )
+    last = raw.execute("SELECT max(seq) FROM events WHERE run_id='run-b'").fetchone()[0]
+    raw.execute(
+        "DELETE FROM payloads WHERE id=(SELECT id FROM events WHERE run_id='run-b' AND seq=?)",
+        (last,),
+    )
+    raw.execute("DELETE FROM events WHERE run_id='run-b' AND seq=?", (last,))
+    head = raw.execute(
+        "SELECT hash FROM events WHERE run_id='run-b' AND seq=?", (last - 1,)
+    ).fetchone()[0]
+    raw.execute("UPDATE runs SET events=?, head_hash=? WHERE run_id='run-b'", (last, head))
+    raw.close()
+    for run_id, named in (("run-a", "TAMPERED"), ("run-b", "SEAL FAILED")):
+        out = tmp_path / run_id
+        made = tacho("evidence", run_id, "-o", str(out), "--key", str(key.verifier), store=db)
+        assert made.exit_code == 1, made.output
+        assert named in made.stderr
+        assert (out / "run.jsonl").exists()  # written all the same: it is the evidence
+        as_json = tacho("evidence", run_id, "-o", str(tmp_path / f"{run_id}-j"), "--key",
+                        str(key.verifier), "--json", store=db)  # fmt: skip
+        data = json.loads(as_json.stdout)
+        assert data["ok"] is False
+        assert data["problems"][0].startswith(named)

@@ -266,10 +266,37 @@ def evidence_cmd(
             witness_note=note,
             witness_keys=wkeys,
         )
+        # The bundle is written whatever it shows (it is the evidence), but a run that does
+        # not verify, or whose seals show it was changed, is named, as export names it.
+        problems: list[str] = []
+        report = store.verify(info.run_id, tenant=info.tenant)
+        if not report.ok:
+            problems.append(f"TAMPERED: {report.render()}")
+        else:
+            verdict = seal_verdicts(
+                store,
+                [report],
+                keys=keys,
+                witnesses=(witness,) if witness is not None else (),
+                witness_keys=witness_keys,
+            ).get((info.tenant, info.run_id))
+            if verdict is not None and not verdict.ok:
+                problems.append(f"SEAL FAILED: {verdict.reason}")
     if as_json:
-        emit_json({"run_id": info.run_id, "directory": str(path)})
+        emit_json(
+            {
+                "run_id": info.run_id,
+                "directory": str(path),
+                "ok": not problems,
+                "problems": problems,
+            }
+        )
     else:
         click.echo(f"evidence for {info.run_id} written to {path}")
+        for problem in problems:
+            click.echo(escape(problem), err=True)
+    if problems:
+        sys.exit(EXIT_FAILED)
 
 
 def verify_evidence_dir(
