@@ -248,3 +248,33 @@ def test_evidence_of_a_tampered_or_seal_failed_run_is_written_but_named(tmp_path
         data = json.loads(as_json.stdout)
         assert data["ok"] is False
         assert data["problems"][0].startswith(named)
+
+
+@pytest.mark.parametrize("change", ["other checkpoint", "missing"])
+def test_an_evidence_folder_whose_checkpoint_file_is_not_the_proofs_fails(
+    tmp_path: Path, change: str
+) -> None:
+    key, _ = make_key(tmp_path / "keys")
+    db = tmp_path / "t.db"
+    with SQLiteStore(db) as store:
+        record(store, "run-a", 8, key=key)
+    out = tmp_path / "ev"
+    made = tacho("evidence", "run-a", "-o", str(out), "--key", str(key.verifier), store=db)
+    assert made.exit_code == 0, made.output
+    ok = tacho("verify", str(out), "--key", str(key.verifier), "--json")
+    assert json.loads(ok.stdout)["ok"] is True
+    kept = out / "checkpoint"
+    if change == "missing":
+        kept.unlink()
+    else:
+        from tachograph.record.checkpoint import Checkpoint, Note
+
+        proven = Checkpoint.parse(Note.parse(kept.read_bytes()).text)
+        forged = Checkpoint(proven.origin, proven.size, b"\x07" * 32).note(key)
+        kept.write_bytes(forged.to_bytes())
+    bad = tacho("verify", str(out), "--key", str(key.verifier), "--json")
+    assert bad.exit_code == 1
+    data = json.loads(bad.stdout)
+    assert data["ok"] is False
+    assert data["failed_check"] == "signature"
+    assert "checkpoint" in data["message"]

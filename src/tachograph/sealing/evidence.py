@@ -308,6 +308,19 @@ def verify_evidence(
         )
     if not cp.origin.endswith(f"/tachograph/{leaf.tenant}"):
         return fail("signature", f"the checkpoint's origin {cp.origin!r} is not this tenant's log")
+    # the bundle's checkpoint file is the proof's checkpoint: one that differs (or is missing)
+    # would have a reader of the folder trust another tree than the one proven
+    try:
+        kept = Note.parse((folder / CHECKPOINT_FILE).read_bytes())
+    except OSError:
+        return fail("signature", f"the bundle has no {CHECKPOINT_FILE} file")
+    except SealingError as exc:
+        return fail("signature", f"{CHECKPOINT_FILE}: {exc}")
+    if kept.text != proof.checkpoint.text:
+        return fail(
+            "signature",
+            f"{CHECKPOINT_FILE} is not the checkpoint {PROOF_FILE} proves the run against",
+        )
     facts["signed_by"] = signers[0].name
     checks.append(("signature", True, f"signed by {signers[0].name}"))
     # 5. the inclusion path leads from the leaf to the signed root
