@@ -202,3 +202,28 @@ def test_replay_refuses_a_cut_tail_with_the_report_tacho_verify_gives(path: Path
     result = CliRunner().invoke(cli, ["--store", str(path), "verify", recorded.run_id, "--json"])
     assert result.exit_code == 1
     assert json.loads(result.stdout)["runs"][0]["first_failure"]["seq"] == first.seq
+
+
+def test_a_deleted_middle_event_is_not_reported_as_a_cut_tail(path: Path) -> None:
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        for trigger in ("events_append_only_delete", "payloads_no_delete"):
+            db.execute(f"DROP TRIGGER {trigger}")
+        ids = "SELECT id FROM events WHERE run_id=? AND seq=?"
+        db.execute(f"DELETE FROM payloads WHERE id IN ({ids})", (RUN, 5))
+        db.execute(f"DELETE FROM events WHERE id IN ({ids})", (RUN, 5))
+    finally:
+        db.close()
+    with SQLiteStore(path) as store:
+        report = verify_stored(store, RUN)
+    # the gap once, where it is; then the summary's count against what was found, as it is:
+    # the last event, seq 10, is there
+    assert [(f.seq, f.check, f.message) for f in report.failures] == [
+        (5, Check.SEQUENCE, "seq is 6, expected 5: seq 5 is missing"),
+        (
+            LENGTH - 1,
+            Check.SEQUENCE,
+            f"the store's run summary records {LENGTH} events, but {LENGTH - 1} were found, "
+            f"the last of them seq {LENGTH - 1}",
+        ),
+    ]

@@ -253,6 +253,15 @@ class LineChecker:
 
     Feed lines with :meth:`feed`; read the report with :meth:`report`. Memory does not grow with
     the run except for the lists of failures (capped) and erased seqs.
+
+    Each line fails at most one check (the first that fails), and a failure is reported once:
+    the checks of the lines after it resynchronise. A gap in the seqs is one failure (the seqs
+    missing), after which the seqs are expected to follow the line after the gap; a seq that
+    repeats or comes back is one failure and leaves the expected seq and the link as they were;
+    a line of another run (``run_id`` or ``tenant``) is one failure and is not part of this
+    run's chain. After a line that fails check 1, the next line's link is checked against the
+    ``hash`` it gives and its seq against the ``seq`` it gives, where they are readable; where
+    not, that check of the next line is skipped.
     """
 
     def __init__(self, *, source: str | None = None, max_failures: int = 100) -> None:
@@ -268,6 +277,41 @@ class LineChecker:
         self.decoded = False
         """True when every event fed is a store's decoding of its row: ``payload`` is
         ``orjson.loads(payload_bytes)``, so the payload check need not parse it again."""
+        # The seq the line at position ``_next_at`` must have (None: any, resynchronising on
+        # it), set by the checks that are not the fast path; at any other position (the line
+        # before went the fast path, where seq == position) it is the position itself.
+        self._next_at = -1
+        self._next_seq: int | None = None
+
+    @property
+    def next_seq(self) -> int | None:
+        """The seq the next line must have, or ``None`` if any will do (after a line whose
+        seq could not be read)."""
+        return self._expected(self.position)
+
+    def _expected(self, pos: int) -> int | None:
+        return self._next_seq if self._next_at == pos else pos
+
+    def _after_malformed(
+        self, pos: int, run_id: Any = None, tenant: Any = None, seq: Any = None, stored: Any = None
+    ) -> None:
+        # The line at ``pos`` failed check 1: the next line is checked against the seq and the
+        # hash this one gives, where they can be read (else those checks of the next line are
+        # skipped), unless it names another run, which leaves the chain as it was.
+        expected = self._expected(pos)
+        self._next_at = pos + 1
+        if (
+            self.run_id is not None
+            and type(run_id) is str
+            and type(tenant) is str
+            and (run_id, tenant) != (self.run_id, self.tenant)
+        ):
+            self._next_seq = expected
+            return
+        readable = _is_int(seq) and 0 <= seq <= MAX_SAFE_INTEGER
+        self._next_seq = seq + 1 if readable else None
+        digest = type(stored) is str and PATTERNS["digest"].fullmatch(stored) is not None
+        self.prev_recomputed = stored if digest else _UNLINKED
 
     def _fail(self, check: Check, message: str, line: int | None) -> None:
         if len(self.failures) < self.max_failures:
@@ -276,7 +320,7 @@ class LineChecker:
     def feed_malformed(self, message: str, line: int | None = None) -> None:
         """Record a line that could not even be parsed (check 1)."""
         self._fail(Check.FORMAT, message, line)
-        self.prev_recomputed = None
+        self._after_malformed(self.position)
         self.position += 1
 
     def feed_missing(self, message: str) -> None:
@@ -290,7 +334,11 @@ class LineChecker:
         problem = _check_line_format(data)
         if problem is not None:
             self._fail_at(pos, Check.FORMAT, problem, line)
-            self.prev_recomputed = None
+            if type(data) is dict:
+                get = data.get
+                self._after_malformed(pos, get("run_id"), get("tenant"), get("seq"), get("hash"))
+            else:
+                self._after_malformed(pos)
             return
         if self.run_id is None:
             self.run_id, self.tenant = data["run_id"], data["tenant"]
@@ -330,15 +378,42 @@ class LineChecker:
         parsed: Any = None,
     ) -> None:
         recomputed = "sha256:" + hashlib.sha256(env_jcs).hexdigest()
-        if seq != pos:
-            self._fail_at(pos, Check.SEQUENCE, f"seq is {seq}, expected {pos}", line)
-        elif run_id != self.run_id:
-            self._fail_at(
-                pos, Check.SEQUENCE, f"run_id is {run_id!r}, not the run's {self.run_id!r}", line
+        expected = self._next_seq if self._next_at == pos else pos
+        self._next_at = pos + 1
+        self._next_seq = expected
+        if run_id != self.run_id or tenant != self.tenant:
+            # a line of another run: not part of this run's chain, which goes on past it
+            which, value, own = (
+                ("run_id", run_id, self.run_id)
+                if run_id != self.run_id
+                else ("tenant", tenant, self.tenant)
             )
-        elif tenant != self.tenant:
             self._fail_at(
-                pos, Check.SEQUENCE, f"tenant is {tenant!r}, not the run's {self.tenant!r}", line
+                pos,
+                Check.SEQUENCE,
+                f"{which} is {value!r}, not the run's {own!r}: a line of another run",
+                line,
+            )
+            return
+        if expected is not None and seq < expected:
+            # repeated or out of order: the run's chain goes on from the line before it
+            self._fail_at(
+                pos,
+                Check.SEQUENCE,
+                f"seq is {seq}, expected {expected}: seq {seq} again, or out of order",
+                line,
+            )
+            return
+        self._next_seq = seq + 1
+        if expected is not None and seq > expected:
+            # a gap, reported once: the seqs after it are expected to follow this line
+            missing = (
+                f"seq {expected} is missing"
+                if seq == expected + 1
+                else f"seqs {expected} to {seq - 1} are missing ({seq - expected} events)"
+            )
+            self._fail_at(
+                pos, Check.SEQUENCE, f"seq is {seq}, expected {expected}: {missing}", line
             )
         elif stored_hash != recomputed:
             self._fail_at(
@@ -347,9 +422,10 @@ class LineChecker:
                 f"hash is {stored_hash}, but the envelope hashes to {recomputed}",
                 line,
             )
-        elif prev_hash != self.prev_recomputed or (pos == 0 and prev_hash is not None):
-            expected = self.prev_recomputed if pos else None
-            self._fail_at(pos, Check.LINK, f"prev_hash is {prev_hash}, expected {expected}", line)
+        elif prev_hash != (link := None if seq == 0 else self.prev_recomputed) and (
+            link != _UNLINKED  # the line before is malformed and gives no hash: not checked
+        ):
+            self._fail_at(pos, Check.LINK, f"prev_hash is {prev_hash}, expected {link}", line)
         elif payload is None and salt is None:
             self.erased.append(pos)
         elif payload is None or salt is None:
@@ -395,7 +471,7 @@ class LineChecker:
         problem = _check_event_format_fully(event)
         if problem is not None:
             self._fail_at(pos, Check.FORMAT, problem, None)
-            self.prev_recomputed = None
+            self._after_malformed(pos, event.run_id, event.tenant, event.seq, event.hash)
             return
         self._check_rest(
             pos,
@@ -495,10 +571,16 @@ class LineChecker:
                 None,
             )
         elif self.position < summary.events:
-            self.feed_missing(
-                f"the store's run summary records {summary.events} events, but the chain stops "
-                f"at seq {self.position - 1}: its tail is missing"
+            message = (
+                f"the store's run summary records {summary.events} events, but "
+                f"{self.position} were found"
             )
+            following = self.next_seq
+            if following is not None:
+                message += f", the last of them seq {following - 1}"
+                if following < summary.events:
+                    message += ": its tail is missing"
+            self.feed_missing(message)
         elif (
             self.position == summary.events and not self.failures and self.head != summary.head_hash
         ):
@@ -640,6 +722,9 @@ def _check_event_format_fully(event: Event) -> str | None:
 
 
 _OUTSIDE = "sha256:(stored payload is outside the JSON profile)"
+_UNLINKED = "sha256:(the line before is malformed and its hash unreadable)"
+"""``prev_recomputed`` after a line whose hash cannot be read: equal to no ``prev_hash`` (the
+fast path sends the next line to the full check), and the next line's link is not checked."""
 
 
 def _stored_digest(salt: bytes, body: bytes, parsed: Any = None) -> str:
@@ -784,24 +869,25 @@ def iter_jsonl_runs(
 ) -> Iterator[tuple[LineChecker, list[dict[str, Any] | None]]]:
     """Split a JSONL stream into runs and check each; yields (checker, parsed lines).
 
-    A new run begins at a line whose ``seq`` is 0 and whose run id or tenant differs from the
-    current run's (an export may hold several runs one after the other). Blank lines are skipped.
+    An export may hold several runs one after the other. A new run begins at a line of another
+    run (its run id or tenant differs from the current run's) whose ``seq`` is 0, or, for a run
+    whose first line(s) are missing, that does not link to the line before it (its
+    ``prev_hash`` is not that line's ``hash``) and is followed by a line of its own run. Any
+    other line of another run is a stray line in the current run, and fails there (check 2).
+    Blank lines are skipped.
     """
     checker: LineChecker | None = None
     parsed: list[dict[str, Any] | None] = []
-    for number, raw in enumerate(raw_lines, 1):
-        if not raw.strip():
-            continue
-        data, problem = _parse_line(raw)
-        starts_new = (
+    before: dict[str, Any] | None = None
+    lines = _parsed_lines(raw_lines)
+    current = next(lines, None)
+    while current is not None:
+        after = next(lines, None)  # one line ahead, to tell a stray line from a run's start
+        number, data, problem = current
+        if checker is None or (
             data is not None
-            and data.get("seq") == 0
-            and checker is not None
-            and checker.run_id is not None
-            # the same run id may exist under several tenants: either one changing starts a run
-            and (data.get("run_id") != checker.run_id or data.get("tenant") != checker.tenant)
-        )
-        if checker is None or starts_new:
+            and _starts_run(checker, data, before, after[1] if after is not None else None)
+        ):
             if checker is not None:
                 yield checker, parsed
             checker = LineChecker(source=source)
@@ -812,5 +898,39 @@ def iter_jsonl_runs(
         else:
             checker.feed(data, number)
             parsed.append(data)
+        before, current = data, after
     if checker is not None:
         yield checker, parsed
+
+
+def _parsed_lines(
+    raw_lines: Iterable[bytes | str],
+) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    for number, raw in enumerate(raw_lines, 1):
+        if raw.strip():
+            yield (number, *_parse_line(raw))
+
+
+def _starts_run(
+    checker: LineChecker,
+    data: dict[str, Any],
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+) -> bool:
+    """True if ``data`` (between the parsed lines ``before`` and ``after``, ``None`` where
+    there is none or it is unparseable) begins a new run rather than continuing, or straying
+    into, the checker's run (see :func:`iter_jsonl_runs`)."""
+    if checker.run_id is None:
+        return False
+    # the same run id may exist under several tenants: either one changing is another run
+    key = (data.get("run_id"), data.get("tenant"))
+    if key == (checker.run_id, checker.tenant):
+        return False
+    if data.get("seq") == 0:
+        return True
+    linked = (
+        before is not None
+        and type(before.get("hash")) is str
+        and data.get("prev_hash") == before["hash"]
+    )
+    return not linked and after is not None and (after.get("run_id"), after.get("tenant")) == key
