@@ -384,6 +384,7 @@ def verify_cmd(
     verdicts: dict[Any, Any] = {}
     unvouched: dict[tuple[str | None, str | None], list[dict[str, Any]]] = {}
     orphans: dict[str, str] = {}  # tenant -> what its seal log shows with no run left
+    unrecorded: dict[tuple[str | None, str | None], list[int]] = {}  # erased, no audit record
     if target is not None and Path(target).is_file() and _is_sqlite_file(Path(target)):
         # ``tacho verify store.db``: every run of that store, as ``--store store.db verify``.
         with _open_store_at(target) as store:
@@ -391,6 +392,7 @@ def verify_cmd(
             reports = _verify_reports(store, out, None, workers)
             verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
             orphans = orphan_seals_of(store, reports, keys, witnesses, witness_keys)
+            unrecorded = erasures_without_record(store, reports)
             blobs = blobcheck.check_store(store, reports)
         target = None
     elif target is not None and (Path(target).is_file() or _looks_like_file(target)):
@@ -408,6 +410,7 @@ def verify_cmd(
             verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
             if target is None:
                 orphans = orphan_seals_of(store, reports, keys, witnesses, witness_keys)
+            unrecorded = erasures_without_record(store, reports)
             if target is not None:  # one run: say what its record cannot vouch for
                 for r in reports:
                     if r.run_id is not None:
@@ -438,6 +441,11 @@ def verify_cmd(
                             if unvouched.get((r.tenant, r.run_id))
                             else {}
                         ),
+                        **(
+                            {"erased_without_record": unrecorded[(r.tenant, r.run_id)]}
+                            if unrecorded.get((r.tenant, r.run_id))
+                            else {}
+                        ),
                     }
                     for r in reports
                 ],
@@ -463,6 +471,8 @@ def verify_cmd(
             calls = unvouched.get((report.tenant, report.run_id))
             if calls:
                 out.line(unvouched_line(calls), style="bold yellow")
+        for (_tenant, run_id), seqs in unrecorded.items():
+            out.line(f"  {run_id}: {erased_without_record_line(seqs)}", style="bold yellow")
         for report in reports:
             # a run's blobs get a line when it has any (listed or not: expired ones are news)
             check = blobs.get((report.tenant, report.run_id))
@@ -520,6 +530,44 @@ def seal_verdicts_of(
         return {}
     verified = [r for r in reports if r.ok]
     return seal_verdicts(store, verified, keys=keys, witnesses=witnesses, witness_keys=witness_keys)
+
+
+def erasures_without_record(
+    store: Store, reports: list[VerifyReport]
+) -> dict[tuple[str | None, str | None], list[int]]:
+    """The erased seqs of each verified run that no ``erase`` record of the store audit names.
+
+    Every erasure through tachograph (``tacho erase``, retention) records the run and seqs in
+    the store audit in its own transaction; a payload nulled behind the store's back, or an
+    audit cut after the record, leaves erased seqs with no record. So do runs imported or
+    migrated already erased, which is why this is a warning, not a failure.
+    """
+    wanted = {(r.tenant, r.run_id): set(r.erased) for r in reports if r.erased}
+    if not wanted:
+        return {}
+    recorded: dict[tuple[str | None, str | None], set[int]] = {}
+    try:
+        for record in store.read_audit():
+            if record.action != "erase":
+                continue
+            key = (record.tenant, record.detail.get("run_id"))
+            if key in wanted:
+                seqs = record.detail.get("seqs") or []
+                recorded.setdefault(key, set()).update(s for s in seqs if isinstance(s, int))
+    except TachographError:
+        return {}  # an audit this store will not let us read: nothing to hold the runs to
+    missing = {key: sorted(seqs - recorded.get(key, set())) for key, seqs in wanted.items()}
+    return {key: seqs for key, seqs in missing.items() if seqs}
+
+
+def erased_without_record_line(seqs: list[int]) -> str:
+    """The warning for erased seqs that no erase record of the store audit names."""
+    shown = ", ".join(str(s) for s in seqs[:10]) + (", ..." if len(seqs) > 10 else "")
+    return (
+        f"ERASED WITHOUT RECORD: {len(seqs)} payload(s) (seq {shown}) erased with no erase "
+        "record in the store audit: erased outside tachograph, the audit cut, or the run "
+        "imported or migrated already erased"
+    )
 
 
 def orphan_seals_of(
