@@ -57,6 +57,13 @@ def _compared(payload: Any) -> Any:
     return payload
 
 
+def _distance(event: Event, payload: dict[str, Any]) -> float:
+    """How many values of ``payload`` differ from ``event``'s (an erased one is farthest)."""
+    if event.payload is None:
+        return float("inf")
+    return len(diff_values(_compared(event.payload), _compared(payload), "$.payload"))
+
+
 def _shape(event: Event) -> dict[str, Any]:
     return {
         "seq": event.seq,
@@ -174,8 +181,9 @@ class Matcher:
 
         ``strict``: the next unconsumed event in recorded order. ``key``: the open event with
         the same idempotency key; else, for steps without a key (decisions, values), an open
-        event of the same type that is identical, then one with the same name; else the first
-        open event of the same type (a changed call). None when no event of that type is open.
+        event of the same type that is identical, then the one of the same name whose payload
+        differs least; else the first open event of the same type (a changed call). None when
+        no event of that type is open.
         """
         if self.match != "key":
             while (
@@ -196,9 +204,13 @@ class Matcher:
             for e in same_type:
                 if e.payload is not None and _identity(type_, e.payload) == probe:
                     return e
-        for e in same_type:
-            if name is not None and _name_of(e) == name:
-                return e
+        named = [e for e in same_type if name is not None and _name_of(e) == name]
+        if len(named) > 1:
+            # A changed call of a name called several times (concurrent calls, matched by key):
+            # compared with the open call of that name it differs least from, not the first.
+            return min(named, key=lambda e: _distance(e, payload))
+        if named:
+            return named[0]
         return same_type[0] if same_type else None
 
     def _consume(self, event: Event) -> None:
