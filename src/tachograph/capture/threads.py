@@ -7,7 +7,9 @@ run live, its effect firing, while the replay reported nothing. While at least o
 active in the process, these two entry points are wrapped:
 
 * ``Thread.start`` from a context that holds a run runs the thread in a copy of that context
-  (``asyncio.to_thread`` and ``copy_context().run`` already do);
+  (``asyncio.to_thread`` and ``copy_context().run`` already do). A replay that stops in
+  such a thread ends the thread without a traceback; the stop is not lost, as the replay
+  stays stopped and the agent's next step in its main thread stops too;
 * ``ThreadPoolExecutor.submit`` from such a context runs the task in a copy of it. The pool's
   worker threads themselves are started without it: they outlive the task, and the run.
 
@@ -23,7 +25,7 @@ import contextvars
 import threading
 from typing import Any
 
-from .boundary import CURRENT_SESSION
+from .boundary import CURRENT_SESSION, ReplayStopped
 
 __all__ = ["follow_threads", "own_thread", "unfollow_threads"]
 
@@ -52,7 +54,17 @@ def _start(self: threading.Thread) -> None:
     ):
         context = contextvars.copy_context()
         run = self.run
-        self.run = lambda: context.run(run)  # type: ignore[method-assign]
+
+        def run_in_context() -> None:
+            try:
+                context.run(run)
+            except ReplayStopped:
+                # The replay stopped in this thread: it ends here, quietly (not through
+                # threading.excepthook, as a traceback); the run's next step in any other
+                # thread stops it too (the matcher stays stopped).
+                pass
+
+        self.run = run_in_context  # type: ignore[method-assign]
     _original_start(self)
 
 

@@ -324,19 +324,23 @@ def _drive(
     """Run the agent under ``session`` (and ``guard``); returns (status, output, error)."""
     session.activate()
     closed = guard.guarding() if guard is not None else contextlib.nullcontext()
+
+    def stopped() -> tuple[str, Any, dict[str, Any] | None]:
+        if session.fatal_error is not None:
+            raise session.fatal_error from None
+        return "stopped", None, None
+
     try:
         try:
             with closed:
                 output = _call(spec, input)
         except ReplayStopped:
-            if session.fatal_error is not None:
-                raise session.fatal_error from None
-            return "stopped", None, None
+            return stopped()
         except BaseException as exc:
-            if _holds_stop(exc):
-                if session.fatal_error is not None:
-                    raise session.fatal_error from None
-                return "stopped", None, None
+            # a stop in a thread the agent started ends the agent as stopped too, whatever
+            # error its main thread then ran into (the result the thread never made)
+            if _holds_stop(exc) or (engine.stopped and isinstance(exc, Exception)):
+                return stopped()
             # SystemExit ends a recorded run "aborted" (capture/agent.py): a replayed agent
             # that exits ends the same way, compared with the recorded end, instead of
             # taking the replay down with it (``sys.exit(0)`` would read as "reproduced").
@@ -353,6 +357,8 @@ def _drive(
             except ReplayStopped:
                 pass
             return ended, None, {**info, "frame": raised_at(exc)}
+        if engine.stopped:
+            return stopped()
         try:
             canonical(output, "output")
         except ProfileError as bad:

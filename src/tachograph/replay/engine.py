@@ -19,7 +19,6 @@ from ..capture.boundary import (
     MODEL_CALL,
     TOOL_CALL,
     CallTicket,
-    ReplayStopped,
     error_info,
 )
 from ..capture.session import EFFECTS, Session
@@ -155,6 +154,11 @@ class ReplayEngine:
     def aborted(self) -> bool:
         return self.matcher.aborted
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the replay was stopped (in whichever of the agent's threads)."""
+        return self.matcher.stopped
+
     def recorded_completion(self, key: str | None) -> Event | None:
         return self.matcher.completion(key)
 
@@ -237,7 +241,10 @@ class ReplayEngine:
 
     def unrecorded_call(self, kind: str, detail: dict[str, Any], explanation: str) -> None:
         """Report a connection or spawn the network guard refused (it raises, not us: the
-        agent sees a refused connection, and may handle it as such)."""
+        agent sees a refused connection, and may handle it as such). Once the replay has
+        stopped, a thread still running is refused without a report."""
+        if self.matcher.stopped:
+            return
         self.matcher.divergences.append(
             DivergenceItem(
                 DivergenceKind.UNRECORDED_CALL,
@@ -357,7 +364,7 @@ class ReplayEngine:
                 seq=request.seq,
                 key=request.idempotency_key,
             )
-            raise ReplayStopped
+            self.matcher.stop()
         if effect in EFFECTS and (session.dry_run or not self.confirm):
             ticket.dry_run = True
             assert effect is not None

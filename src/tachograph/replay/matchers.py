@@ -12,7 +12,7 @@ person can act on.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from ..capture.boundary import ReplayStopped
 from ..providers.normal import compare_requests, is_http_form
@@ -109,6 +109,9 @@ class Matcher:
         self.divergences: list[DivergenceItem] = []
         self.served = 0
         self.aborted = False
+        self.stopped = False
+        """Whether the replay was stopped: from then on no step, in any of the agent's
+        threads, is matched or reported; each raises :class:`ReplayStopped` again."""
         self.source_run_id = run_id
         self._stream: list[Event] = []
         self._completions: dict[str, Event] = {}
@@ -257,6 +260,8 @@ class Matcher:
         candidates: list[Candidate] | None = None,
         fatal: bool = False,
     ) -> None:
+        if self.stopped:
+            raise ReplayStopped
         item = DivergenceItem(
             kind,
             seq,
@@ -269,7 +274,13 @@ class Matcher:
         self.divergences.append(item)
         if fatal or self.raise_on_divergence:
             self.aborted = fatal
-            raise ReplayStopped
+            self.stop()
+
+    def stop(self) -> NoReturn:
+        """Stop the replay. A thread the agent started cannot unwind the agent's main thread:
+        its next step raises here again, and nothing after the stop is reported."""
+        self.stopped = True
+        raise ReplayStopped
 
     def _position(self) -> int:
         """The recorded seq at which the next thing would have been."""
@@ -293,6 +304,8 @@ class Matcher:
         when the step is to be done live (or, in collect mode, has no counterpart). Records
         divergences; raises :class:`ReplayStopped` when the replay cannot go on. ``payload``
         has already been through the recording's processors."""
+        if self.stopped:
+            raise ReplayStopped
         if name is None:
             name = _probe_name(type_, payload)
         expected = self._next_expected(type_, payload, key, name) if self._remaining() else None
@@ -439,6 +452,7 @@ class Matcher:
         if type_ not in _SERVED:
             return None
         self.aborted = True
+        self.stopped = True
         raise ReplayStopped
 
     def _payload_changed(
@@ -510,6 +524,8 @@ class Matcher:
 
     def check_end(self, status: str, output: Any, error: dict[str, Any] | None) -> None:
         """Compare the end of the agent with the recorded end (replay modes)."""
+        if self.stopped:
+            raise ReplayStopped
         if self._remaining():
             first = next(e for e in self._stream[self._cursor :] if e.seq not in self._consumed)
             left = self._left
