@@ -216,3 +216,22 @@ def test_a_recorded_key_error_is_served_back_as_the_same_key_error(key: object) 
     assert type(rebuilt) is KeyError
     assert rebuilt.args == original.args
     assert str(rebuilt) == str(original)
+
+
+class OwnError(Exception):
+    """An agent's own exception class."""
+
+
+def test_a_recorded_main_class_is_rebuilt_from_the_agents_module() -> None:
+    """A run recorded with the agent's file run as a script names its classes __main__.X;
+    replayed with the agent imported, that X is in the agent's module, not in __main__."""
+    from tachograph.replay.engine import RecordedError, rebuild, rebuild_error
+
+    info = {"type": "__main__.OwnError", "message": "no"}
+    rebuilt = rebuild_error(info, __name__)
+    assert type(rebuilt) is OwnError
+    assert rebuilt.args == ("no",)
+    gone, why = rebuild({"type": "__main__.Gone", "message": "no"}, __name__)
+    assert isinstance(gone, RecordedError)
+    assert why is not None
+    assert f"module {__name__!r} has no 'Gone'" in why
