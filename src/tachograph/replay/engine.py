@@ -152,6 +152,8 @@ class ReplayEngine:
         self.agent_module = agent_module
         """The module of the agent being replayed, where a recorded ``__main__.X`` is."""
         self._unrebuilt: set[str] = set()
+        self._dry_run_intents: list[tuple[int, str]] = []
+        self._intents_note: int | None = None
         self.mode = mode
         self.key_run_id = history.run_id
         self.key_secret = history.key_secret
@@ -440,4 +442,29 @@ class ReplayEngine:
         if effect in EFFECTS and (session.dry_run or not self.confirm):
             ticket.dry_run = True
             assert effect is not None
-            session.simulated(request.seq, f"(an unconfirmed {effect.value} intent) was dry-run")
+            self._dry_run_intent(session, request.seq, effect.value)
+
+    def _dry_run_intent(self, session: Session, seq: int, effect: str) -> None:
+        """An open intent was completed in dry run: the agent acts on its simulated result,
+        so the session goes on in dry run. A crash amid concurrent calls leaves several
+        intents open: one note names every one, rewritten as each comes."""
+        self._dry_run_intents.append((seq, effect))
+        session.dry_run = True
+        which = "an open" if self.confirm else "an unconfirmed"
+        if len(self._dry_run_intents) == 1:
+            text = (
+                f"seq {seq} ({which} {effect} intent) was dry-run: the agent acts on a "
+                "simulated result, so every write and irreversible tool after it ran in dry run"
+            )
+        else:
+            listed = [f"{s} ({e})" for s, e in self._dry_run_intents]
+            text = (
+                f"the {which.split()[1]} intents at seq {', '.join(listed[:-1])} and "
+                f"{listed[-1]} were dry-run: the agent acts on simulated results, so every "
+                "write and irreversible tool after them ran in dry run"
+            )
+        if self._intents_note is None:
+            self._intents_note = len(self.matcher.notes)
+            self.matcher.notes.append(text)
+        else:
+            self.matcher.notes[self._intents_note] = text
