@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -95,6 +96,27 @@ def test_replay_refuses_an_unverified_run_unless_allowed(
     allowed = tacho.json("replay", run_id, "--agent", V1, "--allow-unverified", code=EXIT_FAILED)
     assert allowed["unverified"] is True
     assert allowed["kind"] == "simulation"
+
+
+def test_replay_of_a_file_that_does_not_verify_is_refused_unless_allowed(
+    tacho: Tacho, run_id: str, tmp_path: Path
+) -> None:
+    exported = tmp_path / "one.jsonl"
+    assert tacho("export", run_id, "-o", str(exported)).exit_code == EXIT_OK
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    (plan,) = [line for line in lines if line["type"] == "plan.selected"]
+    plan["payload"]["reason"] = "edited after the fact"
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    refused = tacho("replay", str(tampered), "--agent", V1)
+    assert refused.exit_code == EXIT_FAILED
+    assert f"FAILED at seq {plan['seq']}" in refused.stderr
+    allowed = tacho.json("replay", str(tampered), "--agent", V1, "--allow-unverified", code=1)
+    assert allowed["unverified"] is True
+    assert allowed["kind"] == "simulation"
+    assert allowed["divergences"][0]["seq"] == plan["seq"]  # replayed, up to the edited step
+    text = tacho("replay", str(tampered), "--agent", V1, "--allow-unverified")
+    assert "WARNING: the run did not verify; replayed anyway on request" in text.stdout
 
 
 def test_replay_of_an_unknown_run_is_a_store_error(tacho: Tacho) -> None:

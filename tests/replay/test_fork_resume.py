@@ -3,6 +3,8 @@ SQLite files; the payments/notes ledger shows what reached the world."""
 
 from __future__ import annotations
 
+import importlib
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +278,56 @@ def test_an_override_goes_through_the_processors_like_any_live_payload(
     assert secret not in text
     assert "[redacted:secret:openai]" in text
     assert store.verify("what-if").ok
+
+
+CONCURRENT_WRITES = """
+import asyncio
+import os
+
+import tachograph as tg
+
+
+@tg.tool(effect="write")
+async def post(n):
+    await asyncio.sleep(0.05)
+    if os.environ.get("CRASH_IN_POST"):
+        os._exit(9)
+    return {"posted": n}
+
+
+async def agent(items):
+    return await asyncio.gather(*(post(n) for n in items))
+"""
+
+
+def test_resume_after_a_crash_amid_concurrent_writes_names_every_open_intent(
+    tmp_path: Path, python: str, child_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "concurrent_writes.py").write_text(CONCURRENT_WRITES)
+    db = tmp_path / "crash.db"
+    code = (
+        "import tachograph as tg, concurrent_writes as m; "
+        f"tg.record_run(m.agent, [1, 2, 3], store={str(db)!r}, run_id='amid', "
+        "durability='every')"
+    )
+    proc = subprocess.run(
+        [python, "-c", code],
+        cwd=tmp_path,
+        env={**child_env, "CRASH_IN_POST": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 9, proc.stderr
+    store = tg.SQLiteStore(db, create=False)
+    intents = [e.seq for e in store.events("amid") if e.type == "tool.requested"]
+    assert intents == [1, 2, 3]  # all three were open when the process died
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("concurrent_writes")
+
+    report = tg.resume(store, "amid", module.agent)
+    completions = [e for e in store.events("amid") if e.type == "tool.completed"]
+    assert [e.payload["dry_run"] for e in completions] == [True, True, True]
+    (note,) = [n for n in report.notes if "intent" in n]
+    assert "seq 1 (write), 2 (write) and 3 (write) were dry-run" in note

@@ -328,6 +328,34 @@ def test_a_run_that_does_not_verify_is_refused_unless_allowed(
     nothing_ran(ledger)
 
 
+def test_a_file_that_does_not_verify_is_refused_unless_allowed(
+    store: tg.SQLiteStore, recorded: str, ledger: Ledger, tmp_path: Path
+) -> None:
+    """As a stored run: a file whose bytes were edited replays only on request, labelled."""
+    from tachograph.record.jsonl import export_run
+    from tachograph.replay.history import RunHistory
+
+    path = tmp_path / "run.jsonl"
+    with path.open("wb") as out:
+        export_run(store, recorded, out)
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert b'"price_cents":2500' in lines[LOOKUP_DONE]
+    lines[LOOKUP_DONE] = lines[LOOKUP_DONE].replace(b'"price_cents":2500', b'"price_cents":250')
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(tg.VerificationFailed):
+        RunHistory.from_jsonl(path)
+    history = RunHistory.from_jsonl(path, allow_unverified=True)
+    assert not history.report.ok
+    with pytest.raises(tg.Unreplayable, match="allow_unverified"):
+        tg.replay(history, None, shop.build())
+    report = tg.replay(history, None, shop.build(), allow_unverified=True, collect=True)
+    assert report.unverified
+    assert report.simulation
+    assert report.first is not None
+    assert report.first.seq == COMPUTE  # the edited price flows into the agent's next call
+    nothing_ran(ledger)
+
+
 @pytest.mark.parametrize("seq", [LOOKUP_DONE, PRIORITY, FIRST_REQUEST])
 def test_erased_steps_are_unreplayable_by_seq(
     seq: int, store: tg.SQLiteStore, recorded: str, ledger: Ledger

@@ -165,6 +165,29 @@ def test_a_changed_long_string_shows_the_changed_region(db: Path) -> None:
     assert "Refund of [30].00 approved." in report.render()
 
 
+@tg.tool(effect="write", name="lookup")
+def lookup_now_a_write(order: str) -> dict[str, Any]:
+    return {"order": order, "total": 30}
+
+
+def agent_lookup_declared_write(task: str) -> dict[str, Any]:
+    found = lookup_now_a_write(order=task)
+    refund(order=task, amount=found["total"], note=TAIL + "Refund of 30.00 approved.")
+    return {"done": True}
+
+
+def test_a_changed_tool_effect_is_explained_as_such(db: Path) -> None:
+    agent = tg.Agent(fn=agent_lookup_declared_write, name="details", code_version="details-1")
+    first = tg.replay(db, "r1", agent).first
+    assert first is not None
+    assert (first.kind, first.seq) == (tg.DivergenceKind.ARGS_CHANGED, 1)
+    assert [c.render() for c in first.changes] == ['$.payload.effect: "read" -> "write"']
+    assert first.explanation.startswith(
+        'The declared effect of tool \'lookup\' changed ($.payload.effect: "read" -> "write")'
+    )
+    assert "different arguments" not in first.explanation
+
+
 def test_collect_lists_every_divergence(db: Path) -> None:
     agent = tg.Agent(fn=agent_twice_changed, name="details", code_version="details-1")
     report = tg.replay(db, "r1", agent, collect=True)
@@ -216,3 +239,22 @@ def test_a_recorded_key_error_is_served_back_as_the_same_key_error(key: object) 
     assert type(rebuilt) is KeyError
     assert rebuilt.args == original.args
     assert str(rebuilt) == str(original)
+
+
+class OwnError(Exception):
+    """An agent's own exception class."""
+
+
+def test_a_recorded_main_class_is_rebuilt_from_the_agents_module() -> None:
+    """A run recorded with the agent's file run as a script names its classes __main__.X;
+    replayed with the agent imported, that X is in the agent's module, not in __main__."""
+    from tachograph.replay.engine import RecordedError, rebuild, rebuild_error
+
+    info = {"type": "__main__.OwnError", "message": "no"}
+    rebuilt = rebuild_error(info, __name__)
+    assert type(rebuilt) is OwnError
+    assert rebuilt.args == ("no",)
+    gone, why = rebuild({"type": "__main__.Gone", "message": "no"}, __name__)
+    assert isinstance(gone, RecordedError)
+    assert why is not None
+    assert f"module {__name__!r} has no 'Gone'" in why

@@ -132,7 +132,7 @@ def replay_cmd(
     """
     agent = load_agent(agent_path)
     if os.path.isfile(run_id):
-        history = RunHistory.from_jsonl(run_id)
+        history = RunHistory.from_jsonl(run_id, allow_unverified=allow_unverified)
         with agent_output(as_json):
             report = replay(
                 history,

@@ -26,6 +26,7 @@ __all__ = [
     "export_run",
     "import_jsonl",
     "read_jsonl",
+    "read_jsonl_unverified",
     "verify_jsonl",
     "write_events",
 ]
@@ -86,21 +87,52 @@ def read_jsonl(source: str | os.PathLike[str] | IO[bytes]) -> list[list[Event]]:
 
     Raises :class:`VerificationFailed` (with ``reports``) if any run fails.
     """
-    name = str(source) if isinstance(source, (str, os.PathLike)) else None
-    runs: list[list[Event]] = []
-    failed: list[VerifyReport] = []
-    with collector_paused():  # every run of the file is held: see record/bulk.py
-        for checker, parsed in iter_jsonl_runs(_open_lines(source), source=name):
-            report = checker.report()
-            if not report.ok:
-                failed.append(report)
-                continue
-            runs.append([_to_event(line) for line in parsed if line is not None])
+    runs, failed = _read(source, keep_failed=False)
     if failed:
         raise VerificationFailed(
             "refused: " + "; ".join(r.render() for r in failed), reports=failed, report=failed[0]
         )
-    return runs
+    return [events for events, _report in runs]
+
+
+def read_jsonl_unverified(
+    source: str | os.PathLike[str] | IO[bytes],
+) -> list[tuple[list[Event], VerifyReport]]:
+    """Read a JSONL file; return each run's events with its verification report, refusing
+    none for failing to verify (replay's ``allow_unverified``, which labels the replay so).
+
+    The lines of a run that are not events at all (malformed) are left out, as a gap its
+    report names; a run whose lines parse but do not make events raises
+    :class:`VerificationFailed`.
+    """
+    return _read(source, keep_failed=True)[0]
+
+
+def _read(
+    source: str | os.PathLike[str] | IO[bytes], *, keep_failed: bool
+) -> tuple[list[tuple[list[Event], VerifyReport]], list[VerifyReport]]:
+    name = str(source) if isinstance(source, (str, os.PathLike)) else None
+    runs: list[tuple[list[Event], VerifyReport]] = []
+    failed: list[VerifyReport] = []
+    with collector_paused():  # every run of the file is held: see record/bulk.py
+        for checker, parsed in iter_jsonl_runs(_open_lines(source), source=name):
+            report = checker.report()
+            if report.ok:
+                runs.append(([_to_event(line) for line in parsed if line is not None], report))
+                continue
+            failed.append(report)
+            if keep_failed:
+                try:
+                    events = [_to_event(line) for line in parsed if line is not None]
+                except Exception as exc:
+                    raise VerificationFailed(
+                        f"refused: {report.render()}; its lines are not events "
+                        f"({type(exc).__name__}: {exc})",
+                        reports=[report],
+                        report=report,
+                    ) from None
+                runs.append((events, report))
+    return runs, failed
 
 
 def _to_event(line: dict[str, Any]) -> Event:

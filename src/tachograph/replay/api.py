@@ -226,6 +226,13 @@ def runtime_notes(recorded: dict[str, Any] | None, current: dict[str, Any] | Non
     return notes
 
 
+def _module_of(spec: Agent) -> str | None:
+    """The module the agent's function was defined in (where a recorded ``__main__.X`` of
+    a run recorded with the agent's file run as a script is, once the agent is imported)."""
+    name = getattr(inspect.unwrap(spec.fn), "__module__", None)
+    return name if isinstance(name, str) else None
+
+
 def _call(spec: Agent, input: Any) -> Any:
     result = spec(input)
     if inspect.isawaitable(result):
@@ -437,6 +444,7 @@ def replay(
         raise_on_divergence=not collect,
         rerun_pure=rerun_pure,
         processors=processors,
+        agent_module=_module_of(spec),
     )
     session = Session(
         mode="replay",
@@ -605,6 +613,7 @@ def fork(
         override=(override_at, override) if override_at is not None else None,
         processors=processors,
         events=prefix,
+        agent_module=_module_of(spec),
     )
     session = Session(
         mode="fork",
@@ -796,6 +805,7 @@ def resume(
             live_after_source=True,
             confirm=confirm,
             processors=processors,
+            agent_module=_module_of(spec),
         )
         session = Session(
             mode="resume",

@@ -30,7 +30,7 @@ from .history import RunHistory
 from .matchers import Matcher, normalize
 from .report import DivergenceItem, DivergenceKind
 
-__all__ = ["RecordedError", "ReplayEngine", "rebuild_error"]
+__all__ = ["RecordedError", "ReplayEngine", "rebuild", "rebuild_error"]
 
 # Read per served call: constants, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
 _TOOL_COMPLETED = EventType.TOOL_COMPLETED.value
@@ -53,34 +53,69 @@ class RecordedError(Exception):
         return f"{self.type_name}: {self.recorded_message}"
 
 
-def rebuild_error(info: dict[str, Any]) -> BaseException:
+def rebuild_error(info: dict[str, Any], main: str | None = None) -> BaseException:
     """The exception a recorded ``{type, message}`` describes, without importing anything.
 
     Builtin exceptions and classes of modules the process has already imported (the agent's
     own, its SDKs', tachograph's) are rebuilt; a name the process does not know becomes a
     :class:`RecordedError` carrying it. The log is never a reason to import a module.
+    ``main`` names the module a ``__main__.X`` is looked up in: the agent's module, for a
+    run recorded by running the agent's file as a script (see :func:`rebuild`).
+    """
+    return rebuild(info, main)[0]
+
+
+def rebuild(info: dict[str, Any], main: str | None = None) -> tuple[BaseException, str | None]:
+    """:func:`rebuild_error`, and why the type was not rebuilt (None when it was).
+
+    A run recorded by ``python agent.py`` names the agent's own classes ``__main__.X``; it
+    is replayed with the agent imported as a module (``--agent agent:fn``), where
+    ``__main__`` is another program: such a name is looked up in ``main`` first.
     """
     type_name = str(info.get("type", "Exception"))
     message = str(info.get("message", ""))
     module_name, _, qualname = type_name.rpartition(".")
+    modules = [module_name]
+    if module_name == "__main__" and main and main != "__main__":
+        modules.insert(0, main)
+    whys = []
+    for name in modules:
+        cls, why = _exception_class(name, qualname)
+        if cls is not None:
+            return _instance(cls, message), None
+        whys.append(why)
+    return RecordedError(type_name, message), "; ".join(whys)
+
+
+def _exception_class(module_name: str, qualname: str) -> tuple[type[Exception] | None, str]:
+    """The exception class ``qualname`` of an imported module, or why there is none."""
     obj: Any = builtins if not module_name else sys.modules.get(module_name)
+    if obj is None:
+        return None, f"module {module_name!r} is not imported"
+    where = f"module {module_name!r}" if module_name else "builtins"
     try:
         for part in qualname.split("."):
             obj = getattr(obj, part, None)
-        if isinstance(obj, type) and issubclass(obj, Exception):
-            try:
-                if issubclass(obj, KeyError):
-                    key = _key_of(message)
-                    if key is not None:
-                        return obj(key[0])
-                return obj(message)
-            except Exception:
-                exc = obj.__new__(obj)
-                exc.args = (message,)
-                return exc
+    except Exception:  # a module's __getattr__ may raise anything
+        obj = None
+    if obj is None:
+        return None, f"{where} has no {qualname!r}"
+    if isinstance(obj, type) and issubclass(obj, Exception):
+        return obj, ""
+    return None, f"{qualname!r} of {where} is not an exception class"
+
+
+def _instance(cls: type[Exception], message: str) -> Exception:
+    try:
+        if issubclass(cls, KeyError):
+            key = _key_of(message)
+            if key is not None:
+                return cls(key[0])
+        return cls(message)
     except Exception:
-        pass
-    return RecordedError(type_name, message)
+        exc = cls.__new__(cls)
+        exc.args = (message,)
+        return exc
 
 
 def _key_of(message: str) -> tuple[Any] | None:
@@ -110,8 +145,14 @@ class ReplayEngine:
         override: tuple[int, Any] | None = None,
         processors: Sequence[Processor] = (),
         events: Sequence[Event] | None = None,
+        agent_module: str | None = None,
     ) -> None:
         self.history = history
+        self.agent_module = agent_module
+        """The module of the agent being replayed, where a recorded ``__main__.X`` is."""
+        self._unrebuilt: set[str] = set()
+        self._dry_run_intents: list[tuple[int, str]] = []
+        self._intents_note: int | None = None
         self.mode = mode
         self.key_run_id = history.run_id
         self.key_secret = history.key_secret
@@ -220,6 +261,9 @@ class ReplayEngine:
             fresh = {"tool": ticket.name, "result": normalize(result)}
             fresh_type = EventType.TOOL_COMPLETED.value
         fresh = self._session().process(fresh_type, fresh)
+        recorded_error = (recorded.payload or {}).get("error")
+        if error is not None and isinstance(recorded_error, dict):
+            self._as_recorded(fresh.get("error"), recorded_error.get("type"))
         changes = diff_values(recorded.payload, fresh, "$.payload")
         if recorded.type != fresh_type:
             changes.insert(0, Change("$.type", recorded.type, fresh_type))
@@ -262,6 +306,11 @@ class ReplayEngine:
 
     def check_end(self, status: str, output: Any, error: dict[str, Any] | None) -> None:
         """Compare how the agent ended with how the recorded run ended."""
+        finished = self.matcher.finished_event
+        recorded_error = ((finished.payload or {}) if finished is not None else {}).get("error")
+        if error is not None and isinstance(recorded_error, dict):
+            error = dict(error)
+            self._as_recorded(error, recorded_error.get("type"))
         self.matcher.check_end(status, output, error)
 
     # -- serving details -------------------------------------------------------------------
@@ -326,7 +375,39 @@ class ReplayEngine:
             return payload.get("result"), None
         if completion.type == _MODEL_RESPONSE:
             return payload.get("response"), None
-        return None, rebuild_error(payload.get("error") or {})
+        info = payload.get("error") or {}
+        error, why = rebuild(info, self.agent_module)
+        if why is not None:
+            self._not_rebuilt(completion.seq, str(info.get("type", "Exception")), why)
+        return None, error
+
+    def _not_rebuilt(self, seq: int, type_name: str, why: str) -> None:
+        """Note, once per class, a recorded failure served as a :class:`RecordedError`."""
+        if type_name in self._unrebuilt:
+            return
+        self._unrebuilt.add(type_name)
+        qualname = type_name.rpartition(".")[2]
+        if type_name.startswith("__main__."):
+            why += " (the run was recorded with the agent's file run as a script)"
+        self.matcher.notes.append(
+            f"the failure recorded at seq {seq} is a {type_name!r}, which could not be "
+            f"rebuilt: {why}; it was raised as a tachograph RecordedError, which an "
+            f"'except {qualname}' does not catch"
+        )
+
+    def _as_recorded(self, error: Any, recorded_type: Any) -> None:
+        """Name an exception raised now as the recording named the same class: a
+        ``__main__.X`` recorded with the agent's file run as a script is the agent
+        module's ``X`` once the agent is imported (``--agent module:fn``)."""
+        module = self.agent_module
+        if (
+            isinstance(error, dict)
+            and isinstance(recorded_type, str)
+            and recorded_type.startswith("__main__.")
+            and module is not None
+            and error.get("type") == module + recorded_type[len("__main__") :]
+        ):
+            error["type"] = recorded_type
 
     def _dangling(self, ticket: CallTicket, request: Event) -> None:
         """The recorded call never completed: the process died while it ran."""
@@ -368,4 +449,29 @@ class ReplayEngine:
         if effect in EFFECTS and (session.dry_run or not self.confirm):
             ticket.dry_run = True
             assert effect is not None
-            session.simulated(request.seq, f"(an unconfirmed {effect.value} intent) was dry-run")
+            self._dry_run_intent(session, request.seq, effect.value)
+
+    def _dry_run_intent(self, session: Session, seq: int, effect: str) -> None:
+        """An open intent was completed in dry run: the agent acts on its simulated result,
+        so the session goes on in dry run. A crash amid concurrent calls leaves several
+        intents open: one note names every one, rewritten as each comes."""
+        self._dry_run_intents.append((seq, effect))
+        session.dry_run = True
+        which = "an open" if self.confirm else "an unconfirmed"
+        if len(self._dry_run_intents) == 1:
+            text = (
+                f"seq {seq} ({which} {effect} intent) was dry-run: the agent acts on a "
+                "simulated result, so every write and irreversible tool after it ran in dry run"
+            )
+        else:
+            listed = [f"{s} ({e})" for s, e in self._dry_run_intents]
+            text = (
+                f"the {which.split()[1]} intents at seq {', '.join(listed[:-1])} and "
+                f"{listed[-1]} were dry-run: the agent acts on simulated results, so every "
+                "write and irreversible tool after them ran in dry run"
+            )
+        if self._intents_note is None:
+            self._intents_note = len(self.matcher.notes)
+            self.matcher.notes.append(text)
+        else:
+            self.matcher.notes[self._intents_note] = text

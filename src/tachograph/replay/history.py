@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import FormatError, Unreplayable
 from ..lifecycle.purpose import reading
 from ..record.event import Event, EventType
-from ..record.jsonl import read_jsonl
+from ..record.jsonl import read_jsonl, read_jsonl_unverified
 from ..record.seal import key_secret_of
 from ..record.verify import VerifyReport, verify_events
 from ..store import Store, open_store, read_verified
@@ -86,12 +86,26 @@ class RunHistory:
         return cls.from_events(events, source=st.url, report=report)
 
     @classmethod
-    def from_jsonl(cls, path: str | os.PathLike[str], *, run_id: str | None = None) -> RunHistory:
+    def from_jsonl(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        run_id: str | None = None,
+        allow_unverified: bool = False,
+    ) -> RunHistory:
         """A run from an interchange file (``tacho export``); ``run_id`` picks one of
-        several runs in the file."""
-        runs = read_jsonl(path)
+        several runs in the file. A file that does not verify is refused
+        (:class:`~tachograph.errors.VerificationFailed`) unless ``allow_unverified``: then
+        the history carries the failed report, and replay labels it unverified (passed
+        ``allow_unverified`` too), as it does a stored run that does not verify."""
+        read: list[tuple[list[Event], VerifyReport | None]]
+        if allow_unverified:
+            read = list(read_jsonl_unverified(path))
+        else:
+            read = [(events, None) for events in read_jsonl(path)]
         if run_id is not None:
-            runs = [r for r in runs if r and r[0].run_id == run_id]
+            read = [(r, rep) for r, rep in read if r and r[0].run_id == run_id]
+        runs = [r for r, _rep in read]
         if not runs:
             what = f"no run {run_id!r}" if run_id is not None else "no run"
             raise FormatError(f"{Path(path)} holds {what}", path=str(path))
@@ -101,7 +115,7 @@ class RunHistory:
                 f"{Path(path)} holds {len(runs)} runs ({ids}); name one with run_id",
                 path=str(path),
             )
-        return cls.from_events(runs[0], source=str(path))
+        return cls.from_events(runs[0], source=str(path), report=read[0][1])
 
     # -- what replay needs ---------------------------------------------------------------------
 

@@ -472,11 +472,22 @@ class Matcher:
             )
         elif type_ == EventType.TOOL_REQUESTED.value:
             kind = DivergenceKind.ARGS_CHANGED
+            effect = next((c for c in changes if c.path == "$.payload.effect"), None)
+            others = [c for c in changes if c is not effect]
             text = (
                 f"Tool {name!r} was called with different arguments "
-                f"({', '.join(c.path for c in changes[:3])}). The values come from the agent's "
+                f"({', '.join(c.path for c in others[:3])}). The values come from the agent's "
                 "code or from an earlier answer: check what computes them."
+                if others
+                else ""
             )
+            if effect is not None:
+                text = (
+                    f"The declared effect of tool {name!r} changed ({effect.render()}): its "
+                    "@tachograph.tool(effect=...) is not the one recorded, and the effect "
+                    "decides how fork and resume treat the call (write and irreversible tools "
+                    "run in dry run there)." + (" " + text if text else "")
+                )
         elif type_ == EventType.MODEL_REQUEST.value:
             kind = DivergenceKind.REQUEST_CHANGED
             text = (
