@@ -472,6 +472,7 @@ def replay(
         events=len(events),
         served=engine.served + 1,  # run.started
         unverified=unverified,
+        seal=history.seal.to_dict() if history.seal is not None else None,
         erased=history.erased,
         output=output,
         error=error,
@@ -719,6 +720,7 @@ def _live_report(
         events=len(history.events),
         served=engine.served,
         unverified=unverified,
+        seal=history.seal.to_dict() if history.seal is not None else None,
         erased=history.erased,
         output=output,
         error=error,

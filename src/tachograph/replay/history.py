@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FormatError, Unreplayable
 from ..lifecycle.purpose import reading
@@ -22,6 +22,9 @@ from ..record.jsonl import read_jsonl, read_jsonl_unverified
 from ..record.seal import key_secret_of
 from ..record.verify import VerifyReport, verify_events
 from ..store import Store, open_store, read_verified
+
+if TYPE_CHECKING:
+    from ..sealing.verdict import SealVerdict
 
 __all__ = ["RunHistory"]
 
@@ -45,6 +48,9 @@ class RunHistory:
     report: VerifyReport
     source: str
     completions: Mapping[str, Event] = field(default_factory=dict, repr=False)
+    seal: SealVerdict | None = None
+    """For a stored run: its sealing verdict, as ``tacho verify RUN`` gives it (``None`` for
+    a file or events in hand, which carry no seal)."""
 
     # -- building ----------------------------------------------------------------------------
 
@@ -80,10 +86,18 @@ class RunHistory:
         st = store if isinstance(store, Store) else open_store(store, create=False)
         try:
             events, report = read_verified(reading(st, purpose), run_id, tenant=tenant)
+            seal = None
+            if events:
+                # held against its seals as ``tacho verify RUN`` holds it: a run its owner
+                # rewrote (a chain that verifies, a seal that does not) is not replayed
+                from ..sealing.verdict import seal_verdict_of
+
+                seal = seal_verdict_of(st, run_id, events[0].tenant, events=events)
         finally:
             if owned:
                 st.close()
-        return cls.from_events(events, source=st.url, report=report)
+        history = cls.from_events(events, source=st.url, report=report)
+        return replace(history, seal=seal)
 
     @classmethod
     def from_jsonl(
@@ -193,6 +207,15 @@ class RunHistory:
                 seq=0,
                 seqs=(0,),
             )
+        if self.seal is not None and not self.seal.ok:
+            if not allow_unverified:
+                raise Unreplayable(
+                    f"refusing to replay a run whose seal fails: {self.run_id}: "
+                    f"{self.seal.reason} (pass allow_unverified=True / --allow-unverified to "
+                    "replay it anyway, labelled as such)",
+                    run_id=self.run_id,
+                )
+            return True
         if self.report.ok:
             return False
         if not allow_unverified:

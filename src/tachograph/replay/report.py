@@ -161,7 +161,12 @@ class ReplayReport:
     served: int
     """How many recorded events were matched and served."""
     unverified: bool = False
-    """True when the run did not verify and the caller chose to replay it anyway."""
+    """True when the run did not verify (its chain or its seal) and the caller chose to
+    replay it anyway."""
+    seal: dict[str, Any] | None = None
+    """A stored run's sealing verdict (the ``seal`` object of ``tacho verify --json``:
+    ``status`` ``sealed``, ``unsigned``, ``unsealed`` or ``failed``, ``reason``,
+    ``sealed_seq``, ...); ``None`` for a run replayed from a file or from events in hand."""
     erased: tuple[int, ...] = ()
     output: Any = None
     error: dict[str, Any] | None = None
@@ -229,6 +234,7 @@ class ReplayReport:
             "events": self.events,
             "served": self.served,
             "unverified": self.unverified,
+            "seal": self.seal,
             "erased": list(self.erased),
             "aborted": self.aborted,
             "new_run_id": self.new_run_id,
@@ -258,8 +264,17 @@ class ReplayReport:
             where = f" at seq {self.first.seq}" if self.first else ""
             head = f"{self.mode} of {self.run_id}: DIVERGED{where} ({kind}); stopped there"
         lines = [head]
-        if self.unverified:
+        seal = self.seal or {}
+        if seal.get("status") == "failed":
+            lines.append(
+                f"  WARNING: the run's seal fails ({seal.get('reason')}); replayed anyway on "
+                "request"
+            )
+        elif self.unverified:
             lines.append("  WARNING: the run did not verify; replayed anyway on request")
+        if seal.get("status") in ("sealed", "unsigned") and seal.get("sealed_seq") is not None:
+            how = "signed checkpoint" if seal["status"] == "sealed" else "store's own seals only"
+            lines.append(f"  sealed up to seq {seal['sealed_seq']} ({how})")
         for d in self.drift:
             lines.append(f"  drift: {d.render()}")
         if self.erased:

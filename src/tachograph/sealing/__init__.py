@@ -9,7 +9,7 @@ from __future__ import annotations
 from .evidence import EvidenceReport, verify_evidence, write_evidence
 from .log import SIGNING_KEY_ENV, SealLog, TenantAudit, audit_tenant, load_signing_key, origin_for
 from .policy import DEFAULT_EVERY_EVENTS, DEFAULT_EVERY_SECONDS, SealingObserver, SealPolicy
-from .verdict import SealVerdict, run_verdict
+from .verdict import SealVerdict, run_verdict, seal_verdict_of
 from .witness import HTTPWitness, Witness, WitnessConflict, WitnessRefused, serve, witness_for
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "load_signing_key",
     "origin_for",
     "run_verdict",
+    "seal_verdict_of",
     "serve",
     "verify_evidence",
     "witness_for",

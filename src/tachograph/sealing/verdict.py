@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SealingError
+from ..errors import RunNotFound, SealingError
+from ..record.checkpoint import VerifierKey
+from ..record.event import Event
 from ..record.merkle import SealLeaf
 from ..store.base import RunInfo, SealRow, Store
 from .log import TenantAudit
 
-__all__ = ["SealVerdict", "run_verdict"]
+__all__ = ["SealVerdict", "run_verdict", "seal_verdict_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +79,46 @@ class SealVerdict:
         )
 
 
-def run_verdict(store: Store, info: RunInfo, audit: TenantAudit) -> SealVerdict:
-    """The sealing verdict of one stored run, given its tenant's :class:`TenantAudit`."""
+def seal_verdict_of(
+    store: Store,
+    run_id: str,
+    tenant: str,
+    *,
+    keys: Sequence[VerifierKey] | None = None,
+    events: Sequence[Event] | None = None,
+) -> SealVerdict:
+    """The sealing verdict of one stored run, as ``tacho verify RUN`` gives it: its tenant's
+    seal log audited against the trusted ``keys`` (default: the verifier of the signing key
+    ``TACHOGRAPH_SIGNING_KEY`` names, if any), then the run held against its seals.
+
+    ``events`` are the run's events when the caller has read them already (replay has), so
+    that the run is not read a second time. A key file that cannot be read leaves the run
+    held against the store's own seals only (``unsigned``), as no key does.
+    """
+    if keys is None:
+        from .log import load_signing_key
+
+        try:
+            key = load_signing_key()
+        except SealingError:
+            key = None
+        keys = [key.verifier] if key is not None else []
+    from .log import audit_tenant
+
+    audit = audit_tenant(store, tenant, keys=keys)
+    try:
+        info = store.run_info(run_id, tenant=tenant)
+    except RunNotFound:
+        # events with no summary: the chain check reports that; no seal can be held to it
+        return SealVerdict(run_id, tenant, status="unsealed", reason="the store lists no such run")
+    return run_verdict(store, info, audit, events=events)
+
+
+def run_verdict(
+    store: Store, info: RunInfo, audit: TenantAudit, *, events: Sequence[Event] | None = None
+) -> SealVerdict:
+    """The sealing verdict of one stored run, given its tenant's :class:`TenantAudit`
+    (``events``: the run's events, if already read)."""
     if audit.problem is not None:
         return SealVerdict(info.run_id, info.tenant, status="failed", reason=audit.problem)
     seals = store.seals_for_run(info.tenant, info.run_id)
@@ -86,7 +127,7 @@ def run_verdict(store: Store, info: RunInfo, audit: TenantAudit) -> SealVerdict:
         return SealVerdict(info.run_id, info.tenant, status="unsealed", reason=_no_seal(info))
     if audit.size is None:
         # No trusted checkpoint, but the store's own seals still show a cut or changed run.
-        verdict = _held_against(store, info, seals)
+        verdict = _held_against(store, info, seals, events)
         if verdict.status != "sealed":
             return verdict
         return SealVerdict(
@@ -105,7 +146,7 @@ def run_verdict(store: Store, info: RunInfo, audit: TenantAudit) -> SealVerdict:
             "wait for the next checkpoint"
         )
         return SealVerdict(info.run_id, info.tenant, status="unsealed", reason=reason)
-    verdict = _held_against(store, info, covered)
+    verdict = _held_against(store, info, covered, events)
     if verdict.status != "sealed":
         return verdict
     top = verdict.sealed_seq
@@ -140,7 +181,9 @@ def _unsigned(reason: str | None) -> str:
     return reason or "no trusted checkpoint"
 
 
-def _held_against(store: Store, info: RunInfo, covered: list[SealRow]) -> SealVerdict:
+def _held_against(
+    store: Store, info: RunInfo, covered: list[SealRow], events: Sequence[Event] | None = None
+) -> SealVerdict:
     """The run held against ``covered`` seals: ``failed``, or ``sealed`` with how far."""
     wanted: dict[int, list[SealLeaf]] = {}
     for row in covered:
@@ -161,7 +204,12 @@ def _held_against(store: Store, info: RunInfo, covered: list[SealRow]) -> SealVe
         wanted.setdefault(leaf.seq, []).append(leaf)
     hashes: dict[int, tuple[str, str]] = {}
     count = 0
-    for event in store.read(info.run_id, tenant=info.tenant, decode=False):
+    read: Iterable[Event] = (
+        events
+        if events is not None
+        else store.read(info.run_id, tenant=info.tenant, decode=False)
+    )
+    for event in read:
         count += 1
         if event.seq in wanted:
             hashes[event.seq] = (event.hash, event.type)
