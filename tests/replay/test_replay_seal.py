@@ -116,3 +116,21 @@ def test_tacho_replay_refuses_a_run_whose_seal_fails(
     assert data["unverified"] is True
     assert data["kind"] == "simulation"
     assert data["seal"]["status"] == "failed"
+
+
+def test_tacho_show_says_when_a_runs_seal_fails(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    result = tg.record_run(_agent(), 2, store=db)
+    runner = CliRunner()
+    args = ["--store", str(db), "show", result.run_id]
+    healthy = runner.invoke(main, args)
+    assert healthy.exit_code == 0, healthy.output
+    assert "sealed up to seq 5 (store's own seals only)" in healthy.output
+    assert json.loads(runner.invoke(main, [*args, "--json"]).output)["seal"]["final"] is True
+    _cut_last_event(db, result.run_id)
+    shown = runner.invoke(main, args)
+    assert "TAMPERED" not in shown.output  # the chain alone cannot show the cut
+    assert "SEAL FAILED: the run stops at seq 4, before the sealed seq 5" in shown.output
+    data = json.loads(runner.invoke(main, [*args, "--json"]).output)
+    assert data["verification"]["status"] == "verified"
+    assert data["seal"]["status"] == "failed"

@@ -230,8 +230,14 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
         store = scoped_store(raw, purpose)
         info = resolve_run(store, run_id, tenant=tenant)
         events = store.events(info.run_id, tenant=info.tenant)
-        # What is shown must say when it cannot be trusted: verify what was read.
+        # What is shown must say when it cannot be trusted: verify what was read, and hold
+        # it against its seals (a run its owner cut or changed after sealing verifies alone).
         report = verify_stored(raw, info.run_id, tenant=info.tenant)
+        seal = None
+        if events:
+            from ..sealing.verdict import seal_verdict_of
+
+            seal = seal_verdict_of(raw, info.run_id, info.tenant, events=events)
     tampered = frozenset(f.seq for f in report.failures)
     if as_json:
         rows = []
@@ -247,6 +253,7 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
                 "run": info.to_dict(),
                 "events": rows,
                 "verification": report.to_dict(),
+                "seal": seal.to_dict() if seal is not None else None,
                 "unvouched": _unvouched(events),
             }
         )
@@ -255,6 +262,11 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
     run_header(out, info, events[0] if events else None)
     if not report.ok:
         out.line(f"  TAMPERED: {report.render()}", style="bold red")
+    if seal is not None and not seal.ok:
+        out.line(f"  SEAL FAILED: {seal.reason}", style="bold red")
+    elif seal is not None and seal.sealed_seq is not None:
+        how = "signed checkpoint" if seal.status == "sealed" else "store's own seals only"
+        out.line(f"  sealed up to seq {seal.sealed_seq} ({how})", style="dim")
     unvouched = _unvouched(events)
     if unvouched:
         out.line(unvouched_line(unvouched), style="bold yellow")
