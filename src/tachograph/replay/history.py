@@ -207,6 +207,20 @@ class RunHistory:
                 seq=0,
                 seqs=(0,),
             )
+        # the chain first: its report names the first broken event, the more precise
+        # diagnosis; a chain that verifies is then held against its seals (an owner's rewrite)
+        if not self.report.ok:
+            if not allow_unverified:
+                first_failure = self.report.first_failure
+                raise Unreplayable(
+                    f"refusing to replay a run that does not verify: {self.report.render()} "
+                    "(pass allow_unverified=True / --allow-unverified to replay it anyway, "
+                    "labelled as such)",
+                    run_id=self.report.run_id,
+                    seq=first_failure.seq if first_failure else None,
+                    report=self.report,
+                )
+            return True
         if self.seal is not None and not self.seal.ok:
             if not allow_unverified:
                 raise Unreplayable(
@@ -216,16 +230,4 @@ class RunHistory:
                     run_id=self.run_id,
                 )
             return True
-        if self.report.ok:
-            return False
-        if not allow_unverified:
-            first_failure = self.report.first_failure
-            raise Unreplayable(
-                f"refusing to replay a run that does not verify: {self.report.render()} "
-                "(pass allow_unverified=True / --allow-unverified to replay it anyway, labelled "
-                "as such)",
-                run_id=self.report.run_id,
-                seq=first_failure.seq if first_failure else None,
-                report=self.report,
-            )
-        return True
+        return False
