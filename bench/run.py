@@ -95,6 +95,12 @@ def postgres_available() -> bool:
     return find_bindir() is not None
 
 
+def _compiled_scan() -> bool:
+    from tachograph.record import canonical
+
+    return canonical.COMPILED
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     info: dict[str, Any] = {
@@ -103,6 +109,8 @@ def machine() -> dict[str, Any]:
         "python": f"{sys.implementation.name} {platform.python_version()}",
         "platform": platform.platform(terse=True),
         "sqlite": sqlite3.sqlite_version,
+        # the C profile scan of the canonical encoder (hatch_build.py), or the Python walk
+        "compiled_scan": _compiled_scan(),
     }
     if hasattr(os, "getloadavg"):
         # a shared machine: how busy it was is part of the figures' context
@@ -265,6 +273,7 @@ def run_suite(
         print(
             f"\n{sum(f.passed for f in figures)}/{len(figures)} figures meet every target; "
             f"{document['seconds']}s on {m.get('cpus')} CPUs, {m.get('python')}, "
+            f"compiled scan {'on' if m.get('compiled_scan') else 'off'}, "
             f"{m.get('date_utc')}, load average {m.get('load_average')} -> {load_at_end}",
             file=out,
         )

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tachograph.errors import ProfileError, TachographError
+from tachograph.record import canonical as canonical_module
 from tachograph.record.canonical import (
     MAX_DEPTH,
     MAX_SAFE_INTEGER,
@@ -30,7 +31,19 @@ from tachograph.record.canonical import (
     es6_number,
     loads,
     loads_strict,
+    use_compiled,
 )
+
+
+@pytest.fixture(scope="module", autouse=True, params=["compiled", "python"])
+def scan_mode(request: pytest.FixtureRequest) -> Any:
+    """Every test of this module runs twice: with the compiled scan (``jcs_scan.c``) and with
+    the Python walk it replaces; both must give the same bytes and the same refusals."""
+    if request.param == "compiled" and not canonical_module.COMPILED:
+        pytest.skip("the compiled scan is not built here (no C compiler at install)")
+    assert use_compiled(request.param == "compiled") is (request.param == "compiled")
+    yield request.param
+    use_compiled(True)
 
 # -- the reference vectors ---------------------------------------------------------------------
 
@@ -469,3 +482,111 @@ def test_canonical_of_the_common_float_payload() -> None:
     ):
         _canonical_of_parsed(tricked)
         assert canonical(tricked) == rfc8785.dumps(tricked)
+
+
+# -- the compiled scan against the Python walk ---------------------------------------------------
+
+
+def _python_answer(value: Any) -> int | str:
+    try:
+        return canonical_module._scan(value, 1)
+    except (canonical_module._Reject, RecursionError):
+        return "reject"
+
+
+def _compiled_answer(value: Any) -> int | str:
+    assert canonical_module._compiled is not None
+    try:
+        return canonical_module._compiled.scan(value)
+    except ValueError:
+        return "reject"
+
+
+_odd_values = st.sampled_from(
+    [
+        (1, 2),
+        math.nan,
+        math.inf,
+        -math.inf,
+        -0.0,
+        1e16,
+        -1e16,
+        9999999999999998.0,
+        1e-5,
+        -1e-5,
+        9.9e-6,
+        2.0**53,
+        decimal.Decimal(1),
+        uuid.UUID(int=1),
+        datetime.date(2026, 1, 1),
+        b"x",
+        bytearray(b"x"),
+        {1, 2},
+        frozenset(),
+        object(),
+        True,
+        2**80,
+    ]
+)
+_scan_values = st.recursive(
+    _scalars | _odd_values | _integral_floats,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_keys, inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=800)
+@given(_scan_values)
+def test_the_compiled_scan_answers_as_the_python_walk(value: Any) -> None:
+    if canonical_module._compiled is None:
+        pytest.skip("the compiled scan is not built here")
+    assert _compiled_answer(value) == _python_answer(value)
+
+
+def test_the_compiled_scan_refuses_subclasses_and_depth_as_the_python_walk() -> None:
+    if canonical_module._compiled is None:
+        pytest.skip("the compiled scan is not built here")
+
+    class S(str):
+        pass
+
+    class F(float):
+        pass
+
+    class D(dict):  # type: ignore[type-arg]
+        pass
+
+    class L(list):  # type: ignore[type-arg]
+        pass
+
+    for bad in ([S("x")], [F(1.0)], [D()], [L()], {"k": S("v")}, D(), L()):
+        assert _compiled_answer(bad) == _python_answer(bad) == "reject"
+    for levels, kind in ((MAX_DEPTH, "list"), (MAX_DEPTH + 1, "list"), (MAX_DEPTH + 1, "dict")):
+        nested: Any = 1.0
+        for _ in range(levels):
+            nested = [nested] if kind == "list" else {"k": nested}
+        assert _compiled_answer(nested) == _python_answer(nested)
+    deep: Any = []
+    for _ in range(100_000):  # far past the recursion limit: refused, no crash
+        deep = [deep]
+    assert _compiled_answer(deep) == "reject"
+    # counts past 32 bits of either field stay exact
+    many = [1.0] * 70_000 + [-0.0] * 3
+    assert _compiled_answer(many) == _python_answer(many) == 70_000 + 3 * (1 << 40)
+
+
+_drop_bytes = st.lists(
+    st.sampled_from([b".0", b",", b"]", b"}", b"0", b"1", b".", b'"', b"a", b".0,", b"e"]),
+    max_size=40,
+).map(b"".join)
+
+
+@settings(max_examples=800)
+@given(_drop_bytes, st.integers(0, 12))
+def test_the_compiled_drop_answers_as_the_regular_expression(data: bytes, count: int) -> None:
+    if canonical_module._compiled is None:
+        pytest.skip("the compiled scan is not built here")
+    expected = canonical_module._drop_dot_zero_py(data, count)
+    assert canonical_module._compiled.drop_dot_zero(data, count) == expected
+    found = canonical_module._DOT_ZERO_BEFORE_END.subn(b"", data)[1]
+    assert canonical_module._compiled.drop_dot_zero(data, found) is not None

@@ -31,6 +31,8 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -38,6 +40,7 @@ import orjson
 from ..errors import ProfileError
 
 __all__ = [
+    "COMPILED",
     "MAX_DEPTH",
     "MAX_SAFE_INTEGER",
     "canonical",
@@ -48,6 +51,7 @@ __all__ = [
     "loads_strict",
     "loads_untrusted",
     "nesting_depth",
+    "use_compiled",
 ]
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -106,6 +110,48 @@ def _scan(value: Any, depth: int) -> int:
             return _INTEGRAL if -1e16 < value < 1e16 else _OTHER
         return _OTHER if -1e-5 < value < 1e-5 else 0
     raise _Reject
+
+
+def _drop_dot_zero_py(data: bytes, count: int) -> bytes | None:
+    """``data`` without the ".0" before each "," "]" or "}", if there are exactly ``count``."""
+    dropped, found = _DOT_ZERO_BEFORE_END.subn(b"", data)
+    return dropped if found == count else None
+
+
+# The compiled scan (``jcs_scan.c``, built with the package where a C compiler is at hand) gives
+# the same answers as ``_scan`` and ``_drop_dot_zero_py`` at a fraction of their cost: it
+# raises ValueError where ``_scan`` raises ``_Reject``. Without it, the Python walk serves.
+_compiled: ModuleType | None
+try:
+    from . import jcs_scan as _compiled
+except ImportError:  # pragma: no cover - the fallback tests run through use_compiled(False)
+    _compiled = None
+
+COMPILED: bool = _compiled is not None
+"""Whether the compiled scan is built; it is used unless :func:`use_compiled` turned it off."""
+
+
+def _scan_py(value: Any) -> int:
+    return _scan(value, 1)
+
+
+_profile_flags: Callable[[Any], int] = _compiled.scan if _compiled else _scan_py
+_drop_dot_zero: Callable[[bytes, int], bytes | None] = (
+    _compiled.drop_dot_zero if _compiled else _drop_dot_zero_py
+)
+
+
+def use_compiled(enabled: bool) -> bool:
+    """Use the compiled scan (``True``, when it is built) or the Python walk (``False``);
+    returns whether the compiled scan is now in use. For tests and benchmarks, which hold the
+    two to the same bytes."""
+    global _profile_flags, _drop_dot_zero
+    on = enabled and _compiled is not None
+    if on and _compiled is not None:
+        _profile_flags, _drop_dot_zero = _compiled.scan, _compiled.drop_dot_zero
+    else:
+        _profile_flags, _drop_dot_zero = _scan_py, _drop_dot_zero_py
+    return on
 
 
 def _describe(value: Any) -> str:
@@ -209,10 +255,8 @@ def check_profile(value: Any, path: str = "value") -> None:
 def canonical(value: Any, path: str = "value") -> bytes:
     """Return ``JCS(value)`` as UTF-8 bytes, or raise :class:`ProfileError` naming ``path``."""
     try:
-        flags = _scan(value, 1)
-    except _Reject:
-        raise _fail(value, path) from None
-    except RecursionError:
+        flags = _profile_flags(value)
+    except (_Reject, ValueError, RecursionError):
         raise _fail(value, path) from None
     try:
         if not flags:
@@ -222,9 +266,8 @@ def canonical(value: Any, path: str = "value") -> bytes:
             # then "," "]" or "}". If the output holds exactly as many of those three-byte
             # sequences as there are such floats, none is inside a string, and dropping the
             # ".0" of each gives the JCS bytes, with no copy of the value.
-            out = orjson.dumps(value, option=_SORTED)
-            dropped, found = _DOT_ZERO_BEFORE_END.subn(b"", out)
-            out = dropped if found == flags else orjson.dumps(_rewrite(value), option=_SORTED)
+            dropped = _drop_dot_zero(orjson.dumps(value, option=_SORTED), flags)
+            out = dropped if dropped is not None else orjson.dumps(_rewrite(value), option=_SORTED)
         else:
             out = orjson.dumps(_rewrite(value), option=_SORTED)
         if not out.isascii() and (b"\xee" in out or b"\xef" in out) and _SUPPLEMENTARY.search(out):
