@@ -98,7 +98,7 @@ def postgres_available() -> bool:
 def _compiled_scan() -> bool:
     from tachograph.record import canonical
 
-    return canonical.COMPILED
+    return bool(getattr(canonical, "COMPILED", False))  # an older src (bench.ab) has none
 
 
 def machine() -> dict[str, Any]:
