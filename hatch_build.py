@@ -1,4 +1,4 @@
-"""Build hook: compiles ``src/tachograph/record/jcs_scan.c``, the compiled profile scan of the
+"""Build hook: compiles ``src/tachograph/record/native.c``, the compiled profile scan of the
 canonical encoder, into the wheel (into the source tree for an editable install).
 
 The extension is optional. Where no C compiler or no Python headers are at hand, or when
@@ -20,7 +20,7 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCE = Path("src", "tachograph", "record", "jcs_scan.c")
+SOURCE = Path("src", "tachograph", "record", "native.c")
 
 
 def _compile(source: Path, target: Path) -> str | None:
@@ -59,7 +59,7 @@ class CompiledScanHook(BuildHookInterface):  # type: ignore[misc]
             return
         suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
         source = Path(self.root, SOURCE)
-        name = "jcs_scan" + suffix
+        name = "native" + suffix
         if version == "editable":
             target = source.with_name(name)  # beside the sources the editable install runs
         else:

@@ -37,7 +37,7 @@ from tachograph.record.canonical import (
 
 @pytest.fixture(scope="module", autouse=True, params=["compiled", "python"])
 def scan_mode(request: pytest.FixtureRequest) -> Any:
-    """Every test of this module runs twice: with the compiled scan (``jcs_scan.c``) and with
+    """Every test of this module runs twice: with the compiled scan (``native.c``) and with
     the Python walk it replaces; both must give the same bytes and the same refusals."""
     if request.param == "compiled" and not canonical_module.COMPILED:
         pytest.skip("the compiled scan is not built here (no C compiler at install)")

@@ -118,12 +118,12 @@ def _drop_dot_zero_py(data: bytes, count: int) -> bytes | None:
     return dropped if found == count else None
 
 
-# The compiled scan (``jcs_scan.c``, built with the package where a C compiler is at hand) gives
+# The compiled scan (``native.c``, built with the package where a C compiler is at hand) gives
 # the same answers as ``_scan`` and ``_drop_dot_zero_py`` at a fraction of their cost: it
 # raises ValueError where ``_scan`` raises ``_Reject``. Without it, the Python walk serves.
 _compiled: ModuleType | None
 try:
-    from . import jcs_scan as _compiled
+    from . import native as _compiled
 except ImportError:  # pragma: no cover - the fallback tests run through use_compiled(False)
     _compiled = None
 

@@ -651,8 +651,10 @@ def _plainly_well_formed(e: Event) -> bool:
     return _plain_row(e) is not None
 
 
-def _row_plainly_well_formed(r: tuple[Any, ...]) -> bool:
-    """:func:`_plainly_well_formed` over a stored row (``v`` is 1 by construction)."""
+def _row_plainly_well_formed_py(r: tuple[Any, ...]) -> bool:
+    """:func:`_plainly_well_formed` over a stored row (``v`` is 1 by construction). The
+    compiled ``native.row_plain`` gives the same answers (tests/test_native_rows.py) and
+    serves instead when it is built."""
     (tenant, run_id, seq, event_id, ts, kind, actor, trace, span, key, model, seed, digest,
      prev, stored, body, salt) = r  # fmt: skip
     if not (
@@ -690,6 +692,16 @@ def _row_plainly_well_formed(r: tuple[Any, ...]) -> bool:
         and (seed is None or (type(seed) is int and -MAX_SAFE_INTEGER <= seed <= MAX_SAFE_INTEGER))
         and (type(body) is bytes or body is None)
     )
+
+
+try:
+    from .native import row_plain as _row_plain_compiled
+except ImportError:  # pragma: no cover - built where a C compiler is at hand
+    _row_plain_compiled = None
+
+_row_plainly_well_formed: Callable[[tuple[Any, ...]], bool] = (
+    _row_plain_compiled or _row_plainly_well_formed_py
+)
 
 
 def _check_event_format(event: Event) -> str | None:

@@ -1,0 +1,9 @@
+"""Compiled helpers of ``tachograph.record`` (``native.c``): the answers of
+``canonical._scan``, of the ``.0`` drop and of ``verify._row_plainly_well_formed``, at a
+fraction of their cost."""
+
+from typing import Any
+
+def scan(value: Any, /) -> int: ...
+def drop_dot_zero(data: bytes, count: int, /) -> bytes | None: ...
+def row_plain(row: tuple[Any, ...], /) -> bool: ...

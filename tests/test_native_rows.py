@@ -1,0 +1,161 @@
+"""The compiled format check of a stored row (``native.row_plain``) against the Python one it
+replaces (``verify._row_plainly_well_formed_py``): the same answer for every row, well formed
+or broken in any one field, and verification gives the same reports with either."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tachograph.record import verify
+from tachograph.record.rows import StoredRow
+
+native = pytest.importorskip(
+    "tachograph.record.native", reason="the compiled helpers are not built here"
+)
+
+GOOD: tuple[Any, ...] = (
+    "default",
+    "run-1:a.b_c",
+    0,
+    "01KBEXAMPE" + "0" * 14 + "AZ",
+    "2026-12-03T08:00:00.123456Z",
+    "tool.requested",
+    "agent",
+    "0af7651916cd43dd8448eb211c80319c",
+    "b7ad6b7169203331",
+    "run-1:tool:0123",
+    "claude-sonnet-4-5",
+    42,
+    "sha256:" + "ab" * 32,
+    None,
+    "sha256:" + "cd" * 32,
+    b'{"x":1}',
+    "0f" * 16,
+)
+assert len(GOOD) == len(StoredRow._fields) == 17
+
+
+def _same(row: tuple[Any, ...]) -> bool:
+    python = verify._row_plainly_well_formed_py(row)
+    assert native.row_plain(row) is python, row
+    return python
+
+
+def test_a_well_formed_row_and_its_optional_fields() -> None:
+    assert _same(GOOD)
+    for index in (7, 8, 9, 10, 11, 13, 15, 16):  # every field that may be null
+        row = list(GOOD)
+        row[index] = None
+        assert _same(tuple(row))
+    assert _same(("t", *GOOD[1:]))
+    assert _same((*GOOD[:5], "handoff", *GOOD[6:]))
+    assert _same((*GOOD[:5], "decision", *GOOD[6:]))
+
+
+# Values that break a field or come close: wrong types, subclasses, lengths, characters,
+# non-ASCII look-alikes, the boundaries of the integer ranges.
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+_ODD: list[Any] = [
+    None,
+    "",
+    "~",
+    "\n",
+    "a\nb",
+    "é",
+    "\uff21",  # fullwidth A
+    "\uff10",  # fullwidth 0
+    "x" * 64,
+    "x" * 65,
+    "x" * 128,
+    "x" * 129,
+    _Str("default"),
+    b"default",
+    0,
+    -1,
+    True,
+    _Int(1),
+    1.0,
+    2**53 - 1,
+    2**53,
+    -(2**53) + 1,
+    -(2**53),
+    2**70,
+    "0" * 32,
+    "0" * 16,
+    "0" * 31 + "1",
+    "0" * 15 + "1",
+    "A" * 32,
+    "sha256:" + "AB" * 32,
+    "sha256:" + "ab" * 31,
+    "sha256:" + "ab" * 32 + "\n",
+    "sha257:" + "ab" * 32,
+    "01KBEXAMPE" + "0" * 14 + "AI",
+    "01KBEXAMPE" + "0" * 14 + "AL",
+    "01KBEXAMPE" + "0" * 14 + "AO",
+    "01KBEXAMPE" + "0" * 14 + "AU",
+    "01KBEXAMPE" + "0" * 15 + "A",
+    "01kbexampe" + "0" * 14 + "az",
+    "2026-12-03T08:00:00.123456",
+    "2026-12-03 08:00:00.123456Z",
+    "2026-12-03T08:00:00.12345Z",
+    "tool",
+    "tool.",
+    ".tool",
+    "tool..x",
+    "Tool.x",
+    "tool.X",
+    "t1.x_2.y",
+    "tool.1x",
+    "handoffs",
+    "decision.made",
+    "a:b",
+    "a/b",
+    "a b",
+    bytearray(b"{}"),
+    memoryview(b"{}"),
+]
+
+
+@settings(max_examples=1500)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 16), st.sampled_from(_ODD) | st.text(max_size=40)),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_the_compiled_check_answers_as_the_python_one(changes: list[tuple[int, Any]]) -> None:
+    row = list(GOOD)
+    for index, value in changes:
+        row[index] = value
+    _same(tuple(row))
+
+
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.ABZ:-~é\n", max_size=30))
+def test_identifier_and_type_fields_on_generated_text(text: str) -> None:
+    for index in (0, 1, 3, 5, 6):
+        row = list(GOOD)
+        row[index] = text
+        _same(tuple(row))
+
+
+def test_the_verifier_uses_the_compiled_check_when_built() -> None:
+    assert verify._row_plainly_well_formed is native.row_plain
+
+
+def test_a_row_that_is_not_a_17_tuple_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        native.row_plain(GOOD[:16])
+    with pytest.raises(TypeError):
+        native.row_plain(list(GOOD))
