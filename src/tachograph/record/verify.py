@@ -694,14 +694,11 @@ def _row_plainly_well_formed_py(r: tuple[Any, ...]) -> bool:
     )
 
 
+_row_plainly_well_formed: Callable[[tuple[Any, ...]], bool]
 try:
-    from .native import row_plain as _row_plain_compiled
+    from .native import row_plain as _row_plainly_well_formed
 except ImportError:  # pragma: no cover - built where a C compiler is at hand
-    _row_plain_compiled = None
-
-_row_plainly_well_formed: Callable[[tuple[Any, ...]], bool] = (
-    _row_plain_compiled or _row_plainly_well_formed_py
-)
+    _row_plainly_well_formed = _row_plainly_well_formed_py
 
 
 def _check_event_format(event: Event) -> str | None:
