@@ -12,6 +12,7 @@ import hashlib
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -20,6 +21,12 @@ import orjson
 from ..errors import EventError
 from .canonical import canonical
 from .entropy import random_bytes
+
+_native_envelope: Callable[..., bytes | None] | None
+try:
+    from .native import envelope as _native_envelope
+except ImportError:  # pragma: no cover - built where a C compiler is at hand
+    _native_envelope = None
 
 __all__ = [
     "ENVELOPE_KEYS",
@@ -299,8 +306,31 @@ def envelope_bytes(
 ) -> bytes:
     """``JCS(envelope)``. Keys are inserted in JCS order, so no sorting is needed.
 
-    Every value is a string, an integer or null, whose orjson form is its JCS form.
+    Every value is a string, an integer or null, whose orjson form is its JCS form. The
+    compiled ``native.envelope`` writes the same bytes without the dict, where it is built;
+    a value it does not handle (another type, an integer beyond 2^53, a lone surrogate) is
+    left to orjson, which gives the bytes or the refusal.
     """
+    if _native_envelope is not None:
+        out = _native_envelope(
+            v,
+            tenant,
+            run_id,
+            seq,
+            event_id,
+            ts,
+            type,
+            actor,
+            trace_id,
+            span_id,
+            idempotency_key,
+            model,
+            seed,
+            payload_digest,
+            prev_hash,
+        )
+        if out is not None:
+            return out
     return orjson.dumps(
         {
             "actor": actor,

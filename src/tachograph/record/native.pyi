@@ -1,9 +1,27 @@
 """Compiled helpers of ``tachograph.record`` (``native.c``): the answers of
-``canonical._scan``, of the ``.0`` drop and of ``verify._row_plainly_well_formed``, at a
-fraction of their cost."""
+``canonical._scan``, of the ``.0`` drop, of ``verify._row_plainly_well_formed`` and of
+``event.envelope_bytes``, at a fraction of their cost."""
 
 from typing import Any
 
 def scan(value: Any, /) -> int: ...
 def drop_dot_zero(data: bytes, count: int, /) -> bytes | None: ...
 def row_plain(row: tuple[Any, ...], /) -> bool: ...
+def envelope(
+    v: Any,
+    tenant: Any,
+    run_id: Any,
+    seq: Any,
+    event_id: Any,
+    ts: Any,
+    type: Any,
+    actor: Any,
+    trace_id: Any,
+    span_id: Any,
+    idempotency_key: Any,
+    model: Any,
+    seed: Any,
+    payload_digest: Any,
+    prev_hash: Any,
+    /,
+) -> bytes | None: ...

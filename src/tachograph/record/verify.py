@@ -653,7 +653,7 @@ def _plainly_well_formed(e: Event) -> bool:
 
 def _row_plainly_well_formed_py(r: tuple[Any, ...]) -> bool:
     """:func:`_plainly_well_formed` over a stored row (``v`` is 1 by construction). The
-    compiled ``native.row_plain`` gives the same answers (tests/test_native_rows.py) and
+    compiled ``native.row_plain`` gives the same answers (tests/test_native.py) and
     serves instead when it is built."""
     (tenant, run_id, seq, event_id, ts, kind, actor, trace, span, key, model, seed, digest,
      prev, stored, body, salt) = r  # fmt: skip

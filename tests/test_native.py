@@ -159,3 +159,86 @@ def test_a_row_that_is_not_a_17_tuple_is_a_type_error() -> None:
         native.row_plain(GOOD[:16])
     with pytest.raises(TypeError):
         native.row_plain(list(GOOD))
+
+
+# -- the envelope's bytes ------------------------------------------------------------------------
+
+_ENVELOPE_KEYS = (
+    "v",
+    "tenant",
+    "run_id",
+    "seq",
+    "event_id",
+    "ts",
+    "type",
+    "actor",
+    "trace_id",
+    "span_id",
+    "idempotency_key",
+    "model",
+    "seed",
+    "payload_digest",
+    "prev_hash",
+)
+_ENVELOPE: tuple[Any, ...] = (1, *GOOD[:12], GOOD[12], GOOD[13])
+
+
+def _orjson_envelope(values: tuple[Any, ...]) -> bytes | str:
+    import orjson
+
+    try:
+        return orjson.dumps(
+            dict(sorted(zip(_ENVELOPE_KEYS, values, strict=True))), option=orjson.OPT_STRICT_INTEGER
+        )
+    except (orjson.JSONEncodeError, TypeError):
+        return "refused"
+
+
+def _via_envelope_bytes(values: tuple[Any, ...]) -> bytes | str:
+    import orjson
+
+    from tachograph.record.event import envelope_bytes
+
+    try:
+        return envelope_bytes(*values)
+    except (orjson.JSONEncodeError, TypeError):
+        return "refused"
+
+
+_envelope_values = (
+    st.none()
+    | st.text()
+    | st.integers(-(2**63), 2**63)
+    | st.sampled_from(_ODD)
+    | st.floats(allow_nan=False)
+    | st.text(st.characters(codec="utf-8") | st.sampled_from(["\ud800", "\udfff"]), max_size=8)
+)
+
+
+@settings(max_examples=1500)
+@given(st.lists(st.tuples(st.integers(0, 14), _envelope_values), max_size=4))
+def test_the_compiled_envelope_writes_orjsons_bytes(changes: list[tuple[int, Any]]) -> None:
+    values = list(_ENVELOPE)
+    for index, value in changes:
+        values[index] = value
+    row = tuple(values)
+    expected = _orjson_envelope(row)
+    compiled = native.envelope(*row)
+    if compiled is not None:  # a value it leaves to orjson: None
+        assert compiled == expected
+    assert _via_envelope_bytes(row) == expected
+
+
+def test_the_compiled_envelope_escapes_as_orjson_does() -> None:
+    every_control = "".join(chr(i) for i in range(0x20)) + '\x7f"\\é\u2028\U0001f600'
+    values = list(_ENVELOPE)
+    values[10] = every_control
+    values[11] = "x" * 5000  # past the compiled writer's first buffer
+    row = tuple(values)
+    assert native.envelope(*row) == _orjson_envelope(row)
+    for refused in (2**53, -(2**53), True, 1.0, "\ud800"):
+        values = list(_ENVELOPE)
+        values[12] = refused
+        assert native.envelope(*values) is None
+    with pytest.raises(TypeError):
+        native.envelope(*_ENVELOPE[:14])
