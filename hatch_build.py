@@ -1,9 +1,10 @@
-"""Build hook: compiles ``src/tachograph/record/native.c``, the compiled profile scan of the
-canonical encoder, into the wheel (into the source tree for an editable install).
+"""Build hook: compiles ``src/tachograph/record/native.c`` (the hot-path helpers of
+``tachograph.record``: the canonical encoder's profile scan, the stored-row format check, the
+envelope's bytes) into the wheel, or into the source tree for an editable install.
 
 The extension is optional. Where no C compiler or no Python headers are at hand, or when
 ``TACHOGRAPH_PURE_PYTHON=1`` is set, the build says why on stderr and the package falls back to
-the same scan in Python (byte-identical output, slower): an install never fails for want of it.
+the same code in Python (the same bytes, slower): an install never fails for want of it.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ or broken in any one field, and verification gives the same reports with either.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -150,8 +153,29 @@ def test_identifier_and_type_fields_on_generated_text(text: str) -> None:
         _same(tuple(row))
 
 
-def test_the_verifier_uses_the_compiled_check_when_built() -> None:
-    assert verify._row_plainly_well_formed is native.row_plain
+def test_the_verifier_uses_the_compiled_check_unless_told_not_to() -> None:
+    from tachograph.record import compiled, event
+
+    if compiled.NATIVE is None:  # TACHOGRAPH_PURE_PYTHON is set
+        assert verify._row_plainly_well_formed is verify._row_plainly_well_formed_py
+        assert event._native_envelope is None
+    else:
+        assert verify._row_plainly_well_formed is native.row_plain
+        assert event._native_envelope is native.envelope
+
+
+def test_the_pure_python_switch_is_read_at_import() -> None:
+    probe = (
+        "from tachograph.record import canonical, compiled, event, verify;"
+        "print(compiled.NATIVE is None, canonical.COMPILED, event._native_envelope is None,"
+        " verify._row_plainly_well_formed is verify._row_plainly_well_formed_py)"
+    )
+    for value, expected in (("1", "True False True True"), ("0", "False True False False")):
+        env = dict(os.environ, TACHOGRAPH_PURE_PYTHON=value)
+        done = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+        )
+        assert done.stdout.strip() == expected
 
 
 def test_a_row_that_is_not_a_17_tuple_is_a_type_error() -> None:

@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 
 from ..errors import ProfileError
+from .compiled import NATIVE
 
 __all__ = [
     "COMPILED",
@@ -118,17 +119,15 @@ def _drop_dot_zero_py(data: bytes, count: int) -> bytes | None:
     return dropped if found == count else None
 
 
-# The compiled scan (``native.c``, built with the package where a C compiler is at hand) gives
-# the same answers as ``_scan`` and ``_drop_dot_zero_py`` at a fraction of their cost: it
-# raises ValueError where ``_scan`` raises ``_Reject``. Without it, the Python walk serves.
-_compiled: ModuleType | None
-try:
-    from . import native as _compiled
-except ImportError:  # pragma: no cover - the fallback tests run through use_compiled(False)
-    _compiled = None
+# The compiled scan (``native.c``, built with the package where a C compiler is at hand, see
+# ``compiled.py``) gives the same answers as ``_scan`` and ``_drop_dot_zero_py`` at a fraction
+# of their cost: it raises ValueError where ``_scan`` raises ``_Reject``. Without it, the
+# Python walk serves.
+_compiled: ModuleType | None = NATIVE
 
 COMPILED: bool = _compiled is not None
-"""Whether the compiled scan is built; it is used unless :func:`use_compiled` turned it off."""
+"""Whether the compiled scan is built and wanted (``TACHOGRAPH_PURE_PYTHON`` unset); it is
+used unless :func:`use_compiled` turned it off."""
 
 
 def _scan_py(value: Any) -> int:

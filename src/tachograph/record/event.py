@@ -20,13 +20,12 @@ import orjson
 
 from ..errors import EventError
 from .canonical import canonical
+from .compiled import NATIVE
 from .entropy import random_bytes
 
-_native_envelope: Callable[..., bytes | None] | None
-try:
-    from .native import envelope as _native_envelope
-except ImportError:  # pragma: no cover - built where a C compiler is at hand
-    _native_envelope = None
+_native_envelope: Callable[..., bytes | None] | None = (
+    NATIVE.envelope if NATIVE is not None else None
+)
 
 __all__ = [
     "ENVELOPE_KEYS",

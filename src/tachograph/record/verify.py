@@ -29,6 +29,7 @@ from .canonical import (
     loads,
     loads_strict,
 )
+from .compiled import NATIVE
 from .event import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, EventType, envelope_bytes
 from .rows import RunSummary, StoredRow
 
@@ -694,11 +695,9 @@ def _row_plainly_well_formed_py(r: tuple[Any, ...]) -> bool:
     )
 
 
-_row_plainly_well_formed: Callable[[tuple[Any, ...]], bool]
-try:
-    from .native import row_plain as _row_plainly_well_formed
-except ImportError:  # pragma: no cover - built where a C compiler is at hand
-    _row_plainly_well_formed = _row_plainly_well_formed_py
+_row_plainly_well_formed: Callable[[tuple[Any, ...]], bool] = (
+    NATIVE.row_plain if NATIVE is not None else _row_plainly_well_formed_py
+)
 
 
 def _check_event_format(event: Event) -> str | None:
