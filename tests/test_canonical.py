@@ -590,3 +590,14 @@ def test_the_compiled_drop_answers_as_the_regular_expression(data: bytes, count:
     assert canonical_module._compiled.drop_dot_zero(data, count) == expected
     found = canonical_module._DOT_ZERO_BEFORE_END.subn(b"", data)[1]
     assert canonical_module._compiled.drop_dot_zero(data, found) is not None
+
+
+def test_the_compiled_count_of_other_floats_does_not_wrap_around() -> None:
+    """2^24 floats of the 'other' kind would carry the compiled count past 64 bits, to 0: it
+    stops counting instead, and still says 'other floats here'."""
+    if canonical_module._compiled is None:
+        pytest.skip("the compiled scan is not in use (not built, or TACHOGRAPH_PURE_PYTHON set)")
+    many = [1e-7] * (2**24 + 3)
+    flags = canonical_module._compiled.scan(many)
+    assert flags >= 1 << 40
+    assert canonical_module._compiled.scan([*many, 1.0]) == flags + 1

@@ -81,16 +81,22 @@ scan_value(PyObject *value, int depth, unsigned long long *flags)
         if (!isfinite(v)) {
             return -1;
         }
+        unsigned long long add = 0;
         if (floor(v) == v) {
             if (v == 0.0) {
-                *flags += signbit(v) ? OTHER : INTEGRAL;
+                add = signbit(v) ? OTHER : INTEGRAL;
             }
             else {
-                *flags += (v > -1e16 && v < 1e16) ? INTEGRAL : OTHER;
+                add = (v > -1e16 && v < 1e16) ? INTEGRAL : OTHER;
             }
         }
         else if (v > -1e-5 && v < 1e-5) {
-            *flags += OTHER;
+            add = OTHER;
+        }
+        /* The count of other floats only needs to be nonzero: past 2^23 of them it stops
+         * (where the Python count, unbounded, goes on) instead of wrapping around to 0. */
+        if (add != OTHER || *flags < (1ULL << 63)) {
+            *flags += add;
         }
         return 0;
     }
@@ -178,7 +184,16 @@ drop_dot_zero(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static const char *
 ascii_of(PyObject *value, Py_ssize_t *size)
 {
-    if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) {
+    if (!PyUnicode_CheckExact(value)) {
+        return NULL;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(value) < 0) { /* a legacy string of the old C API */
+        PyErr_Clear();
+        return NULL;
+    }
+#endif
+    if (!PyUnicode_IS_ASCII(value)) {
         return NULL;
     }
     *size = PyUnicode_GET_LENGTH(value);
