@@ -266,3 +266,57 @@ def test_the_compiled_envelope_escapes_as_orjson_does() -> None:
         assert native.envelope(*values) is None
     with pytest.raises(TypeError):
         native.envelope(*_ENVELOPE[:14])
+
+
+# -- events --------------------------------------------------------------------------------------
+
+
+def test_the_compiled_event_is_the_dataclass_constructor() -> None:
+    import dataclasses
+    import gc
+
+    from tachograph.record import compiled, event
+
+    if compiled.NATIVE is None:
+        assert event.stored_event is event._stored_event_py
+        return
+    assert event.stored_event is native.event
+    values: list[Any] = [1, *GOOD[:12], GOOD[12], GOOD[13], GOOD[14], {"a": [1]}, GOOD[16]]
+    values.append(GOOD[15])
+    built, reference = native.event(*values), event.Event(*values)
+    assert type(built) is event.Event
+    names = [f.name for f in dataclasses.fields(event.Event)]
+    assert [getattr(built, n) for n in names] == [getattr(reference, n) for n in names]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.seq = 2
+    # no reference gained or lost per field, and a cycle through the payload is collected
+    marker = object()
+    values[16] = marker
+    before = sys.getrefcount(marker)
+    for _ in range(200):
+        native.event(*values)
+    assert sys.getrefcount(marker) == before
+    cyclic: dict[str, Any] = {}
+    values[16] = cyclic
+    cyclic["event"] = native.event(*values)
+    assert gc.is_tracked(cyclic["event"])
+    del cyclic
+    assert gc.collect() > 0
+    with pytest.raises(TypeError):
+        native.event(*values[:17])
+
+
+def test_binding_the_compiled_event_to_a_class_without_those_slots_is_refused() -> None:
+    class Plain:
+        pass
+
+    class Slotted:
+        __slots__ = ("a",)
+
+    names = tuple(f"f{i}" for i in range(19))
+    with pytest.raises(TypeError):
+        native.bind_event(Plain, names)
+    with pytest.raises((TypeError, AttributeError)):
+        native.bind_event(Slotted, names)
+    with pytest.raises(TypeError):
+        native.bind_event(Slotted, ("a",))

@@ -13,7 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 import orjson
@@ -442,7 +442,7 @@ class _EventDraft:
     __slots__ = Event.__slots__
 
 
-def stored_event(
+def _stored_event_py(
     v: int,
     tenant: str,
     run_id: str,
@@ -497,6 +497,16 @@ def stored_event(
     e.payload_bytes = payload_bytes
     e.__class__ = _cls
     return e  # type: ignore[no-any-return]
+
+
+stored_event: Callable[..., Event] = _stored_event_py
+"""``Event(...)`` with the same 19 arguments in order (``payload_bytes`` may be left out), for
+the hot paths that build events by the million: see :func:`_stored_event_py`. Where the
+compiled helpers serve, ``native.event`` writes the 19 slots directly (about 0.15 us against
+0.6 us); a test holds both to the dataclass constructor field for field."""
+if NATIVE is not None:
+    NATIVE.bind_event(Event, tuple(f.name for f in fields(Event)))
+    stored_event = NATIVE.event
 
 
 def new_event(

@@ -18,6 +18,11 @@
  * exact int within +-(2^53 - 1) or None, and None otherwise (the caller then asks orjson, which
  * gives the bytes or the refusal).
  *
+ * ``bind_event(cls, names)`` and ``event(*fields)``: ``event`` builds an instance of the
+ * frozen, slotted dataclass ``cls`` (``event.Event``) with its 19 fields in order, writing each
+ * slot at the offset its member descriptor names, as ``object.__setattr__`` would, without the
+ * per-field lookups (``event.stored_event``, which every store read and recorded event calls).
+ *
  * Nothing here calls back into Python, so dicts and lists cannot change while they are walked.
  * canonical.py falls back to its own walk when this module is not built; the tests hold the
  * two to the same answers over generated values.
@@ -27,6 +32,13 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#ifdef Py_T_OBJECT_EX
+#define OBJECT_EX_MEMBER Py_T_OBJECT_EX
+#else
+#include <structmember.h>
+#define OBJECT_EX_MEMBER T_OBJECT_EX
+#endif
 
 #define MAX_DEPTH 64
 #define INTEGRAL 1ULL
@@ -560,6 +572,76 @@ done:
     return result;
 }
 
+
+/* -- events (event.stored_event) ---------------------------------------------------------- */
+
+#define EVENT_FIELDS 19
+
+static PyTypeObject *event_cls = NULL;
+static Py_ssize_t event_offsets[EVENT_FIELDS];
+
+static PyObject *
+bind_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_CheckExact(args[1]) ||
+        PyTuple_GET_SIZE(args[1]) != EVENT_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "bind_event(cls, names): a class and its 19 fields");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    if (cls->tp_itemsize != 0 || cls->tp_dictoffset != 0 || cls->tp_alloc == NULL) {
+        PyErr_SetString(PyExc_TypeError, "bind_event: the class must have slots only");
+        return NULL;
+    }
+    Py_ssize_t offsets[EVENT_FIELDS];
+    for (Py_ssize_t i = 0; i < EVENT_FIELDS; i++) {
+        PyObject *name = PyTuple_GET_ITEM(args[1], i);
+        PyObject *descr = PyObject_GetAttr((PyObject *)cls, name);
+        if (descr == NULL) {
+            return NULL;
+        }
+        int ok = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                 ((PyMemberDescrObject *)descr)->d_common.d_type == cls;
+        PyMemberDef *member = ok ? ((PyMemberDescrObject *)descr)->d_member : NULL;
+        Py_DECREF(descr); /* the class holds the descriptor, and the descriptor its member */
+        if (member == NULL || member->type != OBJECT_EX_MEMBER || member->offset <= 0 ||
+            member->offset + (Py_ssize_t)sizeof(PyObject *) > cls->tp_basicsize) {
+            PyErr_Format(PyExc_TypeError, "bind_event: %R is not a slot of the class", name);
+            return NULL;
+        }
+        offsets[i] = member->offset;
+    }
+    memcpy(event_offsets, offsets, sizeof offsets);
+    Py_INCREF(cls);
+    Py_XSETREF(event_cls, cls);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+make_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (event_cls == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "event(): bind_event was not called");
+        return NULL;
+    }
+    if (nargs != EVENT_FIELDS && nargs != EVENT_FIELDS - 1) {
+        PyErr_Format(PyExc_TypeError, "event() takes the %d fields in order (the last, "
+                     "payload_bytes, may be left out: None)", EVENT_FIELDS);
+        return NULL;
+    }
+    PyObject *obj = event_cls->tp_alloc(event_cls, 0);
+    if (obj == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < EVENT_FIELDS; i++) {
+        PyObject **slot = (PyObject **)((char *)obj + event_offsets[i]);
+        PyObject *value = i < nargs ? args[i] : Py_None;
+        Py_INCREF(value);
+        Py_XSETREF(*slot, value);
+    }
+    return obj;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O, "The profile scan of canonical._scan (ValueError for _Reject)."},
     {"drop_dot_zero", (PyCFunction)(void (*)(void))drop_dot_zero, METH_FASTCALL,
@@ -568,13 +650,14 @@ static PyMethodDef methods[] = {
      "Whether a stored row certainly passes check 1 (verify._row_plainly_well_formed)."},
     {"envelope", (PyCFunction)(void (*)(void))envelope, METH_FASTCALL,
      "The envelope's JCS bytes (event.envelope_bytes), or None for a value it leaves to orjson."},
+    {"bind_event", (PyCFunction)(void (*)(void))bind_event, METH_FASTCALL,
+     "Bind event() to a slotted class and its 19 fields in order."},
+    {"event", (PyCFunction)(void (*)(void))make_event, METH_FASTCALL,
+     "An instance of the bound class with its 19 fields, in order (event.stored_event)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef_Slot slots[] = {
-#if PY_VERSION_HEX >= 0x030C0000
-    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
-#endif
     {0, NULL},
 };
 
