@@ -1,6 +1,6 @@
 """Compiled helpers of ``tachograph.record`` (``native.c``): the answers of
-``canonical._scan``, of the ``.0`` drop, of ``verify._row_plainly_well_formed`` and of
-``event.envelope_bytes``, at a fraction of their cost."""
+``canonical._scan``, of the ``.0`` drop, of ``verify._row_plainly_well_formed``, of
+``event.envelope_bytes`` and of ``event._stored_event_py``, at a fraction of their cost."""
 
 from typing import Any
 
