@@ -1,6 +1,7 @@
 """Build hook: compiles ``src/tachograph/record/native.c`` (the hot-path helpers of
 ``tachograph.record``: the canonical encoder's profile scan, the stored-row format check, the
-envelope's bytes, the construction of an event) into the wheel, or into the source tree for an editable install.
+envelope's bytes, the construction of an event) into the wheel, or into the source tree for an
+editable install.
 
 The extension is optional. Where no C compiler or no Python headers are at hand, or when
 ``TACHOGRAPH_PURE_PYTHON=1`` is set, the build says why on stderr and the package falls back to
