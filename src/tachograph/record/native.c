@@ -658,6 +658,10 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef_Slot slots[] = {
+#if PY_VERSION_HEX >= 0x030C0000
+    /* one bound event class per process (bind_event): not for several interpreters */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
     {0, NULL},
 };
 
