@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tachograph.record import verify
+from tachograph.record.event import ENVELOPE_KEYS
 from tachograph.record.rows import StoredRow
 
 native = pytest.importorskip(
@@ -187,23 +188,6 @@ def test_a_row_that_is_not_a_17_tuple_is_a_type_error() -> None:
 
 # -- the envelope's bytes ------------------------------------------------------------------------
 
-_ENVELOPE_KEYS = (
-    "v",
-    "tenant",
-    "run_id",
-    "seq",
-    "event_id",
-    "ts",
-    "type",
-    "actor",
-    "trace_id",
-    "span_id",
-    "idempotency_key",
-    "model",
-    "seed",
-    "payload_digest",
-    "prev_hash",
-)
 _ENVELOPE: tuple[Any, ...] = (1, *GOOD[:12], GOOD[12], GOOD[13])
 
 
@@ -212,7 +196,7 @@ def _orjson_envelope(values: tuple[Any, ...]) -> bytes | str:
 
     try:
         return orjson.dumps(
-            dict(sorted(zip(_ENVELOPE_KEYS, values, strict=True))), option=orjson.OPT_STRICT_INTEGER
+            dict(sorted(zip(ENVELOPE_KEYS, values, strict=True))), option=orjson.OPT_STRICT_INTEGER
         )
     except (orjson.JSONEncodeError, TypeError):
         return "refused"
