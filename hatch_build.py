@@ -50,14 +50,14 @@ def _compile(source: Path, target: Path) -> str | None:
     return None
 
 
-class CompiledScanHook(BuildHookInterface):  # type: ignore[misc]
+class CompiledHelpersHook(BuildHookInterface):  # type: ignore[misc]
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if self.target_name != "wheel":
             return
         if os.environ.get("TACHOGRAPH_PURE_PYTHON", "") not in ("", "0"):
-            print("tachograph: TACHOGRAPH_PURE_PYTHON is set: no compiled scan", file=sys.stderr)
+            print("tachograph: TACHOGRAPH_PURE_PYTHON is set: nothing compiled", file=sys.stderr)
             return
         suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
         source = Path(self.root, SOURCE)
@@ -69,8 +69,8 @@ class CompiledScanHook(BuildHookInterface):  # type: ignore[misc]
         problem = _compile(source, target)
         if problem is not None:
             print(
-                f"tachograph: the compiled scan was not built ({problem}); the Python scan "
-                "serves instead (same bytes, slower)",
+                f"tachograph: the compiled helpers were not built ({problem}); their Python "
+                "twins serve instead (same bytes, slower)",
                 file=sys.stderr,
             )
             return

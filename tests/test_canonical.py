@@ -546,20 +546,15 @@ def test_the_compiled_scan_answers_as_the_python_walk(value: Any) -> None:
 def test_the_compiled_scan_refuses_subclasses_and_depth_as_the_python_walk() -> None:
     if canonical_module._compiled is None:
         pytest.skip("the compiled scan is not in use (not built, or TACHOGRAPH_PURE_PYTHON set)")
-
-    class S(str):
-        pass
-
-    class F(float):
-        pass
-
-    class D(dict):  # type: ignore[type-arg]
-        pass
-
-    class L(list):  # type: ignore[type-arg]
-        pass
-
-    for bad in ([S("x")], [F(1.0)], [D()], [L()], {"k": S("v")}, D(), L()):
+    for bad in (
+        [_Text("x")],
+        [_Ratio(1.0)],
+        [_Mapping()],
+        [_Items()],
+        {"k": _Text("v")},
+        _Mapping(),
+        _Items(),
+    ):
         assert _compiled_answer(bad) == _python_answer(bad) == "reject"
     for levels, kind in ((MAX_DEPTH, "list"), (MAX_DEPTH + 1, "list"), (MAX_DEPTH + 1, "dict")):
         nested: Any = 1.0

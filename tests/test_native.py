@@ -188,7 +188,7 @@ def test_a_row_that_is_not_a_17_tuple_is_a_type_error() -> None:
 
 # -- the envelope's bytes ------------------------------------------------------------------------
 
-_ENVELOPE: tuple[Any, ...] = (1, *GOOD[:12], GOOD[12], GOOD[13])
+_ENVELOPE: tuple[Any, ...] = (1, *GOOD[:14])  # v, then the row up to prev_hash
 
 
 def _orjson_envelope(values: tuple[Any, ...]) -> bytes | str:

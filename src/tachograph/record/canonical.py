@@ -28,6 +28,7 @@ package over generated values.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -130,8 +131,7 @@ COMPILED: bool = _compiled is not None
 used unless :func:`use_compiled` turned it off."""
 
 
-def _scan_py(value: Any) -> int:
-    return _scan(value, 1)
+_scan_py: Callable[[Any], int] = functools.partial(_scan, depth=1)
 
 
 _profile_flags: Callable[[Any], int] = _compiled.scan if _compiled else _scan_py
@@ -145,12 +145,11 @@ def use_compiled(enabled: bool) -> bool:
     returns whether the compiled scan is now in use. For tests and benchmarks, which hold the
     two to the same bytes."""
     global _profile_flags, _drop_dot_zero
-    on = enabled and _compiled is not None
-    if on and _compiled is not None:
+    if enabled and _compiled is not None:
         _profile_flags, _drop_dot_zero = _compiled.scan, _compiled.drop_dot_zero
-    else:
-        _profile_flags, _drop_dot_zero = _scan_py, _drop_dot_zero_py
-    return on
+        return True
+    _profile_flags, _drop_dot_zero = _scan_py, _drop_dot_zero_py
+    return False
 
 
 def _describe(value: Any) -> str:
