@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import sys
 import time
 from typing import Any
@@ -23,7 +22,7 @@ from .common import (
     fake_llm_server,
     interleaved,
     measure_of,
-    profile_call,
+    profile_if_missed,
     scaled,
 )
 
@@ -31,7 +30,6 @@ __all__ = ["figures"]
 
 CALLS_PER_RUN = 2
 """Model calls per agent run: the ``lookup_order`` call, then the answer."""
-
 
 
 def lookup_order(order_id: str) -> dict[str, Any]:
@@ -103,9 +101,7 @@ def figures(settings: Settings) -> list[Figure]:
 
         try:
             subj, base = interleaved(with_adapter, without, repeats=repeats)
-            # the workload needs this loop and server, so a miss is profiled here, not later
-            missed = statistics.median(subj) / statistics.median(base) > LIMIT
-            profile = profile_call(with_adapter) if missed and settings.profile else None
+            profile = profile_if_missed(subj, base, LIMIT, with_adapter, settings)
         finally:
             loop.close()
         requests = srv.request_count

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .common import Figure, Settings, Target, interleaved, measure_of, profile_call, scaled
+from .common import Figure, Settings, Target, interleaved, measure_of, profile_if_missed, scaled
 
 __all__ = ["figures"]
 
@@ -90,9 +89,7 @@ def figures(settings: Settings) -> list[Figure]:
 
         try:
             subj, base = interleaved(with_adapter, without, repeats=repeats)
-            # the workload needs this loop and server, so a miss is profiled here, not later
-            missed = statistics.median(subj) / statistics.median(base) > LIMIT
-            profile = profile_call(with_adapter) if missed else None
+            profile = profile_if_missed(subj, base, LIMIT, with_adapter, settings)
         finally:
             loop.close()
         requests = srv.request_count

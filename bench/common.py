@@ -288,6 +288,20 @@ def _short(path: str) -> str:
     return parts[-1]
 
 
+def profile_if_missed(
+    subject: list[float],
+    baseline: list[float],
+    limit: float,
+    fn: Callable[[], object],
+    settings: Settings,
+) -> list[dict[str, Any]] | None:
+    """The profile of ``fn`` if the median ratio of ``subject`` to ``baseline`` samples
+    exceeds ``limit`` (and profiles are wanted): for a figure whose workload needs a loop or a
+    server that is gone once the figure returns, so that the runner cannot profile it later."""
+    missed = statistics.median(subject) / statistics.median(baseline) > limit
+    return profile_call(fn) if missed and settings.profile else None
+
+
 def profile_call(fn: Callable[[], object], *, top: int = 14) -> list[dict[str, Any]]:
     """Run ``fn`` under cProfile; the functions with the most own time, as rows."""
     profiler = cProfile.Profile()
