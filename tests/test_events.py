@@ -20,12 +20,14 @@ from hypothesis import strategies as st
 
 from tachograph.errors import EventError, ProfileError
 from tachograph.record.canonical import canonical
+from tachograph.record.compiled import NATIVE
 from tachograph.record.event import (
     ENVELOPE_KEYS,
     LINE_KEYS,
     Effect,
     Event,
     EventType,
+    _format_ts_py,
     check_type,
     digest_payload,
     envelope_bytes,
@@ -34,13 +36,34 @@ from tachograph.record.event import (
     new_ulid,
     now_ts,
 )
-from tachograph.record.event import _format_ts as format_ts
-from tachograph.record.event import _UlidSource as UlidSource
+from tachograph.record.event import _UlidSource as PyUlidSource
 from tachograph.store import SQLiteStore
 
 CROCKFORD = re.compile(r"[0123456789ABCDEFGHJKMNPQRSTVWXYZ]{26}", re.ASCII)
 TS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z", re.ASCII)
 ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+# Each test of the clock and of the ULID source runs against the Python code and, where it is
+# built, its compiled twin (native.format_ts, native.UlidSource): the same text, the same ids.
+_TWINS = ["python", "compiled"] if NATIVE is not None else ["python"]
+
+
+_FORMATTERS = [_format_ts_py] + ([NATIVE.format_ts] if NATIVE is not None else [])
+_each_formatter = pytest.mark.parametrize(
+    "format_ts", _FORMATTERS, ids=["python", "compiled"][: len(_FORMATTERS)]
+)
+
+
+def _ulid_source(kind: str, draw: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh ULID source of ``kind`` that draws its random parts with ``draw``."""
+    if kind == "compiled":
+        assert NATIVE is not None
+        return NATIVE.UlidSource(draw)
+    # (by module object: the facade name tachograph.record is not this package)
+    event_module = importlib.import_module("tachograph.record.event")
+    monkeypatch.setattr(event_module, "random_bytes", draw)
+    return PyUlidSource()
 
 
 def _ulid_ms(ulid: str) -> int:
@@ -113,14 +136,14 @@ def _ulid_text(ms: int, rand: int) -> str:
     [0, 2**10 - 3, 2**20 - 3, 2**40 - 3, 2**70 - 3, 2**79 - 3],
     ids=["zero", "carry-10", "carry-20", "carry-40", "carry-70", "top"],
 )
-def test_ulids_count_up_across_every_carry(monkeypatch: pytest.MonkeyPatch, start: int) -> None:
+@pytest.mark.parametrize("kind", _TWINS)
+def test_ulids_count_up_across_every_carry(
+    monkeypatch: pytest.MonkeyPatch, start: int, kind: str
+) -> None:
     # the random draw is fixed so that counting up crosses a carry boundary within one
     # millisecond; each id must be the plain encoding of the time and the counted value
     draws = iter([(start << 1).to_bytes(10, "big"), (5 << 1).to_bytes(10, "big")])
-    # (by module object: the facade name tachograph.record is not this package)
-    event_module = importlib.import_module("tachograph.record.event")
-    monkeypatch.setattr(event_module, "random_bytes", lambda n: next(draws))
-    source = UlidSource()
+    source = _ulid_source(kind, lambda n: next(draws), monkeypatch)
     ms = 1_760_497_929_412
     got = [source.next(ms) for _ in range(6)]
     assert got == [_ulid_text(ms, start + i) for i in range(6)]
@@ -129,6 +152,50 @@ def test_ulids_count_up_across_every_carry(monkeypatch: pytest.MonkeyPatch, star
     # a new millisecond draws a new random part
     assert source.next(ms + 1) == _ulid_text(ms + 1, 5)
     assert source.next(ms + 1) == _ulid_text(ms + 1, 6)
+
+
+@pytest.mark.parametrize("kind", _TWINS)
+def test_a_forked_child_draws_anew_in_the_same_millisecond(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # forget() (run in a forked child) makes the next id draw, rather than count on from the
+    # parent's state, which the parent counts on from too
+    draws = iter([(100 << 1).to_bytes(10, "big"), (7 << 1).to_bytes(10, "big")])
+    source = _ulid_source(kind, lambda n: next(draws), monkeypatch)
+    ms = 1_760_497_929_412
+    assert source.next(ms) == _ulid_text(ms, 100)
+    source.forget()
+    assert source.next(ms) == _ulid_text(ms, 7)
+
+
+def test_the_compiled_source_refuses_what_the_clock_cannot_give() -> None:
+    if NATIVE is None:
+        pytest.skip("the compiled helpers are not built here")
+    source = NATIVE.UlidSource(lambda n: bytes(10))
+    for bad in (-1, 2**48):
+        with pytest.raises(ValueError):
+            source.next(bad)
+    with pytest.raises(TypeError):
+        NATIVE.UlidSource(42)
+    wrong = NATIVE.UlidSource(lambda n: b"short")
+    with pytest.raises(TypeError):
+        wrong.next(1)
+    with pytest.raises(ValueError):
+        NATIVE.format_ts(-1)
+
+
+def test_the_compiled_source_counts_past_the_top_into_the_next_millisecond() -> None:
+    if NATIVE is None:
+        pytest.skip("the compiled helpers are not built here")
+    # a draw is shifted right by one bit: all ones gives 2^79 - 1, so 2^79 more ids fit
+    # before the 80 bits run out; this reaches the end by a draw that is already at the top
+    # of what a shift can give, then counts: ids stay increasing either way
+    source = NATIVE.UlidSource(lambda n: b"\xff" * 10)
+    ms = 1_760_497_929_412
+    first = source.next(ms)
+    second = source.next(ms)
+    assert first < second
+    assert second == _ulid_text(ms, 2**79)
 
 
 def test_ulid_encoding_matches_the_spec() -> None:
@@ -141,7 +208,8 @@ def test_ulid_encoding_matches_the_spec() -> None:
     assert now - 1000 <= value >> 80 <= now
 
 
-def test_timestamps_have_exactly_six_fraction_digits() -> None:
+@_each_formatter
+def test_timestamps_have_exactly_six_fraction_digits(format_ts: Any) -> None:
     assert format_ts(0) == "1970-01-01T00:00:00.000000Z"
     assert format_ts(1_760_497_929_412_000_999) == "2025-10-15T03:12:09.412000Z"
     assert format_ts(1_760_497_929_000_000_001) == "2025-10-15T03:12:09.000000Z"
@@ -152,12 +220,14 @@ def test_timestamps_have_exactly_six_fraction_digits() -> None:
 
 @given(st.integers(0, 2**62) | st.integers(0, 10**9 - 1).map(lambda r: 1_760_497_929 * 10**9 + r))
 def test_timestamps_keep_every_fraction_digit(ns: int) -> None:
-    # the fraction is the microseconds, truncated, padded to six digits
+    # the fraction is the microseconds, truncated, padded to six digits; both twins alike
     seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 1_000_000_000))
-    assert format_ts(ns) == f"{seconds}.{ns % 1_000_000_000 // 1000:06d}Z"
+    for format_ts in _FORMATTERS:
+        assert format_ts(ns) == f"{seconds}.{ns % 1_000_000_000 // 1000:06d}Z"
 
 
-def test_timestamps_from_many_threads_are_consistent() -> None:
+@_each_formatter
+def test_timestamps_from_many_threads_are_consistent(format_ts: Any) -> None:
     # threads format the same few seconds in turn: the per-second cache must not mix them up
     errors: list[str] = []
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import os
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 
@@ -246,8 +247,23 @@ class _UlidSource:
         rand = int.from_bytes(random_bytes(10), "big") >> 1
         return rand >> 10, rand & 1023
 
+    def forget(self) -> None:
+        """Draw a new random part on the next call: a forked child must not count on from
+        its parent's state (both would mint the same ids within the millisecond)."""
+        with self._lock:
+            self._ms = -1
 
-_ULIDS = _UlidSource()
+
+class UlidSource(Protocol):
+    """What mints the ULIDs of new events: :class:`_UlidSource`, or its compiled twin
+    ``native.UlidSource`` (the same ids from the same draws: tests/test_events.py)."""
+
+    def next(self, ms: int) -> str: ...
+    def forget(self) -> None: ...
+
+
+_ULIDS: UlidSource = NATIVE.UlidSource(random_bytes) if NATIVE is not None else _UlidSource()
+os.register_at_fork(after_in_child=_ULIDS.forget)
 # (seconds, formatted seconds with the point) as one tuple, replaced in a single assignment, so
 # that a thread never sees the seconds of one moment paired with the text of another.
 _ts_cache: tuple[int, str] = (-1, "")
@@ -256,7 +272,7 @@ _MILLIS = [f"{i:03d}" for i in range(1000)]
 _MICROS_Z = [f"{i:03d}Z" for i in range(1000)]
 
 
-def _format_ts(ns: int) -> str:
+def _format_ts_py(ns: int) -> str:
     global _ts_cache
     secs, rem = divmod(ns, 1_000_000_000)
     cached = _ts_cache
@@ -264,6 +280,11 @@ def _format_ts(ns: int) -> str:
         cached = (secs, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(secs)))
         _ts_cache = cached
     return cached[1] + _MILLIS[rem // 1_000_000] + _MICROS_Z[rem // 1000 % 1000]
+
+
+_format_ts: Callable[[int], str] = NATIVE.format_ts if NATIVE is not None else _format_ts_py
+"""The timestamp of ``ns``: the compiled twin where it is built (the same text:
+tests/test_events.py)."""
 
 
 def now_ts() -> str:

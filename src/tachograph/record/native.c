@@ -23,15 +23,25 @@
  * slot at the offset its member descriptor names, as ``object.__setattr__`` would, without the
  * per-field lookups (``event.stored_event``, which every store read and recorded event calls).
  *
- * Nothing here calls back into Python, so dicts and lists cannot change while they are walked.
+ * ``jcs(data)``: the JCS form of stored JSON bytes, ``canonical(orjson.loads(data))``, or None
+ * where it is not certain of that answer (see the section's comment below).
+ *
+ * ``format_ts(ns)`` and ``UlidSource(draw).next(ms)``: the timestamp and the monotonic ULID of
+ * a new event, as ``event._format_ts`` and ``event._UlidSource`` give them.
+ *
+ * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes, so dicts and
+ * lists cannot change while they are walked.
  * canonical.py falls back to its own walk when this module is not built; the tests hold the
  * two to the same answers over generated values.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef Py_T_OBJECT_EX
 #define OBJECT_EX_MEMBER Py_T_OBJECT_EX
@@ -642,6 +652,1020 @@ make_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return obj;
 }
 
+/* -- JCS from stored bytes ------------------------------------------------------------------
+ *
+ * ``jcs(data)`` returns ``canonical(orjson.loads(data))``, the JCS form of stored JSON bytes,
+ * in one pass over the bytes with no Python object built; or None wherever it is not certain
+ * of that answer, and the caller then takes the Python path (which also names what is wrong).
+ * It accepts strict RFC 8259 JSON only, in a narrow form: None for invalid UTF-8, a raw control
+ * character, a lone surrogate, a duplicate key, a key with a character from U+E000 up (where
+ * UTF-8 order is not JCS's UTF-16 order), an integer beyond +-(2^53 - 1), a number of more
+ * than 40 characters, a fraction that rounds to zero or to an infinity, nesting deeper than
+ * JCS_MAX_NEST, anything after the value. A verifier must not admit bytes that the reader a
+ * replay serves from reads otherwise: tests/test_native.py holds this function to the Python
+ * path over generated documents, spellings and byte mutations.
+ */
+
+#define JCS_MAX_NEST 60
+#define JCS_OK 0
+#define JCS_BAIL 1
+#define JCS_ERROR (-1)
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+} JcsBuffer;
+
+typedef struct {
+    const unsigned char *p, *end;
+    JcsBuffer out;  /* the JCS bytes */
+    JcsBuffer keys; /* the decoded keys of the objects open now, for sorting */
+    int nest;
+} Jcs;
+
+typedef struct {
+    Py_ssize_t key, key_len, seg, seg_len;
+} Member;
+
+static int
+jcs_grow(JcsBuffer *b, Py_ssize_t more)
+{
+    Py_ssize_t need = b->len + more;
+    if (need <= b->cap) {
+        return JCS_OK;
+    }
+    Py_ssize_t cap = b->cap * 2 > need ? b->cap * 2 : need + 64;
+    char *grown = PyMem_Realloc(b->buf, (size_t)cap);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return JCS_ERROR;
+    }
+    b->buf = grown;
+    b->cap = cap;
+    return JCS_OK;
+}
+
+static inline int
+jcs_put(JcsBuffer *b, const void *data, Py_ssize_t n)
+{
+    if (b->len + n > b->cap && jcs_grow(b, n) != JCS_OK) {
+        return JCS_ERROR;
+    }
+    memcpy(b->buf + b->len, data, (size_t)n);
+    b->len += n;
+    return JCS_OK;
+}
+
+static inline int
+jcs_byte(JcsBuffer *b, char c)
+{
+    if (b->len + 1 > b->cap && jcs_grow(b, 1) != JCS_OK) {
+        return JCS_ERROR;
+    }
+    b->buf[b->len++] = c;
+    return JCS_OK;
+}
+
+static inline void
+jcs_space(Jcs *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) {
+        s->p++;
+    }
+}
+
+static int jcs_value(Jcs *s);
+
+static int
+hex4(const unsigned char *p, unsigned int *cp)
+{
+    unsigned int v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') {
+            v |= (unsigned int)(c - '0');
+        }
+        else if (c >= 'a' && c <= 'f') {
+            v |= (unsigned int)(c - 'a' + 10);
+        }
+        else if (c >= 'A' && c <= 'F') {
+            v |= (unsigned int)(c - 'A' + 10);
+        }
+        else {
+            return JCS_BAIL;
+        }
+    }
+    *cp = v;
+    return JCS_OK;
+}
+
+/* The length of the valid UTF-8 sequence at p (a lead byte >= 0x80), or 0. */
+static inline int
+utf8_length(const unsigned char *p, const unsigned char *end)
+{
+    unsigned char c = p[0];
+    Py_ssize_t left = end - p;
+    if (c >= 0xC2 && c <= 0xDF) {
+        return (left >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (left < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) {
+            return 0;
+        }
+        if ((c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] > 0x9F)) {
+            return 0; /* overlong, or a surrogate */
+        }
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (left < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 ||
+            (p[3] & 0xC0) != 0x80) {
+            return 0;
+        }
+        if ((c == 0xF0 && p[1] < 0x90) || (c == 0xF4 && p[1] > 0x8F)) {
+            return 0; /* overlong, or past U+10FFFF */
+        }
+        return 4;
+    }
+    return 0;
+}
+
+/* A code point's UTF-8 bytes (a key's decoded form, which is sorted, never written). */
+static int
+put_utf8(JcsBuffer *out, unsigned int cp)
+{
+    char tmp[4];
+    Py_ssize_t n;
+    if (cp < 0x80) {
+        tmp[0] = (char)cp;
+        n = 1;
+    }
+    else if (cp < 0x800) {
+        tmp[0] = (char)(0xC0 | (cp >> 6));
+        tmp[1] = (char)(0x80 | (cp & 0x3F));
+        n = 2;
+    }
+    else if (cp < 0x10000) {
+        tmp[0] = (char)(0xE0 | (cp >> 12));
+        tmp[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        tmp[2] = (char)(0x80 | (cp & 0x3F));
+        n = 3;
+    }
+    else {
+        tmp[0] = (char)(0xF0 | (cp >> 18));
+        tmp[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        tmp[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        tmp[3] = (char)(0x80 | (cp & 0x3F));
+        n = 4;
+    }
+    return jcs_put(out, tmp, n);
+}
+
+/* A code point as JCS writes it in a string: an escape for '"', '\\' and the controls, else
+ * its UTF-8 bytes. */
+static int
+put_code_point(JcsBuffer *out, unsigned int cp)
+{
+    if (cp >= 0x20 && cp != '"' && cp != '\\') {
+        return put_utf8(out, cp);
+    }
+    static const char hex[] = "0123456789abcdef";
+    char tmp[6] = {'\\', 'u', '0', '0', hex[cp >> 4], hex[cp & 15]};
+    Py_ssize_t n = 2;
+    switch (cp) {
+    case '"': tmp[1] = '"'; break;
+    case '\\': tmp[1] = '\\'; break;
+    case '\b': tmp[1] = 'b'; break;
+    case '\f': tmp[1] = 'f'; break;
+    case '\n': tmp[1] = 'n'; break;
+    case '\r': tmp[1] = 'r'; break;
+    case '\t': tmp[1] = 't'; break;
+    default: n = 6;
+    }
+    return jcs_put(out, tmp, n);
+}
+
+/* Past the bytes from p that a string holds as they are (ASCII from 0x20, not '"' or '\\'),
+ * eight at a time while none of them is another byte. */
+static inline const unsigned char *
+plain_run(const unsigned char *p, const unsigned char *end)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+        uint64_t special = ((w - ones * 0x20) | (quote - ones) | (slash - ones) | w) & highs;
+        if (special) {
+            break; /* one of these eight bytes may be special: byte by byte from here */
+        }
+        p += 8;
+    }
+    while (p < end && *p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80) {
+        p++;
+    }
+    return p;
+}
+
+/* The string at s->p (its opening quote) in JCS form onto s->out; when ``keys`` is given, its
+ * decoded UTF-8 bytes onto it too (for sorting), refusing a character from U+E000 up. */
+static int
+jcs_string(Jcs *s, JcsBuffer *keys)
+{
+    const unsigned char *p = s->p + 1, *end = s->end;
+    if (jcs_byte(&s->out, '"') != JCS_OK) {
+        return JCS_ERROR;
+    }
+    for (;;) {
+        const unsigned char *run = p;
+        p = plain_run(p, end);
+        while (p < end && *p >= 0x80) { /* a run that may hold multi-byte characters */
+            int n = utf8_length(p, end);
+            if (n == 0 || (keys != NULL && *p >= 0xEE)) {
+                return JCS_BAIL;
+            }
+            p = plain_run(p + n, end);
+        }
+        if (p > run) {
+            if (jcs_put(&s->out, run, p - run) != JCS_OK ||
+                (keys != NULL && jcs_put(keys, run, p - run) != JCS_OK)) {
+                return JCS_ERROR;
+            }
+        }
+        if (p >= end || *p < 0x20) {
+            return JCS_BAIL; /* unterminated, or a raw control character */
+        }
+        if (*p == '"') {
+            s->p = p + 1;
+            return jcs_byte(&s->out, '"');
+        }
+        /* an escape */
+        if (p + 1 >= end) {
+            return JCS_BAIL;
+        }
+        unsigned int cp;
+        switch (p[1]) {
+        case '"': cp = '"'; p += 2; break;
+        case '\\': cp = '\\'; p += 2; break;
+        case '/': cp = '/'; p += 2; break;
+        case 'b': cp = '\b'; p += 2; break;
+        case 'f': cp = '\f'; p += 2; break;
+        case 'n': cp = '\n'; p += 2; break;
+        case 'r': cp = '\r'; p += 2; break;
+        case 't': cp = '\t'; p += 2; break;
+        case 'u':
+            if (end - p < 6 || hex4(p + 2, &cp) != JCS_OK) {
+                return JCS_BAIL;
+            }
+            p += 6;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                return JCS_BAIL; /* a lone low surrogate */
+            }
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                unsigned int low;
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || hex4(p + 2, &low) != JCS_OK ||
+                    low < 0xDC00 || low > 0xDFFF) {
+                    return JCS_BAIL; /* a lone high surrogate */
+                }
+                p += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            }
+            break;
+        default:
+            return JCS_BAIL;
+        }
+        if (keys != NULL) {
+            if (cp >= 0xE000) {
+                return JCS_BAIL;
+            }
+            if (put_utf8(keys, cp) != JCS_OK) {
+                return JCS_ERROR;
+            }
+        }
+        if (put_code_point(&s->out, cp) != JCS_OK) {
+            return JCS_ERROR;
+        }
+    }
+}
+
+/* ECMAScript's Number.prototype.toString given the shortest round-trip digits of a non-zero
+ * double (no leading or trailing zero; k of them), the position of its decimal point and its
+ * sign: the formatting half of canonical.es6_number. */
+static int
+put_es6_digits(JcsBuffer *out, const char *digits, int k, int point, int negative)
+{
+    char buf[96];
+    int n = 0;
+    if (k <= 0 || k > 40 || point > 400 || point < -400) {
+        return JCS_BAIL;
+    }
+    if (negative) {
+        buf[n++] = '-';
+    }
+    if (k <= point && point <= 21) {
+        memcpy(buf + n, digits, (size_t)k);
+        n += k;
+        for (int i = k; i < point; i++) {
+            buf[n++] = '0';
+        }
+    }
+    else if (0 < point && point <= 21) {
+        memcpy(buf + n, digits, (size_t)point);
+        n += point;
+        buf[n++] = '.';
+        memcpy(buf + n, digits + point, (size_t)(k - point));
+        n += k - point;
+    }
+    else if (-6 < point && point <= 0) {
+        buf[n++] = '0';
+        buf[n++] = '.';
+        for (int i = 0; i < -point; i++) {
+            buf[n++] = '0';
+        }
+        memcpy(buf + n, digits, (size_t)k);
+        n += k;
+    }
+    else {
+        int e = point - 1;
+        buf[n++] = digits[0];
+        if (k > 1) {
+            buf[n++] = '.';
+            memcpy(buf + n, digits + 1, (size_t)(k - 1));
+            n += k - 1;
+        }
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "e%c%d", e >= 0 ? '+' : '-', abs(e));
+    }
+    return jcs_put(out, buf, n);
+}
+
+/* Number.prototype.toString of a finite, non-zero double (canonical.es6_number): the shortest
+ * round-trip digits from Python's repr, then put_es6_digits. */
+static int
+put_es6_number(JcsBuffer *out, double value)
+{
+    char digits[32];
+    int k = 0, seen_point = 0, exponent = 0, intlen = 0;
+    char *text = PyOS_double_to_string(fabs(value), 'r', 0, 0, NULL);
+    if (text == NULL) {
+        return JCS_ERROR;
+    }
+    const char *c = text;
+    for (; *c && *c != 'e' && *c != 'E'; c++) {
+        if (*c == '.') {
+            seen_point = 1;
+            continue;
+        }
+        if (*c < '0' || *c > '9' || k >= (int)sizeof(digits) - 1) {
+            PyMem_Free(text);
+            return JCS_BAIL;
+        }
+        digits[k++] = *c;
+        if (!seen_point) {
+            intlen++;
+        }
+    }
+    if (*c == 'e' || *c == 'E') {
+        exponent = atoi(c + 1);
+    }
+    PyMem_Free(text);
+    int point = intlen + exponent, lead = 0;
+    while (lead < k && digits[lead] == '0') {
+        lead++;
+    }
+    point -= lead;
+    k -= lead;
+    while (k > 0 && digits[lead + k - 1] == '0') {
+        k--;
+    }
+    return put_es6_digits(out, digits + lead, k, point, value < 0);
+}
+
+static int
+jcs_number(Jcs *s)
+{
+    const unsigned char *start = s->p, *p = s->p, *end = s->end;
+    int integral = 1, nonzero = 0, exponent_part = 0;
+    if (*p == '-') {
+        p++;
+    }
+    const unsigned char *first = p;
+    if (p < end && *p == '0') {
+        p++;
+    }
+    else if (p < end && *p >= '1' && *p <= '9') {
+        while (p < end && *p >= '0' && *p <= '9') {
+            nonzero |= *p != '0';
+            p++;
+        }
+    }
+    else {
+        return JCS_BAIL;
+    }
+    Py_ssize_t int_digits = p - first;
+    if (p < end && *p == '.') {
+        integral = 0;
+        p++;
+        if (p >= end || *p < '0' || *p > '9') {
+            return JCS_BAIL;
+        }
+        while (p < end && *p >= '0' && *p <= '9') {
+            nonzero |= *p != '0';
+            p++;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        integral = 0;
+        exponent_part = 1;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) {
+            p++;
+        }
+        if (p >= end || *p < '0' || *p > '9') {
+            return JCS_BAIL;
+        }
+        while (p < end && *p >= '0' && *p <= '9') {
+            p++;
+        }
+    }
+    Py_ssize_t len = p - start;
+    if (len > 40) {
+        return JCS_BAIL;
+    }
+    s->p = p;
+    if (integral) {
+        if (int_digits > 16) {
+            return JCS_BAIL;
+        }
+        long long v = 0;
+        for (const unsigned char *d = first; d < p; d++) {
+            v = v * 10 + (*d - '0');
+        }
+        if (v > MAX_SAFE_INTEGER) {
+            return JCS_BAIL;
+        }
+        if (v == 0) {
+            return jcs_byte(&s->out, '0'); /* "-0" is the integer 0 */
+        }
+        return jcs_put(&s->out, start, len);
+    }
+    if (!exponent_part) {
+        /* A decimal fraction of at most 15 significant digits within +-1e40 is a normal double
+         * whose shortest round-trip digits are its own (DBL_DIG is 15): format them as they
+         * are, without a conversion either way. */
+        char digits[48];
+        int k = 0, point = (int)int_digits, leading = 1;
+        for (const unsigned char *d = first; d < p; d++) {
+            if (*d == '.') {
+                continue;
+            }
+            if (leading && *d == '0') {
+                point--;
+                continue;
+            }
+            leading = 0;
+            digits[k++] = (char)*d;
+        }
+        while (k > 0 && digits[k - 1] == '0') {
+            k--;
+        }
+        if (k == 0) {
+            return jcs_byte(&s->out, '0'); /* 0.0 and -0.0 */
+        }
+        if (k <= 15) {
+            return put_es6_digits(&s->out, digits, k, point, *start == '-');
+        }
+    }
+    char text[48];
+    memcpy(text, start, (size_t)len);
+    text[len] = '\0';
+    char *stop = NULL;
+    double value = PyOS_string_to_double(text, &stop, NULL);
+    if (value == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return JCS_BAIL;
+    }
+    if (stop != text + len || !isfinite(value)) {
+        return JCS_BAIL;
+    }
+    if (value == 0.0) {
+        if (nonzero) {
+            return JCS_BAIL; /* a fraction that underflows to zero */
+        }
+        return jcs_byte(&s->out, '0');
+    }
+    return put_es6_number(&s->out, value);
+}
+
+static int
+jcs_literal(Jcs *s, const char *word, Py_ssize_t n)
+{
+    if (s->end - s->p < n || memcmp(s->p, word, (size_t)n) != 0) {
+        return JCS_BAIL;
+    }
+    s->p += n;
+    return jcs_put(&s->out, word, n);
+}
+
+static const char *member_keys; /* the keys buffer while members are sorted (the GIL is held) */
+
+static int
+member_order(const void *a, const void *b)
+{
+    const Member *x = a, *y = b;
+    Py_ssize_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
+    int c = memcmp(member_keys + x->key, member_keys + y->key, (size_t)n);
+    if (c != 0) {
+        return c;
+    }
+    return x->key_len < y->key_len ? -1 : (x->key_len > y->key_len ? 1 : 0);
+}
+
+static int
+jcs_object(Jcs *s)
+{
+    Member stack[16];
+    Member *members = stack;
+    Py_ssize_t count = 0, cap = 16;
+    Py_ssize_t keys_start = s->keys.len;
+    int rc = JCS_BAIL, sorted = 1;
+    char *copy = NULL;
+    s->p++;
+    if (jcs_byte(&s->out, '{') != JCS_OK) {
+        return JCS_ERROR;
+    }
+    Py_ssize_t body = s->out.len;
+    jcs_space(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+        return jcs_byte(&s->out, '}');
+    }
+    for (;;) {
+        jcs_space(s);
+        if (s->p >= s->end || *s->p != '"') {
+            goto done;
+        }
+        if (count == cap) {
+            Member *grown = PyMem_Malloc((size_t)(cap * 2) * sizeof(Member));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                rc = JCS_ERROR;
+                goto done;
+            }
+            memcpy(grown, members, (size_t)count * sizeof(Member));
+            if (members != stack) {
+                PyMem_Free(members);
+            }
+            members = grown;
+            cap *= 2;
+        }
+        Member *m = &members[count];
+        m->seg = s->out.len;
+        m->key = s->keys.len;
+        rc = jcs_string(s, &s->keys);
+        if (rc != JCS_OK) {
+            goto done;
+        }
+        m->key_len = s->keys.len - m->key;
+        jcs_space(s);
+        if (s->p >= s->end || *s->p != ':') {
+            rc = JCS_BAIL;
+            goto done;
+        }
+        s->p++;
+        if (jcs_byte(&s->out, ':') != JCS_OK) {
+            rc = JCS_ERROR;
+            goto done;
+        }
+        rc = jcs_value(s);
+        if (rc != JCS_OK) {
+            goto done;
+        }
+        m->seg_len = s->out.len - m->seg;
+        if (count > 0) {
+            member_keys = s->keys.buf;
+            int c = member_order(&members[count - 1], m);
+            if (c == 0) {
+                rc = JCS_BAIL; /* a duplicate key */
+                goto done;
+            }
+            sorted &= c < 0;
+        }
+        count++;
+        jcs_space(s);
+        if (s->p < s->end && *s->p == ',') {
+            s->p++;
+            if (jcs_byte(&s->out, ',') != JCS_OK) {
+                rc = JCS_ERROR;
+                goto done;
+            }
+            continue;
+        }
+        if (s->p < s->end && *s->p == '}') {
+            s->p++;
+            break;
+        }
+        rc = JCS_BAIL;
+        goto done;
+    }
+    if (!sorted) {
+        member_keys = s->keys.buf;
+        if (count <= 16) {
+            for (Py_ssize_t i = 1; i < count; i++) {
+                Member m = members[i];
+                Py_ssize_t j = i;
+                while (j > 0 && member_order(&members[j - 1], &m) > 0) {
+                    members[j] = members[j - 1];
+                    j--;
+                }
+                members[j] = m;
+            }
+        }
+        else {
+            qsort(members, (size_t)count, sizeof(Member), member_order);
+        }
+        for (Py_ssize_t i = 1; i < count; i++) {
+            if (member_order(&members[i - 1], &members[i]) == 0) {
+                rc = JCS_BAIL;
+                goto done;
+            }
+        }
+        Py_ssize_t size = s->out.len - body;
+        copy = PyMem_Malloc((size_t)size);
+        if (copy == NULL) {
+            PyErr_NoMemory();
+            rc = JCS_ERROR;
+            goto done;
+        }
+        memcpy(copy, s->out.buf + body, (size_t)size);
+        char *w = s->out.buf + body;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (i > 0) {
+                *w++ = ',';
+            }
+            memcpy(w, copy + (members[i].seg - body), (size_t)members[i].seg_len);
+            w += members[i].seg_len;
+        }
+    }
+    rc = jcs_byte(&s->out, '}');
+done:
+    s->keys.len = keys_start;
+    if (members != stack) {
+        PyMem_Free(members);
+    }
+    PyMem_Free(copy);
+    return rc;
+}
+
+static int
+jcs_array(Jcs *s)
+{
+    s->p++;
+    if (jcs_byte(&s->out, '[') != JCS_OK) {
+        return JCS_ERROR;
+    }
+    jcs_space(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        return jcs_byte(&s->out, ']');
+    }
+    for (;;) {
+        int rc = jcs_value(s);
+        if (rc != JCS_OK) {
+            return rc;
+        }
+        jcs_space(s);
+        if (s->p < s->end && *s->p == ',') {
+            s->p++;
+            if (jcs_byte(&s->out, ',') != JCS_OK) {
+                return JCS_ERROR;
+            }
+            continue;
+        }
+        if (s->p < s->end && *s->p == ']') {
+            s->p++;
+            return jcs_byte(&s->out, ']');
+        }
+        return JCS_BAIL;
+    }
+}
+
+static int
+jcs_value(Jcs *s)
+{
+    jcs_space(s);
+    if (s->p >= s->end) {
+        return JCS_BAIL;
+    }
+    int rc;
+    switch (*s->p) {
+    case '{':
+    case '[':
+        if (++s->nest > JCS_MAX_NEST) {
+            return JCS_BAIL;
+        }
+        rc = *s->p == '{' ? jcs_object(s) : jcs_array(s);
+        s->nest--;
+        return rc;
+    case '"':
+        return jcs_string(s, NULL);
+    case 't':
+        return jcs_literal(s, "true", 4);
+    case 'f':
+        return jcs_literal(s, "false", 5);
+    case 'n':
+        return jcs_literal(s, "null", 4);
+    default:
+        if (*s->p == '-' || (*s->p >= '0' && *s->p <= '9')) {
+            return jcs_number(s);
+        }
+        return JCS_BAIL;
+    }
+}
+
+static PyObject *
+jcs(PyObject *Py_UNUSED(module), PyObject *data)
+{
+    if (!PyBytes_CheckExact(data)) {
+        PyErr_SetString(PyExc_TypeError, "jcs() takes bytes");
+        return NULL;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    Jcs s;
+    s.p = (const unsigned char *)PyBytes_AS_STRING(data);
+    s.end = s.p + size;
+    s.nest = 0;
+    s.out.len = 0;
+    s.out.cap = size + 64;
+    s.out.buf = PyMem_Malloc((size_t)s.out.cap);
+    s.keys.len = 0;
+    s.keys.cap = 256;
+    s.keys.buf = PyMem_Malloc((size_t)s.keys.cap);
+    PyObject *result = NULL;
+    if (s.out.buf == NULL || s.keys.buf == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int rc = jcs_value(&s);
+    if (rc == JCS_OK) {
+        jcs_space(&s);
+        rc = s.p == s.end ? JCS_OK : JCS_BAIL;
+    }
+    if (rc == JCS_OK) {
+        result = PyBytes_FromStringAndSize(s.out.buf, s.out.len);
+    }
+    else if (rc == JCS_BAIL) {
+        result = Py_NewRef(Py_None);
+    }
+done:
+    PyMem_Free(s.out.buf);
+    PyMem_Free(s.keys.buf);
+    return result;
+}
+
+/* -- the clock and the ids of new events (event._format_ts, event._UlidSource) ----------------
+ *
+ * ``format_ts(ns)``: ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of ``ns`` nanoseconds since the epoch
+ * (UTC, microseconds truncated), as ``event._format_ts``.
+ *
+ * ``UlidSource(draw)``: monotonic ULIDs as ``event._UlidSource``, whose ``next(ms)`` counts the
+ * 80-bit random part up by one within a millisecond (or a clock that steps back) and draws a
+ * new one, ``draw(10)`` shifted right by one bit, for a new millisecond. The draw is the only
+ * call into Python; the state is read and written with no call in between, under the GIL, so
+ * threads never see it half written.
+ */
+
+static char ts_prefix[80];
+static long long ts_prefix_secs = -1;
+
+static PyObject *
+format_ts(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    long long ns = PyLong_AsLongLong(arg);
+    if (ns == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (ns < 0) {
+        PyErr_SetString(PyExc_ValueError, "format_ts() takes nanoseconds since 1970");
+        return NULL;
+    }
+    long long secs = ns / 1000000000LL;
+    long long micros = (ns % 1000000000LL) / 1000;
+    if (secs != ts_prefix_secs) {
+        time_t t = (time_t)secs;
+        struct tm tm;
+        if (gmtime_r(&t, &tm) == NULL || tm.tm_year + 1900 > 9999) {
+            PyErr_SetString(PyExc_OverflowError, "timestamp out of range");
+            return NULL;
+        }
+        snprintf(ts_prefix, sizeof(ts_prefix), "%04d-%02d-%02dT%02d:%02d:%02d.",
+                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        ts_prefix_secs = secs;
+    }
+    PyObject *out = PyUnicode_New(27, 127);
+    if (out == NULL) {
+        return NULL;
+    }
+    char *w = (char *)PyUnicode_1BYTE_DATA(out);
+    memcpy(w, ts_prefix, 20);
+    for (int i = 25; i >= 20; i--) {
+        w[i] = (char)('0' + micros % 10);
+        micros /= 10;
+    }
+    w[26] = 'Z';
+    return out;
+}
+
+static const char crockford[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *draw;
+    long long ms;
+    uint64_t hi; /* the random part's top 16 bits */
+    uint64_t lo; /* its low 64 bits */
+} UlidSourceObject;
+
+static int
+ulid_draw(UlidSourceObject *self, uint64_t *hi, uint64_t *lo)
+{
+    PyObject *got = PyObject_CallFunction(self->draw, "i", 10);
+    if (got == NULL) {
+        return -1;
+    }
+    if (!PyBytes_Check(got) || PyBytes_GET_SIZE(got) != 10) {
+        Py_DECREF(got);
+        PyErr_SetString(PyExc_TypeError, "the draw must return 10 bytes");
+        return -1;
+    }
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(got);
+    uint64_t h = ((uint64_t)b[0] << 8) | b[1], l = 0;
+    for (int i = 2; i < 10; i++) {
+        l = (l << 8) | b[i];
+    }
+    Py_DECREF(got);
+    /* the top bit stays clear, so that the count has room to grow within the millisecond */
+    *lo = (l >> 1) | (h << 63);
+    *hi = h >> 1;
+    return 0;
+}
+
+static void
+ulid_encode(char *w, long long ms, uint64_t hi, uint64_t lo)
+{
+    for (int i = 0; i < 10; i++) {
+        w[i] = crockford[(ms >> (45 - 5 * i)) & 31];
+    }
+    for (int i = 0; i < 16; i++) {
+        int shift = 75 - 5 * i;
+        uint64_t bits;
+        if (shift >= 64) {
+            bits = hi >> (shift - 64);
+        }
+        else if (shift > 59) {
+            bits = (hi << (64 - shift)) | (lo >> shift);
+        }
+        else {
+            bits = lo >> shift;
+        }
+        w[10 + i] = crockford[bits & 31];
+    }
+}
+
+static PyObject *
+ulid_next(UlidSourceObject *self, PyObject *arg)
+{
+    long long ms = PyLong_AsLongLong(arg);
+    if (ms == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (ms < 0 || ms >= (1LL << 48)) {
+        PyErr_SetString(PyExc_ValueError, "next() takes milliseconds since 1970 (48 bits)");
+        return NULL;
+    }
+    PyObject *out = PyUnicode_New(26, 127);
+    if (out == NULL) {
+        return NULL;
+    }
+    if (ms > self->ms) {
+        uint64_t hi, lo;
+        if (ulid_draw(self, &hi, &lo) < 0) { /* the draw may let another thread run */
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (ms > self->ms) { /* still the first of its millisecond */
+            self->ms = ms;
+            self->hi = hi;
+            self->lo = lo;
+            ulid_encode((char *)PyUnicode_1BYTE_DATA(out), ms, hi, lo);
+            return out;
+        }
+    }
+    /* the same millisecond, or a clock that stepped back: count up in the last one seen */
+    uint64_t lo = self->lo + 1, hi = self->hi + (lo == 0);
+    if (hi >> 16) { /* past 2^80 ids in one millisecond: on into the next one */
+        self->ms += 1;
+        hi = lo = 0;
+    }
+    self->hi = hi;
+    self->lo = lo;
+    ulid_encode((char *)PyUnicode_1BYTE_DATA(out), self->ms, hi, lo);
+    return out;
+}
+
+static PyObject *
+ulid_forget(UlidSourceObject *self, PyObject *Py_UNUSED(arg))
+{
+    self->ms = -1; /* a forked child draws anew rather than count on from its parent */
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+ulid_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *draw;
+    static char *names[] = {"draw", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:UlidSource", names, &draw)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(draw)) {
+        PyErr_SetString(PyExc_TypeError, "UlidSource(draw): draw must be callable");
+        return NULL;
+    }
+    UlidSourceObject *self = (UlidSourceObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->draw = Py_NewRef(draw);
+    self->ms = -1;
+    self->hi = self->lo = 0;
+    return (PyObject *)self;
+}
+
+static int
+ulid_traverse(UlidSourceObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->draw);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static int
+ulid_clear(UlidSourceObject *self)
+{
+    Py_CLEAR(self->draw);
+    return 0;
+}
+
+static void
+ulid_dealloc(UlidSourceObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    ulid_clear(self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyMethodDef ulid_methods[] = {
+    {"next", (PyCFunction)ulid_next, METH_O, "The next ULID, given the clock in milliseconds."},
+    {"forget", (PyCFunction)ulid_forget, METH_NOARGS,
+     "Draw a new random part on the next call (for a forked child)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot ulid_slots[] = {
+    {Py_tp_new, ulid_new},
+    {Py_tp_dealloc, ulid_dealloc},
+    {Py_tp_traverse, ulid_traverse},
+    {Py_tp_clear, ulid_clear},
+    {Py_tp_methods, ulid_methods},
+    {Py_tp_doc, "Monotonic ULIDs (event._UlidSource), drawing with draw(10)."},
+    {0, NULL},
+};
+
+static PyType_Spec ulid_spec = {
+    "tachograph.record.native.UlidSource",
+    sizeof(UlidSourceObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    ulid_slots,
+};
+
+static int
+native_exec(PyObject *module)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, &ulid_spec, NULL);
+    if (type == NULL) {
+        return -1;
+    }
+    if (PyModule_AddObject(module, "UlidSource", type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O, "The profile scan of canonical._scan (ValueError for _Reject)."},
     {"drop_dot_zero", (PyCFunction)(void (*)(void))drop_dot_zero, METH_FASTCALL,
@@ -654,10 +1678,15 @@ static PyMethodDef methods[] = {
      "Bind event() to a slotted class and its 19 fields in order."},
     {"event", (PyCFunction)(void (*)(void))make_event, METH_FASTCALL,
      "An instance of the bound class with its 19 fields, in order (event.stored_event)."},
+    {"format_ts", format_ts, METH_O,
+     "YYYY-MM-DDTHH:MM:SS.ffffffZ of nanoseconds since 1970 (event._format_ts)."},
+    {"jcs", jcs, METH_O,
+     "canonical(orjson.loads(data)) from the bytes in one pass, or None where not certain."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, native_exec},
 #if PY_VERSION_HEX >= 0x030C0000
     /* one bound event class per process (bind_event): not for several interpreters */
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},

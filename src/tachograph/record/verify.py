@@ -735,7 +735,7 @@ _UNLINKED = "sha256:(the line before is malformed and its hash unreadable)"
 fast path sends the next line to the full check), and the next line's link is not checked."""
 
 
-def _stored_digest(salt: bytes, body: bytes, parsed: Any = None) -> str:
+def _stored_digest_py(salt: bytes, body: bytes, parsed: Any = None) -> str:
     """The payload digest of stored JSON bytes (any key order), as check 5 reports it: the
     salted digest of the payload's JCS form, which the caller compares with the stored one.
 
@@ -761,10 +761,29 @@ def _stored_digest(salt: bytes, body: bytes, parsed: Any = None) -> str:
     return _salted(salt, exact)
 
 
+def _stored_digest_compiled(salt: bytes, body: bytes, parsed: Any = None) -> str:
+    """:func:`_stored_digest_py` with the JCS bytes written from the stored bytes in one
+    compiled pass (``native.jcs``, no value decoded), where it answers: it steps aside
+    (None) wherever it is not certain that ``canonical(orjson.loads(body))`` gives the same
+    bytes, and the Python path decides (tests/test_native_jcs.py)."""
+    exact = _jcs_of_bytes(body) if type(body) is bytes else None
+    if exact is None:
+        return _stored_digest_py(salt, body, parsed)
+    return _salted(salt, exact)
+
+
 def _salted(salt: bytes, data: bytes) -> str:
     h = hashlib.sha256(salt)
     h.update(data)
     return "sha256:" + h.hexdigest()
+
+
+_jcs_of_bytes: Callable[[bytes], bytes | None] = (
+    NATIVE.jcs if NATIVE is not None else lambda _body: None
+)
+_stored_digest: Callable[..., str] = (
+    _stored_digest_compiled if NATIVE is not None else _stored_digest_py
+)
 
 
 def verify_lines(lines: Iterable[dict[str, Any]], *, source: str | None = None) -> VerifyReport:
