@@ -4,11 +4,14 @@ or broken in any one field, and verification gives the same reports with either.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -304,3 +307,111 @@ def test_binding_the_compiled_event_to_a_class_without_those_slots_is_refused() 
         native.bind_event(Slotted, names)
     with pytest.raises(TypeError):
         native.bind_event(Slotted, ("a",))
+
+
+# -- one stored row verified at once (native.verify_row) ------------------------------------------
+
+
+def _float_rows() -> list[tuple[Any, ...]]:
+    """Stored rows of a small chain whose payloads hold what the compiled JCS must get right:
+    integral floats, non-ASCII keys, escapes, nesting."""
+    from tachograph.record.event import new_event
+
+    payloads = [
+        {"input": None, "env": {}},
+        {"tool": "quote", "args": {"amount": 25.0, "currency": "EUR", "é": [1.0, 0.5]}},
+        {"tool": "quote", "result": {"名前": "claude", "price": 1500.0, "note": 'a "b"\n'}},
+        {"status": "ok", "output": {"z": 1, "a": {"y": [], "x": {}}}},
+    ]
+    rows, prev = [], None
+    for seq, payload in enumerate(payloads):
+        e = new_event(run_id="run-f", seq=seq, type="decision", actor="agent", payload=payload,
+                      prev_hash=prev)  # fmt: skip
+        rows.append(verify._ROW_OF(e))
+        prev = e.hash
+    return rows
+
+
+_ROWS = _float_rows()
+native.bind_hash(hashlib.sha256)  # as verify binds it (where TACHOGRAPH_PURE_PYTHON is unset)
+
+
+def _report(rows: list[tuple[Any, ...]], compiled: bool) -> dict[str, Any]:
+    saved = verify._verify_row
+    if not compiled:
+        verify._verify_row = None
+    try:
+        return verify.verify_run(rows).to_dict()
+    finally:
+        verify._verify_row = saved
+
+
+def test_a_well_formed_run_is_verified_row_by_row_at_once() -> None:
+    prev = None
+    for pos, row in enumerate(_ROWS):
+        assert native.verify_row(row, prev, pos, "run-f", "default") == row[14]
+        assert native.verify_row(StoredRow(*row), prev, pos, "run-f", "default") == row[14]
+        prev = row[14]
+    # out of place, of another run or tenant, after another head: not vouched for
+    assert native.verify_row(_ROWS[1], _ROWS[0][14], 2, "run-f", "default") is None
+    assert native.verify_row(_ROWS[1], _ROWS[1][14], 1, "run-f", "default") is None
+    assert native.verify_row(_ROWS[1], _ROWS[0][14], 1, "run-g", "default") is None
+    assert native.verify_row(_ROWS[1], _ROWS[0][14], 1, "run-f", "acme") is None
+    assert native.verify_row(_ROWS[0], "sha256:" + "0" * 64, 0, "run-f", "default") is None
+    assert _report(_ROWS, True) == _report(_ROWS, False)
+    report = _report(_ROWS, True)
+    assert report["first_failure"] is None
+    assert report["events"] == len(_ROWS)
+
+
+def _body_variants(body: bytes) -> list[bytes]:
+    # the same value spelled otherwise (still verifies), and values that differ
+    value = orjson.loads(body)
+    return [
+        json.dumps(value, ensure_ascii=True).encode(),
+        json.dumps(value, indent=2, sort_keys=True).encode(),
+        body.replace(b".0", b".00"),
+        body.replace(b".0", b""),
+        body.replace(b"}", b',"extra":1}', 1),
+        body[:-1] + b',"tool":"other"}',  # a duplicate key: orjson keeps the last
+        body.replace(b"a", b"\\u0061"),
+        body + b" ",
+        body + b"x",
+        body[:-1],
+        b"",
+    ]
+
+
+@settings(max_examples=800)
+@given(
+    st.integers(0, len(_ROWS) - 1),
+    st.lists(
+        st.tuples(
+            st.integers(0, 16),
+            st.sampled_from(_ODD)
+            | st.sampled_from([r[i] for r in _ROWS for i in range(17)])
+            | st.integers(0, len(_ROWS) * 11 - 1).map(
+                lambda k: _body_variants(_ROWS[k // 11][15])[k % 11]
+            ),
+        ),
+        max_size=2,
+    ),
+)
+def test_verification_reports_the_same_with_the_compiled_row_check(
+    where: int, changes: list[tuple[int, Any]]
+) -> None:
+    rows = list(_ROWS)
+    row = list(rows[where])
+    for index, value in changes:
+        row[index] = value
+    rows[where] = tuple(row)
+    assert _report(rows, True) == _report(rows, False)
+
+
+def test_the_compiled_row_check_takes_a_row_and_four_values() -> None:
+    with pytest.raises(TypeError):
+        native.verify_row(_ROWS[0][:16], None, 0, "run-f", "default")
+    with pytest.raises(TypeError):
+        native.verify_row(list(_ROWS[0]), None, 0, "run-f", "default")
+    with pytest.raises(TypeError):
+        native.verify_row(_ROWS[0], None, 0, "run-f")

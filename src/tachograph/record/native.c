@@ -26,11 +26,15 @@
  * ``jcs(data)``: the JCS form of stored JSON bytes, ``canonical(orjson.loads(data))``, or None
  * where it is not certain of that answer (see the section's comment below).
  *
+ * ``verify_row(row, prev, pos, run_id, tenant)``: the common case of verifying one stored row
+ * (``verify.LineChecker._feed_plain``), all of it or nothing (see its section's comment).
+ *
  * ``format_ts(ns)`` and ``UlidSource(draw).next(ms)``: the timestamp and the monotonic ULID of
  * a new event, as ``event._format_ts`` and ``event._UlidSource`` give them.
  *
- * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes, so dicts and
- * lists cannot change while they are walked.
+ * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes and
+ * ``verify_row``'s SHA-256 (hashlib's, on bytes), so dicts and lists cannot change while they
+ * are walked.
  * canonical.py falls back to its own walk when this module is not built; the tests hold the
  * two to the same answers over generated values.
  */
@@ -386,14 +390,10 @@ safe_int_ok(PyObject *value, long long low)
     return v >= low && v <= MAX_SAFE_INTEGER;
 }
 
-static PyObject *
-row_plain(PyObject *module, PyObject *row)
+/* Whether the 17 fields of a stored row certainly pass check 1 (no error is left set). */
+static int
+row_plain_ok(PyObject *const *f)
 {
-    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 17) {
-        PyErr_SetString(PyExc_TypeError, "row_plain(row): a tuple of the 17 StoredRow fields");
-        return NULL;
-    }
-    PyObject *const *f = &PyTuple_GET_ITEM(row, 0);
     PyObject *tenant = f[0], *run_id = f[1], *seq = f[2], *event_id = f[3], *ts = f[4];
     PyObject *kind = f[5], *actor = f[6], *trace = f[7], *span = f[8], *key = f[9];
     PyObject *model = f[10], *seed = f[11], *digest = f[12], *prev = f[13], *stored = f[14];
@@ -409,7 +409,17 @@ row_plain(PyObject *module, PyObject *row)
              optional_ascii_ok(key) && optional_ascii_ok(model) &&
              (seed == Py_None || safe_int_ok(seed, -MAX_SAFE_INTEGER)) &&
              (body == Py_None || PyBytes_CheckExact(body));
-    return PyBool_FromLong(ok);
+    return ok;
+}
+
+static PyObject *
+row_plain(PyObject *module, PyObject *row)
+{
+    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 17) {
+        PyErr_SetString(PyExc_TypeError, "row_plain(row): a tuple of the 17 StoredRow fields");
+        return NULL;
+    }
+    return PyBool_FromLong(row_plain_ok(&PyTuple_GET_ITEM(row, 0)));
 }
 
 
@@ -544,6 +554,24 @@ static const struct {
     {",\"ts\":", 5},             {",\"type\":", 6},        {",\"v\":", 0},
 };
 
+/* The envelope of the 15 fields ``args`` (SPEC order) into ``b``: 1 written, 0 a value not
+ * handled here, -1 error. */
+static int
+envelope_into(Buffer *b, PyObject *const *args)
+{
+    for (int i = 0; i < 15; i++) {
+        const char *key = ENVELOPE_ORDER[i].key;
+        if (buffer_put(b, key, (Py_ssize_t)strlen(key)) < 0) {
+            return -1;
+        }
+        int written = put_value(b, args[ENVELOPE_ORDER[i].arg]);
+        if (written <= 0) {
+            return written;
+        }
+    }
+    return buffer_put(b, "}", 1) < 0 ? -1 : 1;
+}
+
 static PyObject *
 envelope(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -556,26 +584,13 @@ envelope(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     b.size = 0;
     b.capacity = (Py_ssize_t)sizeof b.small;
     PyObject *result = NULL;
-    for (int i = 0; i < 15; i++) {
-        const char *key = ENVELOPE_ORDER[i].key;
-        if (buffer_put(&b, key, (Py_ssize_t)strlen(key)) < 0) {
-            goto done;
-        }
-        int written = put_value(&b, args[ENVELOPE_ORDER[i].arg]);
-        if (written < 0) {
-            goto done;
-        }
-        if (written == 0) {
-            result = Py_None;
-            Py_INCREF(result);
-            goto done;
-        }
+    int written = envelope_into(&b, args);
+    if (written > 0) {
+        result = PyBytes_FromStringAndSize(b.data, b.size);
     }
-    if (buffer_put(&b, "}", 1) < 0) {
-        goto done;
+    else if (written == 0) {
+        result = Py_NewRef(Py_None);
     }
-    result = PyBytes_FromStringAndSize(b.data, b.size);
-done:
     if (b.data != b.small) {
         PyMem_Free(b.data);
     }
@@ -1383,20 +1398,17 @@ jcs_value(Jcs *s)
     }
 }
 
+/* The JCS form of size bytes at data, after ``prefix`` bytes of ``head``, as a new bytes
+ * object; None where jcs() steps aside; NULL on error. */
 static PyObject *
-jcs(PyObject *Py_UNUSED(module), PyObject *data)
+jcs_with_head(const char *head, Py_ssize_t prefix, const unsigned char *data, Py_ssize_t size)
 {
-    if (!PyBytes_CheckExact(data)) {
-        PyErr_SetString(PyExc_TypeError, "jcs() takes bytes");
-        return NULL;
-    }
-    Py_ssize_t size = PyBytes_GET_SIZE(data);
     Jcs s;
-    s.p = (const unsigned char *)PyBytes_AS_STRING(data);
-    s.end = s.p + size;
+    s.p = data;
+    s.end = data + size;
     s.nest = 0;
     s.out.len = 0;
-    s.out.cap = size + 64;
+    s.out.cap = prefix + size + 64;
     s.out.buf = PyMem_Malloc((size_t)s.out.cap);
     s.keys.len = 0;
     s.keys.cap = 256;
@@ -1406,6 +1418,8 @@ jcs(PyObject *Py_UNUSED(module), PyObject *data)
         PyErr_NoMemory();
         goto done;
     }
+    memcpy(s.out.buf, head, (size_t)prefix);
+    s.out.len = prefix;
     int rc = jcs_value(&s);
     if (rc == JCS_OK) {
         jcs_space(&s);
@@ -1422,6 +1436,169 @@ done:
     PyMem_Free(s.keys.buf);
     return result;
 }
+
+static PyObject *
+jcs(PyObject *Py_UNUSED(module), PyObject *data)
+{
+    if (!PyBytes_CheckExact(data)) {
+        PyErr_SetString(PyExc_TypeError, "jcs() takes bytes");
+        return NULL;
+    }
+    return jcs_with_head(
+        "", 0, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+}
+
+
+/* -- one stored row verified (verify.LineChecker._feed_plain) ----------------------------------
+ *
+ * ``verify_row(row, prev, pos, run_id, tenant)`` returns the row's stored hash when every check
+ * of ``_feed_plain``'s common case passes: the row is plainly well formed (``row_plain``), its
+ * seq is ``pos``, its prev_hash is ``prev`` (None exactly at position 0), its run and tenant
+ * are ``run_id`` and ``tenant``, the SHA-256 of its envelope is its hash, and the salted
+ * SHA-256 of its payload's JCS form (``jcs``) is its payload digest. Otherwise None: the
+ * Python path then checks the row again and reports what is wrong. It never says more than
+ * "all passed", so that a row it cannot vouch for always gets the full check. The SHA-256 is
+ * hashlib's (``bind_hash``).
+ */
+
+static PyObject *sha256_fn = NULL;
+
+static PyObject *
+bind_hash(PyObject *Py_UNUSED(module), PyObject *fn)
+{
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "bind_hash(fn): hashlib.sha256");
+        return NULL;
+    }
+    Py_XSETREF(sha256_fn, Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
+/* 1 when "sha256:" + SHA-256(data).hexdigest() is the 71 ASCII characters of ``want`` (which
+ * row_plain_ok has checked to be such a string), 0 when not, -1 on error. */
+static int
+sha256_is(PyObject *data, PyObject *want)
+{
+    PyObject *h = PyObject_CallOneArg(sha256_fn, data);
+    if (h == NULL) {
+        return -1;
+    }
+    PyObject *hex = PyObject_CallMethod(h, "hexdigest", NULL);
+    Py_DECREF(h);
+    if (hex == NULL) {
+        return -1;
+    }
+    int same = PyUnicode_IS_COMPACT_ASCII(hex) && PyUnicode_GET_LENGTH(hex) == 64 &&
+               PyUnicode_GET_LENGTH(want) == 71 &&
+               memcmp(PyUnicode_1BYTE_DATA(hex), PyUnicode_1BYTE_DATA(want) + 7, 64) == 0;
+    Py_DECREF(hex);
+    return same;
+}
+
+static int
+hex_value(char c)
+{
+    return c <= '9' ? c - '0' : c - 'a' + 10;
+}
+
+static PyObject *
+verify_row(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 17) {
+        PyErr_SetString(PyExc_TypeError,
+                        "verify_row(row, prev, pos, run_id, tenant): a 17-field stored row first");
+        return NULL;
+    }
+    if (sha256_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "verify_row(): bind_hash() was not called");
+        return NULL;
+    }
+    PyObject *const *f = &PyTuple_GET_ITEM(args[0], 0);
+    PyObject *prev = args[1], *run_id = args[3], *tenant = args[4];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[2]);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *seq = f[2], *digest = f[12], *prev_hash = f[13], *stored = f[14];
+    PyObject *body = f[15], *salt = f[16];
+    if (!row_plain_ok(f) || body == Py_None || salt == Py_None) {
+        Py_RETURN_NONE;
+    }
+    if (PyLong_AsSsize_t(seq) != pos || (pos == 0 && prev_hash != Py_None)) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int same = PyObject_RichCompareBool(prev_hash, prev, Py_EQ);
+    if (same > 0) {
+        same = PyObject_RichCompareBool(f[1], run_id, Py_EQ);
+    }
+    if (same > 0) {
+        same = PyObject_RichCompareBool(f[0], tenant, Py_EQ);
+    }
+    if (same <= 0) {
+        if (same < 0) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    /* the envelope: v = 1, then the row's first 14 fields */
+    PyObject *one = PyLong_FromLong(1);
+    if (one == NULL) {
+        return NULL;
+    }
+    PyObject *fields[15] = {one};
+    for (int i = 0; i < 14; i++) {
+        fields[i + 1] = f[i];
+    }
+    Buffer b;
+    b.data = b.small;
+    b.size = 0;
+    b.capacity = (Py_ssize_t)sizeof b.small;
+    PyObject *result = NULL;
+    int written = envelope_into(&b, fields);
+    Py_DECREF(one);
+    if (written <= 0) {
+        if (written == 0) {
+            result = Py_NewRef(Py_None);
+        }
+        goto done;
+    }
+    PyObject *env = PyBytes_FromStringAndSize(b.data, b.size);
+    if (env == NULL) {
+        goto done;
+    }
+    int ok = sha256_is(env, stored);
+    Py_DECREF(env);
+    if (ok <= 0) {
+        if (ok == 0) {
+            result = Py_NewRef(Py_None);
+        }
+        goto done;
+    }
+    /* the payload: SHA-256 of the salt's 16 bytes, then the JCS form of the stored bytes */
+    const char *hex = (const char *)PyUnicode_1BYTE_DATA(salt);
+    char raw[16];
+    for (int i = 0; i < 16; i++) {
+        raw[i] = (char)(hex_value(hex[2 * i]) << 4 | hex_value(hex[2 * i + 1]));
+    }
+    PyObject *salted = jcs_with_head(raw, 16, (const unsigned char *)PyBytes_AS_STRING(body),
+                                     PyBytes_GET_SIZE(body));
+    if (salted == NULL || salted == Py_None) {
+        result = salted; /* an error, or None: the Python path decides */
+        goto done;
+    }
+    ok = sha256_is(salted, digest);
+    Py_DECREF(salted);
+    if (ok >= 0) {
+        result = Py_NewRef(ok ? stored : Py_None);
+    }
+done:
+    if (b.data != b.small) {
+        PyMem_Free(b.data);
+    }
+    return result;
+}
+
 
 /* -- the clock and the ids of new events (event._format_ts, event._UlidSource) ----------------
  *
@@ -1678,6 +1855,9 @@ static PyMethodDef methods[] = {
      "Bind event() to a slotted class and its 19 fields in order."},
     {"event", (PyCFunction)(void (*)(void))make_event, METH_FASTCALL,
      "An instance of the bound class with its 19 fields, in order (event.stored_event)."},
+    {"bind_hash", bind_hash, METH_O, "Bind verify_row() to hashlib.sha256."},
+    {"verify_row", (PyCFunction)(void (*)(void))verify_row, METH_FASTCALL,
+     "The stored hash when every check of verify._feed_plain's common case passes, else None."},
     {"format_ts", format_ts, METH_O,
      "YYYY-MM-DDTHH:MM:SS.ffffffZ of nanoseconds since 1970 (event._format_ts)."},
     {"jcs", jcs, METH_O,

@@ -463,7 +463,8 @@ class LineChecker:
         """
         row = _plain_row(event)
         if row is not None:
-            self._feed_plain(row, event.payload if self.decoded else None)
+            if not self._verified_at_once(row):
+                self._feed_plain(row, event.payload if self.decoded else None)
             return
         pos = self.position
         self.position += 1
@@ -494,6 +495,8 @@ class LineChecker:
         """Check one stored row (see :class:`~tachograph.record.rows.StoredRow`) without
         building an Event. A row that is not plainly well formed takes the full path of
         :meth:`feed_event`."""
+        if self._verified_at_once(row):
+            return
         if not _row_plainly_well_formed(row):
             (tenant, run_id, seq, event_id, ts, kind, actor, trace_id, span_id, key, model,
              seed, digest, prev_hash, stored_hash, body, salt) = row  # fmt: skip
@@ -503,6 +506,23 @@ class LineChecker:
             )  # fmt: skip
             return
         self._feed_plain(row, None)
+
+    def _verified_at_once(self, row: tuple[Any, ...]) -> bool:
+        """The common case of :meth:`_feed_plain` in one compiled call (``native.verify_row``):
+        True when every check passed and the row is accounted for; False (nothing changed)
+        sends it to the Python path, which checks it again and reports what is wrong."""
+        if _verify_row is None:
+            return False
+        run_id, tenant = self.run_id, self.tenant
+        if run_id is None:
+            tenant, run_id = row[0], row[1]
+        recomputed = _verify_row(row, self.prev_recomputed, self.position, run_id, tenant)
+        if recomputed is None:
+            return False
+        self.position += 1
+        self.run_id, self.tenant = run_id, tenant
+        self.prev_recomputed = self.head = recomputed
+        return True
 
     def _feed_plain(self, row: tuple[Any, ...], parsed: Any) -> None:
         # a row _row_plainly_well_formed admitted; ``parsed`` is its decoded payload, if known
@@ -778,6 +798,9 @@ def _salted(salt: bytes, data: bytes) -> str:
     return "sha256:" + h.hexdigest()
 
 
+if NATIVE is not None:
+    NATIVE.bind_hash(hashlib.sha256)
+_verify_row: Callable[..., str | None] | None = NATIVE.verify_row if NATIVE is not None else None
 _jcs_of_bytes: Callable[[bytes], bytes | None] = (
     NATIVE.jcs if NATIVE is not None else lambda _body: None
 )
