@@ -130,7 +130,7 @@ scan_value(PyObject *value, int depth, unsigned long long *flags)
 }
 
 static PyObject *
-scan(PyObject *module, PyObject *value)
+scan(PyObject *Py_UNUSED(module), PyObject *value)
 {
     unsigned long long flags = 0;
     if (scan_value(value, 1, &flags) < 0) {
@@ -160,7 +160,7 @@ next_dot_zero(const char *data, Py_ssize_t size, Py_ssize_t from)
 }
 
 static PyObject *
-drop_dot_zero(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+drop_dot_zero(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyBytes_CheckExact(args[0])) {
         PyErr_SetString(PyExc_TypeError, "drop_dot_zero(data: bytes, count: int)");
@@ -413,7 +413,7 @@ row_plain_ok(PyObject *const *f)
 }
 
 static PyObject *
-row_plain(PyObject *module, PyObject *row)
+row_plain(PyObject *Py_UNUSED(module), PyObject *row)
 {
     if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 17) {
         PyErr_SetString(PyExc_TypeError, "row_plain(row): a tuple of the 17 StoredRow fields");
@@ -573,7 +573,7 @@ envelope_into(Buffer *b, PyObject *const *args)
 }
 
 static PyObject *
-envelope(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+envelope(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 15) {
         PyErr_SetString(PyExc_TypeError, "envelope() takes the 15 envelope fields in order");
@@ -606,7 +606,7 @@ static PyTypeObject *event_cls = NULL;
 static Py_ssize_t event_offsets[EVENT_FIELDS];
 
 static PyObject *
-bind_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+bind_event(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_CheckExact(args[1]) ||
         PyTuple_GET_SIZE(args[1]) != EVENT_FIELDS) {
@@ -643,7 +643,7 @@ bind_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
-make_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+make_event(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     if (event_cls == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "event(): bind_event was not called");
@@ -1875,8 +1875,16 @@ static struct PyModuleDef_Slot slots[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "tachograph.record.native",
-    "Compiled helpers of tachograph.record: the profile scan, the row check, the envelope.", 0, methods, slots,
+    PyModuleDef_HEAD_INIT,
+    "tachograph.record.native",
+    "Compiled helpers of tachograph.record: the profile scan, the row check, the envelope, "
+    "events, JCS from stored bytes, a stored row verified, the clock and the ULIDs.",
+    0,
+    methods,
+    slots,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC
