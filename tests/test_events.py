@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
+import os
 import pickle
 import re
 import sys
@@ -510,3 +511,27 @@ def test_stored_event_is_the_dataclass_constructor_field_for_field() -> None:
         with pytest.raises(dataclasses.FrozenInstanceError):
             fast.seq = 9  # type: ignore[misc]
     assert stored_event(*values[:-1]).payload_bytes is None  # the default, as in Event
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_mint_its_parents_next_ulid() -> None:
+    # parent and child ask for an id in the same millisecond right after the fork: counting
+    # on from the same inherited state, both would get the same one
+    event_module = importlib.import_module("tachograph.record.event")
+    source = event_module._ULIDS
+    ms = time.time_ns() // 1_000_000
+    source.next(ms)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, then out
+        try:
+            os.write(write, source.next(ms).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    mine = source.next(ms)
+    with os.fdopen(read, "rb") as pipe:
+        theirs = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert CROCKFORD.fullmatch(theirs)
+    assert theirs != mine
