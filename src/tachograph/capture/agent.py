@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import importlib.metadata
 import inspect
 import os
 import platform
@@ -96,7 +95,10 @@ def _git_version(directory: str) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def _packages_distributions() -> Mapping[str, list[str]]:
-    # Scanning every installed distribution takes up to a second: once per process.
+    # Scanning every installed distribution takes up to a second: once per process. Imported
+    # here: importlib.metadata alone is a tenth of the time ``import tachograph`` takes.
+    import importlib.metadata
+
     return importlib.metadata.packages_distributions()
 
 
@@ -151,6 +153,8 @@ def code_version_of(fn: Callable[..., Any]) -> str | None:
     try:
         dists = _packages_distributions().get(top)
         if dists:
+            import importlib.metadata
+
             return f"{dists[0]}-{importlib.metadata.version(dists[0])}"
     except Exception:
         pass
