@@ -70,3 +70,31 @@ def test_import_does_not_pull_in_heavy_or_optional_packages(
 
 def test_the_probe_would_notice(python: str, child_env: dict[str, str]) -> None:
     assert "click" in _imported_by("click", python, child_env)
+
+
+_FULL_PROBE = """
+import json, sys
+import {module}
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_import_leaves_asyncio_and_package_metadata_for_first_use(
+    python: str, child_env: dict[str, str]
+) -> None:
+    # asyncio (with ssl and socket's event loops) and importlib.metadata were a third of the
+    # time `import tachograph` took; an async agent, a replay's network guard and the code
+    # version of a recorded agent import them when they first need them
+    def loaded(module: str) -> set[str]:
+        out = subprocess.run(
+            [python, "-c", _FULL_PROBE.format(module=module)],
+            capture_output=True,
+            text=True,
+            env=child_env,
+            check=True,
+            timeout=120,
+        ).stdout
+        return set(json.loads(out))
+
+    assert {"asyncio", "importlib.metadata"} & loaded("tachograph") == set()
+    assert "asyncio" in loaded("asyncio")  # the probe would notice

@@ -182,6 +182,16 @@ def test_keyboard_interrupt_finishes_the_run_as_aborted(store: tg.SQLiteStore) -
     assert store.events("ki")[-1].payload["status"] == "aborted"
 
 
+def test_a_cancelled_async_agent_finishes_its_run_as_aborted(store: tg.SQLiteStore) -> None:
+    async def agent(task: int) -> int:
+        raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        tg.record_run(agent, 1, store=store, actor="a", run_id="cancelled")
+    assert store.events("cancelled")[-1].payload["status"] == "aborted"
+    assert store.run_info("cancelled").status == "aborted"
+
+
 def test_model_response_pins_the_build_that_answered(store: tg.SQLiteStore, ledger: Ledger) -> None:
     tg.record_run(shop.build(), shop.TASK, store=store, run_id="m")
     events = store.events("m")

@@ -11,7 +11,6 @@ Two styles, one engine:
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import inspect
@@ -477,7 +476,7 @@ class record:
         run.session.deactivate()
         if exc is None:
             body: dict[str, Any] = {"status": "ok", "output": run.output}
-        elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError, SystemExit)):
+        elif isinstance(exc, (KeyboardInterrupt, SystemExit)) or _cancelled(exc):
             body = {"status": "aborted", "error": error_info(exc)}
         elif isinstance(exc, Exception):
             body = {"status": "error", "error": error_info(exc)}
@@ -608,7 +607,16 @@ async def arecord_run(
     return RunResult(run.run_id, run.status or "ok", run.output, run.error)
 
 
+def _cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is asyncio's ``CancelledError`` (there is none unless asyncio was
+    imported: tachograph does not import it for a synchronous agent)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
+
+
 def _run_coroutine(coro: Any) -> Any:
+    import asyncio  # here: asyncio is imported for an async agent only
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

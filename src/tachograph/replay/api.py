@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import contextlib
 import enum
@@ -236,6 +235,8 @@ def _module_of(spec: Agent) -> str | None:
 def _call(spec: Agent, input: Any) -> Any:
     result = spec(input)
     if inspect.isawaitable(result):
+        import asyncio  # here: imported only for an async agent
+
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -515,6 +516,8 @@ async def areplay(
     store: Source, run_id: str | None, agent: Callable[..., Any] | Agent, **options: Any
 ) -> ReplayReport:
     """:func:`replay` for async agents, from inside a running event loop."""
+    import asyncio
+
     return await asyncio.to_thread(replay, store, run_id, agent, **options)
 
 

@@ -18,9 +18,6 @@ opt in; allowed calls go through and are reported as allowed.
 
 from __future__ import annotations
 
-import asyncio
-import asyncio.base_events
-import asyncio.selector_events
 import contextlib
 import contextvars
 import os
@@ -32,9 +29,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ReplayError, UnrecordedCall
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["Allowed", "NetworkGuard", "parse_allow"]
 
@@ -411,19 +411,30 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     guard.check("exec", program, command=command)
 
 
-_PATCHES: tuple[tuple[str, Any, str, Any], ...] = (
-    ("connect", socket.socket, "connect", _connect),
-    ("connect_ex", socket.socket, "connect_ex", _connect_ex),
-    ("create_connection", socket, "create_connection", _create_connection),
-    (
-        "loop_create_connection",
-        asyncio.base_events.BaseEventLoop,
-        "create_connection",
-        _loop_create_connection,
-    ),
-    ("sock_connect", asyncio.selector_events.BaseSelectorEventLoop, "sock_connect", _sock_connect),
-    ("execute_child", subprocess.Popen, "_execute_child", _execute_child),
-)
+def _patches() -> tuple[tuple[str, Any, str, Any], ...]:
+    """What the guard replaces while it is active: ``(name, owner, attribute, replacement)``.
+    asyncio is imported here, when a guard is first installed, not with tachograph."""
+    import asyncio.base_events
+    import asyncio.selector_events
+
+    return (
+        ("connect", socket.socket, "connect", _connect),
+        ("connect_ex", socket.socket, "connect_ex", _connect_ex),
+        ("create_connection", socket, "create_connection", _create_connection),
+        (
+            "loop_create_connection",
+            asyncio.base_events.BaseEventLoop,
+            "create_connection",
+            _loop_create_connection,
+        ),
+        (
+            "sock_connect",
+            asyncio.selector_events.BaseSelectorEventLoop,
+            "sock_connect",
+            _sock_connect,
+        ),
+        ("execute_child", subprocess.Popen, "_execute_child", _execute_child),
+    )
 
 
 def _install() -> None:
@@ -435,7 +446,7 @@ def _install() -> None:
         if not _hooked:
             sys.addaudithook(_audit)
             _hooked = True
-        for name, owner, attr, patched in _PATCHES:
+        for name, owner, attr, patched in _patches():
             _originals[name] = getattr(owner, attr)
             setattr(owner, attr, patched)
 
@@ -447,5 +458,5 @@ def _uninstall() -> None:
         if _count > 0:
             return
         # The originals stay in the table: a thread may still be inside a patched call.
-        for name, owner, attr, _patched in _PATCHES:
+        for name, owner, attr, _patched in _patches():
             setattr(owner, attr, _originals[name])
