@@ -43,6 +43,25 @@ def test_write_whole_is_private_and_leaves_nothing_on_an_error(tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
 
 
+def test_a_stop_right_after_the_file_is_created_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C or SIGTERM (raised as KeyboardInterrupt) landing just after the temporary file
+    # exists and before any handle to it is returned: its clean-up must still find it
+    real_open = os.open
+
+    def open_then_stop(path: str | os.PathLike[str], flags: int, mode: int = 0o777) -> int:
+        fd = real_open(path, flags, mode)
+        os.close(fd)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "open", open_then_stop)
+    with pytest.raises(KeyboardInterrupt), write_whole(tmp_path / "out.jsonl") as f:
+        f.write(b"never")
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_make_private_dirs_gives_every_new_folder_0700(tmp_path: Path) -> None:
     deep = tmp_path / "a" / "b" / "c"
     make_private_dirs(deep)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -28,18 +28,26 @@ def make_private_dirs(folder: Path) -> None:
             path.mkdir(mode=0o700)
 
 
+_CREATE = (
+    os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+)
+
+
 @contextlib.contextmanager
 def write_whole(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
     """A binary handle whose bytes replace ``path`` once the block ends without an error.
 
-    They are written under a fresh name beside the file (``O_EXCL``, mode 0600: never a file
-    or a link already there) and renamed over it after an fsync; a symbolic link at ``path``
-    is followed, so the file it names is replaced, not the link. On an error nothing is left.
+    They are written under a fresh name beside the file (64 random bits, ``O_EXCL``, mode
+    0600: never a file or a link already there) and renamed over it after an fsync; a
+    symbolic link at ``path`` is followed, so the file it names is replaced, not the link. On
+    an error nothing is left, Ctrl-C and SIGTERM included: the name is chosen before the file
+    is created, inside the clean-up's reach (``tempfile.mkstemp`` creates it first and names
+    it after, and a stop in between left the file behind).
     """
     real = Path(os.path.realpath(path))
-    fd, tmp_name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".partial")
-    tmp = Path(tmp_name)
+    tmp = real.with_name(f".{real.name}.{secrets.token_hex(8)}.partial")
     try:
+        fd = os.open(tmp, _CREATE, 0o600)
         with os.fdopen(fd, "wb") as handle:
             yield handle
             handle.flush()
