@@ -44,16 +44,22 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
 
-def _imported_by(module: str, python: str, env: dict[str, str]) -> set[str]:
+def _probe(probe: str, module: str, python: str, env: dict[str, str]) -> list[str]:
+    """The module names ``probe`` prints after importing ``module`` in a fresh interpreter."""
     out = subprocess.run(
-        [python, "-c", _PROBE.format(module=module)],
+        [python, "-c", probe.format(module=module)],
         capture_output=True,
         text=True,
         env=env,
         check=True,
         timeout=120,
     ).stdout
-    return {name.split(".")[0] for name in json.loads(out)}
+    names: list[str] = json.loads(out)
+    return names
+
+
+def _imported_by(module: str, python: str, env: dict[str, str]) -> set[str]:
+    return {name.split(".")[0] for name in _probe(_PROBE, module, python, env)}
 
 
 @pytest.mark.parametrize(
@@ -86,15 +92,7 @@ def test_import_leaves_asyncio_and_package_metadata_for_first_use(
     # time `import tachograph` took; an async agent, a replay's network guard and the code
     # version of a recorded agent import them when they first need them
     def loaded(module: str) -> set[str]:
-        out = subprocess.run(
-            [python, "-c", _FULL_PROBE.format(module=module)],
-            capture_output=True,
-            text=True,
-            env=child_env,
-            check=True,
-            timeout=120,
-        ).stdout
-        return set(json.loads(out))
+        return set(_probe(_FULL_PROBE, module, python, child_env))
 
     assert {"asyncio", "importlib.metadata"} & loaded("tachograph") == set()
     assert "asyncio" in loaded("asyncio")  # the probe would notice

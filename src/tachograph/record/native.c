@@ -572,13 +572,11 @@ envelope_into(Buffer *b, PyObject *const *args)
     return buffer_put(b, "}", 1) < 0 ? -1 : 1;
 }
 
+/* The envelope's bytes of the 15 fields ``args``: a new bytes object, None (a new reference)
+ * for a value not handled here, or NULL on error. */
 static PyObject *
-envelope(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+envelope_object(PyObject *const *args)
 {
-    if (nargs != 15) {
-        PyErr_SetString(PyExc_TypeError, "envelope() takes the 15 envelope fields in order");
-        return NULL;
-    }
     Buffer b;
     b.data = b.small;
     b.size = 0;
@@ -595,6 +593,16 @@ envelope(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         PyMem_Free(b.data);
     }
     return result;
+}
+
+static PyObject *
+envelope(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 15) {
+        PyErr_SetString(PyExc_TypeError, "envelope() takes the 15 envelope fields in order");
+        return NULL;
+    }
+    return envelope_object(args);
 }
 
 
@@ -1462,6 +1470,7 @@ jcs(PyObject *Py_UNUSED(module), PyObject *data)
  */
 
 static PyObject *sha256_fn = NULL;
+static PyObject *one_object = NULL; /* the envelope's v, taken once in bind_hash */
 
 static PyObject *
 bind_hash(PyObject *Py_UNUSED(module), PyObject *fn)
@@ -1471,6 +1480,9 @@ bind_hash(PyObject *Py_UNUSED(module), PyObject *fn)
         return NULL;
     }
     Py_XSETREF(sha256_fn, Py_NewRef(fn));
+    if (one_object == NULL && (one_object = PyLong_FromLong(1)) == NULL) {
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -1542,38 +1554,18 @@ verify_row(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     /* the envelope: v = 1, then the row's first 14 fields */
-    PyObject *one = PyLong_FromLong(1);
-    if (one == NULL) {
-        return NULL;
-    }
-    PyObject *fields[15] = {one};
+    PyObject *fields[15] = {one_object};
     for (int i = 0; i < 14; i++) {
         fields[i + 1] = f[i];
     }
-    Buffer b;
-    b.data = b.small;
-    b.size = 0;
-    b.capacity = (Py_ssize_t)sizeof b.small;
-    PyObject *result = NULL;
-    int written = envelope_into(&b, fields);
-    Py_DECREF(one);
-    if (written <= 0) {
-        if (written == 0) {
-            result = Py_NewRef(Py_None);
-        }
-        goto done;
-    }
-    PyObject *env = PyBytes_FromStringAndSize(b.data, b.size);
-    if (env == NULL) {
-        goto done;
+    PyObject *env = envelope_object(fields);
+    if (env == NULL || env == Py_None) {
+        return env; /* an error, or None: the Python path decides */
     }
     int ok = sha256_is(env, stored);
     Py_DECREF(env);
     if (ok <= 0) {
-        if (ok == 0) {
-            result = Py_NewRef(Py_None);
-        }
-        goto done;
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
     }
     /* the payload: SHA-256 of the salt's 16 bytes, then the JCS form of the stored bytes */
     const char *hex = (const char *)PyUnicode_1BYTE_DATA(salt);
@@ -1584,19 +1576,11 @@ verify_row(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     PyObject *salted = jcs_with_head(raw, 16, (const unsigned char *)PyBytes_AS_STRING(body),
                                      PyBytes_GET_SIZE(body));
     if (salted == NULL || salted == Py_None) {
-        result = salted; /* an error, or None: the Python path decides */
-        goto done;
+        return salted; /* an error, or None: the Python path decides */
     }
     ok = sha256_is(salted, digest);
     Py_DECREF(salted);
-    if (ok >= 0) {
-        result = Py_NewRef(ok ? stored : Py_None);
-    }
-done:
-    if (b.data != b.small) {
-        PyMem_Free(b.data);
-    }
-    return result;
+    return ok < 0 ? NULL : Py_NewRef(ok ? stored : Py_None);
 }
 
 
