@@ -415,3 +415,107 @@ def test_the_compiled_row_check_takes_a_row_and_four_values() -> None:
         native.verify_row(list(_ROWS[0]), None, 0, "run-f", "default")
     with pytest.raises(TypeError):
         native.verify_row(_ROWS[0], None, 0, "run-f")
+
+
+# -- a loaded event verified at once (native.verify_event) ----------------------------------------
+
+
+def _event_of(row: tuple[Any, ...], v: Any = 1) -> Any:
+    """The event a store's read builds from ``row`` (``stored_event``: no checks), its payload
+    decoded when the bytes parse."""
+    from tachograph.record.event import stored_event
+
+    body = row[15]
+    try:
+        payload = orjson.loads(body) if isinstance(body, bytes) else None
+    except orjson.JSONDecodeError:
+        payload = None
+    return stored_event(v, *row[:15], payload, row[16], body)
+
+
+def _event_report(events: list[Any], *, event: bool, row: bool) -> dict[str, Any]:
+    saved = verify._verify_event, verify._verify_row
+    verify._verify_event = native.verify_event if event else None
+    verify._verify_row = native.verify_row if row else None
+    try:
+        return verify.verify_run(events, decoded=True).to_dict()
+    finally:
+        verify._verify_event, verify._verify_row = saved
+
+
+def test_a_loaded_run_is_verified_event_by_event_at_once() -> None:
+    prev = None
+    for pos, row in enumerate(_ROWS):
+        e = _event_of(row)
+        assert native.verify_event(e, prev, pos, "run-f", "default") == row[14]
+        assert native.verify_event(e, prev, pos, "run-f", "default") == native.verify_row(
+            row, prev, pos, "run-f", "default"
+        )
+        prev = row[14]
+    e1 = _event_of(_ROWS[1])
+    assert native.verify_event(e1, _ROWS[0][14], 2, "run-f", "default") is None
+    assert native.verify_event(e1, _ROWS[0][14], 1, "run-g", "default") is None
+    assert native.verify_event(e1, _ROWS[0][14], 1, "run-f", "acme") is None
+    events = [_event_of(r) for r in _ROWS]
+    assert _event_report(events, event=True, row=True) == _event_report(
+        events, event=False, row=False
+    )
+    assert _event_report(events, event=True, row=True)["first_failure"] is None
+
+
+@pytest.mark.parametrize("v", [True, 2, 1.0, "1", None, 2**64 + 1, -1])
+def test_the_compiled_event_check_steps_aside_unless_v_is_the_int_1(v: Any) -> None:
+    e = _event_of(_ROWS[0], v=v)
+    assert native.verify_event(e, None, 0, "run-f", "default") is None
+    events = [_event_of(_ROWS[0], v=v), *(_event_of(r) for r in _ROWS[1:])]
+    compiled = _event_report(events, event=True, row=True)
+    assert compiled == _event_report(events, event=False, row=False)
+    assert compiled["first_failure"] is not None
+
+
+def test_the_compiled_event_check_steps_aside_for_what_it_cannot_read() -> None:
+    from dataclasses import replace
+
+    from tachograph.record.event import Event
+
+    e = _event_of(_ROWS[0])
+    # no stored bytes (an event built in memory, or erased): the Python path decides
+    assert native.verify_event(replace(e, payload_bytes=None), None, 0, "run-f", "default") is None
+
+    class Sub(Event):
+        __slots__ = ()
+
+    sub = Sub(*(getattr(e, f) for f in Event.__dataclass_fields__))
+    assert native.verify_event(sub, None, 0, "run-f", "default") is None
+    assert native.verify_event(_ROWS[0], None, 0, "run-f", "default") is None  # a row, not one
+    with pytest.raises(TypeError):
+        native.verify_event(e, None, 0, "run-f")
+
+
+@settings(max_examples=800)
+@given(
+    st.integers(0, len(_ROWS) - 1),
+    st.lists(
+        st.tuples(
+            st.integers(0, 16),
+            st.sampled_from(_ODD)
+            | st.sampled_from([r[i] for r in _ROWS for i in range(17)])
+            | st.integers(0, len(_ROWS) * 11 - 1).map(
+                lambda k: _body_variants(_ROWS[k // 11][15])[k % 11]
+            ),
+        ),
+        max_size=2,
+    ),
+)
+def test_verification_of_loaded_events_reports_the_same_with_the_compiled_event_check(
+    where: int, changes: list[tuple[int, Any]]
+) -> None:
+    rows = list(_ROWS)
+    row = list(rows[where])
+    for index, value in changes:
+        row[index] = value
+    rows[where] = tuple(row)
+    events = [_event_of(r) for r in rows]
+    compiled = _event_report(events, event=True, row=True)
+    assert compiled == _event_report(events, event=False, row=True)
+    assert compiled == _event_report(events, event=False, row=False)

@@ -27,13 +27,14 @@
  * where it is not certain of that answer (see the section's comment below).
  *
  * ``verify_row(row, prev, pos, run_id, tenant)``: the common case of verifying one stored row
- * (``verify.LineChecker._feed_plain``), all of it or nothing (see its section's comment).
+ * (``verify.LineChecker._feed_plain``), all of it or nothing (see its section's comment);
+ * ``verify_event`` the same over the slots of a loaded event (a run read for replay).
  *
  * ``format_ts(ns)`` and ``UlidSource(draw).next(ms)``: the timestamp and the monotonic ULID of
  * a new event, as ``event._format_ts`` and ``event._UlidSource`` give them.
  *
  * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes and
- * ``verify_row``'s SHA-256 (hashlib's, on bytes), so dicts and lists cannot change while they
+ * ``verify_row``'s and ``verify_event``'s SHA-256 (hashlib's, on bytes), so dicts and lists cannot change while they
  * are walked.
  * canonical.py falls back to its own walk when this module is not built; the tests hold the
  * two to the same answers over generated values.
@@ -1513,21 +1514,12 @@ hex_value(char c)
     return c <= '9' ? c - '0' : c - 'a' + 10;
 }
 
+/* verify_row's checks over the 17 fields of a stored row, in StoredRow's order */
 static PyObject *
-verify_row(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+verify_fields(PyObject *const *f, PyObject *prev, PyObject *pos_object, PyObject *run_id,
+              PyObject *tenant)
 {
-    if (nargs != 5 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 17) {
-        PyErr_SetString(PyExc_TypeError,
-                        "verify_row(row, prev, pos, run_id, tenant): a 17-field stored row first");
-        return NULL;
-    }
-    if (sha256_fn == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "verify_row(): bind_hash() was not called");
-        return NULL;
-    }
-    PyObject *const *f = &PyTuple_GET_ITEM(args[0], 0);
-    PyObject *prev = args[1], *run_id = args[3], *tenant = args[4];
-    Py_ssize_t pos = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t pos = PyLong_AsSsize_t(pos_object);
     if (pos == -1 && PyErr_Occurred()) {
         return NULL;
     }
@@ -1581,6 +1573,67 @@ verify_row(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     ok = sha256_is(salted, digest);
     Py_DECREF(salted);
     return ok < 0 ? NULL : Py_NewRef(ok ? stored : Py_None);
+}
+
+static PyObject *
+verify_row(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 17) {
+        PyErr_SetString(PyExc_TypeError,
+                        "verify_row(row, prev, pos, run_id, tenant): a 17-field stored row first");
+        return NULL;
+    }
+    if (sha256_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "verify_row(): bind_hash() was not called");
+        return NULL;
+    }
+    return verify_fields(&PyTuple_GET_ITEM(args[0], 0), args[1], args[2], args[3], args[4]);
+}
+
+/* ``verify_event(event, prev, pos, run_id, tenant)``: ``verify_row`` of an instance of the
+ * bound event class (bind_event), read from its slots, so that a loaded run is checked without
+ * a row tuple built per event. None (the Python path decides) unless ``v`` is the int 1 and
+ * the stored payload bytes are there. */
+static PyObject *
+verify_event(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "verify_event(event, prev, pos, run_id, tenant)");
+        return NULL;
+    }
+    if (sha256_fn == NULL || event_cls == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "verify_event(): bind_hash() and bind_event() must be called first");
+        return NULL;
+    }
+    PyObject *event = args[0];
+    if (!Py_IS_TYPE(event, event_cls)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *slots[EVENT_FIELDS];
+    for (int i = 0; i < EVENT_FIELDS; i++) {
+        slots[i] = *(PyObject **)((char *)event + event_offsets[i]);
+        if (slots[i] == NULL) {
+            Py_RETURN_NONE; /* an unset slot: the Python path raises what it raises */
+        }
+    }
+    /* v, then tenant .. hash (the row's first 15 fields), payload, salt, payload_bytes */
+    int overflow = 0;
+    if (!PyLong_CheckExact(slots[0]) || PyLong_AsLongAndOverflow(slots[0], &overflow) != 1 ||
+        overflow != 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *fields[17];
+    for (int i = 0; i < 15; i++) {
+        fields[i] = slots[i + 1];
+    }
+    fields[15] = slots[18]; /* the stored bytes */
+    fields[16] = slots[17]; /* the salt */
+    if (fields[15] == Py_None) {
+        Py_RETURN_NONE; /* erased, or built in memory: the Python path */
+    }
+    return verify_fields(fields, args[1], args[2], args[3], args[4]);
 }
 
 
@@ -1842,6 +1895,8 @@ static PyMethodDef methods[] = {
     {"bind_hash", bind_hash, METH_O, "Bind verify_row() to hashlib.sha256."},
     {"verify_row", (PyCFunction)(void (*)(void))verify_row, METH_FASTCALL,
      "The stored hash when every check of verify._feed_plain's common case passes, else None."},
+    {"verify_event", (PyCFunction)(void (*)(void))verify_event, METH_FASTCALL,
+     "verify_row of an event of the bound class, read from its slots."},
     {"format_ts", format_ts, METH_O,
      "YYYY-MM-DDTHH:MM:SS.ffffffZ of nanoseconds since 1970 (event._format_ts)."},
     {"jcs", jcs, METH_O,

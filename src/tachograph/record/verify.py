@@ -461,6 +461,8 @@ class LineChecker:
         Check 1 runs on stored values too: SQLite columns are not strictly typed, and a
         tampered row must produce a report, never an exception.
         """
+        if _verify_event is not None and self._event_at_once(event):
+            return
         row = _plain_row(event)
         if row is not None:
             if not self._verified_at_once(row):
@@ -517,6 +519,21 @@ class LineChecker:
         if run_id is None:
             tenant, run_id = row[0], row[1]
         recomputed = _verify_row(row, self.prev_recomputed, self.position, run_id, tenant)
+        if recomputed is None:
+            return False
+        self.position += 1
+        self.run_id, self.tenant = run_id, tenant
+        self.prev_recomputed = self.head = recomputed
+        return True
+
+    def _event_at_once(self, event: Event) -> bool:
+        """:meth:`_verified_at_once` of a loaded event, read from its slots
+        (``native.verify_event``): no row tuple built for it."""
+        assert _verify_event is not None
+        run_id, tenant = self.run_id, self.tenant
+        if run_id is None:
+            tenant, run_id = event.tenant, event.run_id
+        recomputed = _verify_event(event, self.prev_recomputed, self.position, run_id, tenant)
         if recomputed is None:
             return False
         self.position += 1
@@ -801,6 +818,9 @@ def _salted(salt: bytes, data: bytes) -> str:
 if NATIVE is not None:
     NATIVE.bind_hash(hashlib.sha256)
 _verify_row: Callable[..., str | None] | None = NATIVE.verify_row if NATIVE is not None else None
+_verify_event: Callable[..., str | None] | None = (
+    NATIVE.verify_event if NATIVE is not None else None
+)
 _jcs_of_bytes: Callable[[bytes], bytes | None] = (
     NATIVE.jcs if NATIVE is not None else lambda _body: None
 )
