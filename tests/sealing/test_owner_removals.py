@@ -278,3 +278,63 @@ def test_an_evidence_folder_whose_checkpoint_file_is_not_the_proofs_fails(
     assert data["ok"] is False
     assert data["failed_check"] == "signature"
     assert "checkpoint" in data["message"]
+
+
+def _verdict_steps(db: Path, key: SigningKey) -> int:
+    """SQLite virtual-machine steps taken by the seal audit of one tenant."""
+    from tachograph.sealing.log import audit_tenant
+
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    with SQLiteStore(db) as store:
+        store._db.set_progress_handler(count, 1)
+        audit = audit_tenant(store, "default", keys=[key.verifier])
+        store._db.set_progress_handler(None, 1)
+    assert audit.problem is None
+    assert audit.size is not None
+    return steps
+
+
+def test_the_seal_audit_of_a_tenant_does_not_read_every_event_of_the_store(
+    tmp_path: Path,
+) -> None:
+    # the same runs and seals, 10 or 400 events each: only the events may differ in cost
+    key, _ = make_key(tmp_path / "keys")
+    steps = {}
+    for length in (10, 400):
+        db = tmp_path / f"{length}.db"
+        with SQLiteStore(db) as store:
+            for i in range(6):
+                record(store, f"run-{i}", length, key=key, every=10_000)
+        steps[length] = _verdict_steps(db, key)
+    assert steps[400] < 1.5 * steps[10], steps
+
+
+def test_a_sealed_run_whose_summary_row_is_gone_is_still_held_by_its_events(
+    tmp_path: Path,
+) -> None:
+    from tachograph.sealing.log import audit_tenant
+
+    key, _ = make_key(tmp_path / "keys")
+    db = tmp_path / "t.db"
+    with SQLiteStore(db) as store:
+        for run_id in ("run-a", "run-b"):
+            record(store, run_id, 8, key=key)
+    raw = _owner(db)
+    raw.execute("DELETE FROM runs WHERE run_id='run-b'")  # an orphan: events, no summary
+    raw.close()
+    with SQLiteStore(db) as store:
+        assert audit_tenant(store, "default", keys=[key.verifier]).problem is None
+    raw = _owner(db)
+    _delete_run(raw, "run-b")  # now the events too: the seals name a run that is gone
+    raw.close()
+    with SQLiteStore(db) as store:
+        problem = audit_tenant(store, "default", keys=[key.verifier]).problem
+    assert problem is not None
+    assert "'run-b'" in problem
+    assert "removed" in problem

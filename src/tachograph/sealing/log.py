@@ -333,8 +333,14 @@ def _filing_problem(store: Store, tenant: str, rows: Sequence[SealRow]) -> str |
         sealed[leaf.run_id] = max(leaf.seq, sealed.get(leaf.run_id, -1))
     if not sealed:
         return None
-    held = {run_id for t, run_id in store.run_keys() if t == tenant}
+    # The run summaries first (one row per run); only a sealed run without one (an orphan
+    # whose events lost their summary, or a deleted run) needs the listing of every run that
+    # has events, which reads the whole events index: not the price of every verdict.
+    held = {info.run_id for info in store.runs(tenant=tenant)}
     missing = [run_id for run_id in sealed if run_id not in held]
+    if missing:
+        held = {run_id for t, run_id in store.run_keys() if t == tenant}
+        missing = [run_id for run_id in sealed if run_id not in held]
     if not missing:
         return None
     deleted = _deleted_runs(store, tenant)
