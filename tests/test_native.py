@@ -519,3 +519,64 @@ def test_verification_of_loaded_events_reports_the_same_with_the_compiled_event_
     compiled = _event_report(events, event=True, row=True)
     assert compiled == _event_report(events, event=False, row=True)
     assert compiled == _event_report(events, event=False, row=False)
+
+
+# -- whether any of a set of words occurs (native.contains_any) -----------------------------------
+
+
+def _secret_words() -> list[bytes]:
+    from tachograph.privacy.redactor import Redactor
+
+    table = Redactor()._engine.blob_table
+    assert table is not None  # the compiled test serves where the helpers are built
+    return [w for ws in table if ws for w in ws]
+
+
+_WORDS = _secret_words()
+
+
+@settings(max_examples=1500)
+@given(
+    st.lists(st.sampled_from(_WORDS), min_size=1, max_size=6, unique=True),
+    st.lists(
+        st.binary(max_size=6)
+        | st.sampled_from(_WORDS).map(lambda w: w[: max(1, len(w) - 1)])
+        | st.sampled_from(_WORDS)
+        | st.sampled_from([b'"', b":", b"{", b"}", b"a", b"_", b"\xff", b"\x00"]),
+        max_size=12,
+    ),
+)
+def test_contains_any_answers_as_the_alternation_of_the_words(
+    words: list[bytes], parts: list[bytes]
+) -> None:
+    from tachograph.privacy.redactor import _any_of, _by_first_byte
+
+    data = b"".join(parts)
+    table = _by_first_byte(words)
+    assert native.contains_any(data, table) is (_any_of(words).search(data) is not None)
+    assert native.contains_any(data, _by_first_byte(_WORDS)) is (
+        _any_of(_WORDS).search(data) is not None
+    )
+
+
+def test_contains_any_refuses_a_table_it_cannot_read() -> None:
+    from tachograph.privacy.redactor import _by_first_byte
+
+    table = _by_first_byte([b"api", b"pass"])
+    assert native.contains_any(b"x-api-key", table) is True
+    assert native.contains_any(b"", table) is False
+    assert native.contains_any(b"ap", table) is False  # a word cut by the end of the data
+    with pytest.raises(TypeError):
+        native.contains_any("api", table)
+    with pytest.raises(TypeError):
+        native.contains_any(b"api", table[:255])
+    misfiled = list(table)
+    misfiled[ord("a")] = (b"pass",)
+    with pytest.raises(ValueError, match="first byte"):
+        native.contains_any(b"a", tuple(misfiled))
+    broken = list(table)
+    broken[ord("a")] = [b"api"]
+    with pytest.raises(TypeError):
+        native.contains_any(b"a", tuple(broken))
+    with pytest.raises(ValueError, match="empty"):
+        _by_first_byte([b""])

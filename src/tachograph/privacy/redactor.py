@@ -24,7 +24,7 @@ import enum
 import functools
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -33,6 +33,7 @@ import orjson
 
 from ..errors import PrivacyError
 from ..record.canonical import canonical
+from ..record.compiled import NATIVE
 from ..record.event import Event
 from ..record.seal import Processor
 from .detectors import DETECTORS, PII_KINDS, SECRET_FIELDS, SECRET_KINDS, Detector, card_digits
@@ -177,6 +178,11 @@ class _Engine:
         # one pass over the bytes for all of them: some six times faster than a substring
         # test per hint (there are about forty)
         self.blob_pattern = _any_of(blob_hints) if blob_hints else None
+        # the same test compiled (native.contains_any): about a tenth of the pattern's cost on
+        # the short payloads of most events
+        self.blob_table = (
+            _by_first_byte(blob_hints) if blob_hints and _contains_any is not None else None
+        )
 
     def clean(self, payload: dict[str, Any]) -> bool:
         """True when no string of ``payload`` can hold a match: one serialization and a few
@@ -187,6 +193,9 @@ class _Engine:
             blob = orjson.dumps(payload).lower()
         except TypeError:  # outside the profile: the recorder will say so; walk meanwhile
             return False
+        if self.blob_table is not None:
+            assert _contains_any is not None
+            return not _contains_any(blob, self.blob_table)
         return self.blob_pattern is None or self.blob_pattern.search(blob) is None
 
     def maybe(self, text: str) -> bool:
@@ -216,6 +225,22 @@ def _secret_field(key: Any, value: Any) -> bool:
 
 _Trie = dict[int, "_Trie"]
 _END = -1  # the trie key that marks the end of a word (bytes are 0..255)
+
+
+_contains_any: Callable[[bytes, tuple[Any, ...]], bool] | None = (
+    NATIVE.contains_any if NATIVE is not None else None
+)
+
+
+def _by_first_byte(words: Iterable[bytes]) -> tuple[tuple[bytes, ...] | None, ...]:
+    """``words`` filed by their first byte, as ``native.contains_any`` reads them: 256
+    entries, each None or the tuple of the words that start with that byte."""
+    table: list[list[bytes]] = [[] for _ in range(256)]
+    for word in dict.fromkeys(words):
+        if not word:
+            raise ValueError("an empty word occurs everywhere")
+        table[word[0]].append(word)
+    return tuple(tuple(ws) if ws else None for ws in table)
 
 
 def _any_of(words: Iterable[bytes]) -> re.Pattern[bytes]:

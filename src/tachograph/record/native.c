@@ -30,6 +30,9 @@
  * (``verify.LineChecker._feed_plain``), all of it or nothing (see its section's comment);
  * ``verify_event`` the same over the slots of a loaded event (a run read for replay).
  *
+ * ``contains_any(data, table)``: whether one of a set of words occurs in bytes (the secrets
+ * pre-check of every recorded payload).
+ *
  * ``format_ts(ns)`` and ``UlidSource(draw).next(ms)``: the timestamp and the monotonic ULID of
  * a new event, as ``event._format_ts`` and ``event._UlidSource`` give them.
  *
@@ -1637,6 +1640,55 @@ verify_event(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
 }
 
 
+/* -- whether any of a set of words occurs in bytes (redactor._Engine.clean) ------------------
+ *
+ * ``contains_any(data, table)``: True when one of the words occurs in ``data``. ``table`` holds
+ * the words by their first byte: 256 entries, each None or a tuple of the (non-empty) bytes
+ * words that start with that byte. One pass over ``data``; at each position only the words of
+ * its byte are compared. The same answer as a regular expression alternating the words
+ * (``redactor._any_of``), at a fraction of its cost on the short payloads of most events.
+ */
+
+static PyObject *
+contains_any(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyTuple_CheckExact(args[1]) ||
+        PyTuple_GET_SIZE(args[1]) != 256) {
+        PyErr_SetString(PyExc_TypeError,
+                        "contains_any(data, table): bytes, and 256 entries of words by first byte");
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    PyObject *table = args[1];
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *words = PyTuple_GET_ITEM(table, data[i]);
+        if (words == Py_None) {
+            continue;
+        }
+        if (!PyTuple_CheckExact(words)) {
+            PyErr_SetString(PyExc_TypeError, "contains_any: each entry is None or a tuple");
+            return NULL;
+        }
+        Py_ssize_t left = size - i;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(words); j++) {
+            PyObject *word = PyTuple_GET_ITEM(words, j);
+            if (!PyBytes_CheckExact(word) || PyBytes_GET_SIZE(word) < 1 ||
+                (unsigned char)PyBytes_AS_STRING(word)[0] != data[i]) {
+                PyErr_SetString(PyExc_ValueError,
+                                "contains_any: a word filed under another first byte");
+                return NULL;
+            }
+            Py_ssize_t length = PyBytes_GET_SIZE(word);
+            if (length <= left && memcmp(data + i, PyBytes_AS_STRING(word), (size_t)length) == 0) {
+                Py_RETURN_TRUE;
+            }
+        }
+    }
+    Py_RETURN_FALSE;
+}
+
+
 /* -- the clock and the ids of new events (event._format_ts, event._UlidSource) ----------------
  *
  * ``format_ts(ns)``: ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` of ``ns`` nanoseconds since the epoch
@@ -1899,6 +1951,8 @@ static PyMethodDef methods[] = {
      "verify_row of an event of the bound class, read from its slots."},
     {"format_ts", format_ts, METH_O,
      "YYYY-MM-DDTHH:MM:SS.ffffffZ of nanoseconds since 1970 (event._format_ts)."},
+    {"contains_any", (PyCFunction)(void (*)(void))contains_any, METH_FASTCALL,
+     "Whether one of the words (filed by first byte) occurs in the bytes."},
     {"jcs", jcs, METH_O,
      "canonical(orjson.loads(data)) from the bytes in one pass, or None where not certain."},
     {NULL, NULL, 0, NULL},
