@@ -690,16 +690,8 @@ class Recorder:
                     f"run {self.run_id!r} has finished; nothing more can be recorded in it",
                     run_id=self.run_id,
                 )
-            event = self.sealer.seal(
-                type,
-                payload,
-                processed=True,
-                actor=actor,
-                idempotency_key=idempotency_key,
-                model=model,
-                seed=seed,
-                trace_id=trace_id,
-                span_id=span_id,
+            event = self.sealer.next_event(
+                type, payload, actor, idempotency_key, model, seed, trace_id, span_id
             )
             now = durable or self.durability is _EVERY
             claimed = self.writer.claim(event) if now else None

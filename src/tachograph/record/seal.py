@@ -31,8 +31,8 @@ from .event import (
     check_tenant,
     check_type,
     envelope_bytes,
+    fresh_event,
     hash_envelope,
-    new_event,
 )
 from .keycount import RepeatCounter
 
@@ -356,29 +356,49 @@ class Sealer:
     ) -> Event:
         """The next event of the run. ``processed=True`` says the payload already went
         through :meth:`process` (the capture boundary processes before deriving keys)."""
+        body = payload if processed else self.process(type_, payload)
+        return self.next_event(
+            type_, body, actor, idempotency_key, model, seed, trace_id, span_id, ts, event_id, salt
+        )
+
+    def next_event(
+        self,
+        type_: str,
+        payload: dict[str, Any],
+        actor: str | None,
+        idempotency_key: str | None,
+        model: str | None,
+        seed: int | None,
+        trace_id: str | None,
+        span_id: str | None,
+        ts: str | None = None,
+        event_id: str | None = None,
+        salt: bytes | None = None,
+    ) -> Event:
+        """:meth:`seal` of a processed payload, its arguments in order (the recorder's call,
+        once per event)."""
         if type_ not in self._checked_types:
             check_type(type_)
             self._checked_types.add(type_)
         if actor is not None and actor != self.actor:
             check_actor(actor)
-        body = payload if processed else self.process(type_, payload)
-        event = new_event(
-            run_id=self.run_id,
-            seq=self.next_seq,
-            type=type_,
-            actor=actor or self.actor,
-            payload=body,
-            prev_hash=self.head_hash,
-            tenant=self.tenant,
-            trace_id=trace_id,
-            span_id=span_id,
-            idempotency_key=idempotency_key,
-            model=model,
-            seed=seed,
-            ts=ts,
-            event_id=event_id,
-            salt=salt,
-            checked=True,
+        event = fresh_event(  # new_event(..., checked=True): the run's fields are checked
+            self.run_id,
+            self.next_seq,
+            type_,
+            actor or self.actor,
+            payload,
+            self.head_hash,
+            self.tenant,
+            trace_id,
+            span_id,
+            idempotency_key,
+            model,
+            seed,
+            ts,
+            event_id,
+            salt,
+            None,
         )
         self.next_seq += 1
         self.head_hash = event.hash
