@@ -223,6 +223,7 @@ def _secret_field(key: Any, value: Any) -> bool:
         and not (type(value) is str and _KEEP_FULL.fullmatch(value))
     )
 
+
 _Trie = dict[int, "_Trie"]
 _END = -1  # the trie key that marks the end of a word (bytes are 0..255)
 

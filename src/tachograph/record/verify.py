@@ -461,11 +461,13 @@ class LineChecker:
         Check 1 runs on stored values too: SQLite columns are not strictly typed, and a
         tampered row must produce a report, never an exception.
         """
-        if _verify_event is not None and self._event_at_once(event):
+        if _verify_event is not None and self._at_once(
+            _verify_event, event, event.tenant, event.run_id
+        ):
             return
         row = _plain_row(event)
         if row is not None:
-            if not self._verified_at_once(row):
+            if _verify_row is None or not self._at_once(_verify_row, row, row[0], row[1]):
                 self._feed_plain(row, event.payload if self.decoded else None)
             return
         pos = self.position
@@ -497,7 +499,7 @@ class LineChecker:
         """Check one stored row (see :class:`~tachograph.record.rows.StoredRow`) without
         building an Event. A row that is not plainly well formed takes the full path of
         :meth:`feed_event`."""
-        if self._verified_at_once(row):
+        if _verify_row is not None and self._at_once(_verify_row, row, row[0], row[1]):
             return
         if not _row_plainly_well_formed(row):
             (tenant, run_id, seq, event_id, ts, kind, actor, trace_id, span_id, key, model,
@@ -509,31 +511,17 @@ class LineChecker:
             return
         self._feed_plain(row, None)
 
-    def _verified_at_once(self, row: tuple[Any, ...]) -> bool:
-        """The common case of :meth:`_feed_plain` in one compiled call (``native.verify_row``):
-        True when every check passed and the row is accounted for; False (nothing changed)
-        sends it to the Python path, which checks it again and reports what is wrong."""
-        if _verify_row is None:
-            return False
-        run_id, tenant = self.run_id, self.tenant
-        if run_id is None:
-            tenant, run_id = row[0], row[1]
-        recomputed = _verify_row(row, self.prev_recomputed, self.position, run_id, tenant)
-        if recomputed is None:
-            return False
-        self.position += 1
-        self.run_id, self.tenant = run_id, tenant
-        self.prev_recomputed = self.head = recomputed
-        return True
-
-    def _event_at_once(self, event: Event) -> bool:
-        """:meth:`_verified_at_once` of a loaded event, read from its slots
-        (``native.verify_event``): no row tuple built for it."""
-        assert _verify_event is not None
-        run_id, tenant = self.run_id, self.tenant
-        if run_id is None:
-            tenant, run_id = event.tenant, event.run_id
-        recomputed = _verify_event(event, self.prev_recomputed, self.position, run_id, tenant)
+    def _at_once(
+        self, check: Callable[..., str | None], item: Any, tenant: Any, run_id: Any
+    ) -> bool:
+        """The common case of :meth:`_feed_plain` in one compiled call: ``check`` is
+        ``native.verify_row`` (a stored row) or ``native.verify_event`` (a loaded event, read
+        from its slots), ``tenant`` and ``run_id`` the item's own. True when every check passed
+        and the item is accounted for; False (nothing changed) sends it to the Python path,
+        which checks it again and reports what is wrong."""
+        if self.run_id is not None:
+            run_id, tenant = self.run_id, self.tenant
+        recomputed = check(item, self.prev_recomputed, self.position, run_id, tenant)
         if recomputed is None:
             return False
         self.position += 1
