@@ -396,16 +396,22 @@ _CHANGES = st.lists(
 )
 
 
-@settings(max_examples=800)
-@given(st.integers(0, len(_ROWS) - 1), _CHANGES)
-def test_verification_reports_the_same_with_the_compiled_row_check(
-    where: int, changes: list[tuple[int, Any]]
-) -> None:
+def _changed(where: int, changes: list[tuple[int, Any]]) -> list[tuple[Any, ...]]:
+    """The chain with the row at ``where`` given ``changes`` (field index, new value)."""
     rows = list(_ROWS)
     row = list(rows[where])
     for index, value in changes:
         row[index] = value
     rows[where] = tuple(row)
+    return rows
+
+
+@settings(max_examples=800)
+@given(st.integers(0, len(_ROWS) - 1), _CHANGES)
+def test_verification_reports_the_same_with_the_compiled_row_check(
+    where: int, changes: list[tuple[int, Any]]
+) -> None:
+    rows = _changed(where, changes)
     assert _report(rows, True) == _report(rows, False)
 
 
@@ -498,12 +504,7 @@ def test_the_compiled_event_check_steps_aside_for_what_it_cannot_read() -> None:
 def test_verification_of_loaded_events_reports_the_same_with_the_compiled_event_check(
     where: int, changes: list[tuple[int, Any]]
 ) -> None:
-    rows = list(_ROWS)
-    row = list(rows[where])
-    for index, value in changes:
-        row[index] = value
-    rows[where] = tuple(row)
-    events = [_event_of(r) for r in rows]
+    events = [_event_of(r) for r in _changed(where, changes)]
     compiled = _event_report(events, event=True, row=True)
     assert compiled == _event_report(events, event=False, row=True)
     assert compiled == _event_report(events, event=False, row=False)
