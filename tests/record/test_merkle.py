@@ -178,3 +178,35 @@ def test_a_seal_leaf_is_its_canonical_json() -> None:
     for bad in (b'{"final":true}', raw.replace(b":7,", b":7.5,"), b" " + raw, b"[1]"):
         with pytest.raises(ProofError):
             SealLeaf.from_bytes(bad)
+
+
+_LEAF_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@given(_LEAF_TEXT, _LEAF_TEXT, st.integers(0, 2**53 - 1), _LEAF_TEXT, st.booleans())
+def test_a_seal_leaf_has_the_bytes_of_sorted_compact_json(
+    tenant: str, run_id: str, seq: int, hash_: str, final: bool
+) -> None:
+    # the leaves already in seal logs were written as sorted compact JSON: the same bytes
+    leaf = SealLeaf(tenant, run_id, seq, hash_, final)
+    body = {"tenant": tenant, "run_id": run_id, "seq": seq, "hash": hash_, "final": final}
+    expected = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert leaf.to_bytes() == expected.encode()
+    assert SealLeaf.from_bytes(leaf.to_bytes()) == leaf
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"final":true,"hash":"h","run_id":"r","seq":9007199254740992,"tenant":"t"}',
+        b'{"final":true,"hash":"\\ud800","run_id":"r","seq":1,"tenant":"t"}',
+        b'{"final":true,"hash":"h","run_id":"r","seq":1,"seq":1,"tenant":"t"}',
+        b'{"final":true,"hash":"\\u0068","run_id":"r","seq":1,"tenant":"t"}',
+        b'{"final":true,"hash":"h","run_id":"r","seq":NaN,"tenant":"t"}',
+        b'{"final":true,"hash":"h","run_id":"r","seq":1,"tenant":"t"}\n',
+        b"\xff",
+    ],
+)
+def test_a_seal_leaf_that_is_not_its_own_canonical_form_is_a_proof_error(raw: bytes) -> None:
+    with pytest.raises(ProofError):
+        SealLeaf.from_bytes(raw)

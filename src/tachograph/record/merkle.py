@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SealingError
+import orjson
+
+from ..errors import ProfileError, SealingError
+from .canonical import canonical
 
 __all__ = [
     "EMPTY_ROOT",
@@ -73,9 +75,9 @@ class SealLeaf:
     final: bool
 
     def to_bytes(self) -> bytes:
-        """``JCS({tenant, run_id, seq, hash, final})``: the leaf as logged."""
-        # For these five keys and values (strings, an integer, a boolean) sorted compact JSON
-        # is exactly RFC 8785: the keys are ASCII and sort the same in UTF-16.
+        """``JCS({tenant, run_id, seq, hash, final})``: the leaf as logged (the record's own
+        RFC 8785 encoder; a seq beyond 2^53 - 1 is outside JCS's numbers and raises
+        :class:`~tachograph.errors.ProfileError`)."""
         body = {
             "tenant": self.tenant,
             "run_id": self.run_id,
@@ -83,14 +85,14 @@ class SealLeaf:
             "hash": self.hash,
             "final": self.final,
         }
-        return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        return canonical(body, "seal leaf")
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> SealLeaf:
         """Parse a logged leaf; it must be exactly its own canonical form."""
         try:
-            data: Any = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+            data: Any = orjson.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:  # orjson.JSONDecodeError is a ValueError
             raise ProofError(f"the seal leaf is not JSON: {exc}") from None
         keys = {"tenant", "run_id", "seq", "hash", "final"}
         if not isinstance(data, dict) or set(data) != keys:
@@ -107,7 +109,11 @@ class SealLeaf:
         if not ok:
             raise ProofError("the seal leaf has a value of the wrong type")
         leaf = cls(data["tenant"], data["run_id"], data["seq"], data["hash"], data["final"])
-        if leaf.to_bytes() != raw:
+        try:
+            canonical_form = leaf.to_bytes()
+        except ProfileError as exc:
+            raise ProofError(f"the seal leaf has no canonical form (JCS): {exc}") from None
+        if canonical_form != raw:
             raise ProofError("the seal leaf is not in canonical form (JCS)")
         return leaf
 
