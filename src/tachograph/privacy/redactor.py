@@ -177,6 +177,7 @@ class _Engine:
         blob_hints = dict.fromkeys(h.encode() for h in self.hints + (fields if secrets else ()))
         # one pass over the bytes for all of them: some six times faster than a substring
         # test per hint (there are about forty)
+        self.blob_words = tuple(blob_hints)
         self.blob_pattern = _any_of(blob_hints) if blob_hints else None
         # the same test compiled (native.contains_any): about a tenth of the pattern's cost on
         # the short payloads of most events
