@@ -662,9 +662,7 @@ def fresh_event(
             ts = _format_ts(ns)
         if event_id is None:
             event_id = _ULIDS.next(ns // 1_000_000)
-    h = _sha256(salt)
-    h.update(jcs)
-    digest = "sha256:" + h.hexdigest()
+    digest = digest_payload(salt, jcs)
     env = envelope_bytes(
         FORMAT_VERSION,
         tenant,
@@ -698,14 +696,11 @@ def fresh_event(
         seed,
         digest,
         prev_hash,
-        "sha256:" + _sha256(env).hexdigest(),
+        hash_envelope(env),
         payload,
         salt.hex(),
         payload_bytes,
     )
-
-
-_sha256 = hashlib.sha256
 
 
 def event_from_line(line: dict[str, Any]) -> Event:

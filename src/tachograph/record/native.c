@@ -36,9 +36,9 @@
  * ``format_ts(ns)`` and ``UlidSource(draw).next(ms)``: the timestamp and the monotonic ULID of
  * a new event, as ``event._format_ts`` and ``event._UlidSource`` give them.
  *
- * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes and
- * ``verify_row``'s and ``verify_event``'s SHA-256 (hashlib's, on bytes), so dicts and lists cannot change while they
- * are walked.
+ * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes and the
+ * SHA-256 of ``verify_row`` and ``verify_event`` (hashlib's, on bytes), so dicts and lists
+ * cannot change while they are walked.
  * canonical.py falls back to its own walk when this module is not built; the tests hold the
  * two to the same answers over generated values.
  */
