@@ -293,22 +293,27 @@ def _event_build_figure(settings: Settings) -> Figure:
     )
 
 
-_TIMES: list[int] = []
-
-
 @tachograph.tool(effect="read", name="bench_read")
 def _read_tool(i: int) -> dict[str, int]:
     return {"item": i, "stock": i % 97}
 
 
-def _timed_agent(calls: int) -> int:
-    # the agent times its own loop: run start and end (two events, a commit) are left out
-    t0 = time.perf_counter_ns()
-    total = 0
-    for i in range(calls):
-        total += _read_tool(i)["stock"]
-    _TIMES.append(time.perf_counter_ns() - t0)
-    return total
+def _timed_calls(calls: int) -> float:
+    """Nanoseconds per call of ``calls`` read-tool calls in one recorded run, up to the moment
+    the writer thread has handed all their events to the store (a store that discards).
+
+    The flush is timed too: without it, the writer's work on the last events (a few
+    milliseconds' worth, most of a short run's) fell after the clock stopped, so short runs
+    looked cheaper than long ones. Run start and end (two events, a commit) are left out.
+    """
+    with tachograph.record(NullStore(), actor="bench") as run:
+        t0 = time.perf_counter_ns()
+        total = 0
+        for i in range(calls):
+            total += _read_tool(i)["stock"]
+        run.flush()
+        elapsed = time.perf_counter_ns() - t0
+    return elapsed / calls
 
 
 def _tool_call_figure(settings: Settings) -> Figure:
@@ -324,16 +329,24 @@ def _tool_call_figure(settings: Settings) -> Figure:
         req_floor()
         res_floor()
 
-    def calls_sample(n: int) -> float:
-        # A real recording (decorators, session, writer thread) into a store that discards.
-        tachograph.record_run(_timed_agent, n, store=NullStore(), actor="bench")
-        return _TIMES.pop() / n
-
     repeats = settings.repeats or 15
-    subj, base = interleaved(
-        lambda: calls_sample(short), loop_sample(floor, short), repeats=repeats
-    )
-    longs = [calls_sample(long) for _ in range(max(3, repeats // 5))]
+    # The long runs are spread among the short ones (a few short runs and floors, then one
+    # long run, in turn), so that a neighbour's load or a drift of the machine weighs on
+    # both lengths alike: measured one block after the other, their ratio was mostly drift.
+    blocks = max(3, repeats // 5)
+    subj: list[float] = []
+    base: list[float] = []
+    longs: list[float] = []
+    for block in range(blocks):
+        s, b = interleaved(
+            lambda: _timed_calls(short),
+            loop_sample(floor, short),
+            repeats=-(-repeats // blocks),
+            warmup=0 if block else 1,
+        )
+        subj += s
+        base += b
+        longs.append(_timed_calls(long))
     subject = measure_of(f"recorded read-tool call, runs of {short} calls", subj, "ns")
     baseline = measure_of("floor: build its two events", base, "ns")
     long_m = measure_of(f"recorded read-tool call, runs of {long} calls", longs, "ns")
@@ -351,7 +364,7 @@ def _tool_call_figure(settings: Settings) -> Figure:
             Target(f"per-call cost, {long} calls over {short}", growth, "<=", 1.1),
         ],
         extra={"long_run": long_m.to_dict(), "growth": growth},
-        profile_fn=lambda: calls_sample(short),
+        profile_fn=lambda: _timed_calls(short),
     )
 
 
@@ -387,7 +400,7 @@ def _record_memory_figure(settings: Settings) -> Figure:
         targets=[Target("flat", ratio, "<=", 1.2)],
         extra={"small": small_r, "large": large_r},
         # in this process, where the time of a recording goes (its memory is in ``extra``)
-        profile_fn=lambda: tachograph.record_run(_timed_agent, 2_000, store=NullStore()),
+        profile_fn=lambda: _timed_calls(2_000),
     )
 
 

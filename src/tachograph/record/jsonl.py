@@ -12,7 +12,7 @@ import orjson
 
 from ..errors import AppendRefused, FormatError, VerificationFailed
 from .bulk import collector_paused
-from .event import Event, event_from_line
+from .event import Event, event_from_line, stored_json
 from .seal import Processor, Sealer
 from .verify import VerifyReport, iter_jsonl_runs
 
@@ -138,7 +138,7 @@ def _read(
 def _to_event(line: dict[str, Any]) -> Event:
     event = event_from_line(line)
     if event.payload is not None:
-        object.__setattr__(event, "payload_bytes", orjson.dumps(event.payload))
+        object.__setattr__(event, "payload_bytes", stored_json(event.payload))
     return event
 
 
