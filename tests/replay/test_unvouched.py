@@ -12,6 +12,7 @@ import json
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import anthropic
@@ -344,6 +345,19 @@ def test_the_wire_shapes_of_requested_tool_calls() -> None:
     ollama = {"message": {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}}
     assert requested_tool_calls(ollama) == (RequestedCall("f", None),)
     assert requested_tool_calls({"candidates": [None, {"content": {"parts": "x"}}]}) == ()
+    # Mappings that are not dicts (dict is only checked first, to spare the ABC check)
+    shapes = [chat, envelope, responses, messages, gemini, sdk, converse, ollama]
+    for shape in shapes:
+        assert requested_tool_calls(_frozen(shape)) == requested_tool_calls(shape) != ()
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` with every dict made a read-only mapping (a ``Mapping`` but no ``dict``)."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_frozen(v) for v in value]
+    return value
 
 
 def test_a_recorded_substitution_accounts_for_the_call() -> None:

@@ -44,6 +44,8 @@ __all__ = [
     "unvouched_calls",
 ]
 
+_MAPS = (dict, Mapping)  # dict first: a recorded payload spares the ABC check
+
 FIELD = "unvouched"
 """The ``run.finished`` payload field that lists the unvouched calls."""
 
@@ -126,7 +128,7 @@ class ToolLedger:
         if type_ not in _FOLLOWED:
             return []
         if type_ == _MODEL_RESPONSE:
-            response = payload.get("response") if isinstance(payload, Mapping) else None
+            response = payload.get("response") if isinstance(payload, _MAPS) else None
             calls = requested_tool_calls(response)
             if calls:
                 with self._lock:
@@ -157,7 +159,7 @@ class ToolLedger:
             return []
         aborted = (
             type_ == _RUN_FINISHED
-            and isinstance(payload, Mapping)
+            and isinstance(payload, _MAPS)
             and payload.get("status") == "aborted"
         )
         if aborted:
@@ -220,7 +222,7 @@ def unvouched_calls(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
             ledger.observe(event.type, event.payload, event.seq)
         if event.type == _RUN_FINISHED:
             for item in event.payload.get(FIELD) or ():
-                call = UnvouchedCall.from_dict(item) if isinstance(item, Mapping) else None
+                call = UnvouchedCall.from_dict(item) if isinstance(item, _MAPS) else None
                 if call is not None:
                     listed.append(call)
     # Calls still open at the end of a run that never finished (a crash) are not judged:

@@ -204,9 +204,9 @@ def stream_error(record: dict[str, Any]) -> str | None:
 def is_envelope(value: Any) -> bool:
     """Whether ``value`` is an HTTP answer as the integrations record it."""
     return (
-        isinstance(value, Mapping)
+        isinstance(value, (dict, Mapping))
         and type(value.get("status")) is int
-        and isinstance(value.get("headers", {}), Mapping)
+        and isinstance(value.get("headers", {}), (dict, Mapping))
         and any(k in value for k in ("body", "events", "text", "base64"))
     )
 

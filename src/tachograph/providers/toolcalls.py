@@ -23,6 +23,10 @@ from .http import response_body
 
 __all__ = ["RequestedCall", "requested_tool_calls"]
 
+# A recorded payload is plain dicts: ``dict`` first spares the ABC check of ``Mapping`` (an
+# answer is looked through for tool calls as each event is appended).
+_MAPS = (dict, Mapping)
+
 
 @dataclass(frozen=True, slots=True)
 class RequestedCall:
@@ -39,14 +43,14 @@ def _id(value: Any) -> str | None:
 def _chat(body: Mapping[str, Any]) -> list[RequestedCall]:
     out: list[RequestedCall] = []
     for choice in body.get("choices") or ():
-        message = choice.get("message") if isinstance(choice, Mapping) else None
-        if not isinstance(message, Mapping):
+        message = choice.get("message") if isinstance(choice, _MAPS) else None
+        if not isinstance(message, _MAPS):
             continue
         for call in message.get("tool_calls") or ():
-            if not isinstance(call, Mapping):
+            if not isinstance(call, _MAPS):
                 continue
             function = call.get("function")
-            name = function.get("name") if isinstance(function, Mapping) else call.get("name")
+            name = function.get("name") if isinstance(function, _MAPS) else call.get("name")
             if isinstance(name, str) and name:
                 out.append(RequestedCall(name, _id(call.get("id"))))
     return out
@@ -55,7 +59,7 @@ def _chat(body: Mapping[str, Any]) -> list[RequestedCall]:
 def _responses(body: Mapping[str, Any]) -> list[RequestedCall]:
     out: list[RequestedCall] = []
     for item in body.get("output") or ():
-        if not isinstance(item, Mapping) or item.get("type") != "function_call":
+        if not isinstance(item, _MAPS) or item.get("type") != "function_call":
             continue
         name = item.get("name")
         if isinstance(name, str) and name:
@@ -66,7 +70,7 @@ def _responses(body: Mapping[str, Any]) -> list[RequestedCall]:
 def _messages(body: Mapping[str, Any]) -> list[RequestedCall]:
     out: list[RequestedCall] = []
     for block in body.get("content") or ():
-        if not isinstance(block, Mapping) or block.get("type") != "tool_use":
+        if not isinstance(block, _MAPS) or block.get("type") != "tool_use":
             continue
         name = block.get("name")
         if isinstance(name, str) and name:
@@ -77,14 +81,14 @@ def _messages(body: Mapping[str, Any]) -> list[RequestedCall]:
 def _gemini(body: Mapping[str, Any]) -> list[RequestedCall]:
     out: list[RequestedCall] = []
     for candidate in body.get("candidates") or ():
-        content = candidate.get("content") if isinstance(candidate, Mapping) else None
-        parts = content.get("parts") if isinstance(content, Mapping) else None
+        content = candidate.get("content") if isinstance(candidate, _MAPS) else None
+        parts = content.get("parts") if isinstance(content, _MAPS) else None
         for part in parts if isinstance(parts, list) else ():
-            if not isinstance(part, Mapping):
+            if not isinstance(part, _MAPS):
                 continue
             call = part.get("functionCall") or part.get("function_call")
-            name = call.get("name") if isinstance(call, Mapping) else None
-            if isinstance(call, Mapping) and isinstance(name, str) and name:
+            name = call.get("name") if isinstance(call, _MAPS) else None
+            if isinstance(call, _MAPS) and isinstance(name, str) and name:
                 out.append(RequestedCall(name, _id(call.get("id"))))
     return out
 
@@ -92,11 +96,11 @@ def _gemini(body: Mapping[str, Any]) -> list[RequestedCall]:
 def _converse(output: Mapping[str, Any]) -> list[RequestedCall]:
     out: list[RequestedCall] = []
     message = output.get("message")
-    blocks = message.get("content") if isinstance(message, Mapping) else None
+    blocks = message.get("content") if isinstance(message, _MAPS) else None
     for block in blocks if isinstance(blocks, list) else ():
-        use = block.get("toolUse") if isinstance(block, Mapping) else None
-        name = use.get("name") if isinstance(use, Mapping) else None
-        if isinstance(use, Mapping) and isinstance(name, str) and name:
+        use = block.get("toolUse") if isinstance(block, _MAPS) else None
+        name = use.get("name") if isinstance(use, _MAPS) else None
+        if isinstance(use, _MAPS) and isinstance(name, str) and name:
             out.append(RequestedCall(name, _id(use.get("toolUseId"))))
     return out
 
@@ -110,7 +114,7 @@ def requested_tool_calls(response: Any) -> tuple[RequestedCall, ...]:
         body = response_body(response)
     except Exception:  # a malformed stream is not a reason to fail a recording
         return ()
-    if not isinstance(body, Mapping):
+    if not isinstance(body, _MAPS):
         return ()
     calls: list[RequestedCall] = []
     if isinstance(body.get("choices"), list):
@@ -122,9 +126,9 @@ def requested_tool_calls(response: Any) -> tuple[RequestedCall, ...]:
     if isinstance(body.get("candidates"), list):
         calls.extend(_gemini(body))
     output = body.get("output")
-    if isinstance(output, Mapping):
+    if isinstance(output, _MAPS):
         calls.extend(_converse(output))
     message = body.get("message")
-    if isinstance(message, Mapping) and isinstance(message.get("tool_calls"), list):
+    if isinstance(message, _MAPS) and isinstance(message.get("tool_calls"), list):
         calls.extend(_chat({"choices": [{"message": message}]}))  # Ollama: one message
     return tuple(calls)
