@@ -6,26 +6,61 @@ from __future__ import annotations
 import tracemalloc
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tachograph.capture.recorder import close_all_writers
 from tachograph.record.canonical import canonical
+from tachograph.record.compiled import NATIVE
 from tachograph.record.keycount import U64Set
 from tachograph.record.seal import KeyDeriver, default_key
 
 _u64 = st.integers(0, 2**64 - 1)
 
 
+# The Python table and, where it is built, its compiled twin (which the recorder uses).
+_TABLES = [U64Set] + ([NATIVE.U64Set] if NATIVE is not None else [])
+
+
+@pytest.mark.parametrize("make", _TABLES, ids=lambda t: t.__module__.rsplit(".", 1)[-1])
 @settings(max_examples=200)
-@given(st.lists(_u64 | st.sampled_from([0, 1, 2**64 - 1, 64, 128]), max_size=400))
-def test_the_u64_set_agrees_with_a_python_set(values: list[int]) -> None:
-    table = U64Set()
+@given(values=st.lists(_u64 | st.sampled_from([0, 1, 2**64 - 1, 64, 128]), max_size=400))
+def test_the_u64_set_agrees_with_a_python_set(make: Any, values: list[int]) -> None:
+    table = make()
     reference: set[int] = set()
     for x in values:
         assert table.add(x) == (x not in reference)
         reference.add(x)
     assert len(table) == len(reference)
+
+
+@settings(max_examples=100)
+@given(st.lists(_u64, max_size=300))
+def test_the_compiled_table_grows_as_the_python_one(values: list[int]) -> None:
+    if NATIVE is None:
+        pytest.skip("the compiled helpers are not built or not wanted")
+    ours, theirs = NATIVE.U64Set(), U64Set()
+    for x in values:
+        assert ours.add(x) == theirs.add(x)
+        assert ours.nbytes() == theirs.nbytes()
+    assert len(ours) == len(theirs)
+
+
+@pytest.mark.parametrize("make", _TABLES, ids=lambda t: t.__module__.rsplit(".", 1)[-1])
+@pytest.mark.parametrize("bad", [-1, 2**64, -(2**70)])
+def test_integers_outside_64_bits_are_refused(make: Any, bad: int) -> None:
+    table = make()
+    with pytest.raises(OverflowError):
+        table.add(bad)
+    assert len(table) == 0
+
+
+def test_the_recorder_numbers_keys_with_the_compiled_table_where_it_is_built() -> None:
+    deriver = KeyDeriver("run-1", None)
+    deriver.key("search", {"q": 1})
+    tables = list(deriver._counts._seen.values())
+    assert [type(t) for t in tables] == [NATIVE.U64Set if NATIVE is not None else U64Set]
 
 
 def _reference_keys(run_id: str, secret: bytes | None, calls: list[tuple[str, Any]]) -> list[str]:

@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from collections.abc import Callable
+from typing import Protocol
 
-__all__ = ["RepeatCounter", "U64Set"]
+from .compiled import NATIVE
+
+__all__ = ["IntSet", "RepeatCounter", "U64Set", "new_u64_set"]
 
 _START = 64  # slots in a new table (a power of two)
 
@@ -75,13 +79,28 @@ class U64Set:
         return self._slots.itemsize * len(self._slots)
 
 
+class IntSet(Protocol):
+    """What :class:`RepeatCounter` needs of a set of 64-bit integers."""
+
+    def add(self, x: int) -> bool: ...  # pragma: no cover - a protocol
+
+    def nbytes(self) -> int: ...  # pragma: no cover - a protocol
+
+    def __len__(self) -> int: ...  # pragma: no cover - a protocol
+
+
+new_u64_set: Callable[[], IntSet] = NATIVE.U64Set if NATIVE is not None else U64Set
+"""A new set: the compiled twin of :class:`U64Set` where it is built (the same table, without a
+Python frame per ``add``: tests/record/test_keycount.py holds the two to the same answers)."""
+
+
 class RepeatCounter:
     """How many times each key base of one run has been issued before."""
 
     __slots__ = ("_custom", "_custom_repeats", "_repeats", "_seen")
 
     def __init__(self) -> None:
-        self._seen: dict[str, U64Set] = {}
+        self._seen: dict[str, IntSet] = {}
         self._custom: set[int] = set()
         self._repeats: dict[tuple[str, int], int] = {}
         self._custom_repeats: dict[int, int] = {}
@@ -90,7 +109,7 @@ class RepeatCounter:
         """Count one issue of the default key ``(name, h)``; returns the issues before it."""
         table = self._seen.get(name)
         if table is None:
-            table = self._seen[name] = U64Set()
+            table = self._seen[name] = new_u64_set()
         if table.add(h):
             return 0
         n = self._repeats.get((name, h), 1)

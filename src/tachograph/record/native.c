@@ -36,6 +36,8 @@
  * ``format_ts(ns)`` and ``UlidSource(draw).next(ms)``: the timestamp and the monotonic ULID of
  * a new event, as ``event._format_ts`` and ``event._UlidSource`` give them.
  *
+ * ``U64Set()``: ``keycount.U64Set``, the table a run numbers its repeated keys with.
+ *
  * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes and the
  * SHA-256 of ``verify_row`` and ``verify_event`` (hashlib's, on bytes), so dicts and lists
  * cannot change while they are walked.
@@ -1918,6 +1920,154 @@ static PyType_Spec ulid_spec = {
     ulid_slots,
 };
 
+/* -- the repeats of a run's default idempotency keys (keycount.U64Set) ------------------------
+ *
+ * ``U64Set()``: a set of integers in [0, 2^64), as ``keycount.U64Set`` (the same table: open
+ * addressing, linear probing from the low bits, 0 marking an empty slot and kept aside, grown
+ * twofold past two thirds), so that a key costs 8 to 16 bytes here too. No Python object is
+ * held, so the type takes no part in the cyclic collector.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t *slots;
+    uint64_t mask;
+    Py_ssize_t size;
+    int has_zero;
+} U64SetObject;
+
+#define U64SET_START 64
+
+static PyObject *
+u64set_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "U64Set() takes no arguments");
+        return NULL;
+    }
+    U64SetObject *self = (U64SetObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->slots = PyMem_Calloc(U64SET_START, sizeof(uint64_t));
+    if (self->slots == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->mask = U64SET_START - 1;
+    self->size = 0;
+    self->has_zero = 0;
+    return (PyObject *)self;
+}
+
+static int
+u64set_grow(U64SetObject *self)
+{
+    uint64_t old_n = self->mask + 1, n = old_n * 2, mask = n - 1;
+    if (n > (uint64_t)PY_SSIZE_T_MAX / sizeof(uint64_t)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    uint64_t *slots = PyMem_Calloc((size_t)n, sizeof(uint64_t));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (uint64_t j = 0; j < old_n; j++) {
+        uint64_t x = self->slots[j];
+        if (x) {
+            uint64_t i = x & mask;
+            while (slots[i]) {
+                i = (i + 1) & mask;
+            }
+            slots[i] = x;
+        }
+    }
+    PyMem_Free(self->slots);
+    self->slots = slots;
+    self->mask = mask;
+    return 0;
+}
+
+static PyObject *
+u64set_add(U64SetObject *self, PyObject *arg)
+{
+    if (!PyLong_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "U64Set.add() takes an int, not %.80s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    uint64_t x = PyLong_AsUnsignedLongLong(arg); /* OverflowError outside [0, 2^64) */
+    if (x == (uint64_t)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (x == 0) {
+        int added = !self->has_zero;
+        self->has_zero = 1;
+        return PyBool_FromLong(added);
+    }
+    uint64_t mask = self->mask, i = x & mask;
+    for (;;) {
+        uint64_t v = self->slots[i];
+        if (v == 0) {
+            self->slots[i] = x;
+            self->size += 1;
+            if ((uint64_t)self->size * 3 > mask * 2 && u64set_grow(self) < 0) {
+                return NULL; /* kept: the table is full only past two thirds of a growth */
+            }
+            Py_RETURN_TRUE;
+        }
+        if (v == x) {
+            Py_RETURN_FALSE;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+static PyObject *
+u64set_nbytes(U64SetObject *self, PyObject *Py_UNUSED(arg))
+{
+    return PyLong_FromUnsignedLongLong((self->mask + 1) * sizeof(uint64_t));
+}
+
+static Py_ssize_t
+u64set_len(U64SetObject *self)
+{
+    return self->size + self->has_zero;
+}
+
+static void
+u64set_dealloc(U64SetObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyMem_Free(self->slots);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
+}
+
+static PyMethodDef u64set_methods[] = {
+    {"add", (PyCFunction)u64set_add, METH_O, "Add x; True if it was not there yet."},
+    {"nbytes", (PyCFunction)u64set_nbytes, METH_NOARGS, "The bytes of the table."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot u64set_slots[] = {
+    {Py_tp_new, u64set_new},
+    {Py_tp_dealloc, u64set_dealloc},
+    {Py_tp_methods, u64set_methods},
+    {Py_sq_length, u64set_len},
+    {Py_tp_doc, "A set of integers in [0, 2**64) in one table (keycount.U64Set)."},
+    {0, NULL},
+};
+
+static PyType_Spec u64set_spec = {
+    "tachograph.record.native.U64Set",
+    sizeof(U64SetObject),
+    0,
+    Py_TPFLAGS_DEFAULT,
+    u64set_slots,
+};
+
 static int
 native_exec(PyObject *module)
 {
@@ -1926,6 +2076,14 @@ native_exec(PyObject *module)
         return -1;
     }
     if (PyModule_AddObject(module, "UlidSource", type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    type = PyType_FromModuleAndSpec(module, &u64set_spec, NULL);
+    if (type == NULL) {
+        return -1;
+    }
+    if (PyModule_AddObject(module, "U64Set", type) < 0) {
         Py_DECREF(type);
         return -1;
     }
@@ -1971,7 +2129,7 @@ static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT,
     "tachograph.record.native",
     "Compiled helpers of tachograph.record: the profile scan, the row check, the envelope, "
-    "events, JCS from stored bytes, a stored row verified, the clock and the ULIDs.",
+    "events, JCS from stored bytes, a stored row verified, the clock, the ULIDs and the key sets.",
     0,
     methods,
     slots,
