@@ -318,6 +318,42 @@ def test_a_slow_store_bounds_the_writer_queue(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_submit_wakes_the_writer_only_to_start_or_fill_a_batch(tmp_path: Path) -> None:
+    """While the writer thread cannot run (here: the test holds its lock, as the agent's
+    thread holds the GIL), only the submit that starts the queue and the one that fills a
+    batch notify it; the rest would pay for a wake-up of a thread already woken. Once it
+    runs, it takes batch after batch: no event is left waiting for another notify."""
+    import threading
+    import time
+
+    from tachograph.capture.recorder import Writer
+
+    class Counting(threading.Condition):
+        notified = 0
+
+        def notify_all(self) -> None:
+            Counting.notified += 1
+            super().notify_all()
+
+    store = tg.SQLiteStore(tmp_path / "wake.db")
+    writer = Writer(store, max_batch=8, linger=60.0)
+    writer._cond = Counting(writer._lock)
+    events = build_run("wake", 100)
+    with writer._lock:  # re-entrant: this thread's submits go through, the writer waits
+        for event in events:
+            writer.submit(event)
+        assert Counting.notified == 2  # the first event, and the eighth (a full batch)
+    deadline = time.monotonic() + 20.0
+    while writer.queued and time.monotonic() < deadline:  # no flush: nobody waits
+        time.sleep(0.005)
+    # on that one wake-up it took every batch, and then the rest (which had waited for
+    # those commits), long before the 60 s linger
+    assert writer.queued == 0
+    assert [e.seq for e in store.read("wake", decode=False)] == list(range(100))
+    writer.close()
+    store.close()
+
+
 def test_large_payloads_are_bounded_by_bytes_too(tmp_path: Path) -> None:
     """The queue's byte bound: 200 events of 20 KB payloads behind a slow store never hold
     more than the bound (plus the one event that may always enter an empty queue), however

@@ -233,8 +233,7 @@ class Writer:
             while (
                 self._queue
                 and (
-                    len(self._queue) >= self.max_queue
-                    or self._queued_bytes >= self.max_queue_bytes
+                    len(self._queue) >= self.max_queue or self._queued_bytes >= self.max_queue_bytes
                 )
                 and threading.current_thread() is not self._thread
             ):
@@ -250,13 +249,23 @@ class Writer:
             if first:
                 self._queued_at = time.monotonic()
             queue.append(event)
-            self._queued_bytes += _event_size(event)
+            held = self._queued_bytes
+            self._queued_bytes = held + _event_size(event)
             self._submitted += 1
             ticket = self._submitted
-            if first or len(queue) >= self.max_batch or self._queued_bytes >= self.max_queue_bytes:
+            if (
+                first
+                or len(queue) == self.max_batch
+                or held < self.max_queue_bytes <= self._queued_bytes
+            ):
                 # Only the writer thread waits for submits, and with events already queued it
                 # is appending, lingering until a deadline, or waiting for a claim to end:
                 # waking it for every event would only hand it the GIL to go back to sleep.
+                # Woken when the queue fills a batch, it takes batch after batch while a
+                # batch is queued: so only the submit that fills it wakes it (the queue grows
+                # one event at a time). Woken on every submit past that point, as before,
+                # three submits in four paid for a notify while the writer thread waited for
+                # the GIL (15,664 of 20,000 in a run of read-tool calls).
                 self._cond.notify_all()
             return ticket
 
