@@ -579,3 +579,165 @@ def test_contains_any_refuses_a_table_it_cannot_read() -> None:
         native.contains_any(b"a", tuple(broken))
     with pytest.raises(ValueError, match="empty"):
         _by_first_byte([b""])
+
+
+# -- a new event built at once (native.fresh) ------------------------------------------------------
+
+# event.fresh_event hands a new event (no salt, clock, ULID or bytes given) to native.fresh, bound
+# at import where the compiled helpers serve; given the salt, ts and event_id it takes the
+# Python path. The two must build the same event from the same inputs.
+_FRESH = pytest.mark.skipif(
+    __import__("tachograph.record.event", fromlist=["_native_fresh"])._native_fresh is None,
+    reason="the compiled helpers do not serve here",
+)
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+_OPTIONAL_ID = st.none() | st.text(alphabet="0123456789abcdef", min_size=32, max_size=32)
+_OPTIONAL_SPAN = st.none() | st.text(alphabet="0123456789abcdef", min_size=16, max_size=16)
+
+
+def _python_twin(event: Any) -> Any:
+    """The same event built by the Python path: the native one's salt, clock and ULID given."""
+    from tachograph.record.event import fresh_event
+
+    return fresh_event(
+        event.run_id,
+        event.seq,
+        event.type,
+        event.actor,
+        event.payload,
+        event.prev_hash,
+        event.tenant,
+        event.trace_id,
+        event.span_id,
+        event.idempotency_key,
+        event.model,
+        event.seed,
+        event.ts,
+        event.event_id,
+        bytes.fromhex(event.salt),
+        None,
+    )
+
+
+@_FRESH
+@settings(max_examples=300)
+@given(
+    payload=st.dictionaries(st.text(), _JSON_VALUES, max_size=6),
+    seq=st.integers(0, 2**53 - 1),
+    key=st.none() | st.text(),
+    model=st.none() | st.text(),
+    seed=st.none() | st.integers(-(2**53) + 1, 2**53 - 1),
+    trace=_OPTIONAL_ID,
+    span=_OPTIONAL_SPAN,
+)
+def test_the_compiled_new_event_is_the_python_paths(
+    payload: dict[str, Any],
+    seq: int,
+    key: str | None,
+    model: str | None,
+    seed: int | None,
+    trace: str | None,
+    span: str | None,
+) -> None:
+    from hypothesis import assume
+
+    from tachograph.errors import EventError, ProfileError
+    from tachograph.record.event import fresh_event
+
+    assume(trace != "0" * 32 and span != "0" * 16)
+    prev = None if seq == 0 else "sha256:" + "ab" * 32
+    try:
+        event = fresh_event(
+            "run-1", seq, "tool.completed", "agent", payload, prev, "tenant-ü",
+            trace, span, key, model, seed, None, None, None, None,
+        )  # fmt: skip
+    except (EventError, ProfileError):
+        return  # refused before either path builds anything (a lone surrogate, a float key)
+    twin = _python_twin(event)
+    assert event == twin
+    assert event.payload_bytes == twin.payload_bytes == orjson.dumps(payload)
+    assert event.payload is payload
+
+
+@_FRESH
+def test_the_compiled_new_events_read_the_clock_once_and_in_order() -> None:
+    from tachograph.record.event import _native_fresh, fresh_event
+    from tachograph.record.verify import verify_events
+
+    events = []
+    prev = None
+    for seq in range(300):
+        event = fresh_event(
+            "run-1", seq, "tool.completed", "agent", {"i": seq}, prev, "default",
+            None, None, None, None, None, None, None, None, None,
+        )  # fmt: skip
+        prev = event.hash
+        events.append(event)
+    assert _native_fresh is not None
+    assert verify_events(events).ok
+    ids = [e.event_id for e in events]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    for event in events:
+        ms = 0
+        for c in event.event_id[:10]:
+            ms = ms * 32 + crockford.index(c)
+        # the ULID's milliseconds are the timestamp's (one reading of the clock)
+        assert time_ms(event.ts) == ms
+        assert len(event.salt) == 32
+        assert event.salt == event.salt.lower()
+    assert len({e.salt for e in events}) == len(events)
+
+
+def time_ms(ts: str) -> int:
+    """Milliseconds since 1970 of a ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` timestamp."""
+    from datetime import datetime
+
+    since = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ") - datetime(1970, 1, 1)
+    return since.days * 86_400_000 + since.seconds * 1000 + since.microseconds // 1000
+
+
+@_FRESH
+def test_a_value_the_compiled_envelope_leaves_to_orjson_takes_the_python_path() -> None:
+    from tachograph.record.event import _native_fresh, fresh_event
+
+    class Name(str):
+        pass
+
+    args = ("default", "run-1", 0, "tool.completed", Name("agent"), None, None, None, None,
+            None, None, {"x": 1}, b'{"x":1}', b"\0" * 16)  # fmt: skip
+    assert _native_fresh is not None
+    assert _native_fresh(*args) is None
+    event = fresh_event(
+        "run-1", 0, "tool.completed", Name("agent"), {"x": 1}, None, "default",
+        None, None, None, None, None, None, None, None, None,
+    )  # fmt: skip
+    assert event.actor == "agent"
+    assert event == _python_twin(event)
+
+
+def test_the_compiled_new_event_refuses_what_it_cannot_take() -> None:
+    with pytest.raises(TypeError):
+        native.fresh("too", "few")
+    with pytest.raises(TypeError):
+        native.bind_fresh(hashlib.sha256, orjson.dumps, object())
+    if __import__("tachograph.record.event", fromlist=["_native_fresh"])._native_fresh is None:
+        return
+    args = ["default", "run-1", 0, "tool.completed", "agent", None, None, None, None, None,
+            None, {"x": 1}, b'{"x":1}', b"\0" * 15]  # fmt: skip
+    with pytest.raises(TypeError):
+        native.fresh(*args)  # a salt of 15 bytes
+    args[13] = b"\0" * 16
+    args[12] = "not bytes"
+    with pytest.raises(TypeError):
+        native.fresh(*args)

@@ -38,9 +38,13 @@
  *
  * ``U64Set()``: ``keycount.U64Set``, the table a run numbers its repeated keys with.
  *
- * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes and the
- * SHA-256 of ``verify_row`` and ``verify_event`` (hashlib's, on bytes), so dicts and lists
- * cannot change while they are walked.
+ * ``fresh(...)``: a new event from its checked fields, as ``event.fresh_event`` builds it (the
+ * clock, the ULID, the digest, the envelope and its hash, in one call; see its section).
+ *
+ * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes, the
+ * SHA-256 of ``verify_row``, ``verify_event`` and ``fresh`` (hashlib's, on bytes) and the
+ * ``dumps`` of ``fresh`` (orjson's, before anything is walked), so dicts and lists cannot
+ * change while they are walked.
  * canonical.py falls back to its own walk when this module is not built; the tests hold the
  * two to the same answers over generated values.
  */
@@ -1707,16 +1711,8 @@ static char ts_prefix[80];
 static long long ts_prefix_secs = -1;
 
 static PyObject *
-format_ts(PyObject *Py_UNUSED(module), PyObject *arg)
+format_ts_ns(long long ns)
 {
-    long long ns = PyLong_AsLongLong(arg);
-    if (ns == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (ns < 0) {
-        PyErr_SetString(PyExc_ValueError, "format_ts() takes nanoseconds since 1970");
-        return NULL;
-    }
     long long secs = ns / 1000000000LL;
     long long micros = (ns % 1000000000LL) / 1000;
     if (secs != ts_prefix_secs) {
@@ -1742,6 +1738,20 @@ format_ts(PyObject *Py_UNUSED(module), PyObject *arg)
     }
     w[26] = 'Z';
     return out;
+}
+
+static PyObject *
+format_ts(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    long long ns = PyLong_AsLongLong(arg);
+    if (ns == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (ns < 0) {
+        PyErr_SetString(PyExc_ValueError, "format_ts() takes nanoseconds since 1970");
+        return NULL;
+    }
+    return format_ts_ns(ns);
 }
 
 static const char crockford[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
@@ -1801,12 +1811,8 @@ ulid_encode(char *w, long long ms, uint64_t hi, uint64_t lo)
 }
 
 static PyObject *
-ulid_next(UlidSourceObject *self, PyObject *arg)
+ulid_next_ms(UlidSourceObject *self, long long ms)
 {
-    long long ms = PyLong_AsLongLong(arg);
-    if (ms == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
     if (ms < 0 || ms >= (1LL << 48)) {
         PyErr_SetString(PyExc_ValueError, "next() takes milliseconds since 1970 (48 bits)");
         return NULL;
@@ -1839,6 +1845,16 @@ ulid_next(UlidSourceObject *self, PyObject *arg)
     self->lo = lo;
     ulid_encode((char *)PyUnicode_1BYTE_DATA(out), self->ms, hi, lo);
     return out;
+}
+
+static PyObject *
+ulid_next(UlidSourceObject *self, PyObject *arg)
+{
+    long long ms = PyLong_AsLongLong(arg);
+    if (ms == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return ulid_next_ms(self, ms);
 }
 
 static PyObject *
@@ -2068,6 +2084,175 @@ static PyType_Spec u64set_spec = {
     u64set_slots,
 };
 
+/* -- new events (event.fresh_event) ---------------------------------------------------------
+ *
+ * ``bind_fresh(sha256, dumps, ulids)``, then ``fresh(tenant, run_id, seq, type, actor,
+ * trace_id, span_id, idempotency_key, model, seed, prev_hash, payload, jcs, salt)``: the rest
+ * of ``event.fresh_event`` once the caller has checked the fields, taken the payload's JCS
+ * form and drawn the salt. The payload's bytes as given (``dumps(payload)``, copied into an
+ * object of their own size), one reading of the clock (CLOCK_REALTIME, which time.time_ns
+ * reads) for the timestamp and the ULID (``ulids``, a UlidSource), the salted digest, the
+ * envelope, its SHA-256 (hashlib's), and the event (bind_event's class): the same steps in the
+ * same order as the Python path, without a Python frame for each. None where the envelope
+ * holds a value ``envelope`` leaves to orjson: the Python path then builds the event.
+ */
+
+static PyObject *fresh_sha256 = NULL, *fresh_dumps = NULL, *fresh_one = NULL;
+static PyObject *fresh_hexdigest = NULL; /* the interned method name */
+static UlidSourceObject *fresh_ulids = NULL;
+
+static PyObject *
+bind_fresh(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) ||
+        Py_TYPE(args[2])->tp_dealloc != (destructor)ulid_dealloc) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bind_fresh(sha256, dumps, ulids): hashlib.sha256, orjson.dumps and a "
+                        "UlidSource");
+        return NULL;
+    }
+    if (fresh_one == NULL && (fresh_one = PyLong_FromLong(1)) == NULL) {
+        return NULL;
+    }
+    if (fresh_hexdigest == NULL &&
+        (fresh_hexdigest = PyUnicode_InternFromString("hexdigest")) == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(fresh_sha256, Py_NewRef(args[0]));
+    Py_XSETREF(fresh_dumps, Py_NewRef(args[1]));
+    Py_XSETREF(fresh_ulids, (UlidSourceObject *)Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+/* "sha256:" + SHA-256(data).hexdigest(), or NULL on error */
+static PyObject *
+sha256_text(PyObject *data)
+{
+    PyObject *h = PyObject_CallOneArg(fresh_sha256, data);
+    if (h == NULL) {
+        return NULL;
+    }
+    PyObject *hex = PyObject_CallMethodNoArgs(h, fresh_hexdigest);
+    Py_DECREF(h);
+    if (hex == NULL) {
+        return NULL;
+    }
+    if (!PyUnicode_Check(hex) || !PyUnicode_IS_COMPACT_ASCII(hex) ||
+        PyUnicode_GET_LENGTH(hex) != 64) {
+        Py_DECREF(hex);
+        PyErr_SetString(PyExc_TypeError, "the bound sha256 must give a 64-character hexdigest");
+        return NULL;
+    }
+    PyObject *out = PyUnicode_New(71, 127);
+    if (out != NULL) {
+        char *w = (char *)PyUnicode_1BYTE_DATA(out);
+        memcpy(w, "sha256:", 7);
+        memcpy(w + 7, PyUnicode_1BYTE_DATA(hex), 64);
+    }
+    Py_DECREF(hex);
+    return out;
+}
+
+static PyObject *
+fresh(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 14) {
+        PyErr_SetString(PyExc_TypeError, "fresh() takes its 14 arguments in order");
+        return NULL;
+    }
+    if (fresh_ulids == NULL || event_cls == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "fresh(): bind_fresh and bind_event come first");
+        return NULL;
+    }
+    PyObject *tenant = args[0], *run_id = args[1], *seq = args[2], *type = args[3];
+    PyObject *actor = args[4], *trace_id = args[5], *span_id = args[6], *key = args[7];
+    PyObject *model = args[8], *seed = args[9], *prev_hash = args[10], *payload = args[11];
+    PyObject *jcs = args[12], *salt = args[13];
+    if (!PyBytes_Check(jcs) || !PyBytes_Check(salt) || PyBytes_GET_SIZE(salt) != 16) {
+        PyErr_SetString(PyExc_TypeError, "fresh(): jcs must be bytes and salt 16 bytes");
+        return NULL;
+    }
+    PyObject *body = NULL, *ts = NULL, *event_id = NULL, *salted = NULL, *digest = NULL;
+    PyObject *env = NULL, *hash = NULL, *salt_hex = NULL, *result = NULL;
+
+    /* the payload's bytes as given, in an object of their own size (orjson's own holds its
+       whole buffer, at least 4 KiB) */
+    PyObject *dumped = PyObject_CallOneArg(fresh_dumps, payload);
+    if (dumped == NULL) {
+        goto done;
+    }
+    if (!PyBytes_Check(dumped)) {
+        Py_DECREF(dumped);
+        PyErr_SetString(PyExc_TypeError, "the bound dumps must return bytes");
+        goto done;
+    }
+    body = PyBytes_FromStringAndSize(PyBytes_AS_STRING(dumped), PyBytes_GET_SIZE(dumped));
+    Py_DECREF(dumped);
+    if (body == NULL) {
+        goto done;
+    }
+    /* the clock, read once for both */
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    long long ns = (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+    if ((ts = format_ts_ns(ns)) == NULL) {
+        goto done;
+    }
+    if ((event_id = ulid_next_ms(fresh_ulids, ns / 1000000LL)) == NULL) {
+        goto done;
+    }
+    /* the digest: SHA-256 of the salt's 16 bytes, then the payload's JCS form */
+    Py_ssize_t n = PyBytes_GET_SIZE(jcs);
+    if ((salted = PyBytes_FromStringAndSize(NULL, 16 + n)) == NULL) {
+        goto done;
+    }
+    memcpy(PyBytes_AS_STRING(salted), PyBytes_AS_STRING(salt), 16);
+    memcpy(PyBytes_AS_STRING(salted) + 16, PyBytes_AS_STRING(jcs), (size_t)n);
+    if ((digest = sha256_text(salted)) == NULL) {
+        goto done;
+    }
+    PyObject *fields[19] = {fresh_one, tenant, run_id, seq, event_id, ts, type, actor,
+                            trace_id, span_id, key, model, seed, digest, prev_hash};
+    if ((env = envelope_object(fields)) == NULL) {
+        goto done;
+    }
+    if (env == Py_None) {
+        result = Py_NewRef(Py_None); /* a value left to orjson: the Python path decides */
+        goto done;
+    }
+    if ((hash = sha256_text(env)) == NULL) {
+        goto done;
+    }
+    if ((salt_hex = PyUnicode_New(32, 127)) == NULL) {
+        goto done;
+    }
+    static const char hexdigits[] = "0123456789abcdef";
+    const unsigned char *raw = (const unsigned char *)PyBytes_AS_STRING(salt);
+    char *w = (char *)PyUnicode_1BYTE_DATA(salt_hex);
+    for (int i = 0; i < 16; i++) {
+        w[2 * i] = hexdigits[raw[i] >> 4];
+        w[2 * i + 1] = hexdigits[raw[i] & 15];
+    }
+    fields[15] = hash;
+    fields[16] = payload;
+    fields[17] = salt_hex;
+    fields[18] = body;
+    result = make_event(NULL, fields, 19);
+done:
+    Py_XDECREF(body);
+    Py_XDECREF(ts);
+    Py_XDECREF(event_id);
+    Py_XDECREF(salted);
+    Py_XDECREF(digest);
+    Py_XDECREF(env);
+    Py_XDECREF(hash);
+    Py_XDECREF(salt_hex);
+    return result;
+}
+
 static int
 native_exec(PyObject *module)
 {
@@ -2107,6 +2292,10 @@ static PyMethodDef methods[] = {
      "The stored hash when every check of verify._feed_plain's common case passes, else None."},
     {"verify_event", (PyCFunction)(void (*)(void))verify_event, METH_FASTCALL,
      "verify_row of an event of the bound class, read from its slots."},
+    {"bind_fresh", (PyCFunction)(void (*)(void))bind_fresh, METH_FASTCALL,
+     "Bind fresh() to hashlib.sha256, orjson.dumps and a UlidSource."},
+    {"fresh", (PyCFunction)(void (*)(void))fresh, METH_FASTCALL,
+     "A new event from its checked fields, JCS form and salt (event.fresh_event), or None."},
     {"format_ts", format_ts, METH_O,
      "YYYY-MM-DDTHH:MM:SS.ffffffZ of nanoseconds since 1970 (event._format_ts)."},
     {"contains_any", (PyCFunction)(void (*)(void))contains_any, METH_FASTCALL,

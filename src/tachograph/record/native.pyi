@@ -2,8 +2,9 @@
 ``canonical._scan``, of the ``.0`` drop, of ``verify._row_plainly_well_formed``, of
 ``event.envelope_bytes``, of ``event._stored_event_py``, of ``canonical(orjson.loads(data))``
 (``jcs``, None where it steps aside), of the common case of ``verify.LineChecker._feed_plain``
-(``verify_row``), of ``event._format_ts_py`` and of ``event._UlidSource``, at a fraction of
-their cost."""
+(``verify_row``), of ``event._format_ts_py``, of ``event._UlidSource``, of
+``keycount.U64Set`` and of ``event.fresh_event``'s steps for a new event (``fresh``), at a
+fraction of their cost."""
 
 from collections.abc import Callable
 from typing import Any
@@ -47,3 +48,24 @@ class U64Set:
     def add(self, x: int, /) -> bool: ...
     def nbytes(self) -> int: ...
     def __len__(self) -> int: ...
+
+def bind_fresh(
+    sha256: Callable[[bytes], Any], dumps: Callable[[Any], bytes], ulids: UlidSource, /
+) -> None: ...
+def fresh(
+    tenant: str,
+    run_id: str,
+    seq: int,
+    type: str,
+    actor: str,
+    trace_id: str | None,
+    span_id: str | None,
+    idempotency_key: str | None,
+    model: str | None,
+    seed: int | None,
+    prev_hash: str | None,
+    payload: dict[str, Any],
+    jcs: bytes,
+    salt: bytes,
+    /,
+) -> Any: ...
