@@ -579,6 +579,39 @@ def test_contains_any_refuses_a_table_it_cannot_read() -> None:
         native.contains_any(b"a", tuple(broken))
     with pytest.raises(ValueError, match="empty"):
         _by_first_byte([b""])
+    # a refused table is not kept: the good one still answers, and a refused one is refused
+    # again (the pairs of bytes that begin a word are read once per table, then cached)
+    assert native.contains_any(b"x-api-key", table) is True
+    with pytest.raises(ValueError, match="first byte"):
+        native.contains_any(b"zzz", tuple(misfiled))
+
+
+@settings(max_examples=500)
+@given(
+    st.lists(st.binary(min_size=1, max_size=3), min_size=1, max_size=5),
+    st.binary(max_size=12),
+)
+def test_contains_any_with_one_and_two_byte_words(words: list[bytes], data: bytes) -> None:
+    """Short words: a one-byte word begins every pair of bytes, and the last byte of the
+    data begins no pair at all."""
+    from tachograph.privacy.redactor import _any_of, _by_first_byte
+
+    table = _by_first_byte(words)
+    assert native.contains_any(data, table) is (_any_of(words).search(data) is not None)
+    # the table cached by the first call answers the next one too
+    other = data[::-1] + data
+    assert native.contains_any(other, table) is (_any_of(words).search(other) is not None)
+
+
+def test_a_one_byte_word_is_found_before_any_byte() -> None:
+    from tachograph.privacy.redactor import _by_first_byte
+
+    for first in (0, ord("a"), 255):
+        table = _by_first_byte([bytes([first])])
+        for after in range(256):  # every pair it begins, and as the last byte
+            assert native.contains_any(bytes([first, after]), table) is True
+            assert native.contains_any(bytes([after, first]), table) is True
+        assert native.contains_any(bytes([first ^ 1] * 4), table) is False
 
 
 # -- a new event built at once (native.fresh) ------------------------------------------------------
