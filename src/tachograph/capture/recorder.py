@@ -250,7 +250,8 @@ class Writer:
                 self._queued_at = time.monotonic()
             queue.append(event)
             held = self._queued_bytes
-            self._queued_bytes = held + _event_size(event)
+            # _event_size(event), without its frame
+            self._queued_bytes = held + len(event.payload_bytes or b"") + QUEUED_EVENT_BYTES
             self._submitted += 1
             ticket = self._submitted
             if (
@@ -692,7 +693,12 @@ class Recorder:
                 ctx = None
             if ctx is not None and trace is None:
                 trace = ctx
-        trace_id, span_id = trace if trace is not None else _otel_context()
+        if trace is not None:
+            trace_id, span_id = trace
+        elif "opentelemetry.trace" in sys.modules:  # _otel_context's own first test
+            trace_id, span_id = _otel_context()
+        else:
+            trace_id = span_id = None
         with self._lock:
             if self.finished:
                 raise RecordingError(

@@ -35,7 +35,7 @@ from ..record.canonical import canonical
 from ..record.event import Effect, EventType, check_type
 from ..record.seal import prompt_hash
 from ..record.seal import sha256_text as sha256_text  # kept where it was defined first
-from .boundary import MODEL_CALL, TOOL_CALL, CallTicket, wrap_call
+from .boundary import CURRENT_SESSION, MODEL_CALL, TOOL_CALL, CallTicket, wrap_call
 from .session import current_session
 
 __all__ = [
@@ -236,7 +236,7 @@ def tool(
         def begin(
             args: tuple[Any, ...], kwargs: dict[str, Any]
         ) -> tuple[CallTicket | None, Callable[[], Any]]:
-            session = current_session()
+            session = CURRENT_SESSION.get()  # current_session(), without its frame
             if session is None:
                 return None, _nothing
             # begin_call's work, less its look-up of the session and parsing of the enums

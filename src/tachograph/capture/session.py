@@ -182,38 +182,47 @@ class Session:
         """Start a call: processors, then key and prompt hash, then serve or go live."""
         is_tool = kind is TOOL_CALL
         try:
-            request_jcs = canonical(request, f"{name}.args" if is_tool else f"{name}.request")
-        except ProfileError as exc:
-            raise ProfileError(
-                f"{'tool' if is_tool else 'model'} {name!r}: {exc}",
-                path=exc.fields.get("path"),
-                tool=name if is_tool else None,
-            ) from None
+            request_jcs = canonical(request)
+        except ProfileError:
+            # again, for the error naming the call's own path (built only on this path)
+            try:
+                canonical(request, f"{name}.args" if is_tool else f"{name}.request")
+            except ProfileError as exc:
+                raise ProfileError(
+                    f"{'tool' if is_tool else 'model'} {name!r}: {exc}",
+                    path=exc.fields.get("path"),
+                    tool=name if is_tool else None,
+                ) from None
+            raise  # pragma: no cover - the same value is refused the same way
+        processors = self.processors
         if is_tool:
             effect = effect or _IRREVERSIBLE
             effect_name = _EFFECT_NAMES[effect]
             payload: dict[str, Any] = {"tool": name, "args": request, "effect": effect_name}
             if schema_version is not None:
                 payload["schema_version"] = schema_version
-            for field_name, value in (extra or {}).items():
-                if field_name in payload:
-                    raise RecordingError(
-                        f"tool {name!r}: extra field {field_name!r} would replace the request's own"
-                    )
-                payload[field_name] = value
-            payload = self.process(_TOOL_REQUESTED, payload)
+            if extra:
+                for field_name, value in extra.items():
+                    if field_name in payload:
+                        raise RecordingError(
+                            f"tool {name!r}: extra field {field_name!r} would replace the "
+                            "request's own"
+                        )
+                    payload[field_name] = value
+            # self.process(...), without its frame
+            payload = process_payload(processors, _TOOL_REQUESTED, payload)
+            args = payload.get("args")  # key_args(_TOOL_REQUESTED, payload)
         else:
             payload = {"request": request, **(extra or {})}
             # the prompt hash and the key come from the processed request (SPEC section 5)
-            payload = with_prompt_hash(self.process(_MODEL_REQUEST, payload))
-        kind_type = _TOOL_REQUESTED if is_tool else _MODEL_REQUEST
+            payload = with_prompt_hash(process_payload(processors, _MODEL_REQUEST, payload))
+            args = key_args(_MODEL_REQUEST, payload)
         # The key is derived from the processed arguments' own bytes (SPEC section 5): the
         # bytes checked above only when the processors handed the request back untouched and
         # none of them can have changed it in place (only redactors ran).
         if isinstance(key, str):
             call_key = key
         else:
-            args = key_args(kind_type, payload)
             same = key is None and args is request and self._keeps_input
             call_key = self.make_key(name, args, key, args_jcs=request_jcs if same else None)
         ticket = CallTicket(
@@ -226,9 +235,9 @@ class Session:
             model=model,
             seed=seed,
         )
-        if self.serving():
-            assert self.engine is not None
-            self.engine.serve_call(ticket)
+        engine = self.engine
+        if engine is not None and engine.serving():  # self.serving(), without its frame
+            engine.serve_call(ticket)
             if ticket.served or ticket.intent_recorded or ticket.compare_with is not None:
                 return ticket
         return self.go_live(ticket)
