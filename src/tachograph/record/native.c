@@ -495,7 +495,23 @@ put_string(Buffer *b, PyObject *value)
     static const char hex[] = "0123456789abcdef";
     char *out = b->data + b->size;
     *out++ = '"';
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t i = 0;
+    /* eight bytes at a time while none needs escaping (no byte below 0x20, no '"', no '\'),
+       the common case: hashes, ids, times and names */
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+        uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+        uint64_t special = ((w - ones * 0x20) & ~w) | ((quote - ones) & ~quote) |
+                           ((slash - ones) & ~slash);
+        if (special & highs) {
+            break; /* this word has one: byte by byte from here */
+        }
+        memcpy(out, s + i, 8);
+        out += 8;
+    }
+    for (; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') {
             *out++ = (char)c;
@@ -543,9 +559,16 @@ put_value(Buffer *b, PyObject *value)
         if (v > MAX_SAFE_INTEGER || v < -MAX_SAFE_INTEGER) {
             return 0; /* orjson's OPT_STRICT_INTEGER refuses it: let it say so */
         }
-        char digits[32];
-        int len = snprintf(digits, sizeof digits, "%lld", v);
-        return buffer_put(b, digits, len) < 0 ? -1 : 1;
+        char digits[24], *end = digits + sizeof digits, *d = end;
+        unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+        do {
+            *--d = (char)('0' + u % 10);
+            u /= 10;
+        } while (u != 0);
+        if (v < 0) {
+            *--d = '-';
+        }
+        return buffer_put(b, d, end - d) < 0 ? -1 : 1;
     }
     return 0;
 }
@@ -553,15 +576,27 @@ put_value(Buffer *b, PyObject *value)
 /* The envelope's keys in JCS order, each with the index of its argument (SPEC order:
  * v, tenant, run_id, seq, event_id, ts, type, actor, trace_id, span_id, idempotency_key,
  * model, seed, payload_digest, prev_hash). */
+#define ENVELOPE_KEY(text, arg) {text, arg, (Py_ssize_t)(sizeof text - 1)}
 static const struct {
     const char *key;
     int arg;
+    Py_ssize_t length;
 } ENVELOPE_ORDER[15] = {
-    {"{\"actor\":", 7},          {",\"event_id\":", 4},    {",\"idempotency_key\":", 10},
-    {",\"model\":", 11},         {",\"payload_digest\":", 13}, {",\"prev_hash\":", 14},
-    {",\"run_id\":", 2},         {",\"seed\":", 12},       {",\"seq\":", 3},
-    {",\"span_id\":", 9},        {",\"tenant\":", 1},      {",\"trace_id\":", 8},
-    {",\"ts\":", 5},             {",\"type\":", 6},        {",\"v\":", 0},
+    ENVELOPE_KEY("{\"actor\":", 7),
+    ENVELOPE_KEY(",\"event_id\":", 4),
+    ENVELOPE_KEY(",\"idempotency_key\":", 10),
+    ENVELOPE_KEY(",\"model\":", 11),
+    ENVELOPE_KEY(",\"payload_digest\":", 13),
+    ENVELOPE_KEY(",\"prev_hash\":", 14),
+    ENVELOPE_KEY(",\"run_id\":", 2),
+    ENVELOPE_KEY(",\"seed\":", 12),
+    ENVELOPE_KEY(",\"seq\":", 3),
+    ENVELOPE_KEY(",\"span_id\":", 9),
+    ENVELOPE_KEY(",\"tenant\":", 1),
+    ENVELOPE_KEY(",\"trace_id\":", 8),
+    ENVELOPE_KEY(",\"ts\":", 5),
+    ENVELOPE_KEY(",\"type\":", 6),
+    ENVELOPE_KEY(",\"v\":", 0),
 };
 
 /* The envelope of the 15 fields ``args`` (SPEC order) into ``b``: 1 written, 0 a value not
@@ -571,7 +606,7 @@ envelope_into(Buffer *b, PyObject *const *args)
 {
     for (int i = 0; i < 15; i++) {
         const char *key = ENVELOPE_ORDER[i].key;
-        if (buffer_put(b, key, (Py_ssize_t)strlen(key)) < 0) {
+        if (buffer_put(b, key, ENVELOPE_ORDER[i].length) < 0) {
             return -1;
         }
         int written = put_value(b, args[ENVELOPE_ORDER[i].arg]);
