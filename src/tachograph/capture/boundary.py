@@ -445,6 +445,6 @@ def wrap_call(
         except Exception as exc:
             ticket.fail(exc)
             raise
-        return done(ticket, result)
+        return ticket.complete(result) if finish is None else finish(ticket, result)  # done()
 
     return wrapper  # type: ignore[return-value]

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from ..errors import RecordingError, WriteFailed
 from ..record.event import Event, EventType
-from ..record.seal import Processor, Sealer, hide_key_secret
+from ..record.seal import Processor, Sealer, hide_key_secret, process_payload
 from ..store.base import Store
 from .seals import RunSeals, SealPlan, SealPolicy, configured_key, resolve_policy
 from .threads import own_thread
@@ -667,8 +667,8 @@ class Recorder:
         ``processed=True`` says the payload already went through the processors (the capture
         boundary processes a request before it derives its key).
         """
-        if not processed:
-            payload = self.sealer.process(type, payload)
+        if not processed:  # self.sealer.process(...), without its frame
+            payload = process_payload(self.sealer.processors, type, payload)
         if type == _RUN_FINISHED:
             self._unvouched(self.ledger.observe(type, payload, self.sealer.next_seq))
             if self.ledger.unvouched:  # the run carries the fact (docs/replay.md)

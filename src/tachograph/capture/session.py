@@ -248,7 +248,7 @@ class Session:
             raise RecordingError(
                 f"nothing to serve {ticket.name!r} from and no run to record it in"
             )
-        if ticket.key is not None:
+        if ticket.key is not None and self.keys.run_id != self.run_id:  # else kept as is
             ticket.key = self.live_key(ticket.key)
         effect = ticket.effect
         changes_world = effect is _WRITE or effect is _IRREVERSIBLE  # in EFFECTS

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections import deque
 
-__all__ = ["POOL_BYTES", "random_bytes"]
+__all__ = ["POOL_BYTES", "pool", "random_bytes"]
 
 POOL_BYTES = 4096
 """How many bytes one refill draws from the kernel."""
@@ -29,6 +29,13 @@ POOL_BYTES = 4096
 # receive the same draw and no lock is taken on the way; a refill cuts one 4 KiB read.
 # Two threads refilling at once each add fresh bytes, which is harmless.
 _pools: dict[int, deque[bytes]] = {}
+
+
+def pool(n: int) -> deque[bytes]:
+    """The draws of ``n`` bytes ready to be handed out: a caller on a hot path may take one
+    with ``popleft()`` itself and call :func:`random_bytes` when it is empty."""
+    found = _pools.get(n)
+    return found if found is not None else _pools.setdefault(n, deque())
 
 
 def random_bytes(n: int) -> bytes:
