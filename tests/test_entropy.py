@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tachograph.record.entropy import POOL_BYTES, random_bytes
+from tachograph.record.entropy import POOL_BYTES, pool, random_bytes
 from tachograph.record.event import new_event
 
 
@@ -63,3 +63,17 @@ def test_events_get_distinct_salts_and_ids() -> None:
     assert len({e.salt for e in events}) == 2000
     assert len({e.event_id for e in events}) == 2000
     assert all(len(bytes.fromhex(e.salt)) == 16 for e in events)
+
+
+def test_the_pool_is_the_one_random_bytes_draws_from() -> None:
+    """A draw taken from ``pool(n)`` directly (new events take their salt so) is never handed
+    out again by ``random_bytes(n)``, and a fork empties that same pool."""
+    ready = pool(16)
+    assert pool(16) is ready
+    first = random_bytes(16)  # fills the pool if it was empty
+    assert ready, "a refill leaves the rest of its draws in the pool"
+    taken = ready.popleft()
+    rest = [random_bytes(16) for _ in range(2 * POOL_BYTES // 16)]
+    assert taken not in rest
+    assert first not in rest
+    assert len(set(rest)) == len(rest)
