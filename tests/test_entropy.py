@@ -67,7 +67,7 @@ def test_events_get_distinct_salts_and_ids() -> None:
 
 def test_the_pool_is_the_one_random_bytes_draws_from() -> None:
     """A draw taken from ``pool(n)`` directly (new events take their salt so) is never handed
-    out again by ``random_bytes(n)``, and a fork empties that same pool."""
+    out again by ``random_bytes(n)``."""
     ready = pool(16)
     assert pool(16) is ready
     first = random_bytes(16)  # fills the pool if it was empty
