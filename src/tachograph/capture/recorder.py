@@ -264,7 +264,7 @@ class Writer:
                 # waking it for every event would only hand it the GIL to go back to sleep.
                 # Woken when the queue fills a batch, it takes batch after batch while a
                 # batch is queued: so only the submit that fills it wakes it (the queue grows
-                # one event at a time). Woken on every submit past that point, as before,
+                # one event at a time). When every submit past that point woke it again,
                 # three submits in four paid for a notify while the writer thread waited for
                 # the GIL (15,664 of 20,000 in a run of read-tool calls).
                 self._cond.notify_all()

@@ -28,20 +28,6 @@ _native_envelope: Callable[..., bytes | None] | None = (
     NATIVE.envelope if NATIVE is not None else None
 )
 
-_NOTHING = b""
-
-
-def stored_json(value: Any) -> bytes:
-    """``orjson.dumps(value)`` in an object of its own size, for bytes an event keeps.
-
-    orjson hands back its bytes in the buffer it wrote them into, at least 4 KiB (a
-    85-byte payload holds 4,098 bytes under orjson 3.13), so that every queued or loaded
-    event would carry about 4 KiB of slack; joining copies them into an exact object
-    (65 ns for a small payload).
-    """
-    return _NOTHING.join((orjson.dumps(value), _NOTHING))
-
-
 __all__ = [
     "ENVELOPE_KEYS",
     "LINE_KEYS",
@@ -60,7 +46,22 @@ __all__ = [
     "new_ulid",
     "now_ts",
     "stored_event",
+    "stored_json",
 ]
+
+_NOTHING = b""
+
+
+def stored_json(value: Any) -> bytes:
+    """``orjson.dumps(value)`` in an object of its own size, for bytes an event keeps.
+
+    orjson hands back its bytes in the buffer it wrote them into, at least 4 KiB (an
+    85-byte payload holds 4,098 bytes under orjson 3.13), so that every queued or loaded
+    event would carry about 4 KiB of slack; joining copies them into an exact object
+    (65 ns for a small payload).
+    """
+    return _NOTHING.join((orjson.dumps(value), _NOTHING))
+
 
 FORMAT_VERSION: Final = 1
 
