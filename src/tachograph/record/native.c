@@ -1796,6 +1796,10 @@ static long long ts_prefix_secs = -1;
 static PyObject *
 format_ts_ns(long long ns)
 {
+    if (ns < 0) { /* a clock before 1970: refused here for format_ts and fresh alike */
+        PyErr_SetString(PyExc_ValueError, "format_ts() takes nanoseconds since 1970");
+        return NULL;
+    }
     long long secs = ns / 1000000000LL;
     long long micros = (ns % 1000000000LL) / 1000;
     if (secs != ts_prefix_secs) {
@@ -1828,10 +1832,6 @@ format_ts(PyObject *Py_UNUSED(module), PyObject *arg)
 {
     long long ns = PyLong_AsLongLong(arg);
     if (ns == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (ns < 0) {
-        PyErr_SetString(PyExc_ValueError, "format_ts() takes nanoseconds since 1970");
         return NULL;
     }
     return format_ts_ns(ns);
