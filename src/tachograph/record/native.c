@@ -1515,7 +1515,7 @@ jcs(PyObject *Py_UNUSED(module), PyObject *data)
  */
 
 static PyObject *sha256_fn = NULL;
-static PyObject *one_object = NULL; /* the envelope's v, taken once in bind_hash */
+static PyObject *one_object = NULL; /* the envelope's v, taken once in bind_hash or bind_fresh */
 
 static PyObject *
 bind_hash(PyObject *Py_UNUSED(module), PyObject *fn)
@@ -2180,7 +2180,8 @@ static PyType_Spec u64set_spec = {
  * holds a value ``envelope`` leaves to orjson: the Python path then builds the event.
  */
 
-static PyObject *fresh_sha256 = NULL, *fresh_dumps = NULL, *fresh_one = NULL;
+/* fresh() hashes with verify_row's sha256_fn and writes v as its one_object (above) */
+static PyObject *fresh_dumps = NULL;
 static PyObject *fresh_hexdigest = NULL; /* the interned method name */
 static UlidSourceObject *fresh_ulids = NULL;
 
@@ -2194,14 +2195,14 @@ bind_fresh(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
                         "UlidSource");
         return NULL;
     }
-    if (fresh_one == NULL && (fresh_one = PyLong_FromLong(1)) == NULL) {
+    if (one_object == NULL && (one_object = PyLong_FromLong(1)) == NULL) {
         return NULL;
     }
     if (fresh_hexdigest == NULL &&
         (fresh_hexdigest = PyUnicode_InternFromString("hexdigest")) == NULL) {
         return NULL;
     }
-    Py_XSETREF(fresh_sha256, Py_NewRef(args[0]));
+    Py_XSETREF(sha256_fn, Py_NewRef(args[0]));
     Py_XSETREF(fresh_dumps, Py_NewRef(args[1]));
     Py_XSETREF(fresh_ulids, (UlidSourceObject *)Py_NewRef(args[2]));
     Py_RETURN_NONE;
@@ -2211,7 +2212,7 @@ bind_fresh(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 sha256_text(PyObject *data)
 {
-    PyObject *h = PyObject_CallOneArg(fresh_sha256, data);
+    PyObject *h = PyObject_CallOneArg(sha256_fn, data);
     if (h == NULL) {
         return NULL;
     }
@@ -2297,7 +2298,7 @@ fresh(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     if ((digest = sha256_text(salted)) == NULL) {
         goto done;
     }
-    PyObject *fields[19] = {fresh_one, tenant, run_id, seq, event_id, ts, type, actor,
+    PyObject *fields[19] = {one_object, tenant, run_id, seq, event_id, ts, type, actor,
                             trace_id, span_id, key, model, seed, digest, prev_hash};
     if ((env = envelope_object(fields)) == NULL) {
         goto done;
