@@ -25,7 +25,15 @@ HERE = Path(__file__).resolve().parent
 EXTRAS = {
     "record_event": ["recorder_append_span_ratio"],
     "canonical_floats": ["exact_over_fast"],
-    "intent_durable": ["isolated_in_commits", "back_to_back_in_commits", "isolated_in_fsyncs"],
+    "intent_durable": [
+        "isolated_in_raw",
+        "back_to_back_in_raw",
+        "isolated_in_raw_cold",
+        "back_to_back_in_raw_cold",
+        "isolated_in_commits",
+        "back_to_back_in_commits",
+        "isolated_in_fsyncs",
+    ],
 }
 
 
