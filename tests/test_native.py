@@ -774,3 +774,131 @@ def test_the_compiled_new_event_refuses_what_it_cannot_take() -> None:
     args[12] = "not bytes"
     with pytest.raises(TypeError):
         native.fresh(*args)
+
+
+# -- the SHA-256 of the compiled helpers (native.bind_sha256, native.sha256) ----------------------
+
+# Where hashlib runs on a shared libcrypto this process has mapped, the compiled digests take
+# OpenSSL's SHA256_Init/_Update/_Final from it; otherwise (or after bind_sha256(None)) hashlib's
+# sha256. Either way the digest must be hashlib's, byte for byte.
+
+
+@pytest.fixture
+def sha256_paths() -> Any:
+    from tachograph.record import compiled
+
+    native.bind_hash(hashlib.sha256)
+    path = compiled.libcrypto_of_hashlib()
+    try:
+        yield path
+    finally:
+        # as tachograph.record.compiled left it
+        native.bind_sha256(compiled.SHA256_FROM)
+
+
+_LENGTHS = [0, 1, 3, 55, 56, 63, 64, 65, 119, 120, 128, 2047, 2048, 2049, 100_000]
+
+
+@given(data=st.binary(max_size=5000))
+@settings(max_examples=200, deadline=None)
+def test_the_compiled_sha256_is_hashlibs_on_either_path(data: bytes) -> None:
+    from tachograph.record import compiled
+
+    native.bind_hash(hashlib.sha256)
+    path = compiled.libcrypto_of_hashlib()
+    try:
+        for bound in (path, None):
+            native.bind_sha256(bound)
+            assert native.sha256(data) == hashlib.sha256(data).digest()
+    finally:
+        native.bind_sha256(compiled.SHA256_FROM)
+
+
+def test_the_compiled_sha256_at_block_edges_and_past_the_gil_size(sha256_paths: Any) -> None:
+    for bound in (sha256_paths, None):
+        native.bind_sha256(bound)
+        for n in _LENGTHS:
+            data = os.urandom(n)
+            assert native.sha256(data) == hashlib.sha256(data).digest(), (bound, n)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_openssl_is_taken_from_the_library_hashlib_runs_on(sha256_paths: Any) -> None:
+    from tachograph.record import compiled
+
+    if sha256_paths is None:
+        pytest.skip("hashlib's OpenSSL is not a shared library mapped here")
+    assert "libcrypto.so" in os.path.basename(sha256_paths)
+    assert native.bind_sha256(sha256_paths) is True
+    if compiled.NATIVE is not None:
+        # bound at import, by the soname the library mapped from that file answers to
+        assert compiled.SHA256_FROM is not None
+        assert native.bind_sha256(compiled.SHA256_FROM) is True
+
+
+def test_a_library_not_loaded_is_never_loaded_and_changes_nothing(
+    sha256_paths: Any, tmp_path: Any
+) -> None:
+    missing = str(tmp_path / "libcrypto.so.3")
+    for before in (sha256_paths, None):
+        native.bind_sha256(before)
+        assert native.bind_sha256(missing) is False
+        assert native.bind_sha256("/nonexistent/libcrypto.so.3") is False
+        data = os.urandom(300)
+        assert native.sha256(data) == hashlib.sha256(data).digest()
+    with pytest.raises(TypeError):
+        native.bind_sha256(b"/usr/lib/libcrypto.so.3")
+    with pytest.raises(TypeError):
+        native.sha256("not bytes")
+
+
+def test_verification_and_new_events_agree_on_either_sha256(sha256_paths: Any) -> None:
+    """A run verified with OpenSSL's digests and with hashlib's gives the same report, and
+    a tampered payload fails on both."""
+    from tachograph.record import compiled
+
+    if compiled.NATIVE is None:
+        pytest.skip("the compiled helpers do not serve here")
+    reports = []
+    for bound in (sha256_paths, None):
+        native.bind_sha256(bound)
+        prev = None
+        for pos, row in enumerate(_ROWS):
+            assert native.verify_row(row, prev, pos, "run-f", "default") == row[14]
+            prev = row[14]
+        bad = list(_ROWS[1])
+        bad[16] = "00" * 16  # another salt: the payload digest no longer matches
+        assert native.verify_row(tuple(bad), _ROWS[0][14], 1, "run-f", "default") is None
+        good = verify.verify_run(list(map(StoredRow._make, _ROWS)))
+        tampered = verify.verify_run([StoredRow._make(r) for r in [_ROWS[0], tuple(bad)]])
+        assert good.ok
+        assert not tampered.ok
+        reports.append((good.to_dict(), tampered.to_dict()))
+    assert reports[0] == reports[1]
+
+
+def test_one_hex_digit_off_in_either_digest_fails_on_either_sha256(sha256_paths: Any) -> None:
+    """Every one of the 64 hex digits of the stored hash, and of the payload digest (with the
+    hash recomputed over the changed envelope, so that only the payload check can catch it),
+    changed to any other digit: the compiled check never vouches for the row."""
+    from tachograph.record.event import envelope_bytes
+
+    row = _ROWS[1]
+    prev = _ROWS[0][14]
+    for bound in (sha256_paths, None):
+        native.bind_sha256(bound)
+        assert native.verify_row(row, prev, 1, "run-f", "default") == row[14]
+        for field in (14, 12):
+            text = row[field]
+            for i in range(7, 71):
+                other = "0" if text[i] != "0" else "f"
+                bad = list(row)
+                bad[field] = text[:i] + other + text[i + 1 :]
+                if field == 12:
+                    env = envelope_bytes(1, *bad[:14])
+                    bad[14] = "sha256:" + hashlib.sha256(env).hexdigest()
+                assert native.verify_row(tuple(bad), prev, 1, "run-f", "default") is None, (
+                    bound,
+                    field,
+                    i,
+                )

@@ -41,8 +41,12 @@
  * ``fresh(...)``: a new event from its checked fields, as ``event.fresh_event`` builds it (the
  * clock, the ULID, the digest, the envelope and its hash, in one call; see its section).
  *
+ * ``bind_sha256(path)`` and ``sha256(data)``: the SHA-256 the helpers above take, OpenSSL's
+ * from the libcrypto hashlib runs on where this process has it mapped, else hashlib's.
+ *
  * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes, the
- * SHA-256 of ``verify_row``, ``verify_event`` and ``fresh`` (hashlib's, on bytes) and the
+ * SHA-256 of ``verify_row``, ``verify_event`` and ``fresh`` (hashlib's, on bytes, where
+ * OpenSSL's is not bound) and the
  * ``dumps`` of ``fresh`` (orjson's, before anything is walked), so dicts and lists cannot
  * change while they are walked.
  * canonical.py falls back to its own walk when this module is not built; the tests hold the
@@ -56,6 +60,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <dlfcn.h>
+#define HAVE_DLFCN 1
+#endif
 
 #ifdef Py_T_OBJECT_EX
 #define OBJECT_EX_MEMBER Py_T_OBJECT_EX
@@ -1531,25 +1540,186 @@ bind_hash(PyObject *Py_UNUSED(module), PyObject *fn)
     Py_RETURN_NONE;
 }
 
-/* 1 when "sha256:" + SHA-256(data).hexdigest() is the 71 ASCII characters of ``want`` (which
- * row_plain_ok has checked to be such a string), 0 when not, -1 on error. */
+/* -- SHA-256 ---------------------------------------------------------------------------------
+ *
+ * hashlib's ``sha256`` (bound above) costs a hash object, a context copy and a result object
+ * per digest: on the short envelopes and payloads of most events, as much as the hashing. So
+ * where hashlib runs on a shared OpenSSL libcrypto, ``bind_sha256(path)`` takes that library's
+ * ``SHA256_Init``, ``SHA256_Update`` and ``SHA256_Final`` (dlopen with RTLD_NOLOAD: only a
+ * library already loaded, never a new one) and, once they have given two known answers of
+ * FIPS 180-2, the digests below use them over a context on the stack: the same SHA-256 as
+ * hashlib's, without the objects. (OpenSSL 3's one-shot ``SHA256`` looks the algorithm up on
+ * every call, which costs as much as hashlib.) ``bind_sha256(None)``, or a library without
+ * them, leaves the digests to hashlib. Data of 2 KiB or more is hashed with the GIL released,
+ * as hashlib does.
+ */
+
+typedef int (*sha256_init_fn)(void *);
+typedef int (*sha256_update_fn)(void *, const void *, size_t);
+typedef int (*sha256_final_fn)(unsigned char *, void *);
+
+typedef struct {
+    sha256_init_fn init;
+    sha256_update_fn update;
+    sha256_final_fn final;
+} Sha256Api;
+
+static Sha256Api sha256_api = {NULL, NULL, NULL}; /* all three, or none */
+static PyObject *digest_name = NULL;              /* "digest", interned */
+
+#define SHA256_GIL_MINSIZE 2048
+
+/* SHA256_CTX is 112 bytes in OpenSSL (eight hash words, two length words, a 64-byte block,
+   two counts), and in LibreSSL and BoringSSL alike: the context below has room to spare */
 static int
-sha256_is(PyObject *data, PyObject *want)
+sha256_with(const Sha256Api *api, const unsigned char *d, size_t n, unsigned char *md)
 {
+    uint64_t ctx[32]; /* 256 bytes, aligned for the context's 32-bit words */
+    return api->init(ctx) == 1 && api->update(ctx, d, n) == 1 && api->final(md, ctx) == 1;
+}
+
+static int
+sha256_known_answers(const Sha256Api *api)
+{
+    static const unsigned char abc[32] = {
+        0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40, 0xde, 0x5d, 0xae, 0x22, 0x23,
+        0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17, 0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00, 0x15, 0xad};
+    static const unsigned char two_blocks[32] = {
+        0x24, 0x8d, 0x6a, 0x61, 0xd2, 0x06, 0x38, 0xb8, 0xe5, 0xc0, 0x26, 0x93, 0x0c, 0x3e, 0x60, 0x39,
+        0xa3, 0x3c, 0xe4, 0x59, 0x64, 0xff, 0x21, 0x67, 0xf6, 0xec, 0xed, 0xd4, 0x19, 0xdb, 0x06, 0xc1};
+    static const char *long_text = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    unsigned char out[32];
+    return sha256_with(api, (const unsigned char *)"abc", 3, out) && memcmp(out, abc, 32) == 0 &&
+           sha256_with(api, (const unsigned char *)long_text, strlen(long_text), out) &&
+           memcmp(out, two_blocks, 32) == 0;
+}
+
+static PyObject *
+bind_sha256(PyObject *Py_UNUSED(module), PyObject *path)
+{
+    if (path == Py_None) {
+        sha256_api = (Sha256Api){NULL, NULL, NULL};
+        Py_RETURN_FALSE;
+    }
+    if (!PyUnicode_Check(path)) {
+        PyErr_SetString(PyExc_TypeError, "bind_sha256(path): the libcrypto file, or None");
+        return NULL;
+    }
+    if (digest_name == NULL && (digest_name = PyUnicode_InternFromString("digest")) == NULL) {
+        return NULL;
+    }
+#ifdef HAVE_DLFCN
+    const char *file = PyUnicode_AsUTF8(path);
+    if (file == NULL) {
+        return NULL;
+    }
+    /* never loads a library, only finds one this process has (hashlib's); the handle is kept,
+       as the library stays loaded with _hashlib */
+    void *handle = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (handle == NULL) {
+        Py_RETURN_FALSE;
+    }
+    Sha256Api api = {
+        (sha256_init_fn)dlsym(handle, "SHA256_Init"),
+        (sha256_update_fn)dlsym(handle, "SHA256_Update"),
+        (sha256_final_fn)dlsym(handle, "SHA256_Final"),
+    };
+    if (api.init == NULL || api.update == NULL || api.final == NULL ||
+        !sha256_known_answers(&api)) {
+        dlclose(handle);
+        Py_RETURN_FALSE; /* the binding in place, if any, stays */
+    }
+    sha256_api = api;
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+/* SHA-256 of the bytes ``data`` into ``out``: 0, or -1 with an exception set */
+static int
+sha256_digest(PyObject *data, unsigned char out[32])
+{
+    Sha256Api api = sha256_api; /* a copy: bind_sha256 may run while the GIL is released */
+    if (api.init != NULL && PyBytes_Check(data)) {
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+        size_t n = (size_t)PyBytes_GET_SIZE(data);
+        int done;
+        if (n >= SHA256_GIL_MINSIZE) {
+            Py_BEGIN_ALLOW_THREADS
+            done = sha256_with(&api, p, n, out);
+            Py_END_ALLOW_THREADS
+        } else {
+            done = sha256_with(&api, p, n, out);
+        }
+        if (!done) {
+            PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
+            return -1;
+        }
+        return 0;
+    }
+    if (digest_name == NULL && (digest_name = PyUnicode_InternFromString("digest")) == NULL) {
+        return -1;
+    }
     PyObject *h = PyObject_CallOneArg(sha256_fn, data);
     if (h == NULL) {
         return -1;
     }
-    PyObject *hex = PyObject_CallMethod(h, "hexdigest", NULL);
+    PyObject *d = PyObject_CallMethodNoArgs(h, digest_name);
     Py_DECREF(h);
-    if (hex == NULL) {
+    if (d == NULL) {
         return -1;
     }
-    int same = PyUnicode_IS_COMPACT_ASCII(hex) && PyUnicode_GET_LENGTH(hex) == 64 &&
-               PyUnicode_GET_LENGTH(want) == 71 &&
-               memcmp(PyUnicode_1BYTE_DATA(hex), PyUnicode_1BYTE_DATA(want) + 7, 64) == 0;
-    Py_DECREF(hex);
-    return same;
+    if (!PyBytes_Check(d) || PyBytes_GET_SIZE(d) != 32) {
+        Py_DECREF(d);
+        PyErr_SetString(PyExc_TypeError, "the bound sha256 must give a 32-byte digest");
+        return -1;
+    }
+    memcpy(out, PyBytes_AS_STRING(d), 32);
+    Py_DECREF(d);
+    return 0;
+}
+
+static const char hex_digits[] = "0123456789abcdef";
+
+/* 1 when "sha256:" + SHA-256(data) in lowercase hex is the 71 ASCII characters of ``want``
+ * (which row_plain_ok has checked to be such a string), 0 when not, -1 on error. */
+static int
+sha256_is(PyObject *data, PyObject *want)
+{
+    unsigned char d[32];
+    if (sha256_digest(data, d) < 0) {
+        return -1;
+    }
+    if (!PyUnicode_IS_COMPACT_ASCII(want) || PyUnicode_GET_LENGTH(want) != 71) {
+        return 0;
+    }
+    const unsigned char *w = PyUnicode_1BYTE_DATA(want) + 7;
+    for (int i = 0; i < 32; i++) {
+        if (w[2 * i] != hex_digits[d[i] >> 4] || w[2 * i + 1] != hex_digits[d[i] & 15]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* sha256(data) -> the 32 bytes, by the path the digests above take (for the tests) */
+static PyObject *
+sha256_py(PyObject *Py_UNUSED(module), PyObject *data)
+{
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "sha256(data): bytes");
+        return NULL;
+    }
+    if (sha256_fn == NULL && sha256_api.init == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "sha256(): bind_hash() was not called");
+        return NULL;
+    }
+    unsigned char d[32];
+    if (sha256_digest(data, d) < 0) {
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize((const char *)d, 32);
 }
 
 static int
@@ -2182,7 +2352,6 @@ static PyType_Spec u64set_spec = {
 
 /* fresh() hashes with verify_row's sha256_fn and writes v as its one_object (above) */
 static PyObject *fresh_dumps = NULL;
-static PyObject *fresh_hexdigest = NULL; /* the interned method name */
 static UlidSourceObject *fresh_ulids = NULL;
 
 static PyObject *
@@ -2198,42 +2367,29 @@ bind_fresh(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     if (one_object == NULL && (one_object = PyLong_FromLong(1)) == NULL) {
         return NULL;
     }
-    if (fresh_hexdigest == NULL &&
-        (fresh_hexdigest = PyUnicode_InternFromString("hexdigest")) == NULL) {
-        return NULL;
-    }
     Py_XSETREF(sha256_fn, Py_NewRef(args[0]));
     Py_XSETREF(fresh_dumps, Py_NewRef(args[1]));
     Py_XSETREF(fresh_ulids, (UlidSourceObject *)Py_NewRef(args[2]));
     Py_RETURN_NONE;
 }
 
-/* "sha256:" + SHA-256(data).hexdigest(), or NULL on error */
+/* "sha256:" + SHA-256(data) in lowercase hex, or NULL on error */
 static PyObject *
 sha256_text(PyObject *data)
 {
-    PyObject *h = PyObject_CallOneArg(sha256_fn, data);
-    if (h == NULL) {
-        return NULL;
-    }
-    PyObject *hex = PyObject_CallMethodNoArgs(h, fresh_hexdigest);
-    Py_DECREF(h);
-    if (hex == NULL) {
-        return NULL;
-    }
-    if (!PyUnicode_Check(hex) || !PyUnicode_IS_COMPACT_ASCII(hex) ||
-        PyUnicode_GET_LENGTH(hex) != 64) {
-        Py_DECREF(hex);
-        PyErr_SetString(PyExc_TypeError, "the bound sha256 must give a 64-character hexdigest");
+    unsigned char d[32];
+    if (sha256_digest(data, d) < 0) {
         return NULL;
     }
     PyObject *out = PyUnicode_New(71, 127);
     if (out != NULL) {
         char *w = (char *)PyUnicode_1BYTE_DATA(out);
         memcpy(w, "sha256:", 7);
-        memcpy(w + 7, PyUnicode_1BYTE_DATA(hex), 64);
+        for (int i = 0; i < 32; i++) {
+            w[7 + 2 * i] = hex_digits[d[i] >> 4];
+            w[8 + 2 * i] = hex_digits[d[i] & 15];
+        }
     }
-    Py_DECREF(hex);
     return out;
 }
 
@@ -2372,6 +2528,9 @@ static PyMethodDef methods[] = {
     {"event", (PyCFunction)(void (*)(void))make_event, METH_FASTCALL,
      "An instance of the bound class with its 19 fields, in order (event.stored_event)."},
     {"bind_hash", bind_hash, METH_O, "Bind verify_row() to hashlib.sha256."},
+    {"bind_sha256", bind_sha256, METH_O,
+     "Take SHA256 from the libcrypto file already loaded (True), or return to hashlib (None)."},
+    {"sha256", sha256_py, METH_O, "The SHA-256 of bytes, as the compiled digests take it."},
     {"verify_row", (PyCFunction)(void (*)(void))verify_row, METH_FASTCALL,
      "The stored hash when every check of verify._feed_plain's common case passes, else None."},
     {"verify_event", (PyCFunction)(void (*)(void))verify_event, METH_FASTCALL,
