@@ -902,3 +902,119 @@ def test_one_hex_digit_off_in_either_digest_fails_on_either_sha256(sha256_paths:
                     field,
                     i,
                 )
+
+
+# -- a page verified in one call (native.verify_many) ---------------------------------------------
+
+
+def _chain(n: int) -> list[tuple[Any, ...]]:
+    from tachograph.record.event import new_event
+
+    rows, prev = [], None
+    for seq in range(n):
+        payload = {"i": seq, "x": seq * 1.5, "名": "é" * (seq % 3)}
+        e = new_event(run_id="run-m", seq=seq, type="decision", actor="agent", payload=payload,
+                      prev_hash=prev)  # fmt: skip
+        rows.append(verify._ROW_OF(e))
+        prev = e.hash
+    return rows
+
+
+_MANY = _chain(30)
+
+
+@_BOUND
+def test_verify_many_goes_as_far_as_every_check_passes() -> None:
+    rows = list(_ROWS)
+    assert native.verify_many(rows, 0, None, 0, "run-f", "default") == (4, rows[3][14])
+    assert native.verify_many(rows, 1, rows[0][14], 1, "run-f", "default") == (3, rows[3][14])
+    assert native.verify_many(rows, 4, rows[3][14], 4, "run-f", "default") == (0, rows[3][14])
+    assert native.verify_many([], 0, None, 0, "run-f", "default") == (0, None)
+    # rows and loaded events alike, in one list
+    mixed = [rows[0], _event_of(rows[1]), rows[2], _event_of(rows[3])]
+    assert native.verify_many(mixed, 0, None, 0, "run-f", "default") == (4, rows[3][14])
+    # it stops at the first item it cannot vouch for, whatever follows
+    for bad_at in range(4):
+        for change in ("salt", "hash", "seq", "other"):
+            bad = list(rows)
+            if change == "other":
+                bad[bad_at] = dict(enumerate(rows[bad_at]))
+            else:
+                row = list(rows[bad_at])
+                if change == "salt":
+                    row[16] = "00" * 16
+                elif change == "hash":
+                    row[14] = "sha256:" + "0" * 64
+                else:
+                    row[2] = row[2] + 1
+                bad[bad_at] = tuple(row)
+            last = rows[bad_at - 1][14] if bad_at else None
+            got = native.verify_many(bad, 0, None, 0, "run-f", "default")
+            assert got == (bad_at, last), (bad_at, change)
+    # a bad row followed by the good one it stands for: still stops at the bad one
+    bad_first = [rows[0], (*rows[1][:16], "00" * 16), *rows[1:]]
+    assert native.verify_many(bad_first, 0, None, 0, "run-f", "default") == (1, rows[0][14])
+    # another run's name or tenant: nothing passes
+    assert native.verify_many(rows, 0, None, 0, "run-g", "default") == (0, None)
+    assert native.verify_many(rows, 0, None, 0, "run-f", "acme") == (0, None)
+
+
+def test_verify_many_refuses_what_it_cannot_take() -> None:
+    native.bind_hash(hashlib.sha256)
+    with pytest.raises(TypeError):
+        native.verify_many(tuple(_ROWS), 0, None, 0, "run-f", "default")
+    with pytest.raises(TypeError):
+        native.verify_many(list(_ROWS), 0, None, 0, "run-f")
+    with pytest.raises(ValueError, match="negative"):
+        native.verify_many(list(_ROWS), -1, None, 0, "run-f", "default")
+    with pytest.raises(ValueError, match="negative"):
+        native.verify_many(list(_ROWS), 0, None, -1, "run-f", "default")
+
+
+def _reports_three_ways(rows: list[Any]) -> list[dict[str, Any]]:
+    """verify_run's report with verify_many, with one compiled call per row, and in Python."""
+    saved = verify._verify_many, verify._verify_row, verify._verify_event
+    out = []
+    try:
+        for many, single in ((True, True), (False, True), (False, False)):
+            verify._verify_many = saved[0] if many else None
+            verify._verify_row = saved[1] if single else None
+            verify._verify_event = saved[2] if single else None
+            out.append(verify.verify_run(list(rows)).to_dict())
+            out.append(verify.verify_run(iter(rows)).to_dict())
+    finally:
+        verify._verify_many, verify._verify_row, verify._verify_event = saved
+    return out
+
+
+@_BOUND
+@given(
+    at=st.lists(st.integers(0, len(_MANY) - 1), min_size=0, max_size=3),
+    change=st.sampled_from(["salt", "hash", "seq", "run", "body", "drop", "event"]),
+)
+@settings(max_examples=60, deadline=None)
+def test_verify_many_gives_the_reports_of_the_row_by_row_paths(at: list[int], change: str) -> None:
+    rows: list[Any] = list(_MANY)
+    for i in sorted(set(at), reverse=True):
+        row = list(rows[i]) if isinstance(rows[i], tuple) else None
+        if change == "drop":
+            del rows[i]
+            continue
+        if change == "event":
+            rows[i] = _event_of(_MANY[i])
+            continue
+        assert row is not None
+        if change == "salt":
+            row[16] = "00" * 16
+        elif change == "hash":
+            row[14] = "sha256:" + "1" * 64
+        elif change == "seq":
+            row[2] = 10_000
+        elif change == "run":
+            row[1] = "run-other"
+        else:
+            row[15] = row[15].replace(b'"i"', b'"j"')
+        rows[i] = tuple(row)
+    reports = _reports_three_ways(rows)
+    assert all(r == reports[0] for r in reports)
+    assert (reports[0]["status"] == "verified") == (not at or change == "event")

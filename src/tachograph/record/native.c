@@ -28,7 +28,8 @@
  *
  * ``verify_row(row, prev, pos, run_id, tenant)``: the common case of verifying one stored row
  * (``verify.LineChecker._feed_plain``), all of it or nothing (see its section's comment);
- * ``verify_event`` the same over the slots of a loaded event (a run read for replay).
+ * ``verify_event`` the same over the slots of a loaded event (a run read for replay);
+ * ``verify_many`` either, over a page of them in turn.
  *
  * ``contains_any(data, table)``: whether one of a set of words occurs in bytes (the secrets
  * pre-check of every recorded payload).
@@ -1730,13 +1731,9 @@ hex_value(char c)
 
 /* verify_row's checks over the 17 fields of a stored row, in StoredRow's order */
 static PyObject *
-verify_fields(PyObject *const *f, PyObject *prev, PyObject *pos_object, PyObject *run_id,
+verify_fields(PyObject *const *f, PyObject *prev, Py_ssize_t pos, PyObject *run_id,
               PyObject *tenant)
 {
-    Py_ssize_t pos = PyLong_AsSsize_t(pos_object);
-    if (pos == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
     PyObject *seq = f[2], *digest = f[12], *prev_hash = f[13], *stored = f[14];
     PyObject *body = f[15], *salt = f[16];
     if (!row_plain_ok(f) || body == Py_None || salt == Py_None) {
@@ -1801,29 +1798,22 @@ verify_row(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "verify_row(): bind_hash() was not called");
         return NULL;
     }
-    return verify_fields(&PyTuple_GET_ITEM(args[0], 0), args[1], args[2], args[3], args[4]);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[2]);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return verify_fields(&PyTuple_GET_ITEM(args[0], 0), args[1], pos, args[3], args[4]);
 }
 
 /* ``verify_event(event, prev, pos, run_id, tenant)``: ``verify_row`` of an instance of the
  * bound event class (bind_event), read from its slots, so that a loaded run is checked without
  * a row tuple built per event. None (the Python path decides) unless ``v`` is the int 1 and
  * the stored payload bytes are there. */
+/* verify_row's checks over the slots of an event of the bound class (its caller holds it) */
 static PyObject *
-verify_event(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+verify_event_at(PyObject *event, PyObject *prev, Py_ssize_t pos, PyObject *run_id,
+                PyObject *tenant)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "verify_event(event, prev, pos, run_id, tenant)");
-        return NULL;
-    }
-    if (sha256_fn == NULL || event_cls == NULL) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "verify_event(): bind_hash() and bind_event() must be called first");
-        return NULL;
-    }
-    PyObject *event = args[0];
-    if (!Py_IS_TYPE(event, event_cls)) {
-        Py_RETURN_NONE;
-    }
     PyObject *slots[EVENT_FIELDS];
     for (int i = 0; i < EVENT_FIELDS; i++) {
         slots[i] = *(PyObject **)((char *)event + event_offsets[i]);
@@ -1847,7 +1837,89 @@ verify_event(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     if (fields[15] == Py_None) {
         Py_RETURN_NONE; /* erased, or built in memory: the Python path */
     }
-    return verify_fields(fields, args[1], args[2], args[3], args[4]);
+    return verify_fields(fields, prev, pos, run_id, tenant);
+}
+
+static PyObject *
+verify_event(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "verify_event(event, prev, pos, run_id, tenant)");
+        return NULL;
+    }
+    if (sha256_fn == NULL || event_cls == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "verify_event(): bind_hash() and bind_event() must be called first");
+        return NULL;
+    }
+    if (!Py_IS_TYPE(args[0], event_cls)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[2]);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return verify_event_at(args[0], args[1], pos, args[3], args[4]);
+}
+
+/* ``verify_many(items, start, prev, pos, run_id, tenant)``: ``verify_row`` of each stored row
+ * (a tuple of 17) and ``verify_event`` of each event of the bound class in ``items`` (a list),
+ * from ``items[start]`` on, each at the next position and linked to the hash the one before
+ * returned, up to the first item either leaves to the Python path, or the end. Returns
+ * ``(count, last)``: how many passed, and the stored hash of the last of them (``prev`` when
+ * none did). The Python path then takes the item after them: a run is checked in one compiled
+ * call per page in the common case, not one per event. */
+static PyObject *
+verify_many(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "verify_many(items, start, prev, pos, run_id, tenant): a list first");
+        return NULL;
+    }
+    if (sha256_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "verify_many(): bind_hash() was not called");
+        return NULL;
+    }
+    PyObject *items = args[0];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[3]);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (start < 0 || pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "verify_many(): start and pos must not be negative");
+        return NULL;
+    }
+    PyObject *prev = Py_NewRef(args[2]);
+    Py_ssize_t count = 0;
+    /* the size is read again each time: the list is the caller's */
+    for (Py_ssize_t i = start; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = Py_NewRef(PyList_GET_ITEM(items, i));
+        PyObject *got;
+        if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 17) {
+            got = verify_fields(&PyTuple_GET_ITEM(item, 0), prev, pos + count, args[4], args[5]);
+        } else if (event_cls != NULL && Py_IS_TYPE(item, event_cls)) {
+            got = verify_event_at(item, prev, pos + count, args[4], args[5]);
+        } else {
+            got = Py_NewRef(Py_None);
+        }
+        Py_DECREF(item);
+        if (got == NULL) {
+            Py_DECREF(prev);
+            return NULL;
+        }
+        if (got == Py_None) {
+            Py_DECREF(got);
+            break;
+        }
+        Py_SETREF(prev, got);
+        count++;
+    }
+    return Py_BuildValue("(nN)", count, prev);
 }
 
 
@@ -2535,6 +2607,8 @@ static PyMethodDef methods[] = {
      "The stored hash when every check of verify._feed_plain's common case passes, else None."},
     {"verify_event", (PyCFunction)(void (*)(void))verify_event, METH_FASTCALL,
      "verify_row of an event of the bound class, read from its slots."},
+    {"verify_many", (PyCFunction)(void (*)(void))verify_many, METH_FASTCALL,
+     "verify_row / verify_event of a list's items in turn: (how many passed, the last hash)."},
     {"bind_fresh", (PyCFunction)(void (*)(void))bind_fresh, METH_FASTCALL,
      "Bind fresh() to hashlib.sha256, orjson.dumps and a UlidSource."},
     {"fresh", (PyCFunction)(void (*)(void))fresh, METH_FASTCALL,

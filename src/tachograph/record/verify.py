@@ -511,6 +511,36 @@ class LineChecker:
             return
         self._feed_plain(row, None)
 
+    def feed_many(self, items: list[StoredRow | Event]) -> None:
+        """:meth:`feed_row` of each stored row and :meth:`feed_event` of each event in
+        ``items``, in order; where the compiled helpers serve, the common case of a whole page
+        in one call (``native.verify_many``), each item it cannot vouch for on the path its
+        own feed takes."""
+        native_many = (
+            _verify_many is not None
+            and _verify_row is _VERIFY_ROW_COMPILED
+            and _verify_event is _VERIFY_EVENT_COMPILED
+        )
+        i, n = 0, len(items)
+        while i < n:
+            if native_many and self.run_id is not None:
+                assert _verify_many is not None
+                count, last = _verify_many(
+                    items, i, self.prev_recomputed, self.position, self.run_id, self.tenant
+                )
+                if count:
+                    self.position += count
+                    self.prev_recomputed = self.head = last
+                    i += count
+                    if i == n:
+                        return
+            item = items[i]
+            if isinstance(item, Event):
+                self.feed_event(item)
+            else:
+                self.feed_row(item)
+            i += 1
+
     def _at_once(
         self, check: Callable[..., str | None], item: Any, tenant: Any, run_id: Any
     ) -> bool:
@@ -809,6 +839,12 @@ _verify_row: Callable[..., str | None] | None = NATIVE.verify_row if NATIVE is n
 _verify_event: Callable[..., str | None] | None = (
     NATIVE.verify_event if NATIVE is not None else None
 )
+# verify_many stands for both, so it serves only while both are the compiled ones (the tests
+# set either to None to hold the Python path to the same reports)
+_VERIFY_ROW_COMPILED, _VERIFY_EVENT_COMPILED = _verify_row, _verify_event
+_verify_many: Callable[..., tuple[int, Any]] | None = (
+    NATIVE.verify_many if NATIVE is not None else None
+)
 _jcs_of_bytes: Callable[[bytes], bytes | None] = (
     NATIVE.jcs if NATIVE is not None else lambda _body: None
 )
@@ -873,31 +909,36 @@ def verify_run(
     return checker.report()
 
 
+_CHUNK = 1000
+"""Rows checked per :meth:`LineChecker.feed_many` call, and between two progress calls."""
+
+
 def _feed_rows(
     checker: LineChecker,
     rows: Iterable[StoredRow | Event],
     progress: Callable[[int], None] | None,
 ) -> None:
-    feed_row, feed_event = checker.feed_row, checker.feed_event
-    if progress is None:
-        for row in rows:
-            if isinstance(row, Event):
-                feed_event(row)
-            else:
-                feed_row(row)
-    else:
-        pending = 0
-        for row in rows:
-            if isinstance(row, Event):
-                feed_event(row)
-            else:
-                feed_row(row)
-            pending += 1
-            if pending == 1000:
-                progress(pending)
-                pending = 0
-        if pending:
-            progress(pending)
+    if progress is None and isinstance(rows, list):
+        checker.feed_many(rows)  # a run already loaded (replay)
+        return
+    it = iter(rows)
+    while True:
+        chunk: list[StoredRow | Event] = []
+        append = chunk.append
+        try:
+            for row in it:
+                append(row)
+                if len(chunk) == _CHUNK:
+                    break
+        except BaseException:
+            checker.feed_many(chunk)  # what was read before the read failed is checked
+            raise
+        if chunk:
+            checker.feed_many(chunk)
+            if progress is not None:
+                progress(len(chunk))
+        if len(chunk) < _CHUNK:
+            return
 
 
 def verify_events(events: Iterable[Event], *, source: str | None = None) -> VerifyReport:
