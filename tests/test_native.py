@@ -844,6 +844,8 @@ def test_a_library_not_loaded_is_never_loaded_and_changes_nothing(
         native.bind_sha256(before)
         assert native.bind_sha256(missing) is False
         assert native.bind_sha256("/nonexistent/libcrypto.so.3") is False
+        # a file name that is not UTF-8 (surrogate-escaped, as os.fsdecode gives it)
+        assert native.bind_sha256(os.fsdecode(b"/nonexistent/\xff/libcrypto.so.3")) is False
         data = os.urandom(300)
         assert native.sha256(data) == hashlib.sha256(data).digest()
     with pytest.raises(TypeError):

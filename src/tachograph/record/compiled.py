@@ -78,4 +78,7 @@ def _bind_sha256(native: ModuleType) -> str | None:
 
 
 if NATIVE is not None:
-    SHA256_FROM = _bind_sha256(NATIVE)
+    try:
+        SHA256_FROM = _bind_sha256(NATIVE)
+    except Exception:  # a speed-up never stops the import: hashlib's SHA-256 serves
+        SHA256_FROM = None

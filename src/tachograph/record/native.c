@@ -1566,6 +1566,9 @@ typedef struct {
 } Sha256Api;
 
 static Sha256Api sha256_api = {NULL, NULL, NULL}; /* all three, or none */
+#ifdef HAVE_DLFCN
+static void *sha256_handle = NULL; /* the library they came from, held while they are bound */
+#endif
 static PyObject *digest_name = NULL;              /* "digest", interned */
 
 #define SHA256_GIL_MINSIZE 2048
@@ -1579,6 +1582,7 @@ sha256_with(const Sha256Api *api, const unsigned char *d, size_t n, unsigned cha
     return api->init(ctx) == 1 && api->update(ctx, d, n) == 1 && api->final(md, ctx) == 1;
 }
 
+#ifdef HAVE_DLFCN
 static int
 sha256_known_answers(const Sha256Api *api)
 {
@@ -1594,12 +1598,19 @@ sha256_known_answers(const Sha256Api *api)
            sha256_with(api, (const unsigned char *)long_text, strlen(long_text), out) &&
            memcmp(out, two_blocks, 32) == 0;
 }
+#endif
 
 static PyObject *
 bind_sha256(PyObject *Py_UNUSED(module), PyObject *path)
 {
     if (path == Py_None) {
         sha256_api = (Sha256Api){NULL, NULL, NULL};
+#ifdef HAVE_DLFCN
+        if (sha256_handle != NULL) {
+            dlclose(sha256_handle);
+            sha256_handle = NULL;
+        }
+#endif
         Py_RETURN_FALSE;
     }
     if (!PyUnicode_Check(path)) {
@@ -1610,13 +1621,13 @@ bind_sha256(PyObject *Py_UNUSED(module), PyObject *path)
         return NULL;
     }
 #ifdef HAVE_DLFCN
-    const char *file = PyUnicode_AsUTF8(path);
+    PyObject *file = PyUnicode_EncodeFSDefault(path);
     if (file == NULL) {
         return NULL;
     }
-    /* never loads a library, only finds one this process has (hashlib's); the handle is kept,
-       as the library stays loaded with _hashlib */
-    void *handle = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    /* never loads a library, only finds one this process has (hashlib's) */
+    void *handle = dlopen(PyBytes_AS_STRING(file), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    Py_DECREF(file);
     if (handle == NULL) {
         Py_RETURN_FALSE;
     }
@@ -1631,6 +1642,10 @@ bind_sha256(PyObject *Py_UNUSED(module), PyObject *path)
         Py_RETURN_FALSE; /* the binding in place, if any, stays */
     }
     sha256_api = api;
+    if (sha256_handle != NULL) {
+        dlclose(sha256_handle); /* the library stays loaded: hashlib's, and this handle's */
+    }
+    sha256_handle = handle;
     Py_RETURN_TRUE;
 #else
     Py_RETURN_FALSE;
