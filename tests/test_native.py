@@ -1024,3 +1024,49 @@ def test_verify_many_gives_the_reports_of_the_row_by_row_paths(at: list[int], ch
     # a cut tail leaves a chain that verifies: only a store's summary exposes it (not given here)
     tail_cut = change == "drop" and sorted(set(at)) == list(range(min(at or [0]), len(_MANY)))
     assert (reports[0]["status"] == "verified") == (not at or change == "event" or tail_cut)
+
+
+# -- the keyed hash of a call's key (native.hmac_pads, native.hmac16) -----------------------------
+
+
+@given(secret=st.binary(max_size=150), data=st.binary(max_size=3000))
+@settings(max_examples=150, deadline=None)
+def test_the_compiled_keyed_hash_is_hmac_sha256(secret: bytes, data: bytes) -> None:
+    import hmac
+
+    from tachograph.record import compiled
+    from tachograph.record.seal import _KeyHash
+
+    want = hmac.new(secret, data, hashlib.sha256).hexdigest()[:16]
+    path = compiled.libcrypto_of_hashlib()
+    try:
+        for bound in (path, None):
+            native.bind_sha256(bound)
+            pads = native.hmac_pads(secret)
+            if bound is None:
+                assert pads is None
+            else:
+                assert pads is not None
+                assert native.hmac16(pads[0], pads[1], data) == want
+            assert _KeyHash(secret)(data) == want
+    finally:
+        native.bind_sha256(compiled.SHA256_FROM)
+
+
+def test_a_keyed_hash_made_with_openssl_still_answers_without_it(sha256_paths: Any) -> None:
+    from tachograph.record.seal import _KeyHash
+
+    if sha256_paths is None:
+        pytest.skip("hashlib's OpenSSL is not a shared library mapped here")
+    native.bind_sha256(sha256_paths)
+    secret, data = os.urandom(16), b'{"i":5}'
+    keyed = _KeyHash(secret)
+    first = keyed(data)
+    native.bind_sha256(None)  # hmac16 now answers None: hashlib's path serves
+    pads = native.hmac_pads(secret)
+    assert pads is None
+    assert keyed(data) == first
+    with pytest.raises(TypeError):
+        native.hmac_pads("not bytes")
+    with pytest.raises(TypeError):
+        native.hmac16(b"short", b"short", data)

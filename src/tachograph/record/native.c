@@ -43,7 +43,8 @@
  * clock, the ULID, the digest, the envelope and its hash, in one call; see its section).
  *
  * ``bind_sha256(path)`` and ``sha256(data)``: the SHA-256 the helpers above take, OpenSSL's
- * from the libcrypto hashlib runs on where this process has it mapped, else hashlib's.
+ * from the libcrypto hashlib runs on where this process has it mapped, else hashlib's;
+ * ``hmac_pads(secret)`` and ``hmac16(inner, outer, data)``: a call key's keyed hash over it.
  *
  * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes, the
  * SHA-256 of ``verify_row``, ``verify_event`` and ``fresh`` (hashlib's, on bytes, where
@@ -1719,6 +1720,104 @@ sha256_is(PyObject *data, PyObject *want)
     return 1;
 }
 
+/* -- the keyed hash of a call's key (seal._KeyHash) ------------------------------------------
+ *
+ * ``hmac_pads(secret)``: RFC 2104's inner and outer SHA-256 contexts, each already fed its
+ * padded key, as two bytes objects (opaque: only ``hmac16`` in this process reads them), or
+ * None where OpenSSL's SHA-256 is not bound. ``hmac16(inner, outer, data)``: the first 16 hex
+ * of HMAC-SHA256(secret, data) from them, or None where it is not bound (the caller then takes
+ * hashlib's path). The same keying once per run as _KeyHash's, without a hash object per step.
+ */
+
+#define SHA256_CTX_ROOM ((Py_ssize_t)sizeof(uint64_t[32]))
+
+static PyObject *
+hmac_pads(PyObject *Py_UNUSED(module), PyObject *secret)
+{
+    if (!PyBytes_Check(secret)) {
+        PyErr_SetString(PyExc_TypeError, "hmac_pads(secret): bytes");
+        return NULL;
+    }
+    Sha256Api api = sha256_api;
+    if (api.init == NULL) {
+        Py_RETURN_NONE;
+    }
+    unsigned char key[64];
+    memset(key, 0, sizeof key);
+    size_t n = (size_t)PyBytes_GET_SIZE(secret);
+    const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(secret);
+    if (n > 64) {
+        if (!sha256_with(&api, k, n, key)) {
+            PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
+            return NULL;
+        }
+    } else {
+        memcpy(key, k, n);
+    }
+    PyObject *pads[2] = {NULL, NULL};
+    for (int which = 0; which < 2; which++) {
+        unsigned char pad[64];
+        for (int i = 0; i < 64; i++) {
+            pad[i] = (unsigned char)(key[i] ^ (which == 0 ? 0x36 : 0x5c));
+        }
+        uint64_t ctx[32];
+        if (api.init(ctx) != 1 || api.update(ctx, pad, 64) != 1) {
+            Py_XDECREF(pads[0]);
+            PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
+            return NULL;
+        }
+        pads[which] = PyBytes_FromStringAndSize((const char *)ctx, SHA256_CTX_ROOM);
+        if (pads[which] == NULL) {
+            Py_XDECREF(pads[0]);
+            return NULL;
+        }
+    }
+    return Py_BuildValue("(NN)", pads[0], pads[1]);
+}
+
+static PyObject *
+hmac16(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) ||
+        !PyBytes_Check(args[2]) || PyBytes_GET_SIZE(args[0]) != SHA256_CTX_ROOM ||
+        PyBytes_GET_SIZE(args[1]) != SHA256_CTX_ROOM) {
+        PyErr_SetString(PyExc_TypeError, "hmac16(inner, outer, data): hmac_pads' two, then bytes");
+        return NULL;
+    }
+    Sha256Api api = sha256_api;
+    if (api.init == NULL) {
+        Py_RETURN_NONE;
+    }
+    uint64_t ctx[32];
+    unsigned char inner[32], outer[32];
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[2]);
+    size_t n = (size_t)PyBytes_GET_SIZE(args[2]);
+    int ok;
+    memcpy(ctx, PyBytes_AS_STRING(args[0]), sizeof ctx);
+    if (n >= SHA256_GIL_MINSIZE) {
+        Py_BEGIN_ALLOW_THREADS
+        ok = api.update(ctx, p, n) == 1 && api.final(inner, ctx) == 1;
+        Py_END_ALLOW_THREADS
+    } else {
+        ok = api.update(ctx, p, n) == 1 && api.final(inner, ctx) == 1;
+    }
+    memcpy(ctx, PyBytes_AS_STRING(args[1]), sizeof ctx);
+    ok = ok && api.update(ctx, inner, 32) == 1 && api.final(outer, ctx) == 1;
+    if (!ok) {
+        PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
+        return NULL;
+    }
+    PyObject *out = PyUnicode_New(16, 127);
+    if (out != NULL) {
+        char *w = (char *)PyUnicode_1BYTE_DATA(out);
+        for (int i = 0; i < 8; i++) {
+            w[2 * i] = hex_digits[outer[i] >> 4];
+            w[2 * i + 1] = hex_digits[outer[i] & 15];
+        }
+    }
+    return out;
+}
+
 /* sha256(data) -> the 32 bytes, by the path the digests above take (for the tests) */
 static PyObject *
 sha256_py(PyObject *Py_UNUSED(module), PyObject *data)
@@ -2618,6 +2717,10 @@ static PyMethodDef methods[] = {
     {"bind_sha256", bind_sha256, METH_O,
      "Take SHA256 from the libcrypto file already loaded (True), or return to hashlib (None)."},
     {"sha256", sha256_py, METH_O, "The SHA-256 of bytes, as the compiled digests take it."},
+    {"hmac_pads", hmac_pads, METH_O,
+     "HMAC-SHA256's inner and outer contexts keyed with the secret, or None (not bound)."},
+    {"hmac16", (PyCFunction)(void (*)(void))hmac16, METH_FASTCALL,
+     "The first 16 hex of HMAC-SHA256 from hmac_pads' contexts, or None (not bound)."},
     {"verify_row", (PyCFunction)(void (*)(void))verify_row, METH_FASTCALL,
      "The stored hash when every check of verify._feed_plain's common case passes, else None."},
     {"verify_event", (PyCFunction)(void (*)(void))verify_event, METH_FASTCALL,

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from .canonical import canonical
+from .compiled import NATIVE
 from .event import (
     ENVELOPE_KEYS,
     Event,
@@ -139,6 +140,12 @@ def default_key(
 
 
 _BLOCK = 64  # SHA-256's block size in bytes (RFC 2104's B)
+_hmac_pads: Callable[[bytes], tuple[bytes, bytes] | None] | None = (
+    NATIVE.hmac_pads if NATIVE is not None else None
+)
+_hmac16: Callable[[bytes, bytes, bytes], str | None] | None = (
+    NATIVE.hmac16 if NATIVE is not None else None
+)
 _IPAD = bytes(b ^ 0x36 for b in range(256))  # XOR tables for translate()
 _OPAD = bytes(b ^ 0x5C for b in range(256))
 
@@ -155,11 +162,14 @@ class _KeyHash:
     ``tests/record/test_seal.py`` holds it to ``hmac.new`` for keys of every length class.
     """
 
-    __slots__ = ("_pads",)
+    __slots__ = ("_compiled", "_pads")
 
     def __init__(self, secret: bytes | None) -> None:
         # the inner and outer hashes, each fed its padded key; None: no secret, plain SHA-256
         self._pads: tuple[Any, Any] | None = None
+        # the same two as OpenSSL contexts, where the compiled helpers hash with OpenSSL
+        # (native.hmac_pads): one compiled call per key instead of five hashlib steps
+        self._compiled: tuple[bytes, bytes] | None = None
         if secret is not None:
             key = hashlib.sha256(secret).digest() if len(secret) > _BLOCK else secret
             key = key.ljust(_BLOCK, b"\0")
@@ -167,8 +177,16 @@ class _KeyHash:
                 hashlib.sha256(key.translate(_IPAD)),
                 hashlib.sha256(key.translate(_OPAD)),
             )
+            if _hmac_pads is not None:
+                self._compiled = _hmac_pads(secret)
 
     def __call__(self, args_jcs: bytes) -> str:
+        compiled = self._compiled
+        if compiled is not None:
+            assert _hmac16 is not None
+            fast = _hmac16(compiled[0], compiled[1], args_jcs)
+            if fast is not None:
+                return fast
         if self._pads is None:
             return hashlib.sha256(args_jcs).hexdigest()[:16]
         inner = self._pads[0].copy()
