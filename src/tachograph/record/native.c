@@ -44,7 +44,7 @@
  *
  * ``bind_sha256(path)`` and ``sha256(data)``: the SHA-256 the helpers above take, OpenSSL's
  * from the libcrypto hashlib runs on where this process has it mapped, else hashlib's;
- * ``hmac_pads(secret)`` and ``hmac16(inner, outer, data)``: a call key's keyed hash over it.
+ * ``hmac_pads(key)`` and ``hmac16(inner, outer, data)``: a call key's keyed hash over it.
  *
  * Nothing here calls back into Python but ``UlidSource``'s draw of random bytes, the
  * SHA-256 of ``verify_row``, ``verify_event`` and ``fresh`` (hashlib's, on bytes, where
@@ -1577,10 +1577,27 @@ static PyObject *digest_name = NULL;              /* "digest", interned */
 /* SHA256_CTX is 112 bytes in OpenSSL (eight hash words, two length words, a 64-byte block,
    two counts), and in LibreSSL and BoringSSL alike: the context below has room to spare */
 static int
+sha256_finish(const Sha256Api *api, uint64_t *ctx, const unsigned char *d, size_t n,
+              unsigned char *md)
+{
+    /* ``ctx`` goes on with ``d``, then gives its digest; the GIL is released from 2 KiB
+       (``d`` is the bytes of an object the caller holds), as hashlib does */
+    int ok;
+    if (n >= SHA256_GIL_MINSIZE) {
+        Py_BEGIN_ALLOW_THREADS
+        ok = api->update(ctx, d, n) == 1 && api->final(md, ctx) == 1;
+        Py_END_ALLOW_THREADS
+    } else {
+        ok = api->update(ctx, d, n) == 1 && api->final(md, ctx) == 1;
+    }
+    return ok;
+}
+
+static int
 sha256_with(const Sha256Api *api, const unsigned char *d, size_t n, unsigned char *md)
 {
     uint64_t ctx[32]; /* 256 bytes, aligned for the context's 32-bit words */
-    return api->init(ctx) == 1 && api->update(ctx, d, n) == 1 && api->final(md, ctx) == 1;
+    return api->init(ctx) == 1 && sha256_finish(api, ctx, d, n, md);
 }
 
 #ifdef HAVE_DLFCN
@@ -1616,9 +1633,6 @@ bind_sha256(PyObject *Py_UNUSED(module), PyObject *path)
     }
     if (!PyUnicode_Check(path)) {
         PyErr_SetString(PyExc_TypeError, "bind_sha256(path): the libcrypto file, or None");
-        return NULL;
-    }
-    if (digest_name == NULL && (digest_name = PyUnicode_InternFromString("digest")) == NULL) {
         return NULL;
     }
 #ifdef HAVE_DLFCN
@@ -1659,17 +1673,8 @@ sha256_digest(PyObject *data, unsigned char out[32])
 {
     Sha256Api api = sha256_api; /* a copy: bind_sha256 may run while the GIL is released */
     if (api.init != NULL && PyBytes_Check(data)) {
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-        size_t n = (size_t)PyBytes_GET_SIZE(data);
-        int done;
-        if (n >= SHA256_GIL_MINSIZE) {
-            Py_BEGIN_ALLOW_THREADS
-            done = sha256_with(&api, p, n, out);
-            Py_END_ALLOW_THREADS
-        } else {
-            done = sha256_with(&api, p, n, out);
-        }
-        if (!done) {
+        if (!sha256_with(&api, (const unsigned char *)PyBytes_AS_STRING(data),
+                         (size_t)PyBytes_GET_SIZE(data), out)) {
             PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
             return -1;
         }
@@ -1699,6 +1704,16 @@ sha256_digest(PyObject *data, unsigned char out[32])
 
 static const char hex_digits[] = "0123456789abcdef";
 
+/* the ``n`` bytes of ``d`` as 2n lowercase hex characters at ``w`` */
+static void
+hex_into(char *w, const unsigned char *d, int n)
+{
+    for (int i = 0; i < n; i++) {
+        w[2 * i] = hex_digits[d[i] >> 4];
+        w[2 * i + 1] = hex_digits[d[i] & 15];
+    }
+}
+
 /* 1 when "sha256:" + SHA-256(data) in lowercase hex is the 71 ASCII characters of ``want``
  * (which row_plain_ok has checked to be such a string), 0 when not, -1 on error. */
 static int
@@ -1711,19 +1726,15 @@ sha256_is(PyObject *data, PyObject *want)
     if (!PyUnicode_IS_COMPACT_ASCII(want) || PyUnicode_GET_LENGTH(want) != 71) {
         return 0;
     }
-    const unsigned char *w = PyUnicode_1BYTE_DATA(want) + 7;
-    for (int i = 0; i < 32; i++) {
-        if (w[2 * i] != hex_digits[d[i] >> 4] || w[2 * i + 1] != hex_digits[d[i] & 15]) {
-            return 0;
-        }
-    }
-    return 1;
+    char hex[64];
+    hex_into(hex, d, 32);
+    return memcmp(hex, PyUnicode_1BYTE_DATA(want) + 7, 64) == 0;
 }
 
 /* -- the keyed hash of a call's key (seal._KeyHash) ------------------------------------------
  *
- * ``hmac_pads(secret)``: RFC 2104's inner and outer SHA-256 contexts, each already fed its
- * padded key, as two bytes objects (opaque: only ``hmac16`` in this process reads them), or
+ * ``hmac_pads(key)``: RFC 2104's inner and outer SHA-256 contexts, each already fed ``key``
+ * (the secret as one 64-byte block, as _KeyHash derives it) XOR its pad, as two bytes objects (opaque: only ``hmac16`` in this process reads them), or
  * None where OpenSSL's SHA-256 is not bound. ``hmac16(inner, outer, data)``: the first 16 hex
  * of HMAC-SHA256(secret, data) from them, or None where it is not bound (the caller then takes
  * hashlib's path). The same keying once per run as _KeyHash's, without a hash object per step.
@@ -1732,28 +1743,17 @@ sha256_is(PyObject *data, PyObject *want)
 #define SHA256_CTX_ROOM ((Py_ssize_t)sizeof(uint64_t[32]))
 
 static PyObject *
-hmac_pads(PyObject *Py_UNUSED(module), PyObject *secret)
+hmac_pads(PyObject *Py_UNUSED(module), PyObject *block)
 {
-    if (!PyBytes_Check(secret)) {
-        PyErr_SetString(PyExc_TypeError, "hmac_pads(secret): bytes");
+    if (!PyBytes_Check(block) || PyBytes_GET_SIZE(block) != 64) {
+        PyErr_SetString(PyExc_TypeError, "hmac_pads(key): the secret as a 64-byte block");
         return NULL;
     }
     Sha256Api api = sha256_api;
     if (api.init == NULL) {
         Py_RETURN_NONE;
     }
-    unsigned char key[64];
-    memset(key, 0, sizeof key);
-    size_t n = (size_t)PyBytes_GET_SIZE(secret);
-    const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(secret);
-    if (n > 64) {
-        if (!sha256_with(&api, k, n, key)) {
-            PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
-            return NULL;
-        }
-    } else {
-        memcpy(key, k, n);
-    }
+    const unsigned char *key = (const unsigned char *)PyBytes_AS_STRING(block);
     PyObject *pads[2] = {NULL, NULL};
     for (int which = 0; which < 2; which++) {
         unsigned char pad[64];
@@ -1792,28 +1792,17 @@ hmac16(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     unsigned char inner[32], outer[32];
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[2]);
     size_t n = (size_t)PyBytes_GET_SIZE(args[2]);
-    int ok;
     memcpy(ctx, PyBytes_AS_STRING(args[0]), sizeof ctx);
-    if (n >= SHA256_GIL_MINSIZE) {
-        Py_BEGIN_ALLOW_THREADS
-        ok = api.update(ctx, p, n) == 1 && api.final(inner, ctx) == 1;
-        Py_END_ALLOW_THREADS
-    } else {
-        ok = api.update(ctx, p, n) == 1 && api.final(inner, ctx) == 1;
-    }
+    int ok = sha256_finish(&api, ctx, p, n, inner);
     memcpy(ctx, PyBytes_AS_STRING(args[1]), sizeof ctx);
-    ok = ok && api.update(ctx, inner, 32) == 1 && api.final(outer, ctx) == 1;
+    ok = ok && sha256_finish(&api, ctx, inner, 32, outer);
     if (!ok) {
         PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
         return NULL;
     }
     PyObject *out = PyUnicode_New(16, 127);
     if (out != NULL) {
-        char *w = (char *)PyUnicode_1BYTE_DATA(out);
-        for (int i = 0; i < 8; i++) {
-            w[2 * i] = hex_digits[outer[i] >> 4];
-            w[2 * i + 1] = hex_digits[outer[i] & 15];
-        }
+        hex_into((char *)PyUnicode_1BYTE_DATA(out), outer, 8);
     }
     return out;
 }
@@ -2571,10 +2560,7 @@ sha256_text(PyObject *data)
     if (out != NULL) {
         char *w = (char *)PyUnicode_1BYTE_DATA(out);
         memcpy(w, "sha256:", 7);
-        for (int i = 0; i < 32; i++) {
-            w[7 + 2 * i] = hex_digits[d[i] >> 4];
-            w[8 + 2 * i] = hex_digits[d[i] & 15];
-        }
+        hex_into(w + 7, d, 32);
     }
     return out;
 }
@@ -2718,7 +2704,7 @@ static PyMethodDef methods[] = {
      "Take SHA256 from the libcrypto file already loaded (True), or return to hashlib (None)."},
     {"sha256", sha256_py, METH_O, "The SHA-256 of bytes, as the compiled digests take it."},
     {"hmac_pads", hmac_pads, METH_O,
-     "HMAC-SHA256's inner and outer contexts keyed with the secret, or None (not bound)."},
+     "HMAC-SHA256's inner and outer contexts for a 64-byte block key, or None (not bound)."},
     {"hmac16", (PyCFunction)(void (*)(void))hmac16, METH_FASTCALL,
      "The first 16 hex of HMAC-SHA256 from hmac_pads' contexts, or None (not bound)."},
     {"verify_row", (PyCFunction)(void (*)(void))verify_row, METH_FASTCALL,

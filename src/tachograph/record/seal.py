@@ -150,6 +150,12 @@ _IPAD = bytes(b ^ 0x36 for b in range(256))  # XOR tables for translate()
 _OPAD = bytes(b ^ 0x5C for b in range(256))
 
 
+def _block_key(secret: bytes) -> bytes:
+    """RFC 2104's K as one block: the secret (its SHA-256 when longer), padded with zeros."""
+    key = hashlib.sha256(secret).digest() if len(secret) > _BLOCK else secret
+    return key.ljust(_BLOCK, b"\0")
+
+
 class _KeyHash:
     """``h`` of SPEC section 5 under one run's secret: the first 16 hex of
     ``HMAC-SHA256(secret, JCS(args))`` (RFC 2104), or of ``SHA-256(JCS(args))`` without one.
@@ -171,14 +177,13 @@ class _KeyHash:
         # (native.hmac_pads): one compiled call per key instead of five hashlib steps
         self._compiled: tuple[bytes, bytes] | None = None
         if secret is not None:
-            key = hashlib.sha256(secret).digest() if len(secret) > _BLOCK else secret
-            key = key.ljust(_BLOCK, b"\0")
+            key = _block_key(secret)
             self._pads = (
                 hashlib.sha256(key.translate(_IPAD)),
                 hashlib.sha256(key.translate(_OPAD)),
             )
             if _hmac_pads is not None:
-                self._compiled = _hmac_pads(secret)
+                self._compiled = _hmac_pads(key)
 
     def __call__(self, args_jcs: bytes) -> str:
         compiled = self._compiled
