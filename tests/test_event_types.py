@@ -53,9 +53,16 @@ def _literals_at(path: Path, where: str) -> list[tuple[int, str]]:
             skip.update(id(c) for c in ast.walk(node))
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             skip.add(id(node.value))  # docstrings
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
-        ):
+        # names, not event types: ``__all__`` and the facade's table of lazy names (the
+        # function ``tachograph.handoff`` is spelled as the event type it records)
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        if any(isinstance(t, ast.Name) and t.id in ("__all__", "_LAZY") for t in targets):
             skip.update(id(c) for c in ast.walk(node))
     return [
         (node.lineno, node.value)

@@ -5,6 +5,8 @@ import __future__
 
 import types
 
+import pytest
+
 import tachograph
 
 
@@ -33,3 +35,24 @@ def test_every_public_name_is_exported() -> None:
 def test_version_is_exported() -> None:
     assert "__version__" in tachograph.__all__
     assert isinstance(tachograph.__version__, str)
+
+
+def test_dir_lists_every_name_before_it_is_read() -> None:
+    assert set(tachograph.__all__) <= set(dir(tachograph))
+
+
+def test_an_unknown_name_is_an_attribute_error_that_names_it() -> None:
+    with pytest.raises(AttributeError, match="no_such_name"):
+        tachograph.no_such_name  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_a_name_set_on_the_facade_is_kept() -> None:
+    # The facade drops only the import system's binding of the subpackages tachograph.record
+    # and tachograph.replay; anything else set on it (monkeypatch, a plugin) is kept.
+    original = tachograph.replay
+    try:
+        tachograph.replay = len  # type: ignore[assignment]
+        assert tachograph.replay is len
+    finally:
+        tachograph.replay = original
+    assert tachograph.replay is original

@@ -39,15 +39,28 @@ FORBIDDEN = {
 _PROBE = """
 import json, sys
 before = set(sys.modules)
-import {module}
+{statement}
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
+# The facade is lazy: its names are imported on first use, so the whole of it is loaded with
+# ``from tachograph import *`` (which reads every name of ``__all__``).
+_STATEMENTS = {
+    "tachograph": "import tachograph\nfrom tachograph import *",
+    "tachograph.store": "import tachograph.store",
+    "tachograph.record.jsonl": "import tachograph.record.jsonl",
+    "tachograph.testing": "import tachograph.testing",
+}
 
-def _probe(probe: str, module: str, python: str, env: dict[str, str]) -> list[str]:
+
+def _probe(
+    probe: str, module: str, python: str, env: dict[str, str], statement: str | None = None
+) -> list[str]:
     """The module names ``probe`` prints after importing ``module`` in a fresh interpreter."""
+    if statement is None:
+        statement = _STATEMENTS.get(module, f"import {module}")
     out = subprocess.run(
-        [python, "-c", probe.format(module=module)],
+        [python, "-c", probe.format(statement=statement)],
         capture_output=True,
         text=True,
         env=env,
@@ -62,9 +75,7 @@ def _imported_by(module: str, python: str, env: dict[str, str]) -> set[str]:
     return {name.split(".")[0] for name in _probe(_PROBE, module, python, env)}
 
 
-@pytest.mark.parametrize(
-    "module", ["tachograph", "tachograph.store", "tachograph.record.jsonl", "tachograph.testing"]
-)
+@pytest.mark.parametrize("module", sorted(_STATEMENTS))
 def test_import_does_not_pull_in_heavy_or_optional_packages(
     module: str, python: str, child_env: dict[str, str]
 ) -> None:
@@ -80,7 +91,7 @@ def test_the_probe_would_notice(python: str, child_env: dict[str, str]) -> None:
 
 _FULL_PROBE = """
 import json, sys
-import {module}
+{statement}
 print(json.dumps(sorted(sys.modules)))
 """
 
@@ -96,3 +107,48 @@ def test_import_leaves_asyncio_and_package_metadata_for_first_use(
 
     assert {"asyncio", "importlib.metadata"} & loaded("tachograph") == set()
     assert "asyncio" in loaded("asyncio")  # the probe would notice
+
+
+def test_the_facade_loads_a_layer_only_when_a_name_of_it_is_read(
+    python: str, child_env: dict[str, str]
+) -> None:
+    # A verification worker imports tachograph.store.parallel, which runs the facade's
+    # __init__ first: that must not load the capture, replay, privacy or lifecycle layers.
+    bare = set(_probe(_PROBE, "", python, child_env, statement="import tachograph"))
+    layers = {name for name in bare if name.startswith("tachograph.")}
+    assert layers <= {"tachograph._version", "tachograph.errors"}, sorted(layers)
+    store = set(_probe(_PROBE, "tachograph.store.parallel", python, child_env))
+    assert {
+        n.split(".")[1] for n in store if n.count(".") >= 1 and n.startswith("tachograph.")
+    } <= {
+        "_version",
+        "errors",
+        "record",
+        "store",
+    }
+    full = set(_probe(_PROBE, "tachograph", python, child_env))
+    assert {"tachograph.capture.agent", "tachograph.replay.engine"} <= full
+
+
+_SHADOW_PROBE = """
+import tachograph.record.event, tachograph.replay.engine, tachograph
+from tachograph import record, replay
+print(type(tachograph.record).__name__, type(tachograph.replay).__name__,
+      record is tachograph.record, replay is tachograph.replay)
+"""
+
+
+def test_the_facade_names_that_are_also_subpackages_stay_the_facade_names(
+    python: str, child_env: dict[str, str]
+) -> None:
+    # Importing the subpackages tachograph.record and tachograph.replay first binds them on
+    # the package; the facade still answers with the context manager and the function.
+    out = subprocess.run(
+        [python, "-c", _SHADOW_PROBE],
+        capture_output=True,
+        text=True,
+        env=child_env,
+        check=True,
+        timeout=120,
+    ).stdout.split()
+    assert out == ["type", "function", "True", "True"]
