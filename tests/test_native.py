@@ -157,6 +157,22 @@ def test_identifier_and_type_fields_on_generated_text(text: str) -> None:
         _same(tuple(row))
 
 
+# The compiled checks read each character's class from a table (no branch per character):
+# every code point up to 255, and a few beyond, at the first, a middle and the last place of
+# each field whose characters are checked one by one.
+_CHARACTER_FIELDS = {0: 1, 1: 3, 3: 13, 7: 16, 8: 8, 12: 40, 13: 70, 14: 7, 16: 31}
+
+
+@pytest.mark.parametrize("index", sorted(_CHARACTER_FIELDS))
+def test_every_character_in_every_checked_field(index: int) -> None:
+    base = GOOD[index] if GOOD[index] is not None else "sha256:" + "ef" * 32
+    for at in (0, _CHARACTER_FIELDS[index], len(base) - 1):
+        for code in [*range(256), 0x100, 0x660, 0xFF21, 0x1D7D8]:
+            row = list(GOOD)
+            row[index] = base[:at] + chr(code) + base[at + 1 :]
+            _same(tuple(row))
+
+
 def test_the_verifier_uses_the_compiled_check_unless_told_not_to() -> None:
     from tachograph.record import compiled, event
 
