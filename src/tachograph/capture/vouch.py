@@ -214,7 +214,9 @@ def unvouched_calls(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
     listed: list[UnvouchedCall] = []
     # Only a model answer opens a call to vouch for: a run without one (a tool-only agent)
     # needs no ledger walk, just what its run.finished lists.
-    follow = any(event.type == _MODEL_RESPONSE for event in events)
+    follow = _MODEL_RESPONSE in [event.type for event in events]
+    if not follow:  # then only run.finished counts: the loop below over it alone
+        events = [event for event in events if event.type == _RUN_FINISHED]
     for event in events:
         if event.payload is None:
             continue

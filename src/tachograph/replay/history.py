@@ -175,15 +175,18 @@ class RunHistory:
 
     @property
     def erased(self) -> tuple[int, ...]:
-        return tuple(e.seq for e in self.events if e.erased)
+        # e.erased, without its frame per event
+        return tuple([e.seq for e in self.events if e.payload is None and e.salt is None])
 
     @property
     def used_tools(self) -> frozenset[str]:
         """The tools the run called."""
         return frozenset(
-            str((e.payload or {}).get("tool"))
-            for e in self.events
-            if e.type == _TOOL_REQUESTED and isinstance(e.payload, dict)
+            [
+                str(e.payload.get("tool"))
+                for e in self.events
+                if e.type == _TOOL_REQUESTED and isinstance(e.payload, dict)
+            ]
         )
 
     def completion(self, key: str | None) -> Event | None:

@@ -14,6 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from orjson import (
+    OPT_PASSTHROUGH_DATACLASS,
+    OPT_PASSTHROUGH_DATETIME,
+    OPT_PASSTHROUGH_SUBCLASS,
+    JSONEncodeError,
+    dumps,
+)
+
 from ..capture.boundary import ReplayStopped
 from ..providers.normal import compare_requests, is_http_form
 from ..record.canonical import canonical, loads
@@ -46,6 +54,9 @@ _RUN_STARTED = EventType.RUN_STARTED.value
 _RUN_FINISHED = EventType.RUN_FINISHED.value
 _MODEL_REQUEST = EventType.MODEL_REQUEST.value
 _TOOL_REQUESTED = EventType.TOOL_REQUESTED.value
+# How the recorder writes a payload's bytes (in its own key order), except that anything but
+# plain JSON types makes dumps raise: such a payload takes the general comparison.
+_AS_STORED = OPT_PASSTHROUGH_DATACLASS | OPT_PASSTHROUGH_DATETIME | OPT_PASSTHROUGH_SUBCLASS
 UNCOMPARED = frozenset({"meta"})
 """Payload fields recorded but never compared: the metadata a call carried (an MCP request's
 ``_meta``, a W3C ``traceparent``), which differs from run to run without changing the call."""
@@ -306,6 +317,10 @@ class Matcher:
         has already been through the recording's processors."""
         if self.stopped:
             raise ReplayStopped
+        if self.match != "key" and type_ == _TOOL_REQUESTED and self._left > 0:
+            same = self._take_same_next_call(payload)
+            if same is not None:
+                return same
         if name is None:
             name = _probe_name(type_, payload)
         expected = self._next_expected(type_, payload, key, name) if self._remaining() else None
@@ -344,6 +359,44 @@ class Matcher:
         elif changes:
             self._payload_changed(expected, type_, payload, name, changes)
         self._consume(expected)
+        return expected
+
+    def _take_same_next_call(self, payload: dict[str, Any]) -> Event | None:
+        """Strict matching's common step, in one frame: the next recorded step is a tool call
+        whose stored payload bytes are the agent's payload's as the recorder writes them
+        (orjson, in the payload's own order). The same bytes are the same JSON value, so
+        :meth:`_compare` would find no change: the step is consumed and returned. ``None``:
+        anything else, which the general path decides (and reports)."""
+        stream = self._stream
+        cursor = self._cursor
+        consumed = self._consumed
+        while cursor < len(stream) and stream[cursor].seq in consumed:
+            cursor += 1
+        self._cursor = cursor
+        if cursor == len(stream):
+            return None
+        expected = stream[cursor]
+        stored = expected.payload_bytes
+        if (
+            expected.type != _TOOL_REQUESTED
+            or stored is None
+            or expected.payload is None  # erased: the general path reports it
+            or self._from_trace
+        ):
+            return None
+        try:
+            mine = dumps(payload, option=_AS_STORED)
+        except (TypeError, JSONEncodeError):
+            return None
+        if mine != stored:
+            return None
+        # self._consume(expected), without its two frames (the cursor skipped every consumed
+        # step, so this one is not)
+        consumed.add(expected.seq)
+        self._left -= 1
+        self.served += 1
+        if self.on_served is not None:
+            self.on_served(expected)
         return expected
 
     def _model_changed(
