@@ -12,7 +12,8 @@ from __future__ import annotations
 import ast
 import builtins
 import sys
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..capture.boundary import (
@@ -128,6 +129,19 @@ def _key_of(message: str) -> tuple[Any] | None:
     return (key,) if str(KeyError(key)) == message else None
 
 
+def _weakly(method: Callable[[Event], None]) -> Callable[[Event], None]:
+    """``method`` (bound) called through a weak reference to its object: what the engine hands
+    the matcher it holds, so that the two make no reference cycle."""
+    ref = weakref.WeakMethod(method)
+
+    def call(event: Event) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(event)
+
+    return call
+
+
 class ReplayEngine:
     """Serves one recorded run (or its first steps) to a session."""
 
@@ -161,7 +175,11 @@ class ReplayEngine:
         self.rerun_pure = rerun_pure
         self.confirm = confirm
         self.override = override
-        self.session: Session | None = None
+        # The session is held weakly: it holds this engine (``Session.engine``), and a strong
+        # reference back made a cycle that kept a replayed run's events in memory after the
+        # replay, until the cyclic collector found them (at a cost of a few ms per 5,000
+        # events, in whatever code ran next).
+        self._session_ref: weakref.ref[Session] | None = None
         self.models_asked: set[str] = set()
         """The exact model ids the agent asked for during this replay."""
         self.matcher = Matcher(
@@ -171,14 +189,21 @@ class ReplayEngine:
             raise_on_divergence=raise_on_divergence,
             live_after_source=live_after_source,
             processors=processors,
-            on_served=self._on_served if copy_served else None,  # else a call per step for nothing
+            # else a call per step for nothing; weakly, as the session (no cycle)
+            on_served=_weakly(self._on_served) if copy_served else None,
         )
 
     # -- the Engine protocol ---------------------------------------------------------------
 
     def attach(self, session: Session) -> None:
         """Bind the session this engine serves (the one whose recorder a fork copies into)."""
-        self.session = session
+        self._session_ref = weakref.ref(session)
+
+    @property
+    def session(self) -> Session | None:
+        """The session this engine serves, while it exists."""
+        ref = self._session_ref
+        return ref() if ref is not None else None
 
     def serving(self) -> bool:
         return True
@@ -320,9 +345,10 @@ class ReplayEngine:
     # -- serving details -------------------------------------------------------------------
 
     def _session(self) -> Session:
-        if self.session is None:
+        session = self.session
+        if session is None:
             raise TachographError("the replay engine is not attached to a session")
-        return self.session
+        return session
 
     def _on_served(self, event: Event) -> None:
         if self.copy_served:
