@@ -1476,40 +1476,53 @@ jcs_value(Jcs *s)
 
 /* The JCS form of size bytes at data, after ``prefix`` bytes of ``head``, as a new bytes
  * object; None where jcs() steps aside; NULL on error. */
-static PyObject *
-jcs_with_head(const char *head, Py_ssize_t prefix, const unsigned char *data, Py_ssize_t size)
+/* The JCS form of ``size`` bytes at ``data`` into ``out`` (which the caller frees with
+ * PyMem_Free, whatever the answer): JCS_OK, JCS_BAIL where jcs() steps aside, or an error
+ * with an exception set. */
+static int
+jcs_into(const unsigned char *data, Py_ssize_t size, JcsBuffer *out)
 {
     Jcs s;
     s.p = data;
     s.end = data + size;
     s.nest = 0;
     s.out.len = 0;
-    s.out.cap = prefix + size + 64;
+    s.out.cap = size + 64;
     s.out.buf = PyMem_Malloc((size_t)s.out.cap);
     s.keys.len = 0;
     s.keys.cap = 256;
     s.keys.buf = PyMem_Malloc((size_t)s.keys.cap);
-    PyObject *result = NULL;
+    int rc = JCS_ERROR;
     if (s.out.buf == NULL || s.keys.buf == NULL) {
         PyErr_NoMemory();
-        goto done;
     }
-    memcpy(s.out.buf, head, (size_t)prefix);
-    s.out.len = prefix;
-    int rc = jcs_value(&s);
-    if (rc == JCS_OK) {
-        jcs_space(&s);
-        rc = s.p == s.end ? JCS_OK : JCS_BAIL;
+    else {
+        rc = jcs_value(&s);
+        if (rc == JCS_OK) {
+            jcs_space(&s);
+            rc = s.p == s.end ? JCS_OK : JCS_BAIL;
+        }
     }
+    PyMem_Free(s.keys.buf);
+    *out = s.out;
+    return rc;
+}
+
+/* The JCS form of size bytes at data, as a new bytes object; None where jcs() steps aside;
+ * NULL on error. */
+static PyObject *
+jcs_bytes(const unsigned char *data, Py_ssize_t size)
+{
+    JcsBuffer out;
+    int rc = jcs_into(data, size, &out);
+    PyObject *result = NULL;
     if (rc == JCS_OK) {
-        result = PyBytes_FromStringAndSize(s.out.buf, s.out.len);
+        result = PyBytes_FromStringAndSize(out.buf, out.len);
     }
     else if (rc == JCS_BAIL) {
         result = Py_NewRef(Py_None);
     }
-done:
-    PyMem_Free(s.out.buf);
-    PyMem_Free(s.keys.buf);
+    PyMem_Free(out.buf);
     return result;
 }
 
@@ -1520,8 +1533,7 @@ jcs(PyObject *Py_UNUSED(module), PyObject *data)
         PyErr_SetString(PyExc_TypeError, "jcs() takes bytes");
         return NULL;
     }
-    return jcs_with_head(
-        "", 0, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+    return jcs_bytes((const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
 }
 
 
@@ -1726,21 +1738,45 @@ hex_into(char *w, const unsigned char *d, int n)
     }
 }
 
-/* 1 when "sha256:" + SHA-256(data) in lowercase hex is the 71 ASCII characters of ``want``
+/* 1 when "sha256:" + the digest ``d`` in lowercase hex is the 71 ASCII characters of ``want``
  * (which row_plain_ok has checked to be such a string), 0 when not, -1 on error. */
 static int
-sha256_is(PyObject *data, PyObject *want)
+digest_is(const unsigned char d[32], PyObject *want)
 {
-    unsigned char d[32];
-    if (sha256_digest(data, d) < 0) {
-        return -1;
-    }
     if (!PyUnicode_IS_COMPACT_ASCII(want) || PyUnicode_GET_LENGTH(want) != 71) {
         return 0;
     }
     char hex[64];
     hex_into(hex, d, 32);
     return memcmp(hex, PyUnicode_1BYTE_DATA(want) + 7, 64) == 0;
+}
+
+/* SHA-256 of ``head_size`` bytes at ``head`` then ``size`` bytes at ``data`` (buffers the
+ * caller owns: no bytes object is made for them where OpenSSL is bound) into ``out``: 0, or
+ * -1 with an exception set. */
+static int
+sha256_parts(const char *head, Py_ssize_t head_size, const char *data, Py_ssize_t size,
+             unsigned char out[32])
+{
+    Sha256Api api = sha256_api;
+    if (api.init != NULL) {
+        uint64_t ctx[32];
+        if (api.init(ctx) != 1 || api.update(ctx, head, (size_t)head_size) != 1 ||
+            !sha256_finish(&api, ctx, (const unsigned char *)data, (size_t)size, out)) {
+            PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
+            return -1;
+        }
+        return 0;
+    }
+    PyObject *joined = PyBytes_FromStringAndSize(NULL, head_size + size);
+    if (joined == NULL) {
+        return -1;
+    }
+    memcpy(PyBytes_AS_STRING(joined), head, (size_t)head_size);
+    memcpy(PyBytes_AS_STRING(joined) + head_size, data, (size_t)size);
+    int rc = sha256_digest(joined, out);
+    Py_DECREF(joined);
+    return rc;
 }
 
 /* -- the keyed hash of a call's key (seal._KeyHash) ------------------------------------------
@@ -1871,19 +1907,27 @@ verify_fields(PyObject *const *f, PyObject *prev, Py_ssize_t pos, PyObject *run_
         }
         Py_RETURN_NONE;
     }
-    /* the envelope: v = 1, then the row's first 14 fields */
+    /* the envelope: v = 1, then the row's first 14 fields, hashed where it is written */
     PyObject *fields[15] = {one_object};
     for (int i = 0; i < 14; i++) {
         fields[i + 1] = f[i];
     }
-    PyObject *env = envelope_object(fields);
-    if (env == NULL || env == Py_None) {
-        return env; /* an error, or None: the Python path decides */
+    unsigned char d[32];
+    Buffer b;
+    b.data = b.small;
+    b.size = 0;
+    b.capacity = (Py_ssize_t)sizeof b.small;
+    int written = envelope_into(&b, fields);
+    int ok = written > 0 ? sha256_parts("", 0, b.data, b.size, d) : -1;
+    if (b.data != b.small) {
+        PyMem_Free(b.data);
     }
-    int ok = sha256_is(env, stored);
-    Py_DECREF(env);
-    if (ok <= 0) {
-        return ok < 0 ? NULL : Py_NewRef(Py_None);
+    if (written <= 0 || ok < 0) {
+        /* an error, or a value not handled here (None: the Python path decides) */
+        return written == 0 ? Py_NewRef(Py_None) : NULL;
+    }
+    if (!digest_is(d, stored)) {
+        Py_RETURN_NONE;
     }
     /* the payload: SHA-256 of the salt's 16 bytes, then the JCS form of the stored bytes */
     const char *hex = (const char *)PyUnicode_1BYTE_DATA(salt);
@@ -1891,14 +1935,16 @@ verify_fields(PyObject *const *f, PyObject *prev, Py_ssize_t pos, PyObject *run_
     for (int i = 0; i < 16; i++) {
         raw[i] = (char)(hex_value(hex[2 * i]) << 4 | hex_value(hex[2 * i + 1]));
     }
-    PyObject *salted = jcs_with_head(raw, 16, (const unsigned char *)PyBytes_AS_STRING(body),
-                                     PyBytes_GET_SIZE(body));
-    if (salted == NULL || salted == Py_None) {
-        return salted; /* an error, or None: the Python path decides */
+    JcsBuffer form;
+    int rc = jcs_into((const unsigned char *)PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body),
+                      &form);
+    ok = rc == JCS_OK ? sha256_parts(raw, 16, form.buf, form.len, d) : -1;
+    PyMem_Free(form.buf);
+    if (rc != JCS_OK || ok < 0) {
+        /* an error, or None where jcs() steps aside: the Python path decides */
+        return rc == JCS_BAIL ? Py_NewRef(Py_None) : NULL;
     }
-    ok = sha256_is(salted, digest);
-    Py_DECREF(salted);
-    return ok < 0 ? NULL : Py_NewRef(ok ? stored : Py_None);
+    return Py_NewRef(digest_is(d, digest) ? stored : Py_None);
 }
 
 static PyObject *
@@ -2560,14 +2606,10 @@ bind_fresh(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* "sha256:" + SHA-256(data) in lowercase hex, or NULL on error */
+/* "sha256:" + the digest ``d`` in lowercase hex, or NULL on error */
 static PyObject *
-sha256_text(PyObject *data)
+digest_text(const unsigned char d[32])
 {
-    unsigned char d[32];
-    if (sha256_digest(data, d) < 0) {
-        return NULL;
-    }
     PyObject *out = PyUnicode_New(71, 127);
     if (out != NULL) {
         char *w = (char *)PyUnicode_1BYTE_DATA(out);
@@ -2596,8 +2638,8 @@ fresh(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "fresh(): jcs must be bytes and salt 16 bytes");
         return NULL;
     }
-    PyObject *body = NULL, *ts = NULL, *event_id = NULL, *salted = NULL, *digest = NULL;
-    PyObject *env = NULL, *hash = NULL, *salt_hex = NULL, *result = NULL;
+    PyObject *body = NULL, *ts = NULL, *event_id = NULL, *digest = NULL;
+    PyObject *hash = NULL, *salt_hex = NULL, *result = NULL;
 
     /* the payload's bytes as given, in an object of their own size (orjson's own holds its
        whole buffer, at least 4 KiB) */
@@ -2629,25 +2671,29 @@ fresh(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     /* the digest: SHA-256 of the salt's 16 bytes, then the payload's JCS form */
-    Py_ssize_t n = PyBytes_GET_SIZE(jcs);
-    if ((salted = PyBytes_FromStringAndSize(NULL, 16 + n)) == NULL) {
-        goto done;
-    }
-    memcpy(PyBytes_AS_STRING(salted), PyBytes_AS_STRING(salt), 16);
-    memcpy(PyBytes_AS_STRING(salted) + 16, PyBytes_AS_STRING(jcs), (size_t)n);
-    if ((digest = sha256_text(salted)) == NULL) {
+    unsigned char d[32];
+    if (sha256_parts(PyBytes_AS_STRING(salt), 16, PyBytes_AS_STRING(jcs), PyBytes_GET_SIZE(jcs),
+                     d) < 0 ||
+        (digest = digest_text(d)) == NULL) {
         goto done;
     }
     PyObject *fields[19] = {one_object, tenant, run_id, seq, event_id, ts, type, actor,
                             trace_id, span_id, key, model, seed, digest, prev_hash};
-    if ((env = envelope_object(fields)) == NULL) {
-        goto done;
+    /* the envelope, hashed where it is written */
+    Buffer b;
+    b.data = b.small;
+    b.size = 0;
+    b.capacity = (Py_ssize_t)sizeof b.small;
+    int written = envelope_into(&b, fields);
+    int hashed = written > 0 ? sha256_parts("", 0, b.data, b.size, d) : -1;
+    if (b.data != b.small) {
+        PyMem_Free(b.data);
     }
-    if (env == Py_None) {
+    if (written == 0) {
         result = Py_NewRef(Py_None); /* a value left to orjson: the Python path decides */
         goto done;
     }
-    if ((hash = sha256_text(env)) == NULL) {
+    if (written < 0 || hashed < 0 || (hash = digest_text(d)) == NULL) {
         goto done;
     }
     if ((salt_hex = PyUnicode_New(32, 127)) == NULL) {
@@ -2669,9 +2715,7 @@ done:
     Py_XDECREF(body);
     Py_XDECREF(ts);
     Py_XDECREF(event_id);
-    Py_XDECREF(salted);
     Py_XDECREF(digest);
-    Py_XDECREF(env);
     Py_XDECREF(hash);
     Py_XDECREF(salt_hex);
     return result;
