@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 EXTRAS = {
     "record_event": ["recorder_append_span_ratio"],
     "canonical_floats": ["exact_over_fast"],
+    "tool_call": ["growth"],
     "intent_durable": [
         "isolated_in_raw",
         "back_to_back_in_raw",
