@@ -239,14 +239,7 @@ class CallTicket:
             if self.dry_run:
                 payload["dry_run"] = True
                 self.session.used_dry_run = True
-            # self._append(_TOOL_COMPLETED, payload, None, "result", "returned"), without its
-            # frame: a tool's completion carries no model and no seed
-            recorder = self.session.recorder
-            assert recorder is not None
-            try:
-                recorder.append(_TOOL_COMPLETED, payload, idempotency_key=self.key)
-            except ProfileError as exc:
-                self._unrecordable(exc, "result", "returned")
+            self._append(_TOOL_COMPLETED, payload, None, "result", "returned")
             return result
         answered = model or self.model
         if model is None and isinstance(result, dict) and isinstance(result.get("model"), str):

@@ -224,10 +224,7 @@ class Session:
             call_key = key
         else:
             same = key is None and args is request and self._keeps_input
-            with self._key_lock:  # self.make_key(...), without its frame
-                call_key = self.keys.key(
-                    name, args, custom=key, args_jcs=request_jcs if same else None
-                )
+            call_key = self.make_key(name, args, key, args_jcs=request_jcs if same else None)
         ticket = CallTicket(
             self,
             kind=kind,

@@ -1779,6 +1779,26 @@ sha256_parts(const char *head, Py_ssize_t head_size, const char *data, Py_ssize_
     return rc;
 }
 
+/* SHA-256 of the envelope of the 15 fields ``args`` (SPEC order) into ``d``, hashed in the
+ * buffer it is written into (no bytes object): 1, or 0 for a value not handled here (the
+ * Python path decides), or -1 with an exception set. */
+static int
+envelope_digest(PyObject *const *args, unsigned char d[32])
+{
+    Buffer b;
+    b.data = b.small;
+    b.size = 0;
+    b.capacity = (Py_ssize_t)sizeof b.small;
+    int written = envelope_into(&b, args);
+    if (written > 0 && sha256_parts("", 0, b.data, b.size, d) < 0) {
+        written = -1;
+    }
+    if (b.data != b.small) {
+        PyMem_Free(b.data);
+    }
+    return written;
+}
+
 /* -- the keyed hash of a call's key (seal._KeyHash) ------------------------------------------
  *
  * ``hmac_pads(key)``: RFC 2104's inner and outer SHA-256 contexts, each already fed ``key``
@@ -1907,24 +1927,16 @@ verify_fields(PyObject *const *f, PyObject *prev, Py_ssize_t pos, PyObject *run_
         }
         Py_RETURN_NONE;
     }
-    /* the envelope: v = 1, then the row's first 14 fields, hashed where it is written */
+    /* the envelope: v = 1, then the row's first 14 fields */
     PyObject *fields[15] = {one_object};
     for (int i = 0; i < 14; i++) {
         fields[i + 1] = f[i];
     }
     unsigned char d[32];
-    Buffer b;
-    b.data = b.small;
-    b.size = 0;
-    b.capacity = (Py_ssize_t)sizeof b.small;
-    int written = envelope_into(&b, fields);
-    int ok = written > 0 ? sha256_parts("", 0, b.data, b.size, d) : -1;
-    if (b.data != b.small) {
-        PyMem_Free(b.data);
-    }
-    if (written <= 0 || ok < 0) {
+    int hashed = envelope_digest(fields, d);
+    if (hashed <= 0) {
         /* an error, or a value not handled here (None: the Python path decides) */
-        return written == 0 ? Py_NewRef(Py_None) : NULL;
+        return hashed == 0 ? Py_NewRef(Py_None) : NULL;
     }
     if (!digest_is(d, stored)) {
         Py_RETURN_NONE;
@@ -1938,7 +1950,7 @@ verify_fields(PyObject *const *f, PyObject *prev, Py_ssize_t pos, PyObject *run_
     JcsBuffer form;
     int rc = jcs_into((const unsigned char *)PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body),
                       &form);
-    ok = rc == JCS_OK ? sha256_parts(raw, 16, form.buf, form.len, d) : -1;
+    int ok = rc == JCS_OK ? sha256_parts(raw, 16, form.buf, form.len, d) : -1;
     PyMem_Free(form.buf);
     if (rc != JCS_OK || ok < 0) {
         /* an error, or None where jcs() steps aside: the Python path decides */
@@ -2679,21 +2691,12 @@ fresh(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *fields[19] = {one_object, tenant, run_id, seq, event_id, ts, type, actor,
                             trace_id, span_id, key, model, seed, digest, prev_hash};
-    /* the envelope, hashed where it is written */
-    Buffer b;
-    b.data = b.small;
-    b.size = 0;
-    b.capacity = (Py_ssize_t)sizeof b.small;
-    int written = envelope_into(&b, fields);
-    int hashed = written > 0 ? sha256_parts("", 0, b.data, b.size, d) : -1;
-    if (b.data != b.small) {
-        PyMem_Free(b.data);
-    }
-    if (written == 0) {
+    int hashed = envelope_digest(fields, d);
+    if (hashed == 0) {
         result = Py_NewRef(Py_None); /* a value left to orjson: the Python path decides */
         goto done;
     }
-    if (written < 0 || hashed < 0 || (hash = digest_text(d)) == NULL) {
+    if (hashed < 0 || (hash = digest_text(d)) == NULL) {
         goto done;
     }
     if ((salt_hex = PyUnicode_New(32, 127)) == NULL) {

@@ -311,14 +311,7 @@ class KeyDeriver:
             n = self._counts.custom(base)
         else:
             body = args_jcs if args_jcs is not None else canonical(args)
-            # self._hash(body), without its frame where the keyed hash is compiled
-            compiled = self._hash._compiled
-            h: str | None = None
-            if compiled is not None:
-                assert _hmac16 is not None
-                h = _hmac16(compiled[0], compiled[1], body)
-            if h is None:
-                h = self._hash(body)
+            h = self._hash(body)
             base = f"{self.run_id}:{name}:{h}"
             n = self._counts.default(name, int(h, 16))
         return base if n == 0 else f"{base}#{n}"

@@ -240,8 +240,7 @@ class ReplayEngine:
         if completion is None:
             self._dangling(ticket, matched)
             return
-        payload = completion.payload
-        if payload is None and completion.salt is None:  # completion.erased, without its frame
+        if completion.erased:
             self.matcher.diverge(
                 DivergenceKind.UNREPLAYABLE,
                 completion.seq,
@@ -254,12 +253,9 @@ class ReplayEngine:
         self.matcher.served += 1
         if self.copy_served:
             self._copy_completion(completion)
-        if payload is not None and payload.get("dry_run") is True:
+        if (completion.payload or {}).get("dry_run") is True:
             self._session().simulated(completion.seq, "holds a dry-run result")
-        if self.override is None and payload is not None and completion.type == _TOOL_COMPLETED:
-            value, error = payload.get("result"), None  # self._answer(completion), in short
-        else:
-            value, error = self._answer(completion)
+        value, error = self._answer(completion)
         if self.rerun_pure and ticket.kind is TOOL_CALL and ticket.effect is _PURE:
             ticket.compare_with = completion
             ticket.record_completion = False

@@ -175,8 +175,7 @@ class RunHistory:
 
     @property
     def erased(self) -> tuple[int, ...]:
-        # e.erased, without its frame per event
-        return tuple([e.seq for e in self.events if e.payload is None and e.salt is None])
+        return tuple([e.seq for e in self.events if e.erased])
 
     @property
     def used_tools(self) -> frozenset[str]:

@@ -390,13 +390,7 @@ class Matcher:
             return None
         if mine != stored:
             return None
-        # self._consume(expected), without its two frames (the cursor skipped every consumed
-        # step, so this one is not)
-        consumed.add(expected.seq)
-        self._left -= 1
-        self.served += 1
-        if self.on_served is not None:
-            self.on_served(expected)
+        self._consume(expected)
         return expected
 
     def _model_changed(
