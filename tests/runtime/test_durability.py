@@ -217,6 +217,51 @@ def test_the_current_opentelemetry_span_goes_on_the_event(store: tg.SQLiteStore)
     assert store.verify("otel").ok
 
 
+def test_each_event_carries_the_span_current_at_its_own_append(store: tg.SQLiteStore) -> None:
+    """The ids of the last context seen are reused only while that same context is current:
+    nested spans, a span left, and a span started in another thread each change what goes on
+    the event."""
+    import threading
+
+    tracer = TracerProvider().get_tracer("tests")
+
+    def ids(span: Any) -> tuple[str, str]:
+        ctx = span.get_span_context()
+        return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
+
+    expected: list[tuple[str | None, str | None]] = []
+    seen_in_thread: list[tuple[str | None, str | None]] = []
+    with tg.record(store, actor="a", run_id="otel-nested"):
+        with tracer.start_as_current_span("outer") as outer:
+            tg.decide("a", 1)
+            expected.append(ids(outer))
+            with tracer.start_as_current_span("inner") as inner:
+                tg.decide("b", 2)
+                tg.decide("c", 3)
+                expected += [ids(inner), ids(inner)]
+
+                def other_thread() -> None:
+                    # the thread runs in a copy of the run's context: the same span
+                    tg.decide("d", 4)
+                    with tracer.start_as_current_span("elsewhere") as there:
+                        tg.decide("e", 5)
+                        seen_in_thread.append(ids(there))
+
+                worker = threading.Thread(target=other_thread)
+                worker.start()
+                worker.join()
+                expected += [ids(inner), seen_in_thread[0]]
+                tg.decide("f", 6)
+                expected.append(ids(inner))
+            tg.decide("g", 7)
+            expected.append(ids(outer))
+        tg.decide("h", 8)
+        expected.append((None, None))
+    decisions = [e for e in store.events("otel-nested") if e.type == "decision"]
+    assert [(e.trace_id, e.span_id) for e in decisions] == expected
+    assert len({span for _trace, span in expected if span}) == 3
+
+
 def test_a_refused_run_does_not_break_other_runs_of_the_store(tmp_path: Path) -> None:
     """One store, one writer: run A's events are refused, run B recorded beside it and run C
     recorded after it are written in full."""
