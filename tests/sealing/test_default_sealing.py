@@ -147,6 +147,31 @@ def test_a_quiet_run_is_sealed_by_the_writer_on_its_own(tmp_path: Path) -> None:
         close_writer(store)
 
 
+def test_a_quiet_run_whose_last_event_its_caller_appended_is_sealed_too(tmp_path: Path) -> None:
+    """A durable event on an idle writer is appended on its caller's thread; when it leaves
+    the run with unsealed events where it had none, the writer thread (asleep with nothing
+    due) is woken to seal them once the period has passed."""
+    with SQLiteStore(tmp_path / "t.db") as store:
+        recorder = Recorder(
+            store,
+            run_id="claimed",
+            actor="agent",
+            observers=[],
+            seal=SealPolicy(every_events=2, every_seconds=0.2),
+        )
+        recorder.append("run.started", {"input": "x", "env": {}})
+        recorder.append("decision", {"name": "step", "chosen": 1})
+        recorder.flush()
+        # seq 1 was sealed with its batch (every two events): nothing is pending
+        assert [s.seq for s in store.seals_for_run("default", "claimed")] == [1]
+        recorder.append("acme.intent", {"n": 1}, durable=True)  # on this thread: a claim
+        deadline = time.monotonic() + 30
+        while len(store.seals_for_run("default", "claimed")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [s.seq for s in store.seals_for_run("default", "claimed")] == [1, 2]
+        close_writer(store)
+
+
 def test_a_sealing_observer_replaces_the_default_sealing(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "t.db") as store:
         observer = SealingObserver()

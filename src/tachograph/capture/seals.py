@@ -49,6 +49,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger("tachograph")
+# a constant: ``EventType.X.value`` is a Python-level enum property on 3.11 (per batch here)
+_RUN_FINISHED = EventType.RUN_FINISHED.value
 
 DEFAULT_EVERY_EVENTS = 1000
 """A running run is sealed at least every this many events."""
@@ -209,7 +211,7 @@ class RunSeals:
                     continue
                 if plan is None:
                     plan = SealPlan()
-                final = event.type == EventType.RUN_FINISHED.value
+                final = event.type == _RUN_FINISHED
                 if (
                     final
                     or event.seq - state.sealed_seq >= state.policy.every_events
