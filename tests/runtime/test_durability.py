@@ -399,6 +399,31 @@ def test_a_submit_wakes_the_writer_only_to_start_or_fill_a_batch(tmp_path: Path)
     store.close()
 
 
+def test_a_full_queue_is_committed_at_once_not_after_the_linger(tmp_path: Path) -> None:
+    """A submit held back by a full queue counts as a caller waiting for the writer thread:
+    it commits at once instead of lingering (60 s here) while the agent cannot go on."""
+    import threading
+
+    from tachograph.capture.recorder import Writer
+
+    store = tg.SQLiteStore(tmp_path / "full.db")
+    writer = Writer(store, max_batch=512, max_queue=4, linger=60.0)
+    events = build_run("full", 50)
+
+    def submit_all() -> None:
+        for event in events:
+            writer.submit(event)  # from the fifth on, each waits for room in the queue
+
+    agent = threading.Thread(target=submit_all)
+    agent.start()
+    agent.join(30.0)  # a liveness guard: the linger alone would hold it 60 s per batch
+    assert not agent.is_alive()
+    writer.wait()
+    assert [e.seq for e in store.read("full", decode=False)] == list(range(50))
+    writer.close()
+    store.close()
+
+
 def test_large_payloads_are_bounded_by_bytes_too(tmp_path: Path) -> None:
     """The queue's byte bound: 200 events of 20 KB payloads behind a slow store never hold
     more than the bound (plus the one event that may always enter an empty queue), however

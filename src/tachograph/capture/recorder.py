@@ -149,7 +149,8 @@ class Writer:
         self._claimed: list[Event] | None = None
         self._busy = False
         # When the oldest queued event was queued (``time.monotonic``), for the linger; and
-        # how many callers wait for the writer (a flush, a durable event): then no linger.
+        # how many callers wait for the writer (a flush, a durable event, a submit held back
+        # by a full queue): then no linger.
         self._queued_at = 0.0
         self._waiters = 0
         self.seals = RunSeals(store)
@@ -253,7 +254,11 @@ class Writer:
                 and threading.current_thread() is not self._thread
             ):
                 self._cond.notify_all()
-                self._cond.wait(0.25)
+                self._waiters += 1  # so that a claim that empties the queue wakes it
+                try:
+                    self._cond.wait(0.25)
+                finally:
+                    self._waiters -= 1
                 run = (event.tenant, event.run_id)
                 if run in self._failed:
                     raise self._failure(run)
