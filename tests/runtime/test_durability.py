@@ -262,6 +262,24 @@ def test_each_event_carries_the_span_current_at_its_own_append(store: tg.SQLiteS
     assert len({span for _trace, span in expected if span}) == 3
 
 
+def test_the_span_of_the_last_event_is_not_kept_alive(store: tg.SQLiteStore) -> None:
+    """The recorder remembers the last context it drew ids from only weakly: once the agent
+    is done with a span, nothing of tachograph's holds it (nor its attributes)."""
+    import gc
+    import weakref
+
+    tracer = TracerProvider().get_tracer("tests")
+    with tracer.start_as_current_span("only") as span:
+        with tg.record(store, actor="a", run_id="otel-weak"):  # every event in the span
+            tg.decide("a", 1)
+        alive = weakref.ref(span)
+    del span
+    gc.collect()
+    assert alive() is None
+    (decision,) = [e for e in store.events("otel-weak") if e.type == "decision"]
+    assert decision.span_id is not None
+
+
 def test_a_refused_run_does_not_break_other_runs_of_the_store(tmp_path: Path) -> None:
     """One store, one writer: run A's events are refused, run B recorded beside it and run C
     recorded after it are written in full."""

@@ -535,19 +535,28 @@ def _flush_all() -> None:  # pragma: no cover - runs at interpreter exit
 
 
 _NO_TRACE: tuple[str | None, str | None] = (None, None)
-_otel_seen: tuple[object, tuple[str | None, str | None]] = (object(), _NO_TRACE)
-"""The last OpenTelemetry context looked at and the ids drawn from it. A context is immutable
-(setting a value makes a new one) and so is its span's context: the same context object
-always gives the same ids. The context is held (not its id, which a later one could reuse),
-so its span lives until the next event is appended."""
+
+
+def _nothing_seen() -> None:
+    return None
+
+
+_otel_seen: tuple[Callable[[], object], tuple[str | None, str | None]] = (
+    _nothing_seen,
+    _NO_TRACE,
+)
+"""A weak reference to the last OpenTelemetry context looked at, and the ids drawn from it. A
+context is immutable (setting a value makes a new one) and so is its span's context: the same
+context object always gives the same ids. Held weakly: the span is not kept alive by it, and
+a context freed since cannot be mistaken for a new one at the same address."""
 
 
 def _otel_context() -> tuple[str | None, str | None]:
     """Trace and span ids of the current OpenTelemetry span, if OpenTelemetry is in use.
 
     The current context is looked up every time; the span behind it only when the context
-    changed since the previous event (a run's events mostly share one): 144 ns instead of 320
-    per event with the SDK loaded and no span (``bench/`` imports it)."""
+    changed since the previous event (a run's events mostly share one): about 150 ns instead
+    of 320 per event with the SDK loaded and no span (``bench/`` imports it)."""
     global _otel_seen
     context_mod = sys.modules.get("opentelemetry.context")
     if context_mod is None:
@@ -555,7 +564,7 @@ def _otel_context() -> tuple[str | None, str | None]:
     try:
         current = context_mod.get_current()
         seen = _otel_seen  # one read: another thread may replace it meanwhile
-        if current is seen[0]:
+        if seen[0]() is current:
             return seen[1]
         trace_mod = sys.modules.get("opentelemetry.trace")
         if trace_mod is None:
@@ -564,7 +573,10 @@ def _otel_context() -> tuple[str | None, str | None]:
         ids = (f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}") if ctx.is_valid else _NO_TRACE
     except Exception:  # observability never breaks the host
         return _NO_TRACE
-    _otel_seen = (current, ids)
+    try:
+        _otel_seen = (weakref.ref(current), ids)
+    except TypeError:  # a context that cannot be referenced weakly: looked up every time
+        pass
     return ids
 
 
