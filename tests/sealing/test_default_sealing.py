@@ -125,22 +125,33 @@ def test_opting_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert runs["off"]["seal"]["status"] == "unsealed"
 
 
+def _quiet_run(store: SQLiteStore, run_id: str, every_events: int) -> Recorder:
+    """A run sealed every ``every_events`` events or 0.2 s, with two events stored."""
+    recorder = Recorder(
+        store,
+        run_id=run_id,
+        actor="agent",
+        observers=[],
+        seal=SealPolicy(every_events=every_events, every_seconds=0.2),
+    )
+    recorder.append("run.started", {"input": "x", "env": {}})
+    recorder.append("decision", {"name": "step", "chosen": 1})
+    recorder.flush()
+    return recorder
+
+
+def _wait_for_seals(store: SQLiteStore, run_id: str, count: int) -> None:
+    """Until the writer thread has stored ``count`` seals of the run (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while len(store.seals_for_run("default", run_id)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_a_quiet_run_is_sealed_by_the_writer_on_its_own(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "t.db") as store:
-        recorder = Recorder(
-            store,
-            run_id="quiet",
-            actor="agent",
-            observers=[],
-            seal=SealPolicy(every_events=1000, every_seconds=0.2),
-        )
-        recorder.append("run.started", {"input": "x", "env": {}})
-        recorder.append("decision", {"name": "step", "chosen": 1})
-        recorder.flush()
+        _quiet_run(store, "quiet", every_events=1000)
         # No further event: the writer thread seals the stored events once 0.2 s have passed.
-        deadline = time.monotonic() + 30
-        while not store.seals_for_run("default", "quiet") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_for_seals(store, "quiet", 1)
         (seal,) = store.seals_for_run("default", "quiet")
         assert seal.seq == 1
         assert not SealLeaf.from_bytes(seal.leaf).final
@@ -152,22 +163,11 @@ def test_a_quiet_run_whose_last_event_its_caller_appended_is_sealed_too(tmp_path
     the run with unsealed events where it had none, the writer thread (asleep with nothing
     due) is woken to seal them once the period has passed."""
     with SQLiteStore(tmp_path / "t.db") as store:
-        recorder = Recorder(
-            store,
-            run_id="claimed",
-            actor="agent",
-            observers=[],
-            seal=SealPolicy(every_events=2, every_seconds=0.2),
-        )
-        recorder.append("run.started", {"input": "x", "env": {}})
-        recorder.append("decision", {"name": "step", "chosen": 1})
-        recorder.flush()
+        recorder = _quiet_run(store, "claimed", every_events=2)
         # seq 1 was sealed with its batch (every two events): nothing is pending
         assert [s.seq for s in store.seals_for_run("default", "claimed")] == [1]
         recorder.append("acme.intent", {"n": 1}, durable=True)  # on this thread: a claim
-        deadline = time.monotonic() + 30
-        while len(store.seals_for_run("default", "claimed")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_for_seals(store, "claimed", 2)
         assert [s.seq for s in store.seals_for_run("default", "claimed")] == [1, 2]
         close_writer(store)
 

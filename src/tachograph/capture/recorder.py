@@ -197,8 +197,7 @@ class Writer:
             if claimed is None:
                 raise WriteFailed("nothing was claimed")
             live = [e for e in claimed if (e.tenant, e.run_id) not in self._failed]
-        seals = self.seals
-        due = seals.next_due() if seals.active else None
+        due = self.seals.next_due()
         failed: dict[RunKey, BaseException] = {}
         try:
             failed = self._append(live) if live else {}
@@ -221,7 +220,7 @@ class Writer:
                     self._queue
                     or self._waiters
                     or failed
-                    or (seals.next_due() if seals.active else None) != due
+                    or self.seals.next_due() != due
                 ):
                     self._cond.notify_all()
         event = claimed[-1]
