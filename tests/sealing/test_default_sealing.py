@@ -172,6 +172,27 @@ def test_a_quiet_run_whose_last_event_its_caller_appended_is_sealed_too(tmp_path
         close_writer(store)
 
 
+def test_a_quiet_run_with_every_event_durable_is_sealed_without_a_close(tmp_path: Path) -> None:
+    """With ``durability="every"`` each event is appended on its caller's thread, so the
+    writer thread was never started and a run left quiet waited for its close to be sealed;
+    the first claim that leaves a seal due now starts the thread that will make it."""
+    with SQLiteStore(tmp_path / "t.db") as store:
+        recorder = Recorder(
+            store,
+            run_id="every",
+            actor="agent",
+            observers=[],
+            durability="every",
+            seal=SealPolicy(every_events=1000, every_seconds=0.2),
+        )
+        recorder.append("run.started", {"input": "x", "env": {}})
+        recorder.append("decision", {"name": "step", "chosen": 1})
+        assert store.run_info("every").events == 2  # on disk already: no flush needed
+        _wait_for_seals(store, "every", 1)
+        assert [s.seq for s in store.seals_for_run("default", "every")] == [1]
+        close_writer(store)
+
+
 def test_a_sealing_observer_replaces_the_default_sealing(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "t.db") as store:
         observer = SealingObserver()

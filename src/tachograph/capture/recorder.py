@@ -216,12 +216,12 @@ class Writer:
                 # another time than the one it waits for. Else it sleeps on: a woken writer
                 # takes the GIL from this thread on its way back to sleep, between the
                 # intent's commit and the tool's body (the one moment a write tool waits for).
-                if (
-                    self._queue
-                    or self._waiters
-                    or failed
-                    or self.seals.next_due() != due
-                ):
+                after = self.seals.next_due()
+                if after is not None and self._thread is None and not self._closed:
+                    # Every event so far came through here (durability="every"): no thread
+                    # yet to seal a run left quiet, which would wait for its close.
+                    self._start_thread()
+                if self._queue or self._waiters or failed or after != due:
                     self._cond.notify_all()
         event = claimed[-1]
         run = (event.tenant, event.run_id)
@@ -239,10 +239,7 @@ class Writer:
             if self._closed:
                 raise WriteFailed("the writer is closed")
             if self._thread is None:
-                self._thread = own_thread(
-                    threading.Thread(target=self._run, name="tachograph-writer", daemon=True)
-                )
-                self._thread.start()
+                self._start_thread()
             # Back-pressure: a full queue waits for the writer thread (a timed wait, so that
             # Ctrl-C still gets through), unless this very thread holds the store.
             while (
@@ -288,6 +285,13 @@ class Writer:
                 # the GIL (15,664 of 20,000 in a run of read-tool calls).
                 self._cond.notify_all()
             return ticket
+
+    def _start_thread(self) -> None:
+        """Start the writer thread (under the lock, once)."""
+        self._thread = own_thread(
+            threading.Thread(target=self._run, name="tachograph-writer", daemon=True)
+        )
+        self._thread.start()
 
     def wait(self, ticket: int | None = None, *, run: RunKey | None = None) -> None:
         """Block until the event with ``ticket`` (default: everything submitted) is handled;
