@@ -21,10 +21,21 @@ from ..errors import EventError
 from ..record.canonical import canonical, check_profile
 from ..record.event import check_tenant, now_ts
 
-__all__ = ["AUDIT_VERSION", "AuditEntry", "AuditRecord", "chain_audit", "link_problems"]
+__all__ = [
+    "AUDIT_VERSION",
+    "READ_ACTIONS",
+    "AuditEntry",
+    "AuditRecord",
+    "chain_audit",
+    "link_problems",
+]
 
 AUDIT_VERSION = 1
 """Version of the audit record layout (``v`` in each record)."""
+
+READ_ACTIONS = frozenset({"read", "read.denied"})
+"""The actions of the records of reads (purpose-scoped reads, docs/privacy.md): a record of
+what was read, which changes nothing that a read returns."""
 
 
 @dataclass(frozen=True, slots=True)

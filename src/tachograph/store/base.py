@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import difflib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -323,6 +323,14 @@ class Store(abc.ABC):
         tenants = {tenant for tenant, _ in self.run_keys()}
         tenants.add(self.tenant or "default")
         return sorted(t for t in tenants if self.seal_count(t))
+
+    def change_token(self) -> Hashable | None:
+        """A value equal to an earlier one only if nothing in the store can have changed
+        between the two calls (a write by this object, another connection or another
+        process), so that what is derived from the whole store may be kept in this process
+        meanwhile (a tenant's seal-log audit, :mod:`tachograph.sealing.verdict`). ``None``,
+        the default: not known, derive it again each time."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional for engines without resources
         """Release the engine's resources. Closing twice is harmless."""

@@ -293,6 +293,8 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     location=str(target.resolve()),
                 )
         self._lock = threading.RLock()
+        # rows this object wrote only to record reads in the store audit (see change_token)
+        self._read_records = 0
         self._busy_deadline = max(float(busy_timeout), _LOCK_DEADLINE)
         self.read_only = False
         self._closed = False
@@ -317,6 +319,8 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             target, isolation_level=None, check_same_thread=False, timeout=_BUSY_SLICE, uri=uri
         )
         db.execute(f"PRAGMA busy_timeout = {int(_BUSY_SLICE * 1000)}")
+        # which connection: its counts below start again (see change_token)
+        self._connections = getattr(self, "_connections", 0) + 1
         return db
 
     def _open_read_write(self, memory: bool) -> None:
@@ -488,6 +492,16 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+
+    def change_token(self) -> tuple[int, int, int]:
+        """The connection, SQLite's ``data_version`` (which changes when another connection,
+        in this process or another, commits to the file) and the rows this connection has
+        changed (``total_changes``, which counts its own writes, even those rolled back),
+        less the store-audit records of its reads: the same three only if the database is as
+        it was, but for the record of the reads made since."""
+        with self._using("reading") as db:
+            (version,) = db.execute("PRAGMA data_version").fetchone()
+            return (self._connections, int(version), db.total_changes - self._read_records)
 
     def _refuse_read_only(self) -> None:
         if self.read_only:

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from ..errors import AppendRefused, StoreUnavailable
-from .audit import AuditEntry, AuditRecord, chain_audit
+from .audit import READ_ACTIONS, AuditEntry, AuditRecord, chain_audit
 
 __all__ = ["LIFECYCLE_MIGRATION", "SQLiteLifecycle"]
 
@@ -89,6 +89,7 @@ class SQLiteLifecycle:
     path: str
     _db: sqlite3.Connection
     _lock: threading.RLock
+    _read_records: int
 
     def _retry(self, action: Any) -> Any:  # provided by the store
         raise NotImplementedError
@@ -138,7 +139,17 @@ class SQLiteLifecycle:
 
     def append_audit(self, entry: AuditEntry) -> AuditRecord:
         """Append one record to the store audit."""
-        record: AuditRecord = self._in_transaction(lambda db: self._audit_locked(db, entry))
+
+        def work(db: sqlite3.Connection) -> AuditRecord:
+            before = db.total_changes
+            record = self._audit_locked(db, entry)
+            if entry.action in READ_ACTIONS:
+                # the record of a read changes nothing read from the store: not a change
+                # (change_token), so that each audited replay does not void what was kept
+                self._read_records += db.total_changes - before
+            return record
+
+        record: AuditRecord = self._in_transaction(work)
         return record
 
     def read_audit(self, *, from_seq: int = 0) -> Iterator[AuditRecord]:

@@ -606,6 +606,34 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         assert list(store.read_audit(from_seq=1)) == [second]
         assert second.tenant == "t9"
 
+    def test_the_change_token_moves_with_every_write_and_with_nothing_else(
+        self, store: Store
+    ) -> None:
+        """``change_token``: ``None`` (nothing kept), or a value that changes with every
+        write but the record of a read, so that what is derived from the store (a seal-log
+        audit) is kept only while it holds."""
+        if store.change_token() is None:
+            return
+        store.append(build_run("run-a", 4))
+        tokens = [store.change_token()]
+
+        def moved() -> bool:
+            tokens.append(store.change_token())
+            return tokens[-1] != tokens[-2]
+
+        list(store.read("run-a"))
+        store.run_info("run-a")
+        store.append_audit(self._entry("read", purpose="debug"))
+        assert not moved()  # reads, and the record of a read
+        store.append(build_run("run-b", 2))
+        assert moved()
+        assert store.erase("default", "run-a", [1], audit=self._entry()) == 1
+        assert moved()
+        store.append_audit(self._entry("retention.note"))
+        assert moved()  # a record that is not of a read
+        assert store.delete_run("default", "run-b", audit=self._entry("retention.delete")) == 2
+        assert moved()
+
     def test_delete_run_removes_it_and_keeps_its_id_taken(self, store: Store) -> None:
         store.append(build_run("run-a", 4, status="ok"))
         store.append(build_run("run-b", 2))
