@@ -17,7 +17,14 @@ from click.testing import CliRunner
 from tachograph.cli.app import cli
 from tachograph.record.event import hash_envelope
 from tachograph.store import SQLiteStore, verify_all, verify_stored
-from tachograph.store.parallel import parallel_url, verify_all_parallel, verify_stored_parallel
+from tachograph.store.parallel import (
+    GROUP_EVENTS,
+    GROUP_MIN_EVENTS,
+    _group_events,
+    parallel_url,
+    verify_all_parallel,
+    verify_stored_parallel,
+)
 from tachograph.testing import build_run
 
 _EVENT_COLUMNS = (
@@ -243,3 +250,33 @@ def test_tacho_verify_workers_prints_the_same_json(long_run: Path) -> None:
     assert outputs[2]["runs"] == [r for r in outputs[0]["runs"] if r["run_id"] == "long"]
     bad = runner.invoke(cli, ["--store", str(long_run), "verify", "--workers", "0"])
     assert bad.exit_code == 2
+
+
+def test_many_small_runs_in_groups_report_as_the_serial_verifier(tmp_path: Path) -> None:
+    """Small runs go to the workers in groups (several per worker, so none is left with the
+    last one alone for long); the reports still come in the serial order, a tampered run in
+    the middle of a group included."""
+    path = tmp_path / "many.db"
+    with SQLiteStore(path) as store:
+        for i in range(24):
+            store.append(build_run(f"run-{i:02d}", 120))
+    db = sqlite3.connect(path, isolation_level=None)
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'"):
+        db.execute(f"DROP TRIGGER {name}")
+    db.execute(
+        "UPDATE payloads SET body = CAST('{\"x\":1}' AS BLOB) WHERE id = "
+        "(SELECT id FROM events WHERE run_id='run-13' AND seq=50)"
+    )
+    db.close()
+    with SQLiteStore(path) as store:
+        serial = [r.to_dict() for r in verify_all(store)]
+        parallel = [r.to_dict() for r in verify_all_parallel(store, workers=2)]
+    assert parallel == serial
+    assert [r["run_id"] for r in serial if r["failures"]] == ["run-13"]
+
+
+def test_small_runs_are_grouped_for_balance_within_bounds() -> None:
+    # 250,000 events over two workers: sixteen groups, not thirteen of 20,000
+    assert _group_events(250_000, 2) == 15_625
+    assert _group_events(10_000_000, 2) == GROUP_EVENTS
+    assert _group_events(3_000, 2) == GROUP_MIN_EVENTS
