@@ -196,16 +196,24 @@ class Writer:
             claimed = self._claimed
             if claimed is None:
                 raise WriteFailed("nothing was claimed")
-            live = [e for e in claimed if (e.tenant, e.run_id) not in self._failed]
+            failed_runs = bool(self._failed)
+        # Out of the lock, the work over every claimed event (up to a full queue): while the
+        # claim holds the store, no other append can add a failed run.
+        live = (
+            [e for e in claimed if (e.tenant, e.run_id) not in self._failed]
+            if failed_runs
+            else claimed
+        )
+        ahead = len(claimed) - 1
+        ahead_bytes = _queued_size(claimed[:ahead]) if ahead else 0
         due = self.seals.next_due()
         failed: dict[RunKey, BaseException] = {}
         try:
             failed = self._append(live) if live else {}
         finally:
             with self._cond:
-                ahead = len(claimed) - 1
                 if ahead:
-                    self._queued_bytes -= _queued_size(self._queue[:ahead])
+                    self._queued_bytes -= ahead_bytes
                     del self._queue[:ahead]
                 self._queued_at = 0.0  # queued during this commit: due at once
                 self._written += len(claimed)
@@ -365,9 +373,7 @@ class Writer:
                 self._busy = True
                 if not (quiet or closing):
                     batch = self._queue[: self.max_batch]
-                    # Later events of a failed run would only be refused in turn: skip them
-                    # (they still count as handled, in queue order, so tickets stay in step).
-                    live = [e for e in batch if (e.tenant, e.run_id) not in self._failed]
+                    failed_runs = bool(self._failed)
             if quiet or closing:
                 # At close, seal what every unfinished run has stored since its last seal.
                 now = time.monotonic()
@@ -378,9 +384,21 @@ class Writer:
                 if closing:
                     return
                 continue
+            # Out of the lock, the work over each event of the batch: the agent's thread
+            # takes this lock for every event it submits, and waited for these loops when the
+            # switch interval handed it the GIL in the middle of one. While this thread is
+            # busy no claim is granted, so no other append can add a failed run meanwhile.
+            # Later events of a failed run would only be refused in turn: skip them (they
+            # still count as handled, in queue order, so tickets stay in step).
+            live = (
+                [e for e in batch if (e.tenant, e.run_id) not in self._failed]
+                if failed_runs
+                else batch
+            )
+            batch_bytes = _queued_size(batch)
             failed = self._append(live) if live else {}
             with self._cond:
-                self._queued_bytes -= _queued_size(batch)
+                self._queued_bytes -= batch_bytes
                 del self._queue[: len(batch)]
                 self._queued_at = 0.0  # what is left waited for this commit: no linger
                 self._written += len(batch)
