@@ -327,9 +327,11 @@ class Store(abc.ABC):
     def change_token(self) -> Hashable | None:
         """A value equal to an earlier one only if nothing in the store can have changed
         between the two calls (a write by this object, another connection or another
-        process), so that what is derived from the whole store may be kept in this process
-        meanwhile (a tenant's seal-log audit, :mod:`tachograph.sealing.verdict`). ``None``,
-        the default: not known, derive it again each time."""
+        process) but the store-audit records of reads, which every audited read appends
+        (:data:`~tachograph.store.audit.READ_ACTIONS`), so that what is derived from the
+        store may be kept in this process meanwhile (a tenant's seal-log audit,
+        :mod:`tachograph.sealing.verdict`). ``None``, the default: not known, derive it again
+        each time."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional for engines without resources
