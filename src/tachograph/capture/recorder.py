@@ -384,12 +384,12 @@ class Writer:
                 if closing:
                     return
                 continue
-            # Out of the lock, the work over each event of the batch: the agent's thread
-            # takes this lock for every event it submits, and waited for these loops when the
-            # switch interval handed it the GIL in the middle of one. While this thread is
-            # busy no claim is granted, so no other append can add a failed run meanwhile.
-            # Later events of a failed run would only be refused in turn: skip them (they
-            # still count as handled, in queue order, so tickets stay in step).
+            # The work over each event of the batch, out of the lock the agent's thread takes
+            # for every event it submits, and the filter only when a run has failed (a loop
+            # over up to a batch, on the GIL the agent shares). While this thread is busy no
+            # claim is granted, so no other append can add a failed run meanwhile. Later
+            # events of a failed run would only be refused in turn: skip them (they still
+            # count as handled, in queue order, so tickets stay in step).
             live = (
                 [e for e in batch if (e.tenant, e.run_id) not in self._failed]
                 if failed_runs
