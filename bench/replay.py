@@ -37,6 +37,16 @@ AGENT = tachograph.agent(name="bench_replay_agent", tools=[_lookup], code_versio
 )
 
 
+def _replay_rate(store: SQLiteStore, run_id: str, events: int) -> float:
+    """Events per second of one replay of ``run_id`` (which must reproduce)."""
+    t0 = time.perf_counter_ns()
+    report = tachograph.replay(store, run_id, AGENT)
+    elapsed = time.perf_counter_ns() - t0
+    if not report.reproduced:
+        raise RuntimeError(f"benchmark replay diverged: {report.render()}")
+    return events / (elapsed / 1e9)
+
+
 CROWD = 2_000
 """Small runs added to the store (at scale 1) before the middle run is replayed again."""
 
@@ -46,7 +56,6 @@ def _crowded(
     run_id: str,
     events: int,
     settings: Settings,
-    replay_sample: Any,
 ) -> dict[str, Any]:
     """The middle run against the same run in a store that also holds many small sealed
     runs, replayed in turn: a replay holds its run against the tenant's whole seal log, and
@@ -61,20 +70,12 @@ def _crowded(
         for _ in range(others):
             tachograph.record_run(AGENT, 3, store=crowded, actor="bench")
 
-        def crowded_sample() -> float:
-            t0 = time.perf_counter_ns()
-            report = tachograph.replay(crowded, twin.run_id, AGENT)
-            elapsed = time.perf_counter_ns() - t0
-            if not report.reproduced:
-                raise RuntimeError(f"benchmark replay diverged: {report.render()}")
-            return events / (elapsed / 1e9)
-
-        first = crowded_sample()  # audits the crowded store's seal log
+        first = _replay_rate(crowded, twin.run_id, events)  # audits the crowded seal log
         alone: list[float] = []
         among: list[float] = []
         for _ in range(max(3, settings.repeats or 5)):
-            alone.append(replay_sample(run_id, events))
-            among.append(crowded_sample())
+            alone.append(_replay_rate(store, run_id, events))
+            among.append(_replay_rate(crowded, twin.run_id, events))
         seals = crowded.seal_count("default")
     finally:
         crowded.close()
@@ -105,12 +106,7 @@ def figures(settings: Settings) -> list[Figure]:
         runs[length] = (result.run_id, store.run_info(result.run_id).events)
 
     def replay_sample(run_id: str, events: int) -> float:
-        t0 = time.perf_counter_ns()
-        report = tachograph.replay(store, run_id, AGENT)
-        elapsed = time.perf_counter_ns() - t0
-        if not report.reproduced:
-            raise RuntimeError(f"benchmark replay diverged: {report.render()}")
-        return events / (elapsed / 1e9)
+        return _replay_rate(store, run_id, events)
 
     def read_sample(run_id: str, events: int) -> float:
         # Freeing the decoded events is timed too, as it is in a replay (which frees the run
@@ -157,7 +153,7 @@ def figures(settings: Settings) -> list[Figure]:
         )
     middle = lengths[1]
     subject, baseline, middle_run = measures[middle]
-    crowded = _crowded(store, middle_run, runs[middle][1], settings, replay_sample)
+    crowded = _crowded(store, middle_run, runs[middle][1], settings)
     # Linearity: the cost per event may not grow as the run gets ten times longer.
     costs = [row["replay_us_per_event"] for row in per_length]
     growth = max(later / earlier for earlier, later in itertools.pairwise(costs))

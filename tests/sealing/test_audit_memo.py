@@ -46,6 +46,10 @@ def audits(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return made
 
 
+_MOVE_SEAL = "UPDATE seals SET run_id='run-b' WHERE run_id='run-a'"
+"""The owner files run-a's seals under run-b: the audit finds a seal moved."""
+
+
 def _two_runs(db: Path) -> SQLiteStore:
     store = SQLiteStore(db)
     record(store, "run-a", 8, key=None)
@@ -77,7 +81,7 @@ def test_a_seal_moved_by_another_connection_is_seen_at_once(
         assert seal_verdict_of(store, "run-a", "default").status == "unsigned"
         assert audits == ["default"]
         raw = _owner(db)
-        raw.execute("UPDATE seals SET run_id='run-b' WHERE run_id='run-a'")
+        raw.execute(_MOVE_SEAL)
         raw.close()
         verdict = seal_verdict_of(store, "run-a", "default")
         assert verdict.status == "failed"
@@ -113,7 +117,7 @@ def test_a_change_by_another_process_is_seen(tmp_path: Path, audits: list[str]) 
             raw = sqlite3.connect({str(db)!r}, isolation_level=None)
             for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type='trigger'"):
                 raw.execute(f'DROP TRIGGER "{{name}}"')
-            raw.execute("UPDATE seals SET run_id='run-b' WHERE run_id='run-a'")
+            raw.execute({_MOVE_SEAL!r})
             raw.close()
             """
         )
