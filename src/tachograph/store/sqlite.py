@@ -667,6 +667,12 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
     def _append_locked(self, db: sqlite3.Connection, events: Sequence[Event]) -> list[Receipt]:
         heads: dict[tuple[str, str], list[Any]] = {}
         receipts: list[Receipt] = []
+        # The rows go in by executemany, one call per table for the batch rather than two
+        # per event; their ids are given, counting on from the largest in the table as SQLite
+        # would: this transaction holds the write lock, so no other writer takes them.
+        pending: list[tuple[Any, ...]] = []
+        bodies: list[tuple[Any, ...]] = []
+        next_id = -1
         for ev in events:
             key = (ev.tenant, ev.run_id)
             state = heads.get(key)
@@ -686,6 +692,8 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 heads[key] = state
             count, head_hash = state[0], state[1]
             if ev.seq < count:
+                if pending:  # the stored event may be one of this batch's, not yet inserted
+                    self._insert_rows(db, pending, bodies)
                 stored = db.execute(
                     "SELECT event_id, hash FROM events WHERE tenant=? AND run_id=? AND seq=?",
                     (ev.tenant, ev.run_id, ev.seq),
@@ -711,49 +719,34 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     expected={"seq": count, "prev_hash": head_hash},
                     actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
                 )
-            try:
-                cur = db.execute(
-                    "INSERT INTO events (tenant, run_id, seq, event_id, ts, type, actor, "
-                    "trace_id, span_id, idempotency_key, model, seed, payload_digest, "
-                    "prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        ev.tenant,
-                        ev.run_id,
-                        ev.seq,
-                        ev.event_id,
-                        ev.ts,
-                        ev.type,
-                        ev.actor,
-                        ev.trace_id,
-                        ev.span_id,
-                        ev.idempotency_key,
-                        ev.model,
-                        ev.seed,
-                        ev.payload_digest,
-                        ev.prev_hash,
-                        ev.hash,
-                    ),
+            if next_id < 0:
+                (largest,) = db.execute("SELECT max(id) FROM events").fetchone()
+                next_id = (largest or 0) + 1
+            pending.append(
+                (
+                    next_id,
+                    ev.tenant,
+                    ev.run_id,
+                    ev.seq,
+                    ev.event_id,
+                    ev.ts,
+                    ev.type,
+                    ev.actor,
+                    ev.trace_id,
+                    ev.span_id,
+                    ev.idempotency_key,
+                    ev.model,
+                    ev.seed,
+                    ev.payload_digest,
+                    ev.prev_hash,
+                    ev.hash,
                 )
-            except sqlite3.IntegrityError as exc:
-                other = db.execute(
-                    "SELECT tenant, run_id, seq, hash FROM events WHERE event_id=?",
-                    (ev.event_id,),
-                ).fetchone()
-                raise DuplicateConflict(
-                    f"event_id {ev.event_id} is already stored"
-                    + (f" at {other[1]!r} seq {other[2]}" if other else f": {exc}"),
-                    run_id=ev.run_id,
-                    seq=ev.seq,
-                    expected=other[3] if other else None,
-                    actual=ev.hash,
-                ) from exc
+            )
             body = ev.payload_bytes
             if body is None and ev.payload is not None:
                 body = orjson.dumps(ev.payload)
-            db.execute(
-                "INSERT INTO payloads (id, salt, body) VALUES (?,?,?)",
-                (cur.lastrowid, ev.salt, body),
-            )
+            bodies.append((next_id, ev.salt, body))
+            next_id += 1
             state[0] = count + 1
             state[1] = ev.hash
             if ev.type == _RUN_FINISHED and isinstance(ev.payload, dict):
@@ -761,6 +754,8 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 state[4] = status if isinstance(status, str) else None
             state.append(ev.ts)  # last_at, read below
             receipts.append(Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash))
+        if pending:
+            self._insert_rows(db, pending, bodies)
         for (tenant, run_id), state in heads.items():
             last_at = state[-1] if len(state) > 6 else None
             if last_at is None:
@@ -778,6 +773,39 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     (tenant, run_id, state[2], state[3], last_at, state[0], state[1], state[4]),
                 )
         return receipts
+
+    @staticmethod
+    def _insert_rows(
+        db: sqlite3.Connection, rows: list[tuple[Any, ...]], bodies: list[tuple[Any, ...]]
+    ) -> None:
+        """Insert the event rows and their payload rows (each led by its id), then empty both
+        lists."""
+        try:
+            db.executemany(
+                "INSERT INTO events (id, tenant, run_id, seq, event_id, ts, type, actor, "
+                "trace_id, span_id, idempotency_key, model, seed, payload_digest, "
+                "prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+        except sqlite3.IntegrityError as exc:
+            # Each row is its own statement: the rows before the refused one are in, so the
+            # largest id names it.
+            (largest,) = db.execute("SELECT max(id) FROM events").fetchone()
+            failed = rows[max(0, (largest or 0) + 1 - rows[0][0])]
+            other = db.execute(
+                "SELECT tenant, run_id, seq, hash FROM events WHERE event_id=?", (failed[4],)
+            ).fetchone()
+            raise DuplicateConflict(
+                f"event_id {failed[4]} is already stored"
+                + (f" at {other[1]!r} seq {other[2]}" if other else f": {exc}"),
+                run_id=failed[2],
+                seq=failed[3],
+                expected=other[3] if other else None,
+                actual=failed[15],
+            ) from exc
+        db.executemany("INSERT INTO payloads (id, salt, body) VALUES (?,?,?)", bodies)
+        rows.clear()
+        bodies.clear()
 
     # -- reading ---------------------------------------------------------------------------
 
