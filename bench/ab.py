@@ -26,6 +26,7 @@ EXTRAS = {
     "record_event": ["recorder_append_span_ratio"],
     "canonical_floats": ["exact_over_fast"],
     "tool_call": ["growth"],
+    "durable_appends": ["busy_thread_share"],
     "verify_workers": ["verify_all_speedup"],
     "intent_durable": [
         "isolated_in_raw",

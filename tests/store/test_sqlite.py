@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from tachograph.errors import (
+    DuplicateConflict,
     RunNotFound,
     SchemaVersionError,
     StoreError,
@@ -18,9 +19,11 @@ from tachograph.errors import (
     StoreUnavailable,
     TachographError,
 )
+from tachograph.record.event import Event, new_event
 from tachograph.store import DEFAULT_STORE, SQLiteStore, Store, open_store
 from tachograph.store import sqlite as sqlite_module
 from tachograph.store.sqlite import SCHEMA_VERSION
+from tachograph.store.verify import verify_stored
 from tachograph.testing import build_run
 from tachograph.testing.conformance import StoreConformance
 
@@ -209,6 +212,74 @@ def test_appends_are_not_blocked_by_the_triggers(store: SQLiteStore) -> None:
     store.append(events[3:])  # updates the run summary, inserts events and payloads
     assert store.run_info("run-a").events == 6
     assert store.run_info("run-a").status == "ok"
+
+
+def _chain(run_id: str, n: int, *, event_id_at: dict[int, str] | None = None) -> list[Event]:
+    events: list[Event] = []
+    for seq in range(n):
+        events.append(
+            new_event(
+                run_id=run_id,
+                seq=seq,
+                type="run.started" if seq == 0 else "model.response",
+                actor="agent",
+                payload={"n": seq, "text": "é" * (seq % 7)},
+                prev_hash=events[-1].hash if events else None,
+                event_id=(event_id_at or {}).get(seq),
+            )
+        )
+    return events
+
+
+@pytest.mark.parametrize("limit", [None, 999])
+def test_a_batch_goes_in_many_rows_to_a_statement_and_reads_back_whole(
+    store: SQLiteStore, limit: int | None
+) -> None:
+    """A batch is inserted in statements of up to 256 rows (32 where SQLite allows only 999
+    parameters, as before 3.32), the rest in halving sizes; two runs interleaved in one batch
+    come back whole, each payload beside its own event."""
+    if limit is not None:
+        if not hasattr(store._db, "setlimit"):
+            pytest.skip("Connection.setlimit is Python 3.11+")
+        store._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
+        store._rows_per_insert = sqlite_module._rows_per_insert(store._db)
+    assert store._rows_per_insert == (256 if limit is None else 32)
+    a, b = _chain("run-a", 300), _chain("run-b", 301)
+    batch = [e for pair in zip(a, b, strict=False) for e in pair] + b[300:]
+    receipts = store.append(batch)
+    assert [(r.run_id, r.seq) for r in receipts] == [(e.run_id, e.seq) for e in batch]
+    assert list(store.read("run-a")) == a
+    assert list(store.read("run-b")) == b
+    joined = store._db.execute(
+        "SELECT count(*) FROM events e JOIN payloads p ON p.id = e.id"
+    ).fetchone()[0]
+    assert joined == 601
+    assert verify_stored(store, "run-a").ok
+    assert verify_stored(store, "run-b").ok
+
+
+def test_an_event_id_stored_elsewhere_is_named_from_inside_a_many_row_statement(
+    store: SQLiteStore,
+) -> None:
+    """The row a many-row statement is refused for is found and named; nothing of the batch
+    stays, and the batch without the clash goes in afterwards."""
+    stored = _chain("run-a", 3)
+    store.append(stored)
+    clashing = _chain("run-c", 300, event_id_at={200: stored[1].event_id})
+    with pytest.raises(DuplicateConflict, match="already stored at 'run-a' seq 1") as info:
+        store.append(clashing)
+    assert (info.value.run_id, info.value.seq) == ("run-c", 200)
+    assert info.value.expected == stored[1].hash
+    assert info.value.actual == clashing[200].hash
+    assert store.count_events() == 3
+    assert store.head("run-c") is None
+    store.append(clashing[:200])
+    assert store.head("run-c") == (199, clashing[199].hash)
+    # a batch of one (an intent's commit) takes the other path: the same answer
+    with pytest.raises(DuplicateConflict, match="already stored at 'run-a' seq 1") as info:
+        store.append([clashing[200]])
+    assert (info.value.run_id, info.value.seq) == ("run-c", 200)
+    assert store.head("run-c") == (199, clashing[199].hash)
 
 
 # -- schema version and migrations ----------------------------------------------------------------

@@ -122,6 +122,51 @@ _ANNOUNCE_AFTER = 1.0  # a wait longer than this says what it waits for
 # Read per event: a constant, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
 _RUN_FINISHED = EventType.RUN_FINISHED.value
 
+_EVENT_COLUMNS = (
+    "id, tenant, run_id, seq, event_id, ts, type, actor, trace_id, span_id, idempotency_key, "
+    "model, seed, payload_digest, prev_hash, hash"
+)
+_PAYLOAD_COLUMNS = "id, salt, body"
+
+
+@functools.cache
+def _insert_sql(table: str, columns: str, rows: int) -> str:
+    """``INSERT INTO table (columns) VALUES (?,..),(?,..)...`` for ``rows`` rows."""
+    one = "(" + ",".join("?" * (columns.count(",") + 1)) + ")"
+    return f"INSERT INTO {table} ({columns}) VALUES " + ",".join([one] * rows)
+
+
+def _rows_per_insert(db: sqlite3.Connection) -> int:
+    """The rows one INSERT of events carries (16 parameters each): the largest power of two
+    up to 256 within the connection's limit on parameters (999 before SQLite 3.32)."""
+    getlimit = getattr(db, "getlimit", None)  # Python 3.11+
+    if getlimit is not None:
+        limit = int(getlimit(getattr(sqlite3, "SQLITE_LIMIT_VARIABLE_NUMBER", 9)))
+    else:
+        limit = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+    rows = 256
+    while rows > 1 and rows * 16 > limit:
+        rows //= 2
+    return rows
+
+
+def _id_conflict(
+    db: sqlite3.Connection, row: tuple[Any, ...], exc: sqlite3.IntegrityError
+) -> DuplicateConflict:
+    """The conflict of an event row the table refused: its id stored elsewhere (named), or a
+    trigger's refusal (quoted)."""
+    other = db.execute(
+        "SELECT tenant, run_id, seq, hash FROM events WHERE event_id=?", (row[4],)
+    ).fetchone()
+    return DuplicateConflict(
+        f"event_id {row[4]} is already stored"
+        + (f" at {other[1]!r} seq {other[2]}" if other else f": {exc}"),
+        run_id=row[2],
+        seq=row[3],
+        expected=other[3] if other else None,
+        actual=row[15],
+    )
+
 
 _INTERRUPTED = threading.Event()
 
@@ -319,6 +364,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             target, isolation_level=None, check_same_thread=False, timeout=_BUSY_SLICE, uri=uri
         )
         db.execute(f"PRAGMA busy_timeout = {int(_BUSY_SLICE * 1000)}")
+        self._rows_per_insert = _rows_per_insert(db)
         # which connection: its counts below start again (see change_token)
         self._connections = getattr(self, "_connections", 0) + 1
         return db
@@ -667,12 +713,12 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
     def _append_locked(self, db: sqlite3.Connection, events: Sequence[Event]) -> list[Receipt]:
         heads: dict[tuple[str, str], list[Any]] = {}
         receipts: list[Receipt] = []
-        # The rows go in by executemany, one call per table for the batch rather than two
-        # per event; their ids are given, counting on from the largest in the table as SQLite
-        # would: this transaction holds the write lock, so no other writer takes them.
+        # The rows go in many to a statement (see _insert_rows), their ids given, counting on
+        # from the largest in the table as SQLite would: this transaction holds the write
+        # lock, so no other writer takes them. A batch of one (an intent) lets SQLite pick.
         pending: list[tuple[Any, ...]] = []
         bodies: list[tuple[Any, ...]] = []
-        next_id = -1
+        next_id: int | None = -1
         for ev in events:
             key = (ev.tenant, ev.run_id)
             state = heads.get(key)
@@ -719,9 +765,12 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     expected={"seq": count, "prev_hash": head_hash},
                     actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
                 )
-            if next_id < 0:
-                (largest,) = db.execute("SELECT max(id) FROM events").fetchone()
-                next_id = (largest or 0) + 1
+            if next_id is not None and next_id < 0:
+                if len(events) == 1:  # an intent's commit: SQLite picks the id (NULL)
+                    next_id = None
+                else:
+                    (largest,) = db.execute("SELECT max(id) FROM events").fetchone()
+                    next_id = (largest or 0) + 1
             pending.append(
                 (
                     next_id,
@@ -746,7 +795,8 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             if body is None and ev.payload is not None:
                 body = orjson.dumps(ev.payload)
             bodies.append((next_id, ev.salt, body))
-            next_id += 1
+            if next_id is not None:
+                next_id += 1
             state[0] = count + 1
             state[1] = ev.hash
             if ev.type == _RUN_FINISHED and isinstance(ev.payload, dict):
@@ -774,36 +824,52 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 )
         return receipts
 
-    @staticmethod
     def _insert_rows(
-        db: sqlite3.Connection, rows: list[tuple[Any, ...]], bodies: list[tuple[Any, ...]]
+        self, db: sqlite3.Connection, rows: list[tuple[Any, ...]], bodies: list[tuple[Any, ...]]
     ) -> None:
         """Insert the event rows and their payload rows (each led by its id), then empty both
-        lists."""
-        try:
-            db.executemany(
-                "INSERT INTO events (id, tenant, run_id, seq, event_id, ts, type, actor, "
-                "trace_id, span_id, idempotency_key, model, seed, payload_digest, "
-                "prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                rows,
+        lists.
+
+        Many rows to a statement: Python's sqlite3 lets go of the GIL for every statement it
+        steps and must take it back after, which costs up to the interpreter's switch interval
+        (5 ms) whenever another thread is busy in Python: one statement per row let an agent
+        busy in Python slow this thread a hundredfold (measured).
+        """
+        if rows[0][0] is None:  # one row, its id picked by SQLite
+            try:
+                cur = db.execute(_insert_sql("events", _EVENT_COLUMNS, 1), rows[0])
+            except sqlite3.IntegrityError as exc:
+                raise _id_conflict(db, rows[0], exc) from exc
+            db.execute(
+                _insert_sql("payloads", _PAYLOAD_COLUMNS, 1), (cur.lastrowid, *bodies[0][1:])
             )
-        except sqlite3.IntegrityError as exc:
-            # Each row is its own statement: the rows before the refused one are in, so the
-            # largest id names it.
-            (largest,) = db.execute("SELECT max(id) FROM events").fetchone()
-            failed = rows[max(0, (largest or 0) + 1 - rows[0][0])]
-            other = db.execute(
-                "SELECT tenant, run_id, seq, hash FROM events WHERE event_id=?", (failed[4],)
-            ).fetchone()
-            raise DuplicateConflict(
-                f"event_id {failed[4]} is already stored"
-                + (f" at {other[1]!r} seq {other[2]}" if other else f": {exc}"),
-                run_id=failed[2],
-                seq=failed[3],
-                expected=other[3] if other else None,
-                actual=failed[15],
-            ) from exc
-        db.executemany("INSERT INTO payloads (id, salt, body) VALUES (?,?,?)", bodies)
+            rows.clear()
+            bodies.clear()
+            return
+        step = self._rows_per_insert
+        done = 0
+        while done < len(rows):
+            size = step
+            while size > len(rows) - done:
+                size //= 2
+            part = rows[done : done + size]
+            try:
+                db.execute(
+                    _insert_sql("events", _EVENT_COLUMNS, size), [v for row in part for v in row]
+                )
+            except sqlite3.IntegrityError:
+                # The statement is undone as a whole; row by row names the one refused.
+                for row in part:
+                    try:
+                        db.execute(_insert_sql("events", _EVENT_COLUMNS, 1), row)
+                    except sqlite3.IntegrityError as exc:
+                        raise _id_conflict(db, row, exc) from exc
+                raise
+            db.execute(
+                _insert_sql("payloads", _PAYLOAD_COLUMNS, size),
+                [v for body in bodies[done : done + size] for v in body],
+            )
+            done += size
         rows.clear()
         bodies.clear()
 
