@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from tachograph.errors import (
     TachographError,
 )
 from tachograph.record.event import Event, new_event
-from tachograph.store import DEFAULT_STORE, SQLiteStore, Store, open_store
+from tachograph.store import DEFAULT_STORE, MemoryStore, SQLiteStore, Store, open_store
 from tachograph.store import sqlite as sqlite_module
 from tachograph.store.sqlite import SCHEMA_VERSION
 from tachograph.store.verify import verify_stored
@@ -231,22 +232,56 @@ def _chain(run_id: str, n: int, *, event_id_at: dict[int, str] | None = None) ->
     return events
 
 
-@pytest.mark.parametrize("limit", [None, 999])
+def _event_inserts(store: SQLiteStore) -> list[int]:
+    """Start counting the INSERT statements into events the store's connection runs; the
+    list holds the rows of each. (SQLite traces a statement again at each row's trigger, with
+    the same text, its values filled in: another statement has other ids.)"""
+    counts: list[int] = []
+    last: list[str] = [""]
+
+    def traced(sql: str) -> None:
+        if sql.startswith("INSERT INTO events ") and sql != last[0]:
+            counts.append(sql.count("),(") + 1)
+        last[0] = sql
+
+    store._db.set_trace_callback(traced)
+    return counts
+
+
+@pytest.mark.parametrize(
+    ("limit", "lower_only"),
+    [(None, False), (999, False), (999, True)],
+    ids=["default", "999-known", "999-found-on-refusal"],
+)
 def test_a_batch_goes_in_many_rows_to_a_statement_and_reads_back_whole(
-    store: SQLiteStore, limit: int | None
+    store: SQLiteStore, limit: int | None, lower_only: bool
 ) -> None:
     """A batch is inserted in statements of up to 256 rows (32 where SQLite allows only 999
     parameters, as before 3.32), the rest in halving sizes; two runs interleaved in one batch
-    come back whole, each payload beside its own event."""
+    come back whole, each payload beside its own event. A limit lower than the store assumed
+    (a SQLite built so, on Python 3.10, which cannot ask) is found on the first refusal."""
     if limit is not None:
         if not hasattr(store._db, "setlimit"):
             pytest.skip("Connection.setlimit is Python 3.11+")
         store._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
-        store._rows_per_insert = sqlite_module._rows_per_insert(store._db)
-    assert store._rows_per_insert == (256 if limit is None else 32)
+        if not lower_only:
+            store._rows_per_insert = sqlite_module._rows_per_insert(store._db)
+    widest = 256 if sqlite3.sqlite_version_info >= (3, 32, 0) else 32
+    assert store._rows_per_insert == (widest if limit is None or lower_only else 32)
     a, b = _chain("run-a", 300), _chain("run-b", 301)
     batch = [e for pair in zip(a, b, strict=False) for e in pair] + b[300:]
+    inserts = _event_inserts(store)
     receipts = store.append(batch)
+    store._db.set_trace_callback(None)
+    step = 32 if limit else widest
+    halving = [step] * (601 // step)
+    left = 601 % step
+    while left:
+        size = 1 << (left.bit_length() - 1)
+        halving.append(size)
+        left -= size
+    assert inserts == halving  # 601 = 2x256 + 64 + 16 + 8 + 1, or 18x32 + 16 + 8 + 1
+    assert store._rows_per_insert == step
     assert [(r.run_id, r.seq) for r in receipts] == [(e.run_id, e.seq) for e in batch]
     assert list(store.read("run-a")) == a
     assert list(store.read("run-b")) == b
@@ -256,6 +291,27 @@ def test_a_batch_goes_in_many_rows_to_a_statement_and_reads_back_whole(
     assert joined == 601
     assert verify_stored(store, "run-a").ok
     assert verify_stored(store, "run-b").ok
+
+
+def test_a_batch_reports_its_first_refused_event_as_the_memory_store_does(
+    store: SQLiteStore,
+) -> None:
+    """Rows wait to go in many to a statement; a refusal found in Python later in the batch
+    (a gap, a wrong head) still comes after the table's refusal of an earlier row."""
+    stored = _chain("run-a", 3)
+    clash = _chain("run-x", 2, event_id_at={0: stored[1].event_id})
+    gap = _chain("run-y", 3)
+    wrong_head = dataclasses.replace(clash[1], prev_hash="sha256:" + "0" * 64)
+    batches = [[clash[0], gap[0], gap[2]], [clash[0], wrong_head], [*gap[:2], clash[0], gap[2]]]
+    for batch in batches:
+        errors = []
+        for engine in (store, MemoryStore()):
+            engine.append(stored)
+            with pytest.raises(TachographError) as info:
+                engine.append(batch)
+            errors.append((type(info.value), info.value.run_id, info.value.seq))
+        assert errors[0] == errors[1] == (DuplicateConflict, "run-x", 0)
+        assert store.count_events() == 3
 
 
 def test_an_event_id_stored_elsewhere_is_named_from_inside_a_many_row_statement(

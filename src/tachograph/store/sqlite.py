@@ -719,91 +719,98 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         pending: list[tuple[Any, ...]] = []
         bodies: list[tuple[Any, ...]] = []
         next_id: int | None = -1
-        for ev in events:
-            key = (ev.tenant, ev.run_id)
-            state = heads.get(key)
-            if state is None:
-                if self.tenant is not None:
-                    self.scoped_tenant(ev.tenant, run_id=ev.run_id)  # the whole batch refused
-                row = db.execute(
-                    "SELECT events, head_hash, actor, started_at, status FROM runs "
-                    "WHERE tenant=? AND run_id=?",
-                    key,
-                ).fetchone()
-                if row is None:
-                    self._refuse_deleted(db, ev.tenant, ev.run_id)
-                    state = [0, None, ev.actor, ev.ts, None, False]
-                else:
-                    state = [row[0], row[1], row[2], row[3], row[4], True]
-                heads[key] = state
-            count, head_hash = state[0], state[1]
-            if ev.seq < count:
-                if pending:  # the stored event may be one of this batch's, not yet inserted
-                    self._insert_rows(db, pending, bodies)
-                stored = db.execute(
-                    "SELECT event_id, hash FROM events WHERE tenant=? AND run_id=? AND seq=?",
-                    (ev.tenant, ev.run_id, ev.seq),
-                ).fetchone()
-                if stored is not None and stored[0] == ev.event_id and stored[1] == ev.hash:
-                    receipts.append(
-                        Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True)
+        try:
+            for ev in events:
+                key = (ev.tenant, ev.run_id)
+                state = heads.get(key)
+                if state is None:
+                    if self.tenant is not None:
+                        self.scoped_tenant(ev.tenant, run_id=ev.run_id)  # the whole batch refused
+                    row = db.execute(
+                        "SELECT events, head_hash, actor, started_at, status FROM runs "
+                        "WHERE tenant=? AND run_id=?",
+                        key,
+                    ).fetchone()
+                    if row is None:
+                        self._refuse_deleted(db, ev.tenant, ev.run_id)
+                        state = [0, None, ev.actor, ev.ts, None, False]
+                    else:
+                        state = [row[0], row[1], row[2], row[3], row[4], True]
+                    heads[key] = state
+                count, head_hash = state[0], state[1]
+                if ev.seq < count:
+                    if pending:  # the stored event may be one of this batch's, not yet inserted
+                        self._insert_rows(db, pending, bodies)
+                    stored = db.execute(
+                        "SELECT event_id, hash FROM events WHERE tenant=? AND run_id=? AND seq=?",
+                        (ev.tenant, ev.run_id, ev.seq),
+                    ).fetchone()
+                    if stored is not None and stored[0] == ev.event_id and stored[1] == ev.hash:
+                        receipts.append(
+                            Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True)
+                        )
+                        continue
+                    raise DuplicateConflict(
+                        f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
+                        run_id=ev.run_id,
+                        seq=ev.seq,
+                        expected=stored[1] if stored else None,
+                        actual=ev.hash,
                     )
-                    continue
-                raise DuplicateConflict(
-                    f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
-                    run_id=ev.run_id,
-                    seq=ev.seq,
-                    expected=stored[1] if stored else None,
-                    actual=ev.hash,
+                if ev.seq != count or ev.prev_hash != head_hash:
+                    raise SequenceConflict(
+                        f"run {ev.run_id!r}: event expected at seq {count} after head "
+                        f"{head_hash}, got seq {ev.seq} after {ev.prev_hash}",
+                        run_id=ev.run_id,
+                        seq=ev.seq,
+                        expected={"seq": count, "prev_hash": head_hash},
+                        actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
+                    )
+                if next_id is not None and next_id < 0:
+                    if len(events) == 1:  # an intent's commit: SQLite picks the id (NULL)
+                        next_id = None
+                    else:
+                        (largest,) = db.execute("SELECT max(id) FROM events").fetchone()
+                        next_id = (largest or 0) + 1
+                pending.append(
+                    (
+                        next_id,
+                        ev.tenant,
+                        ev.run_id,
+                        ev.seq,
+                        ev.event_id,
+                        ev.ts,
+                        ev.type,
+                        ev.actor,
+                        ev.trace_id,
+                        ev.span_id,
+                        ev.idempotency_key,
+                        ev.model,
+                        ev.seed,
+                        ev.payload_digest,
+                        ev.prev_hash,
+                        ev.hash,
+                    )
                 )
-            if ev.seq != count or ev.prev_hash != head_hash:
-                raise SequenceConflict(
-                    f"run {ev.run_id!r}: event expected at seq {count} after head "
-                    f"{head_hash}, got seq {ev.seq} after {ev.prev_hash}",
-                    run_id=ev.run_id,
-                    seq=ev.seq,
-                    expected={"seq": count, "prev_hash": head_hash},
-                    actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
-                )
-            if next_id is not None and next_id < 0:
-                if len(events) == 1:  # an intent's commit: SQLite picks the id (NULL)
-                    next_id = None
-                else:
-                    (largest,) = db.execute("SELECT max(id) FROM events").fetchone()
-                    next_id = (largest or 0) + 1
-            pending.append(
-                (
-                    next_id,
-                    ev.tenant,
-                    ev.run_id,
-                    ev.seq,
-                    ev.event_id,
-                    ev.ts,
-                    ev.type,
-                    ev.actor,
-                    ev.trace_id,
-                    ev.span_id,
-                    ev.idempotency_key,
-                    ev.model,
-                    ev.seed,
-                    ev.payload_digest,
-                    ev.prev_hash,
-                    ev.hash,
-                )
-            )
-            body = ev.payload_bytes
-            if body is None and ev.payload is not None:
-                body = orjson.dumps(ev.payload)
-            bodies.append((next_id, ev.salt, body))
-            if next_id is not None:
-                next_id += 1
-            state[0] = count + 1
-            state[1] = ev.hash
-            if ev.type == _RUN_FINISHED and isinstance(ev.payload, dict):
-                status = ev.payload.get("status")
-                state[4] = status if isinstance(status, str) else None
-            state.append(ev.ts)  # last_at, read below
-            receipts.append(Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash))
+                body = ev.payload_bytes
+                if body is None and ev.payload is not None:
+                    body = orjson.dumps(ev.payload)
+                bodies.append((next_id, ev.salt, body))
+                if next_id is not None:
+                    next_id += 1
+                state[0] = count + 1
+                state[1] = ev.hash
+                if ev.type == _RUN_FINISHED and isinstance(ev.payload, dict):
+                    status = ev.payload.get("status")
+                    state[4] = status if isinstance(status, str) else None
+                state.append(ev.ts)  # last_at, read below
+                receipts.append(Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash))
+        except Exception:
+            # A refusal found in Python (a gap, a wrong head, a deleted run, another tenant)
+            # comes after any the table has for the rows before it, as row by row.
+            if pending:
+                self._insert_rows(db, pending, bodies)
+            raise
         if pending:
             self._insert_rows(db, pending, bodies)
         for (tenant, run_id), state in heads.items():
@@ -857,6 +864,13 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 db.execute(
                     _insert_sql("events", _EVENT_COLUMNS, size), [v for row in part for v in row]
                 )
+            except sqlite3.OperationalError as exc:
+                # A SQLite built with a lower limit than its version suggests (Python 3.10
+                # cannot ask): refused before any row went in; take half as many.
+                if size == 1 or "too many SQL variables" not in str(exc):
+                    raise
+                self._rows_per_insert = step = size // 2
+                continue
             except sqlite3.IntegrityError:
                 # The statement is undone as a whole; row by row names the one refused.
                 for row in part:
