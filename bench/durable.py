@@ -56,12 +56,7 @@ def _appends_figure(settings: Settings, workdir: Path) -> Figure:
     counter = iter(range(1_000_000))
 
     def writer_sample() -> float:
-        recorder = Recorder(store, run_id=f"bench-writer-{next(counter)}", actor="bench")
-        t0 = time.perf_counter_ns()
-        for payload in payloads:
-            recorder.append("model.response", payload)
-        recorder.flush()
-        return n / ((time.perf_counter_ns() - t0) / 1e9)
+        return _recorder_rate(store, f"bench-writer-{next(counter)}", payloads)
 
     def raw_sample() -> float:
         t0 = time.perf_counter_ns()
@@ -131,6 +126,17 @@ def _appends_figure(settings: Settings, workdir: Path) -> Figure:
     return figure
 
 
+def _recorder_rate(store: SQLiteStore, run_id: str, payloads: list[dict[str, Any]]) -> float:
+    """Events per second of recording ``payloads`` as model responses into a new run of
+    ``store`` through the writer, up to the flush."""
+    recorder = Recorder(store, run_id=run_id, actor="bench")
+    t0 = time.perf_counter_ns()
+    for payload in payloads:
+        recorder.append("model.response", payload)
+    recorder.flush()
+    return len(payloads) / ((time.perf_counter_ns() - t0) / 1e9)
+
+
 def _busy_thread_share(store: SQLiteStore, payloads: list[dict[str, Any]]) -> float:
     """The writer's rate while another thread of the process computes in Python, as a share
     of its rate without it (alternate samples). Each statement SQLite steps lets go of the GIL
@@ -139,12 +145,7 @@ def _busy_thread_share(store: SQLiteStore, payloads: list[dict[str, Any]]) -> fl
     counter = iter(range(1_000_000))
 
     def sample() -> float:
-        recorder = Recorder(store, run_id=f"bench-busy-{next(counter)}", actor="bench")
-        t0 = time.perf_counter_ns()
-        for payload in payloads:
-            recorder.append("model.response", payload)
-        recorder.flush()
-        return len(payloads) / ((time.perf_counter_ns() - t0) / 1e9)
+        return _recorder_rate(store, f"bench-busy-{next(counter)}", payloads)
 
     stop = threading.Event()
 

@@ -718,7 +718,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         # lock, so no other writer takes them. A batch of one (an intent) lets SQLite pick.
         pending: list[tuple[Any, ...]] = []
         bodies: list[tuple[Any, ...]] = []
-        next_id: int | None = -1
+        next_id: int | None = None  # read at the first new row of a batch of more than one
         try:
             for ev in events:
                 key = (ev.tenant, ev.run_id)
@@ -766,12 +766,9 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                         expected={"seq": count, "prev_hash": head_hash},
                         actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
                     )
-                if next_id is not None and next_id < 0:
-                    if len(events) == 1:  # an intent's commit: SQLite picks the id (NULL)
-                        next_id = None
-                    else:
-                        (largest,) = db.execute("SELECT max(id) FROM events").fetchone()
-                        next_id = (largest or 0) + 1
+                if next_id is None and len(events) > 1:
+                    (largest,) = db.execute("SELECT max(id) FROM events").fetchone()
+                    next_id = (largest or 0) + 1
                 pending.append(
                     (
                         next_id,
