@@ -102,6 +102,10 @@ class Writer:
     refused fail: each of them raises :class:`~tachograph.errors.WriteFailed` on its next
     append or flush (its chain in memory is ahead of the store for good), while other runs
     recorded through the same store go on.
+
+    The writer holds its store only while it has work for it (events queued, or seals due
+    later): idle, it holds it weakly, so that a store the program drops without closing is
+    freed (its connection closed) and the writer thread ends.
     """
 
     def __init__(
@@ -113,7 +117,10 @@ class Writer:
         max_queue_bytes: int = 32 * 1024 * 1024,
         linger: float = 0.001,
     ) -> None:
-        self.store = store
+        self._store = _weak_store(store, self)
+        self._pinned: Store | None = None
+        """The store, held while the writer thread has work for it (see :meth:`_pin`)."""
+        self.url = store.url
         self.max_batch = max_batch
         self.linger = max(linger, 0.0)
         """Seconds the writer thread lets newly queued events wait before it commits them,
@@ -153,8 +160,29 @@ class Writer:
         # by a full queue): then no linger.
         self._queued_at = 0.0
         self._waiters = 0
-        self.seals = RunSeals(store)
+        self.seals = RunSeals()
         """Which runs this writer seals, and when (:mod:`tachograph.capture.seals`)."""
+
+    @property
+    def store(self) -> Store:
+        """The store this writer appends to."""
+        store = self._store()
+        if store is None:  # only the writer's own work reaches here, and it pins the store
+            raise WriteFailed(f"{self.url} was freed before the writer was done with it")
+        return store
+
+    def _pin(self) -> None:
+        """Hold the store until the writer thread is idle (under the lock): events queued or
+        seals due must reach it even if the program drops the store meanwhile."""
+        if self._pinned is None:
+            self._pinned = self._store()
+
+    def _store_freed(self) -> None:
+        """The store was freed (the weak reference's callback): nothing was pending for it,
+        since the writer pins the store while it has work. Stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     @property
     def queued(self) -> int:
@@ -225,6 +253,8 @@ class Writer:
                 # takes the GIL from this thread on its way back to sleep, between the
                 # intent's commit and the tool's body (the one moment a write tool waits for).
                 after = self.seals.next_due()
+                if after is not None or self._queue:
+                    self._pin()  # the writer thread has work for the store
                 if after is not None and self._thread is None and not self._closed:
                     # Every event so far came through here (durability="every"): no thread
                     # yet to seal a run left quiet, which would wait for its close.
@@ -272,6 +302,8 @@ class Writer:
             first = not queue
             if first:
                 self._queued_at = time.monotonic()
+                if self._pinned is None:
+                    self._pin()
             queue.append(event)
             held = self._queued_bytes
             # _event_size(event), without its frame
@@ -338,7 +370,7 @@ class Writer:
         error = self._failed[run]
         self._reported.add(run)
         return WriteFailed(
-            f"events of run {run[1]!r} could not be written to {self.store.url}: "
+            f"events of run {run[1]!r} could not be written to {self.url}: "
             f"{_reason(error)}; "
             "the run is incomplete",
             cause=error,
@@ -368,6 +400,13 @@ class Writer:
                         # lingering: until the queued events are ``linger`` old
                         until = self._queued_at + self.linger
                         due = until if due is None else min(due, until)
+                    elif due is None and self._claimed is None and self._pinned is not None:
+                        # Idle until further notice: let go of the store, so that a program
+                        # that drops it frees it (which ends this thread: _store_freed). Its
+                        # last reference may go right here, and the callback run on this
+                        # thread (the lock is reentrant): look again before waiting.
+                        self._pinned = None
+                        continue
                     self._cond.wait(None if due is None else max(due - now, 0.0002))
                 closing = not quiet and not self._queue
                 self._busy = True
@@ -422,12 +461,13 @@ class Writer:
         """Append seals of events already stored (no events with them)."""
         if not plan.rows:
             return
+        store = self.store
         try:
             for tenant, rows in plan.rows.items():
-                self.store.append_seals(tenant, rows)
+                store.append_seals(tenant, rows)
         except Exception as exc:  # observability never breaks the host; retried next time
             self.seals.errors.append(exc)
-            if self.store.closed:
+            if store.closed:
                 # closed under a recording that was not finished: it will never take them
                 runs = sorted({run for run, _seq, _final in plan.sealed})
                 for run in runs:
@@ -435,15 +475,15 @@ class Writer:
                 _log.warning(
                     "tachograph: %s was closed while run(s) %s were recorded: their last "
                     "events stay unsealed",
-                    self.store.url,
+                    self.url,
                     ", ".join(run_id for _tenant, run_id in runs),
                 )
                 return
             self.seals.postpone(plan, now)
-            _log.warning("tachograph: appending seals to %s failed: %s", self.store.url, exc)
+            _log.warning("tachograph: appending seals to %s failed: %s", self.url, exc)
             return
         self.seals.committed(plan, now)
-        self.seals.checkpoint(plan)
+        self.seals.checkpoint(plan, store)
 
     def _append(self, batch: list[Event]) -> dict[RunKey, BaseException]:
         """Append a batch (with the seals due); on refusal retry it run by run. Returns the
@@ -471,18 +511,19 @@ class Writer:
     def _store_batch(self, batch: list[Event], plan: SealPlan | None, now: float) -> None:
         """Append events and the seals that name them: in one transaction where the store
         can (``seals_with_events``), else the seals right after the events."""
+        store = self.store
         if plan is None or not plan.rows:
-            self.store.append(batch)
-        elif self.store.seals_with_events:
-            self.store.append_sealed(batch, plan.rows)
+            store.append(batch)
+        elif store.seals_with_events:
+            store.append_sealed(batch, plan.rows)
         else:
-            self.store.append(batch)
+            store.append(batch)
             self._seal_alone(plan, now)
             return
         if plan is not None:
             self.seals.committed(plan, now)
             if plan.keys:
-                self.seals.checkpoint(plan)
+                self.seals.checkpoint(plan, store)
 
     def close(self) -> None:
         """Write what is queued, seal what unfinished runs stored since their last seal,
@@ -494,6 +535,21 @@ class Writer:
             self._thread.join()
         if self.seals.active:  # events written on callers' threads (claims) only
             self._seal_alone(self.seals.quiet(float("inf")), time.monotonic())
+        with self._cond:
+            self._pinned = None  # nothing more will be written through this writer
+
+
+def _weak_store(store: Store, writer: Writer) -> weakref.ref[Store]:
+    """A weak reference to ``writer``'s store that tells the writer when the store is freed
+    (the callback holds the writer weakly too: no cycle through the reference)."""
+    writer_ref = weakref.ref(writer)
+
+    def freed(_: object) -> None:
+        live = writer_ref()
+        if live is not None:
+            live._store_freed()
+
+    return weakref.ref(store, freed)
 
 
 _writers: weakref.WeakKeyDictionary[Store, Writer] = weakref.WeakKeyDictionary()

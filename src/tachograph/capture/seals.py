@@ -157,8 +157,7 @@ class RunSeals:
     committed. ``errors`` keeps checkpoint failures (logged, never raised into the agent).
     """
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[RunKey, _RunState] = {}
         self._issued: dict[tuple[str, str], Issued] = {}
@@ -257,12 +256,12 @@ class RunSeals:
                 plan.add(state, SealLeaf(run[0], run[1], seq, hash_, False))
         return plan
 
-    def checkpoint(self, plan: SealPlan) -> None:
+    def checkpoint(self, plan: SealPlan, store: Store) -> None:
         """Issue a checkpoint per tenant whose new seals were made with a signing key."""
         for (tenant, origin), key in plan.keys.items():
             try:
                 issued = issue_checkpoint(
-                    self.store,
+                    store,
                     tenant,
                     key,
                     origin=origin,

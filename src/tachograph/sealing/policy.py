@@ -36,6 +36,8 @@ __all__ = ["DEFAULT_EVERY_EVENTS", "DEFAULT_EVERY_SECONDS", "SealPolicy", "Seali
 _log = logging.getLogger("tachograph")
 # Read per event: a constant, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
 _RUN_FINISHED = EventType.RUN_FINISHED.value
+_IDLE_SECONDS = 1.0
+"""How long the sealing thread waits for the next seal before it ends."""
 
 
 class SealingObserver(Observer):
@@ -49,6 +51,10 @@ class SealingObserver(Observer):
     Every recording is sealed by default (:mod:`tachograph.capture.seals`, in the transaction
     of the events): this observer is for a policy of its own with witnesses. A run it
     observes is not sealed by default as well.
+
+    Seals wait in a thread of the observer's, which ends after a second with nothing to seal
+    (the next seal starts another): neither the thread nor the observer's logs keep a store
+    or the observer alive once the program is done with them.
     """
 
     seals = True
@@ -85,8 +91,10 @@ class SealingObserver(Observer):
             logs = self._logs.setdefault(store, {})
             log = logs.get(tenant)
             if log is None:
+                # Kept while the store lives (the mapping holds it weakly): the log must not
+                # hold it strongly either, or the store would never be freed.
                 log = logs[tenant] = SealLog(
-                    store,
+                    weakref.proxy(store),
                     tenant=tenant,
                     key=self.key,
                     log_name=self.log_name,
@@ -117,48 +125,70 @@ class SealingObserver(Observer):
         # never stalls on it mid-run; at run end the agent waits for the final seal.
         done = threading.Event() if final else None
         leaf = SealLeaf(event.tenant, event.run_id, event.seq, event.hash, final)
+        self._hand_over(recorder, leaf, done)
+        if done is not None:
+            done.wait()
+
+    def _hand_over(
+        self, recorder: Recorder | None, leaf: SealLeaf | None, done: threading.Event | None
+    ) -> None:
+        """Queue a seal (or a drain marker) for the thread, starting it if it has ended. Under
+        the lock: the thread ends only when it finds the queue empty under the lock, so no
+        item is left behind with no thread to take it."""
         with self._lock:
             if self._thread is None:
                 self._thread = own_thread(
                     threading.Thread(target=self._work, name="tachograph-sealer", daemon=True)
                 )
                 self._thread.start()
-        self._queue.put((recorder, leaf, done))
-        if done is not None:
-            done.wait()
+            self._queue.put((recorder, leaf, done))
 
     def _work(self) -> None:
+        while self._seal_next():
+            pass
+
+    def _seal_next(self) -> bool:
+        """Take what is queued and seal it; False when nothing came for
+        :data:`_IDLE_SECONDS` (the thread ends). A call of its own, so that nothing it held
+        (recorders, and through them stores) stays referenced while the thread waits."""
+        try:
+            first = self._queue.get(timeout=_IDLE_SECONDS)
+        except queue.Empty:
+            with self._lock:
+                if self._queue.empty():
+                    self._thread = None
+                    return False
+            return True
+        batch = [first]
         while True:
-            batch = [self._queue.get()]
-            while True:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            groups: dict[tuple[int, str], list[tuple[Recorder, SealLeaf]]] = {}
-            for recorder, leaf, _ in batch:
-                if recorder is None or leaf is None:
-                    continue  # a drain() marker
-                groups.setdefault((id(recorder.store), leaf.tenant), []).append((recorder, leaf))
-            for items in groups.values():
-                try:
-                    for recorder, leaf in items:  # the seal must name a durable event
-                        recorder.writer.wait(None, run=(leaf.tenant, leaf.run_id))
-                    log = self.log_for(items[0][0].store, items[0][1].tenant)
-                    log.seal([leaf for _, leaf in items])
-                except Exception as exc:  # observability never breaks the host
-                    self.errors.append(exc)
-                    _log.exception("tachograph: sealing failed")
-            for _, _, done in batch:
-                if done is not None:
-                    done.set()
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        groups: dict[tuple[int, str], list[tuple[Recorder, SealLeaf]]] = {}
+        for recorder, leaf, _ in batch:
+            if recorder is None or leaf is None:
+                continue  # a drain() marker
+            groups.setdefault((id(recorder.store), leaf.tenant), []).append((recorder, leaf))
+        for items in groups.values():
+            try:
+                for recorder, leaf in items:  # the seal must name a durable event
+                    recorder.writer.wait(None, run=(leaf.tenant, leaf.run_id))
+                log = self.log_for(items[0][0].store, items[0][1].tenant)
+                log.seal([leaf for _, leaf in items])
+            except Exception as exc:  # observability never breaks the host
+                self.errors.append(exc)
+                _log.exception("tachograph: sealing failed")
+        for _, _, done in batch:
+            if done is not None:
+                done.set()
+        return True
 
     def drain(self) -> None:
         """Wait until every seal handed over so far is appended (and checkpointed)."""
-        done = threading.Event()
         with self._lock:
-            running = self._thread is not None
-        if not running:
-            return
-        self._queue.put((None, None, done))
+            if self._thread is None:  # ended: nothing queued
+                return
+        done = threading.Event()
+        self._hand_over(None, None, done)
         done.wait()
