@@ -203,6 +203,35 @@ def test_a_deleted_run_stays_deleted(corpus: SQLiteStore, tmp_path: Path) -> Non
         corpus.append(_run("scratch-2", "2027-05-30"))
 
 
+def test_a_deleted_run_whose_summary_came_back_is_refused_in_the_same_words(
+    corpus: SQLiteStore, tmp_path: Path
+) -> None:
+    """Append checks deleted_runs itself only for a run with no summary; a summary that
+    outlived the deletion (put back by hand here) leaves the refusal to the table's trigger,
+    which must read as the same refusal, not as an event id "already stored"."""
+    import sqlite3
+
+    retention.apply(corpus, retention.plan(corpus, _policy(tmp_path), now=NOW))
+    events = _run("scratch-2", "2027-05-30")
+    db = sqlite3.connect(corpus.path)
+    with db:
+        db.execute(
+            "INSERT INTO runs (tenant, run_id, actor, started_at, last_at, events, head_hash) "
+            "VALUES ('default', 'scratch-2', 'agent', ?, ?, ?, ?)",
+            (events[0].ts, events[-2].ts, len(events) - 1, events[-2].hash),
+        )
+    db.close()
+    with pytest.raises(AppendRefused) as refused:
+        corpus.append(events[-1:])  # the next event after that head: only the trigger refuses
+    assert "already stored" not in str(refused.value)
+    assert "run 'scratch-2' of tenant 'default' was deleted by retention" in str(refused.value)
+    assert refused.value.run_id == "scratch-2"
+    from tachograph.store.sqlite_lifecycle import DELETED_RUN_REFUSAL, LIFECYCLE_MIGRATION
+
+    assert f"RAISE(ABORT, '{DELETED_RUN_REFUSAL}')" in LIFECYCLE_MIGRATION
+    assert corpus.events("scratch-2") == []
+
+
 def test_expired_blobs_are_planned_and_removed(corpus: SQLiteStore) -> None:
     blobs = BlobStore.beside(corpus)
     short = blobs.put(b"short-lived", ttl=86400, now="2027-05-01T00:00:00.000000Z")

@@ -341,6 +341,24 @@ def test_an_event_id_stored_elsewhere_is_named_from_inside_a_many_row_statement(
 # -- schema version and migrations ----------------------------------------------------------------
 
 
+def test_audit_of_pages_through_the_records_of_one_action(store: SQLiteStore) -> None:
+    """``audit_of`` asks SQLite for one action's records a thousand at a time: 2,400 of them
+    among 3,600, across three pages, in order, each the record ``read_audit`` streams."""
+    from tachograph.store.audit import AuditEntry
+
+    db = store._db
+    db.execute("BEGIN IMMEDIATE")
+    for i in range(3_600):
+        action = "retention.delete" if i % 3 else "read"
+        store._audit_locked(db, AuditEntry(action=action, actor="t", detail={"i": i}))
+    db.execute("COMMIT")
+    everything = list(store.read_audit())
+    deleted = list(store.audit_of("retention.delete", tenant="default"))
+    assert len(deleted) == 2_400
+    assert deleted == [r for r in everything if r.action == "retention.delete"]
+    assert [r.detail["i"] for r in store.audit_of("read")] == list(range(0, 3_600, 3))
+
+
 def test_the_schema_version_is_recorded(store: SQLiteStore, path: Path) -> None:
     assert store.schema_version == SCHEMA_VERSION == len(sqlite_module.MIGRATIONS) + 1
     raw = sqlite3.connect(path)

@@ -368,8 +368,7 @@ def _deleted_runs(store: Store, tenant: str) -> set[str] | None:
     try:
         return {
             str(record.detail.get("run_id"))
-            for record in store.read_audit()
-            if record.action == "retention.delete" and record.tenant == tenant
+            for record in store.audit_of("retention.delete", tenant=tenant)
         }
     except Exception:  # any engine's refusal: the caller says the audit was unreadable
         return None

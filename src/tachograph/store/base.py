@@ -301,6 +301,15 @@ class Store(abc.ABC):
     def read_audit(self, *, from_seq: int = 0) -> Iterator[AuditRecord]:
         """Stream the store audit in ``seq`` order."""
 
+    def audit_of(self, action: str, *, tenant: str | None = None) -> Iterator[AuditRecord]:
+        """The store audit's records of one ``action`` (of one ``tenant``), in ``seq`` order.
+
+        Engines ask their database for just those (the audit also holds a record of every
+        audited read, so it grows with use); this default filters :meth:`read_audit`."""
+        for record in self.read_audit():
+            if record.action == action and (tenant is None or record.tenant == tenant):
+                yield record
+
     @abc.abstractmethod
     def link_subjects(self, tenant: str, run_id: str, links: Iterable[tuple[int, str]]) -> int:
         """Record that event ``seq`` of a run holds data of subject ``id``, for each

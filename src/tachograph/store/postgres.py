@@ -880,6 +880,26 @@ class PostgresStore(Store):
                 return
             seq = int(rows[-1][0]) + 1
 
+    def audit_of(self, action: str, *, tenant: str | None = None) -> Iterator[AuditRecord]:
+        """The store audit's records of one action (of one tenant), in seq order, page by
+        page: filtered by the database (and, as every read, to the tenants this connection
+        may see)."""
+        where = "action = %s" + ("" if tenant is None else " AND tenant = %s")
+        args: tuple[str, ...] = (action,) if tenant is None else (action, tenant)
+        seq = 0
+        while True:
+            rows = self._query(
+                None,
+                "SELECT seq, ts, tenant, actor, action, detail, prev_hash, hash "
+                f"FROM tachograph.store_audit WHERE {where} AND seq >= %s ORDER BY seq LIMIT %s",
+                (*args, seq, _PAGE),
+            )
+            for r in rows:
+                yield AuditRecord(int(r[0]), r[1], r[2], r[3], r[4], orjson.loads(r[5]), r[6], r[7])
+            if len(rows) < _PAGE:
+                return
+            seq = int(rows[-1][0]) + 1
+
     def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
         """Erase payloads and salts through ``erase_payloads`` with the audit record, in one
         transaction (the database refuses to commit an erasure without one). Needs a role

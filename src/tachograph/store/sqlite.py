@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import orjson
 
 from ..errors import (
+    AppendRefused,
     DuplicateConflict,
     FormatError,
     SchemaVersionError,
@@ -35,7 +36,7 @@ from ..errors import (
 from ..record.event import Event, EventType, stored_event
 from ..record.rows import StoredRow
 from .base import Receipt, RunInfo, SealRow, Store, not_found
-from .sqlite_lifecycle import LIFECYCLE_MIGRATION, SQLiteLifecycle
+from .sqlite_lifecycle import DELETED_RUN_REFUSAL, LIFECYCLE_MIGRATION, SQLiteLifecycle
 from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "interrupt_waits"]
@@ -152,12 +153,21 @@ def _rows_per_insert(db: sqlite3.Connection) -> int:
 
 def _id_conflict(
     db: sqlite3.Connection, row: tuple[Any, ...], exc: sqlite3.IntegrityError
-) -> DuplicateConflict:
-    """The conflict of an event row the table refused: its id stored elsewhere (named), or a
-    trigger's refusal (quoted)."""
+) -> DuplicateConflict | AppendRefused:
+    """The conflict of an event row the table refused: its id stored elsewhere (named), a
+    deleted run's (in the words of the check made before the insert), or another trigger's
+    refusal (quoted)."""
     other = db.execute(
         "SELECT tenant, run_id, seq, hash FROM events WHERE event_id=?", (row[4],)
     ).fetchone()
+    if other is None and str(exc) == DELETED_RUN_REFUSAL:
+        # The trigger of sqlite_lifecycle, reached when the run's summary outlived its
+        # deletion (append checks deleted_runs itself only for a run with no summary).
+        return AppendRefused(
+            f"run {row[2]!r} of tenant {row[1]!r} was deleted by retention; "
+            "its id cannot be used again",
+            run_id=row[2],
+        )
     return DuplicateConflict(
         f"event_id {row[4]} is already stored"
         + (f" at {other[1]!r} seq {other[2]}" if other else f": {exc}"),

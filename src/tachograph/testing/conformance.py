@@ -649,6 +649,22 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         assert store.delete_run("default", "run-a", audit=self._entry("retention.delete")) == 0
         (record,) = list(store.read_audit())
         assert record.detail["events"] == 4
+        assert list(store.audit_of("retention.delete")) == [record]
+        assert list(store.audit_of("retention.delete", tenant="default")) == [record]
+        assert list(store.audit_of("retention.delete", tenant="other")) == []
+        assert list(store.audit_of("erase")) == []
+
+    def test_audit_of_is_the_audit_filtered_by_action_and_tenant(self, store: Store) -> None:
+        store.append(build_run("run-a", 3))
+        for action in ("read", "erase", "read", "retention.note", "read"):
+            store.append_audit(self._entry(action))
+        everything = list(store.read_audit())
+        for action in ("read", "erase", "retention.note", "retention.delete"):
+            wanted = [r for r in everything if r.action == action]
+            assert list(store.audit_of(action)) == wanted
+            assert list(store.audit_of(action, tenant="default")) == wanted
+            assert list(store.audit_of(action, tenant="elsewhere")) == []
+        assert [r.seq for r in store.audit_of("read")] == [0, 2, 4]
         assert [r.ok for r in store.verify_all()] == [True]
 
     def test_subjects_link_events_across_runs(self, store: Store) -> None:
