@@ -224,7 +224,9 @@ def test_a_deleted_run_whose_summary_came_back_is_refused_in_the_same_words(
     with pytest.raises(AppendRefused) as refused:
         corpus.append(events[-1:])  # the next event after that head: only the trigger refuses
     assert "already stored" not in str(refused.value)
-    assert "run 'scratch-2' of tenant 'default' was deleted by retention" in str(refused.value)
+    message = str(refused.value)
+    assert "run 'scratch-2' of tenant 'default' was deleted by retention at 20" in message
+    assert message.endswith("; its id cannot be used again")
     assert refused.value.run_id == "scratch-2"
     from tachograph.store.sqlite_lifecycle import DELETED_RUN_REFUSAL, LIFECYCLE_MIGRATION
 

@@ -289,6 +289,17 @@ def test_retention_deletes_a_run_audited_and_its_id_stays_taken(open_as: Any) ->
         app.append(build_run("old", 1, tenant="acme"))
     [record] = list(app.read_audit())
     assert (record.action, record.detail["events"]) == ("retention.delete", 3)
+    # audit_of reads in the named tenant's scope: a role bound to the tenant it sets sees
+    # acme's deletion through a store not confined to any tenant (in the scope '*' it would
+    # see nothing, and the seal verdict would call the deleted run removed) ...
+    assert list(app.audit_of("retention.delete", tenant="acme")) == [record]
+    assert list(app.audit_of("retention.delete", tenant="globex")) == []
+    tenant_role = open_as(TENANT_ROLE)
+    assert list(tenant_role.audit_of("retention.delete", tenant="acme")) == [record]
+    assert list(tenant_role.audit_of("retention.delete", tenant="globex")) == []
+    # ... and a store confined to another tenant is refused, as by every read.
+    with pytest.raises(StoreError, match="confined to tenant 'globex'"):
+        list(open_as(TENANT_ROLE, tenant="globex").audit_of("retention.delete", tenant="acme"))
 
 
 def test_seal_logs_are_per_tenant_and_gapless(pg_cluster: PgCluster, db: str, open_as: Any) -> None:

@@ -22,7 +22,7 @@ from ..errors import RecordingError, WriteFailed
 from ..record.event import Event, EventType
 from ..record.seal import Processor, Sealer, hide_key_secret, process_payload
 from ..store.base import Store
-from .seals import RunSeals, SealPlan, SealPolicy, configured_key, resolve_policy
+from .seals import RunSeals, SealPlan, SealPolicy, configured_key, kept_error, resolve_policy
 from .threads import own_thread
 from .vouch import FIELD as UNVOUCHED_FIELD
 from .vouch import ToolLedger, warn_unvouched
@@ -255,6 +255,11 @@ class Writer:
                 after = self.seals.next_due()
                 if after is not None or self._queue:
                     self._pin()  # the writer thread has work for the store
+                else:
+                    # Nothing left for the writer thread (this claim took what was queued,
+                    # maybe while the thread, waiting for the claim, kept the pin): let go.
+                    # This caller holds the store, so it is not freed here.
+                    self._pinned = None
                 if after is not None and self._thread is None and not self._closed:
                     # Every event so far came through here (durability="every"): no thread
                     # yet to seal a run left quiet, which would wait for its close.
@@ -466,7 +471,7 @@ class Writer:
             for tenant, rows in plan.rows.items():
                 store.append_seals(tenant, rows)
         except Exception as exc:  # observability never breaks the host; retried next time
-            self.seals.errors.append(exc)
+            self.seals.note_error(exc)
             if store.closed:
                 # closed under a recording that was not finished: it will never take them
                 runs = sorted({run for run, _seq, _final in plan.sealed})
@@ -494,7 +499,7 @@ class Writer:
             self._store_batch(batch, plan, now)
             return {}
         except BaseException as exc:  # surfaced to the run's caller on its next call
-            first_error = exc
+            first_error = kept_error(exc)
         groups: dict[RunKey, list[Event]] = {}
         for event in batch:
             groups.setdefault((event.tenant, event.run_id), []).append(event)
@@ -505,7 +510,7 @@ class Writer:
             try:
                 self._store_batch(events, self.seals.plan(events, now) if plan else None, now)
             except BaseException as exc:
-                failed[run] = exc
+                failed[run] = kept_error(exc)
         return failed
 
     def _store_batch(self, batch: list[Event], plan: SealPlan | None, now: float) -> None:

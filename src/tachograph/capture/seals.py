@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -45,12 +46,33 @@ __all__ = [
     "RunSeals",
     "SealPlan",
     "SealPolicy",
+    "kept_error",
     "resolve_policy",
 ]
 
 _log = logging.getLogger("tachograph")
 # a constant: ``EventType.X.value`` is a Python-level enum property on 3.11 (per batch here)
 _RUN_FINISHED = EventType.RUN_FINISHED.value
+
+KEPT_ERRORS = 100
+"""How many of the latest failures a writer's or an observer's ``errors`` keeps."""
+
+
+def kept_error(error: BaseException) -> BaseException:
+    """``error``, with the local variables of the finished frames of its traceback (and of
+    its causes' and contexts') cleared, to be kept after it was caught: a kept error must not
+    keep the store, recorder or batch its frames held alive (a store dropped by the program
+    stays freed). The traceback still says where the error came from."""
+    pending, seen = [error], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)  # skips frames still running
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return error
+
 
 DEFAULT_EVERY_EVENTS = 1000
 """A running run is sealed at least every this many events."""
@@ -182,6 +204,12 @@ class RunSeals:
         with self._lock:
             self._runs.pop(run, None)
 
+    def note_error(self, error: BaseException) -> None:
+        """Keep a failure in :attr:`errors` (the latest :data:`KEPT_ERRORS`)."""
+        with self._lock:
+            self.errors.append(kept_error(error))
+            del self.errors[:-KEPT_ERRORS]
+
     def postpone(self, plan: SealPlan, now: float) -> None:
         """The seals of ``plan`` could not be stored: try those runs again one period from
         ``now``, not at once (a store that refuses would otherwise be asked in a tight loop)."""
@@ -190,7 +218,6 @@ class RunSeals:
                 state = self._runs.get(run)
                 if state is not None:
                     state.sealed_at = now
-            del self.errors[:-100]  # the latest failures are enough to report
 
     @property
     def active(self) -> bool:
@@ -268,7 +295,7 @@ class RunSeals:
                     trusted=self._issued.get((tenant, origin)),
                 )
             except Exception as exc:  # observability never breaks the host
-                self.errors.append(exc)
+                self.note_error(exc)
                 _log.warning("tachograph: no checkpoint issued for tenant %r: %s", tenant, exc)
                 continue
             if issued is not None:

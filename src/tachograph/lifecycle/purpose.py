@@ -393,6 +393,10 @@ class ScopedStore(Store):
         """The inner store's audit."""
         return self.inner.read_audit(from_seq=from_seq)
 
+    def audit_of(self, action: str, *, tenant: str | None = None) -> Iterator[AuditRecord]:
+        """The inner store's audit records of one action."""
+        return self.inner.audit_of(action, tenant=tenant)
+
     def link_subjects(self, tenant: str, run_id: str, links: Iterable[tuple[int, str]]) -> int:
         """Subject links pass through."""
         return self.inner.link_subjects(tenant, run_id, links)

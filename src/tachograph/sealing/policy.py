@@ -23,8 +23,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..capture.recorder import Observer, Recorder
-from ..capture.seals import DEFAULT_EVERY_EVENTS, DEFAULT_EVERY_SECONDS, SealPolicy
+from ..capture.seals import (
+    DEFAULT_EVERY_EVENTS,
+    DEFAULT_EVERY_SECONDS,
+    KEPT_ERRORS,
+    SealPolicy,
+    kept_error,
+)
 from ..capture.threads import own_thread
+from ..errors import SealingError
 from ..record.checkpoint import SigningKey
 from ..record.event import Event, EventType
 from ..record.merkle import SealLeaf
@@ -38,6 +45,22 @@ _log = logging.getLogger("tachograph")
 _RUN_FINISHED = EventType.RUN_FINISHED.value
 _IDLE_SECONDS = 1.0
 """How long the sealing thread waits for the next seal before it ends."""
+
+
+class _ObservedLog(SealLog):
+    """A seal log that holds its store weakly: a :class:`SealingObserver` keeps one per store
+    and tenant it seals, in a mapping that holds the store weakly too."""
+
+    @property
+    def store(self) -> Store:
+        store = self._store_ref()
+        if store is None:
+            raise SealingError("the store of this seal log was freed", what="store")
+        return store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        self._store_ref = weakref.ref(store)
 
 
 class SealingObserver(Observer):
@@ -75,7 +98,11 @@ class SealingObserver(Observer):
         self.witnesses = list(witnesses)
         self.clock = clock
         self._lock = threading.Lock()
-        self._last: dict[tuple[int, str, str], tuple[int, float]] = {}
+        # Per recorder (one run each, held weakly: a run left unfinished leaves nothing
+        # behind), the seq and time of its last seal.
+        self._last: weakref.WeakKeyDictionary[Recorder, tuple[int, float]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._logs: weakref.WeakKeyDictionary[Store, dict[str, SealLog]] = (
             weakref.WeakKeyDictionary()
         )
@@ -93,8 +120,8 @@ class SealingObserver(Observer):
             if log is None:
                 # Kept while the store lives (the mapping holds it weakly): the log must not
                 # hold it strongly either, or the store would never be freed.
-                log = logs[tenant] = SealLog(
-                    weakref.proxy(store),
+                log = logs[tenant] = _ObservedLog(
+                    store,
                     tenant=tenant,
                     key=self.key,
                     log_name=self.log_name,
@@ -105,7 +132,7 @@ class SealingObserver(Observer):
     def after(self, recorder: Recorder, event: Event) -> None:
         """Seal ``event`` if the policy says one is due."""
         final = event.type == _RUN_FINISHED
-        run = (id(recorder.store), event.tenant, event.run_id)
+        run = recorder
         now = self.clock()
         with self._lock:
             last_seq, last_time = self._last.get(run, (-1, now))
@@ -177,7 +204,8 @@ class SealingObserver(Observer):
                 log = self.log_for(items[0][0].store, items[0][1].tenant)
                 log.seal([leaf for _, leaf in items])
             except Exception as exc:  # observability never breaks the host
-                self.errors.append(exc)
+                self.errors.append(kept_error(exc))
+                del self.errors[:-KEPT_ERRORS]
                 _log.exception("tachograph: sealing failed")
         for _, _, done in batch:
             if done is not None:

@@ -882,14 +882,15 @@ class PostgresStore(Store):
 
     def audit_of(self, action: str, *, tenant: str | None = None) -> Iterator[AuditRecord]:
         """The store audit's records of one action (of one tenant), in seq order, page by
-        page: filtered by the database (and, as every read, to the tenants this connection
-        may see)."""
+        page: filtered by the database. Read in ``tenant``'s scope when one is named (a
+        tenant this store is not confined to is refused, as by every read), else in the
+        store's (the tenants this connection may see)."""
         where = "action = %s" + ("" if tenant is None else " AND tenant = %s")
         args: tuple[str, ...] = (action,) if tenant is None else (action, tenant)
         seq = 0
         while True:
             rows = self._query(
-                None,
+                tenant,
                 "SELECT seq, ts, tenant, actor, action, detail, prev_hash, hash "
                 f"FROM tachograph.store_audit WHERE {where} AND seq >= %s ORDER BY seq LIMIT %s",
                 (*args, seq, _PAGE),

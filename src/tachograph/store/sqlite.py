@@ -163,9 +163,13 @@ def _id_conflict(
     if other is None and str(exc) == DELETED_RUN_REFUSAL:
         # The trigger of sqlite_lifecycle, reached when the run's summary outlived its
         # deletion (append checks deleted_runs itself only for a run with no summary).
+        gone = db.execute(
+            "SELECT deleted_at FROM deleted_runs WHERE tenant=? AND run_id=?", (row[1], row[2])
+        ).fetchone()
         return AppendRefused(
-            f"run {row[2]!r} of tenant {row[1]!r} was deleted by retention; "
-            "its id cannot be used again",
+            f"run {row[2]!r} of tenant {row[1]!r} was deleted by retention"
+            + (f" at {gone[0]}" if gone else "")
+            + "; its id cannot be used again",
             run_id=row[2],
         )
     return DuplicateConflict(
