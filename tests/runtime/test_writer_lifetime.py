@@ -6,11 +6,15 @@ observer and its sealing thread."""
 from __future__ import annotations
 
 import gc
+import logging
 import sqlite3
 import threading
 import time
 import weakref
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import tachograph as tg
 from tachograph.capture.recorder import Recorder, writer_for
@@ -107,8 +111,9 @@ def test_a_seal_due_later_is_still_written_after_the_store_is_dropped(tmp_path: 
     ref = weakref.ref(store)
     del store, recorder
     gc.collect()
+    alive = ref() is not None
     if time.monotonic() - tracked < 0.9:  # the seal cannot have been written yet
-        assert ref() is not None  # held for the seal that is due
+        assert alive  # held for the seal that is due
     assert _wait_until_freed(ref)
     sealed = _rows(path, "SELECT run_id, seq FROM seals")
     assert ("s", 4) in [(r[0], r[1]) for r in sealed]
@@ -236,7 +241,96 @@ def test_a_store_whose_writes_failed_is_freed_too(tmp_path: Path) -> None:
     failures = writer.unreported()
     assert list(failures) == [("default", "f")]
     error = failures[("default", "f")]
-    assert error.__traceback__ is not None  # still says where it came from
+    assert isinstance(error, tg.StoreUnavailable)
+    assert "is closed" in str(error)
+    assert error.__traceback__ is None  # kept without frames (logged at debug level)
     ref = weakref.ref(store)
     del store, recorder, failures, error
     assert _wait_until_freed(ref)
+
+
+class _SealsFailOnce(tg.SQLiteStore):
+    """The real SQLite store, refusing its first seals alone (a lock held elsewhere, say)."""
+
+    refused = 0
+
+    def append_seals(self, tenant: str, rows: Any) -> int:
+        if not self.refused:
+            self.refused += 1
+            raise sqlite3.OperationalError("database is locked")
+        return super().append_seals(tenant, rows)
+
+
+def test_a_store_whose_seal_failed_once_is_freed_after_the_retry(tmp_path: Path) -> None:
+    """A quiet run's seal refused once is kept as an error and tried again a period later;
+    once sealed, the store is freed: the kept error does not hold it (the frame that caught
+    it held the store in a variable)."""
+    path = tmp_path / "seal-once.db"
+    store = _SealsFailOnce(path)
+    policy = SealPolicy(every_events=10_000, every_seconds=0.2)
+    recorder = Recorder(store, run_id="s", actor="a", seal=policy)
+    for n in range(3):
+        recorder.append("decision", {"name": "step", "value": n})
+    recorder.flush()
+    writer = writer_for(store)
+    ref = weakref.ref(store)
+    del store, recorder
+    assert _wait_until_freed(ref)
+    assert len(writer.seals.errors) == 1
+    assert ("s", 2) in _rows(path, "SELECT run_id, seq FROM seals")
+
+
+def test_a_sealing_observer_whose_seal_failed_lets_go_of_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The observer keeps the failure in ``errors`` (the run is reported unsealed); the
+    error must not keep the recorder, and through it the store, alive. (The failure is
+    logged with its traceback; pytest's log capture keeps each record, traceback and all,
+    to the end of the test, so the record is kept from it here.)"""
+    monkeypatch.setattr(logging.getLogger("tachograph"), "propagate", False)
+    observer = SealingObserver(policy=SealPolicy(every_events=3, every_seconds=3600))
+    store = _SealsFailOnce(tmp_path / "observed-once.db")
+    _observed_run(store, observer, "run")
+    assert len(observer.errors) == 1
+    ref = weakref.ref(store)
+    del store
+    assert _wait_until_freed(ref)
+
+
+def test_a_kept_error_keeps_no_frames_and_leaves_the_agents_exception_alone() -> None:
+    """A kept error drops its traceback and its causes' (a traceback keeps each frame it
+    passed through and the frames above them, with their variables); one raised while the
+    agent's own exception is handled (a ``with`` block's exit records the run's end) is
+    unlinked from it, and the agent's exception keeps its frames for its debugger."""
+    from tachograph.capture.seals import kept_error
+
+    def agent_code() -> None:
+        marker = "the agent's variable"
+        raise ValueError(marker)
+
+    def store_code() -> None:
+        held = "the store's variable"
+        try:
+            raise OSError(held)
+        except OSError as low:
+            raise RuntimeError("refused") from low
+
+    try:
+        agent_code()
+    except ValueError as exc:
+        agent_error = exc
+        try:
+            store_code()
+        except RuntimeError as inner:
+            kept = kept_error(inner)
+    assert str(kept) == "refused"
+    assert kept.__traceback__ is None
+    cause = kept.__cause__
+    assert isinstance(cause, OSError)
+    assert cause.__traceback__ is None
+    assert cause.__context__ is None  # was the agent's ValueError: unlinked
+    tb = agent_error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb is not None
+    assert tb.tb_frame.f_locals.get("marker") == "the agent's variable"

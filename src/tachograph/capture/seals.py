@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 
 from ..errors import RecordingError, SealingError
 from ..record.checkpoint import SigningKey
@@ -59,18 +60,43 @@ KEPT_ERRORS = 100
 
 
 def kept_error(error: BaseException) -> BaseException:
-    """``error``, with the local variables of the finished frames of its traceback (and of
-    its causes' and contexts') cleared, to be kept after it was caught: a kept error must not
-    keep the store, recorder or batch its frames held alive (a store dropped by the program
-    stays freed). The traceback still says where the error came from."""
+    """``error``, caught by the caller, made fit to be kept until it is reported: without its
+    traceback, nor those of its causes and contexts.
+
+    A kept traceback keeps every frame it passed through, and through each frame's caller
+    link the frames above it, with their variables once they return: the store, recorder and
+    batch of the call that failed, and the agent's own frames when the failure came from a
+    write on its thread. A store the program drops must stay freed, and an agent's variables
+    are not the recorder's to keep. The traceback is logged at debug level here (logger
+    ``tachograph``), for whoever needs it; the error keeps its type and message. An
+    exception a running frame was handling when this one was raised (the agent's own, as a
+    ``with`` block's exit records the run's end) is the agent's: it is unlinked from the
+    kept error, and left as it is.
+    """
+    _log.debug("tachograph: kept to report later: %r", error, exc_info=error)
+    running: set[int] = set()
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        running.add(id(frame))
+        frame = frame.f_back
     pending, seen = [error], set()
     while pending:
         current = pending.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
-        traceback.clear_frames(current.__traceback__)  # skips frames still running
-        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        current.__traceback__ = None
+        for linked, unlink in (
+            (current.__cause__, "__cause__"),
+            (current.__context__, "__context__"),
+        ):
+            if linked is None:
+                continue
+            tb = linked.__traceback__
+            if tb is not None and id(tb.tb_frame) in running:
+                setattr(current, unlink, None)  # handled by a running frame: the agent's
+            else:
+                pending.append(linked)
     return error
 
 

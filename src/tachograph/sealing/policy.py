@@ -204,9 +204,9 @@ class SealingObserver(Observer):
                 log = self.log_for(items[0][0].store, items[0][1].tenant)
                 log.seal([leaf for _, leaf in items])
             except Exception as exc:  # observability never breaks the host
+                _log.exception("tachograph: sealing failed")  # with its frames, before kept
                 self.errors.append(kept_error(exc))
                 del self.errors[:-KEPT_ERRORS]
-                _log.exception("tachograph: sealing failed")
         for _, _, done in batch:
             if done is not None:
                 done.set()
