@@ -307,8 +307,7 @@ class Writer:
             first = not queue
             if first:
                 self._queued_at = time.monotonic()
-                if self._pinned is None:
-                    self._pin()
+                self._pin()
             queue.append(event)
             held = self._queued_bytes
             # _event_size(event), without its frame

@@ -43,7 +43,16 @@ from ..record.rows import StoredRow
 from . import postgres_migrations as migrations
 from . import postgres_schema as schema
 from .audit import AuditEntry, AuditRecord, chain_audit
-from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found
+from .base import (
+    CheckpointRow,
+    Receipt,
+    RunInfo,
+    SealRow,
+    Store,
+    different_event,
+    not_found,
+    out_of_sequence,
+)
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -457,22 +466,9 @@ class PostgresStore(Store):
                         ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True
                     )
                     continue
-                raise DuplicateConflict(
-                    f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
-                    run_id=ev.run_id,
-                    seq=ev.seq,
-                    expected=have[1] if have else None,
-                    actual=ev.hash,
-                )
+                raise different_event(ev, have[1] if have else None)
             if ev.seq != count or ev.prev_hash != head_hash:
-                raise SequenceConflict(
-                    f"run {ev.run_id!r}: event expected at seq {count} after head "
-                    f"{head_hash}, got seq {ev.seq} after {ev.prev_hash}",
-                    run_id=ev.run_id,
-                    seq=ev.seq,
-                    expected={"seq": count, "prev_hash": head_hash},
-                    actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
-                )
+                raise out_of_sequence(ev, count, head_hash)
             heads[ev.run_id] = [count + 1, ev.hash]
             in_batch[(ev.run_id, ev.seq)] = ev
             fresh.append(ev)
@@ -866,33 +862,27 @@ class PostgresStore(Store):
     def read_audit(self, *, from_seq: int = 0) -> Iterator[AuditRecord]:
         """Stream the store audit in seq order, page by page: the records of the tenants this
         connection may see (all of them for ``tachograph_all_tenants`` and no ``?tenant=``)."""
-        seq = from_seq
-        while True:
-            rows = self._query(
-                None,
-                "SELECT seq, ts, tenant, actor, action, detail, prev_hash, hash "
-                "FROM tachograph.store_audit WHERE seq >= %s ORDER BY seq LIMIT %s",
-                (seq, _PAGE),
-            )
-            for r in rows:
-                yield AuditRecord(int(r[0]), r[1], r[2], r[3], r[4], orjson.loads(r[5]), r[6], r[7])
-            if len(rows) < _PAGE:
-                return
-            seq = int(rows[-1][0]) + 1
+        return self._audit_pages(None, "", (), from_seq)
 
     def audit_of(self, action: str, *, tenant: str | None = None) -> Iterator[AuditRecord]:
         """The store audit's records of one action (of one tenant), in seq order, page by
         page: filtered by the database. Read in ``tenant``'s scope when one is named (a
         tenant this store is not confined to is refused, as by every read), else in the
         store's (the tenants this connection may see)."""
-        where = "action = %s" + ("" if tenant is None else " AND tenant = %s")
-        args: tuple[str, ...] = (action,) if tenant is None else (action, tenant)
-        seq = 0
+        if tenant is None:
+            return self._audit_pages(None, "action = %s AND ", (action,), 0)
+        return self._audit_pages(tenant, "action = %s AND tenant = %s AND ", (action, tenant), 0)
+
+    def _audit_pages(
+        self, scope: str | None, where: str, args: tuple[str, ...], seq: int
+    ) -> Iterator[AuditRecord]:
+        """The store audit's records from ``seq`` on that also meet ``where`` (conditions
+        ending in ``AND``, with their ``args``), read in ``scope`` a page at a time."""
         while True:
             rows = self._query(
-                tenant,
+                scope,
                 "SELECT seq, ts, tenant, actor, action, detail, prev_hash, hash "
-                f"FROM tachograph.store_audit WHERE {where} AND seq >= %s ORDER BY seq LIMIT %s",
+                f"FROM tachograph.store_audit WHERE {where}seq >= %s ORDER BY seq LIMIT %s",
                 (*args, seq, _PAGE),
             )
             for r in rows:

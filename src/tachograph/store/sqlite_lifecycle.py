@@ -158,31 +158,23 @@ class SQLiteLifecycle:
 
     def read_audit(self, *, from_seq: int = 0) -> Iterator[AuditRecord]:
         """Stream the store audit in seq order, page by page."""
-        seq = from_seq
-        while True:
-            with self._lock:
-                rows = self._db.execute(
-                    "SELECT seq, ts, tenant, actor, action, detail, prev_hash, hash "
-                    "FROM store_audit WHERE seq >= ? ORDER BY seq LIMIT 1000",
-                    (seq,),
-                ).fetchall()
-            for r in rows:
-                yield AuditRecord(r[0], r[1], r[2], r[3], r[4], orjson.loads(r[5]), r[6], r[7])
-            if len(rows) < 1000:
-                return
-            seq = rows[-1][0] + 1
+        return self._audit_pages("", (), from_seq)
 
     def audit_of(self, action: str, *, tenant: str | None = None) -> Iterator[AuditRecord]:
         """The store audit's records of one action (of one tenant), in seq order, page by
         page: filtered by SQLite, not decoded record by record here."""
-        where = "action = ?" + ("" if tenant is None else " AND tenant = ?")
-        args: tuple[str, ...] = (action,) if tenant is None else (action, tenant)
-        seq = 0
+        if tenant is None:
+            return self._audit_pages("action = ? AND ", (action,), 0)
+        return self._audit_pages("action = ? AND tenant = ? AND ", (action, tenant), 0)
+
+    def _audit_pages(self, where: str, args: tuple[str, ...], seq: int) -> Iterator[AuditRecord]:
+        """The store audit's records from ``seq`` on that also meet ``where`` (conditions
+        ending in ``AND``, with their ``args``), a thousand to a statement."""
         while True:
             with self._lock:
                 rows = self._db.execute(
                     "SELECT seq, ts, tenant, actor, action, detail, prev_hash, hash "
-                    f"FROM store_audit WHERE {where} AND seq >= ? ORDER BY seq LIMIT 1000",
+                    f"FROM store_audit WHERE {where}seq >= ? ORDER BY seq LIMIT 1000",
                     (*args, seq),
                 ).fetchall()
             for r in rows:
