@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..errors import DuplicateConflict, RunNotFound, SequenceConflict, StoreError
+from ..errors import RunNotFound, StoreError
 from ..record.event import Event
 from ..record.rows import StoredRow
 from .audit import AuditEntry, AuditRecord
@@ -34,9 +34,7 @@ __all__ = [
     "SealRow",
     "Store",
     "StoredRow",
-    "different_event",
     "not_found",
-    "out_of_sequence",
     "row_event",
     "suggest",
 ]
@@ -471,29 +469,4 @@ def not_found(
     hint = f"; did you mean {', '.join(matches)}?" if matches else ""
     return RunNotFound(
         f"no run {run_id!r} in {where}{hint}", run_id=run_id, suggestions=matches, location=where
-    )
-
-
-def different_event(event: Event, stored_hash: str | None) -> DuplicateConflict:
-    """The refusal of ``event`` where its run already holds another event at its seq
-    (``stored_hash``: that event's hash, when known): the same words in every engine."""
-    return DuplicateConflict(
-        f"run {event.run_id!r} already has a different event at seq {event.seq}",
-        run_id=event.run_id,
-        seq=event.seq,
-        expected=stored_hash,
-        actual=event.hash,
-    )
-
-
-def out_of_sequence(event: Event, count: int, head_hash: str | None) -> SequenceConflict:
-    """The refusal of ``event`` where its run, of ``count`` events with head ``head_hash``,
-    expects the next seq after that head: the same words in every engine."""
-    return SequenceConflict(
-        f"run {event.run_id!r}: event expected at seq {count} after head "
-        f"{head_hash}, got seq {event.seq} after {event.prev_hash}",
-        run_id=event.run_id,
-        seq=event.seq,
-        expected={"seq": count, "prev_hash": head_hash},
-        actual={"seq": event.seq, "prev_hash": event.prev_hash},
     )

@@ -19,6 +19,7 @@ import orjson
 from ..errors import (
     AppendRefused,
     DuplicateConflict,
+    SequenceConflict,
     StoreError,
     StoreNotFound,
     StoreUnavailable,
@@ -26,16 +27,7 @@ from ..errors import (
 from ..record.event import Event, EventType
 from ..record.rows import StoredRow
 from .audit import AuditEntry, AuditRecord, chain_audit
-from .base import (
-    CheckpointRow,
-    Receipt,
-    RunInfo,
-    SealRow,
-    Store,
-    different_event,
-    not_found,
-    out_of_sequence,
-)
+from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found
 
 __all__ = ["MemoryStore"]
 
@@ -147,10 +139,23 @@ class MemoryStore(Store):
                             Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True)
                         )
                         continue
-                    raise different_event(ev, there.hash)
+                    raise DuplicateConflict(
+                        f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
+                        run_id=ev.run_id,
+                        seq=ev.seq,
+                        expected=there.hash,
+                        actual=ev.hash,
+                    )
                 head = (staged or stored)[-1].hash if count else None
                 if ev.seq != count or ev.prev_hash != head:
-                    raise out_of_sequence(ev, count, head)
+                    raise SequenceConflict(
+                        f"run {ev.run_id!r}: event expected at seq {count} after head "
+                        f"{head}, got seq {ev.seq} after {ev.prev_hash}",
+                        run_id=ev.run_id,
+                        seq=ev.seq,
+                        expected={"seq": count, "prev_hash": head},
+                        actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
+                    )
                 other = data.by_event_id.get(ev.event_id) or new_ids.get(ev.event_id)
                 if other is not None:
                     raise DuplicateConflict(

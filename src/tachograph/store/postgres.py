@@ -43,16 +43,7 @@ from ..record.rows import StoredRow
 from . import postgres_migrations as migrations
 from . import postgres_schema as schema
 from .audit import AuditEntry, AuditRecord, chain_audit
-from .base import (
-    CheckpointRow,
-    Receipt,
-    RunInfo,
-    SealRow,
-    Store,
-    different_event,
-    not_found,
-    out_of_sequence,
-)
+from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -466,9 +457,22 @@ class PostgresStore(Store):
                         ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True
                     )
                     continue
-                raise different_event(ev, have[1] if have else None)
+                raise DuplicateConflict(
+                    f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
+                    run_id=ev.run_id,
+                    seq=ev.seq,
+                    expected=have[1] if have else None,
+                    actual=ev.hash,
+                )
             if ev.seq != count or ev.prev_hash != head_hash:
-                raise out_of_sequence(ev, count, head_hash)
+                raise SequenceConflict(
+                    f"run {ev.run_id!r}: event expected at seq {count} after head "
+                    f"{head_hash}, got seq {ev.seq} after {ev.prev_hash}",
+                    run_id=ev.run_id,
+                    seq=ev.seq,
+                    expected={"seq": count, "prev_hash": head_hash},
+                    actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
+                )
             heads[ev.run_id] = [count + 1, ev.hash]
             in_batch[(ev.run_id, ev.seq)] = ev
             fresh.append(ev)

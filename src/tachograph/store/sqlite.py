@@ -28,13 +28,14 @@ from ..errors import (
     DuplicateConflict,
     FormatError,
     SchemaVersionError,
+    SequenceConflict,
     StoreError,
     StoreNotFound,
     StoreUnavailable,
 )
 from ..record.event import Event, EventType, stored_event
 from ..record.rows import StoredRow
-from .base import Receipt, RunInfo, SealRow, Store, different_event, not_found, out_of_sequence
+from .base import Receipt, RunInfo, SealRow, Store, not_found
 from .sqlite_lifecycle import DELETED_RUN_REFUSAL, LIFECYCLE_MIGRATION, SQLiteLifecycle
 from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
 
@@ -763,9 +764,22 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                             Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True)
                         )
                         continue
-                    raise different_event(ev, stored[1] if stored else None)
+                    raise DuplicateConflict(
+                        f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
+                        run_id=ev.run_id,
+                        seq=ev.seq,
+                        expected=stored[1] if stored else None,
+                        actual=ev.hash,
+                    )
                 if ev.seq != count or ev.prev_hash != head_hash:
-                    raise out_of_sequence(ev, count, head_hash)
+                    raise SequenceConflict(
+                        f"run {ev.run_id!r}: event expected at seq {count} after head "
+                        f"{head_hash}, got seq {ev.seq} after {ev.prev_hash}",
+                        run_id=ev.run_id,
+                        seq=ev.seq,
+                        expected={"seq": count, "prev_hash": head_hash},
+                        actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
+                    )
                 if next_id is None and len(events) > 1:
                     (largest,) = db.execute("SELECT max(id) FROM events").fetchone()
                     next_id = (largest or 0) + 1
