@@ -38,7 +38,9 @@ def _compile(source: Path, target: Path) -> str | None:
         return f"no C compiler {command[0]!r} on PATH"
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".tmp")
-    argv = [*command, "-fPIC", "-O2", "-I", include, str(source), "-o", str(partial)]
+    # -pthread: verify_start checks a page on a POSIX thread of its own
+    threads = ["-pthread"] if os.name == "posix" else []
+    argv = [*command, "-fPIC", "-O2", *threads, "-I", include, str(source), "-o", str(partial)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     except (OSError, subprocess.SubprocessError) as exc:

@@ -29,7 +29,9 @@
  * ``verify_row(row, prev, pos, run_id, tenant)``: the common case of verifying one stored row
  * (``verify.LineChecker._feed_plain``), all of it or nothing (see its section's comment);
  * ``verify_event`` the same over the slots of a loaded event (a run read for replay);
- * ``verify_many`` either, over a page of them in turn.
+ * ``verify_many`` either, over a page of them in turn; ``verify_start`` the same checks over a
+ * page on a thread of its own, without the GIL, while the interpreter reads the next page
+ * (see its section: the values are read into ``Field``s first, with the GIL held).
  *
  * ``contains_any(data, table)``: whether one of a set of words occurs in bytes (the secrets
  * pre-check of every recorded payload).
@@ -65,7 +67,9 @@
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <dlfcn.h>
+#include <pthread.h>
 #define HAVE_DLFCN 1
+#define HAVE_PTHREAD 1
 #endif
 
 #ifdef Py_T_OBJECT_EX
@@ -227,24 +231,103 @@ drop_dot_zero(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
 
 #define MAX_SAFE_INTEGER 9007199254740991LL
 
-/* The ASCII text of ``value`` and its length, or NULL when it is not an exact, ASCII str. */
-static const char *
-ascii_of(PyObject *value, Py_ssize_t *size)
+/* -- fields read once, checked without the GIL ---------------------------------------------
+ *
+ * The checks and the envelope below read what a value holds through a ``Field``: its kind and
+ * its ASCII text, UTF-8 text, bytes or integer, taken from the object by ``field_of`` while the
+ * GIL is held. What follows reads only the Field (and the bytes it points into, which the
+ * caller keeps alive), so that verify_start's thread can check a page of rows with the GIL
+ * released while the interpreter reads the next page.
+ */
+
+enum {
+    F_NONE = 0, /* None */
+    F_ASCII,    /* an exact str of ASCII characters only: s, n */
+    F_TEXT,     /* any other exact str: its UTF-8, s, n */
+    F_INT,      /* an exact int within a C long long: i */
+    F_BYTES,    /* exact bytes: s, n */
+    F_OTHER,    /* anything else, an int beyond a long long, a str with a lone surrogate */
+};
+
+typedef struct {
+    const char *s;
+    Py_ssize_t n;
+    long long i;
+    int kind;
+} Field;
+
+static const Field FIELD_ONE = {NULL, 0, 1, F_INT}; /* the envelope's v */
+
+/* What ``value`` holds, read with the GIL held (no error is left set). The text and bytes
+ * ``s`` points into are the object's own: valid while it is. */
+static void
+field_of(PyObject *value, Field *f)
 {
-    if (!PyUnicode_CheckExact(value)) {
-        return NULL;
+    f->s = NULL;
+    f->n = 0;
+    f->i = 0;
+    if (value == Py_None) {
+        f->kind = F_NONE;
+        return;
     }
+    if (PyUnicode_CheckExact(value)) {
 #if PY_VERSION_HEX < 0x030C0000
-    if (PyUnicode_READY(value) < 0) { /* a legacy string of the old C API */
-        PyErr_Clear();
-        return NULL;
-    }
+        if (PyUnicode_READY(value) < 0) { /* a legacy string of the old C API */
+            PyErr_Clear();
+            f->kind = F_OTHER;
+            return;
+        }
 #endif
-    if (!PyUnicode_IS_ASCII(value)) {
-        return NULL;
+        if (PyUnicode_IS_ASCII(value)) {
+            f->kind = F_ASCII;
+            f->s = (const char *)PyUnicode_1BYTE_DATA(value);
+            f->n = PyUnicode_GET_LENGTH(value);
+            return;
+        }
+        f->s = PyUnicode_AsUTF8AndSize(value, &f->n);
+        if (f->s == NULL) {
+            PyErr_Clear();
+            f->kind = F_OTHER;
+            return;
+        }
+        f->kind = F_TEXT;
+        return;
     }
-    *size = PyUnicode_GET_LENGTH(value);
-    return (const char *)PyUnicode_1BYTE_DATA(value);
+    if (PyLong_CheckExact(value)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            f->kind = F_OTHER;
+            return;
+        }
+        f->kind = F_INT;
+        f->i = v;
+        return;
+    }
+    if (PyBytes_CheckExact(value)) {
+        f->kind = F_BYTES;
+        f->s = PyBytes_AS_STRING(value);
+        f->n = PyBytes_GET_SIZE(value);
+        return;
+    }
+    f->kind = F_OTHER;
+}
+
+/* Whether two fields hold the same value (str == str, int == int, None is None) */
+static int
+field_equal(const Field *a, const Field *b)
+{
+    if (a->kind != b->kind || a->kind == F_OTHER) {
+        return 0;
+    }
+    if (a->kind == F_NONE) {
+        return 1;
+    }
+    if (a->kind == F_INT) {
+        return a->i == b->i;
+    }
+    return a->n == b->n && memcmp(a->s, b->s, (size_t)a->n) == 0;
 }
 
 static int
@@ -306,32 +389,29 @@ all_of(const char *s, Py_ssize_t n, unsigned char flag)
 
 /* [A-Za-z0-9._-]{1,max} (with ':' when ``colon``): tenant and run_id */
 static int
-id_ok(PyObject *value, Py_ssize_t max, int colon)
+id_ok(const Field *f, Py_ssize_t max, int colon)
 {
-    Py_ssize_t n;
-    const char *s = ascii_of(value, &n);
-    return s != NULL && n >= 1 && n <= max && all_of(s, n, colon ? CLASS_ID_COLON : CLASS_ID);
+    return f->kind == F_ASCII && f->n >= 1 && f->n <= max &&
+           all_of(f->s, f->n, colon ? CLASS_ID_COLON : CLASS_ID);
 }
 
 /* [0-9a-f]{n}, with ``prefix`` before it */
 static int
-hex_ok(PyObject *value, const char *prefix, Py_ssize_t n)
+hex_ok(const Field *f, const char *prefix, Py_ssize_t n)
 {
-    Py_ssize_t size;
-    const char *s = ascii_of(value, &size);
     Py_ssize_t p = (Py_ssize_t)strlen(prefix);
-    return s != NULL && size == p + n && memcmp(s, prefix, (size_t)p) == 0 &&
-           all_of(s + p, n, CLASS_HEX);
+    return f->kind == F_ASCII && f->n == p + n && memcmp(f->s, prefix, (size_t)p) == 0 &&
+           all_of(f->s + p, n, CLASS_HEX);
 }
 
 /* [0-9a-f]{n}, not all zeros: trace_id and span_id */
 static int
-w3c_ok(PyObject *value, Py_ssize_t n)
+w3c_ok(const Field *f, Py_ssize_t n)
 {
-    if (!hex_ok(value, "", n)) {
+    if (!hex_ok(f, "", n)) {
         return 0;
     }
-    const char *s = (const char *)PyUnicode_1BYTE_DATA(value);
+    const char *s = f->s;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (s[i] != '0') {
             return 1;
@@ -342,21 +422,19 @@ w3c_ok(PyObject *value, Py_ssize_t n)
 
 /* [0-9A-HJKMNP-TV-Z]{26} */
 static int
-ulid_ok(PyObject *value)
+ulid_ok(const Field *f)
 {
-    Py_ssize_t n;
-    const char *s = ascii_of(value, &n);
-    return s != NULL && n == 26 && all_of(s, n, CLASS_ULID);
+    return f->kind == F_ASCII && f->n == 26 && all_of(f->s, f->n, CLASS_ULID);
 }
 
 /* [0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z */
 static int
-ts_ok(PyObject *value)
+ts_ok(const Field *f)
 {
     static const char shape[] = "dddd-dd-ddTdd:dd:dd.ddddddZ";
-    Py_ssize_t n;
-    const char *s = ascii_of(value, &n);
-    if (s == NULL || n != (Py_ssize_t)(sizeof(shape) - 1)) {
+    Py_ssize_t n = f->n;
+    const char *s = f->s;
+    if (f->kind != F_ASCII || n != (Py_ssize_t)(sizeof(shape) - 1)) {
         return 0;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -369,11 +447,11 @@ ts_ok(PyObject *value)
 
 /* [a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+ | handoff | decision */
 static int
-type_ok(PyObject *value)
+type_ok(const Field *f)
 {
-    Py_ssize_t n;
-    const char *s = ascii_of(value, &n);
-    if (s == NULL) {
+    Py_ssize_t n = f->n;
+    const char *s = f->s;
+    if (f->kind != F_ASCII) {
         return 0;
     }
     if ((n == 7 && memcmp(s, "handoff", 7) == 0) || (n == 8 && memcmp(s, "decision", 8) == 0)) {
@@ -401,48 +479,47 @@ type_ok(PyObject *value)
 }
 
 static int
-optional_ascii_ok(PyObject *value)
+optional_ascii_ok(const Field *f)
 {
-    Py_ssize_t n;
-    return value == Py_None || ascii_of(value, &n) != NULL;
+    return f->kind == F_NONE || f->kind == F_ASCII;
 }
 
 /* An exact int within ±(2^53 - 1) (and at least ``low``). */
 static int
-safe_int_ok(PyObject *value, long long low)
+safe_int_ok(const Field *f, long long low)
 {
-    if (!PyLong_CheckExact(value)) {
-        return 0;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return 0;
-    }
-    return v >= low && v <= MAX_SAFE_INTEGER;
+    return f->kind == F_INT && f->i >= low && f->i <= MAX_SAFE_INTEGER;
 }
 
-/* Whether the 17 fields of a stored row certainly pass check 1 (no error is left set). */
+/* Whether the 17 fields of a stored row (read by field_of) certainly pass check 1 */
 static int
-row_plain_ok(PyObject *const *f)
+row_plain_ok(const Field *f)
 {
-    PyObject *tenant = f[0], *run_id = f[1], *seq = f[2], *event_id = f[3], *ts = f[4];
-    PyObject *kind = f[5], *actor = f[6], *trace = f[7], *span = f[8], *key = f[9];
-    PyObject *model = f[10], *seed = f[11], *digest = f[12], *prev = f[13], *stored = f[14];
-    PyObject *body = f[15], *salt = f[16];
-    Py_ssize_t actor_size;
+    const Field *tenant = &f[0], *run_id = &f[1], *seq = &f[2], *event_id = &f[3];
+    const Field *ts = &f[4], *kind = &f[5], *actor = &f[6], *trace = &f[7], *span = &f[8];
+    const Field *key = &f[9], *model = &f[10], *seed = &f[11], *digest = &f[12];
+    const Field *prev = &f[13], *stored = &f[14], *body = &f[15], *salt = &f[16];
     int ok = id_ok(tenant, 64, 0) && id_ok(run_id, 128, 1) && ulid_ok(event_id) &&
              ts_ok(ts) && type_ok(kind) && hex_ok(digest, "sha256:", 64) &&
              hex_ok(stored, "sha256:", 64) &&
-             (prev == Py_None || hex_ok(prev, "sha256:", 64)) &&
-             (salt == Py_None || hex_ok(salt, "", 32)) && safe_int_ok(seq, 0) &&
-             ascii_of(actor, &actor_size) != NULL && actor_size >= 1 && actor_size <= 128 &&
-             (trace == Py_None || w3c_ok(trace, 32)) && (span == Py_None || w3c_ok(span, 16)) &&
-             optional_ascii_ok(key) && optional_ascii_ok(model) &&
-             (seed == Py_None || safe_int_ok(seed, -MAX_SAFE_INTEGER)) &&
-             (body == Py_None || PyBytes_CheckExact(body));
+             (prev->kind == F_NONE || hex_ok(prev, "sha256:", 64)) &&
+             (salt->kind == F_NONE || hex_ok(salt, "", 32)) && safe_int_ok(seq, 0) &&
+             actor->kind == F_ASCII && actor->n >= 1 && actor->n <= 128 &&
+             (trace->kind == F_NONE || w3c_ok(trace, 32)) &&
+             (span->kind == F_NONE || w3c_ok(span, 16)) && optional_ascii_ok(key) &&
+             optional_ascii_ok(model) &&
+             (seed->kind == F_NONE || safe_int_ok(seed, -MAX_SAFE_INTEGER)) &&
+             (body->kind == F_NONE || body->kind == F_BYTES);
     return ok;
+}
+
+/* The 17 fields of a stored row from its 17 values, read with the GIL held */
+static void
+row_fields(PyObject *const *values, Field *f)
+{
+    for (int i = 0; i < 17; i++) {
+        field_of(values[i], &f[i]);
+    }
 }
 
 static PyObject *
@@ -452,7 +529,9 @@ row_plain(PyObject *Py_UNUSED(module), PyObject *row)
         PyErr_SetString(PyExc_TypeError, "row_plain(row): a tuple of the 17 StoredRow fields");
         return NULL;
     }
-    return PyBool_FromLong(row_plain_ok(&PyTuple_GET_ITEM(row, 0)));
+    Field f[17];
+    row_fields(&PyTuple_GET_ITEM(row, 0), f);
+    return PyBool_FromLong(row_plain_ok(f));
 }
 
 
@@ -475,14 +554,13 @@ buffer_reserve(Buffer *b, Py_ssize_t more)
     while (capacity < b->size + more) {
         capacity *= 2;
     }
-    char *data = PyMem_Malloc((size_t)capacity);
+    char *data = PyMem_RawMalloc((size_t)capacity); /* no GIL needed: see Field */
     if (data == NULL) {
-        PyErr_NoMemory();
-        return -1;
+        return -1; /* out of memory: the caller with the GIL says so (PyErr_NoMemory) */
     }
     memcpy(data, b->data, (size_t)b->size);
     if (b->data != b->small) {
-        PyMem_Free(b->data);
+        PyMem_RawFree(b->data);
     }
     b->data = data;
     b->capacity = capacity;
@@ -501,17 +579,11 @@ buffer_put(Buffer *b, const char *text, Py_ssize_t n)
 }
 
 /* A JSON string as orjson (and JCS) writes it: '"' and '\' escaped, \b \t \n \f \r, the other
- * control characters as \u00xx (lower-case hex), everything else as its UTF-8 bytes. 1 when
- * written, 0 when the value is not handled here (a lone surrogate), -1 on error. */
+ * control characters as \u00xx (lower-case hex), everything else as its UTF-8 bytes (the
+ * ``n`` bytes at ``s``). 1 when written, -1 out of memory. */
 static int
-put_string(Buffer *b, PyObject *value)
+put_string(Buffer *b, const char *s, Py_ssize_t n)
 {
-    Py_ssize_t n;
-    const char *s = PyUnicode_AsUTF8AndSize(value, &n);
-    if (s == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
     if (buffer_reserve(b, 6 * n + 2) < 0) {
         return -1;
     }
@@ -562,23 +634,19 @@ put_string(Buffer *b, PyObject *value)
     return 1;
 }
 
-/* One value of the envelope: 1 written, 0 not handled here, -1 error. */
+/* One value of the envelope: 1 written, 0 not handled here (a str with a lone surrogate, an
+ * int beyond 2^53 - 1, another type), -1 out of memory. */
 static int
-put_value(Buffer *b, PyObject *value)
+put_value(Buffer *b, const Field *value)
 {
-    if (value == Py_None) {
+    if (value->kind == F_NONE) {
         return buffer_put(b, "null", 4) < 0 ? -1 : 1;
     }
-    if (PyUnicode_CheckExact(value)) {
-        return put_string(b, value);
+    if (value->kind == F_ASCII || value->kind == F_TEXT) {
+        return put_string(b, value->s, value->n);
     }
-    if (PyLong_CheckExact(value)) {
-        int overflow = 0;
-        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
-            PyErr_Clear();
-            return 0;
-        }
+    if (value->kind == F_INT) {
+        long long v = value->i;
         if (v > MAX_SAFE_INTEGER || v < -MAX_SAFE_INTEGER) {
             return 0; /* orjson's OPT_STRICT_INTEGER refuses it: let it say so */
         }
@@ -623,16 +691,16 @@ static const struct {
 };
 
 /* The envelope of the 15 fields ``args`` (SPEC order) into ``b``: 1 written, 0 a value not
- * handled here, -1 error. */
+ * handled here, -1 out of memory (no error set: no GIL is needed). */
 static int
-envelope_into(Buffer *b, PyObject *const *args)
+envelope_into(Buffer *b, const Field *args)
 {
     for (int i = 0; i < 15; i++) {
         const char *key = ENVELOPE_ORDER[i].key;
         if (buffer_put(b, key, ENVELOPE_ORDER[i].length) < 0) {
             return -1;
         }
-        int written = put_value(b, args[ENVELOPE_ORDER[i].arg]);
+        int written = put_value(b, &args[ENVELOPE_ORDER[i].arg]);
         if (written <= 0) {
             return written;
         }
@@ -640,25 +708,39 @@ envelope_into(Buffer *b, PyObject *const *args)
     return buffer_put(b, "}", 1) < 0 ? -1 : 1;
 }
 
+/* The 15 envelope fields of the values ``args`` (SPEC order), read with the GIL held */
+static void
+envelope_fields(PyObject *const *args, Field *f)
+{
+    for (int i = 0; i < 15; i++) {
+        field_of(args[i], &f[i]);
+    }
+}
+
 /* The envelope's bytes of the 15 fields ``args``: a new bytes object, None (a new reference)
  * for a value not handled here, or NULL on error. */
 static PyObject *
 envelope_object(PyObject *const *args)
 {
+    Field fields[15];
+    envelope_fields(args, fields);
     Buffer b;
     b.data = b.small;
     b.size = 0;
     b.capacity = (Py_ssize_t)sizeof b.small;
     PyObject *result = NULL;
-    int written = envelope_into(&b, args);
+    int written = envelope_into(&b, fields);
     if (written > 0) {
         result = PyBytes_FromStringAndSize(b.data, b.size);
     }
     else if (written == 0) {
         result = Py_NewRef(Py_None);
     }
+    else {
+        PyErr_NoMemory();
+    }
     if (b.data != b.small) {
-        PyMem_Free(b.data);
+        PyMem_RawFree(b.data);
     }
     return result;
 }
@@ -772,6 +854,8 @@ typedef struct {
     JcsBuffer out;  /* the JCS bytes */
     JcsBuffer keys; /* the decoded keys of the objects open now, for sorting */
     int nest;
+    int gil; /* whether the GIL is held: without it, a number that needs Python's float
+                conversions is left to the Python path (JCS_BAIL) */
 } Jcs;
 
 typedef struct {
@@ -786,10 +870,9 @@ jcs_grow(JcsBuffer *b, Py_ssize_t more)
         return JCS_OK;
     }
     Py_ssize_t cap = b->cap * 2 > need ? b->cap * 2 : need + 64;
-    char *grown = PyMem_Realloc(b->buf, (size_t)cap);
+    char *grown = PyMem_RawRealloc(b->buf, (size_t)cap);
     if (grown == NULL) {
-        PyErr_NoMemory();
-        return JCS_ERROR;
+        return JCS_ERROR; /* out of memory, no error set (see jcs_into) */
     }
     b->buf = grown;
     b->cap = cap;
@@ -1227,6 +1310,9 @@ jcs_number(Jcs *s)
             return put_es6_digits(&s->out, digits, k, point, *start == '-');
         }
     }
+    if (!s->gil) {
+        return JCS_BAIL; /* Python's conversions need the GIL: the caller's GIL path decides */
+    }
     char text[48];
     memcpy(text, start, (size_t)len);
     text[len] = '\0';
@@ -1258,7 +1344,13 @@ jcs_literal(Jcs *s, const char *word, Py_ssize_t n)
     return jcs_put(&s->out, word, n);
 }
 
-static const char *member_keys; /* the keys buffer while members are sorted (the GIL is held) */
+/* the keys buffer while members are sorted: one per thread (verify_start's checks run without
+   the GIL) */
+#if defined(_MSC_VER)
+static __declspec(thread) const char *member_keys;
+#else
+static _Thread_local const char *member_keys;
+#endif
 
 static int
 member_order(const void *a, const void *b)
@@ -1297,15 +1389,14 @@ jcs_object(Jcs *s)
             goto done;
         }
         if (count == cap) {
-            Member *grown = PyMem_Malloc((size_t)(cap * 2) * sizeof(Member));
+            Member *grown = PyMem_RawMalloc((size_t)(cap * 2) * sizeof(Member));
             if (grown == NULL) {
-                PyErr_NoMemory();
                 rc = JCS_ERROR;
                 goto done;
             }
             memcpy(grown, members, (size_t)count * sizeof(Member));
             if (members != stack) {
-                PyMem_Free(members);
+                PyMem_RawFree(members);
             }
             members = grown;
             cap *= 2;
@@ -1382,9 +1473,8 @@ jcs_object(Jcs *s)
             }
         }
         Py_ssize_t size = s->out.len - body;
-        copy = PyMem_Malloc((size_t)size);
+        copy = PyMem_RawMalloc((size_t)size);
         if (copy == NULL) {
-            PyErr_NoMemory();
             rc = JCS_ERROR;
             goto done;
         }
@@ -1402,9 +1492,9 @@ jcs_object(Jcs *s)
 done:
     s->keys.len = keys_start;
     if (members != stack) {
-        PyMem_Free(members);
+        PyMem_RawFree(members);
     }
-    PyMem_Free(copy);
+    PyMem_RawFree(copy);
     return rc;
 }
 
@@ -1474,36 +1564,37 @@ jcs_value(Jcs *s)
     }
 }
 
-/* The JCS form of size bytes at data, after ``prefix`` bytes of ``head``, as a new bytes
- * object; None where jcs() steps aside; NULL on error. */
 /* The JCS form of ``size`` bytes at ``data`` into ``out`` (which the caller frees with
- * PyMem_Free, whatever the answer): JCS_OK, JCS_BAIL where jcs() steps aside, or an error
- * with an exception set. */
+ * PyMem_RawFree, whatever the answer): JCS_OK, JCS_BAIL where jcs() steps aside, or
+ * JCS_ERROR. With ``gil`` the GIL is held, and an error is set (out of memory, or Python's
+ * float conversion's own). Without, JCS_ERROR is out of memory, nothing is set, and a number
+ * that needs Python's float conversions is JCS_BAIL. */
 static int
-jcs_into(const unsigned char *data, Py_ssize_t size, JcsBuffer *out)
+jcs_into(const unsigned char *data, Py_ssize_t size, JcsBuffer *out, int gil)
 {
     Jcs s;
     s.p = data;
     s.end = data + size;
     s.nest = 0;
+    s.gil = gil;
     s.out.len = 0;
     s.out.cap = size + 64;
-    s.out.buf = PyMem_Malloc((size_t)s.out.cap);
+    s.out.buf = PyMem_RawMalloc((size_t)s.out.cap);
     s.keys.len = 0;
     s.keys.cap = 256;
-    s.keys.buf = PyMem_Malloc((size_t)s.keys.cap);
+    s.keys.buf = PyMem_RawMalloc((size_t)s.keys.cap);
     int rc = JCS_ERROR;
-    if (s.out.buf == NULL || s.keys.buf == NULL) {
-        PyErr_NoMemory();
-    }
-    else {
+    if (s.out.buf != NULL && s.keys.buf != NULL) {
         rc = jcs_value(&s);
         if (rc == JCS_OK) {
             jcs_space(&s);
             rc = s.p == s.end ? JCS_OK : JCS_BAIL;
         }
     }
-    PyMem_Free(s.keys.buf);
+    PyMem_RawFree(s.keys.buf);
+    if (rc == JCS_ERROR && gil && !PyErr_Occurred()) {
+        PyErr_NoMemory();
+    }
     *out = s.out;
     return rc;
 }
@@ -1514,7 +1605,7 @@ static PyObject *
 jcs_bytes(const unsigned char *data, Py_ssize_t size)
 {
     JcsBuffer out;
-    int rc = jcs_into(data, size, &out);
+    int rc = jcs_into(data, size, &out, 1);
     PyObject *result = NULL;
     if (rc == JCS_OK) {
         result = PyBytes_FromStringAndSize(out.buf, out.len);
@@ -1522,7 +1613,7 @@ jcs_bytes(const unsigned char *data, Py_ssize_t size)
     else if (rc == JCS_BAIL) {
         result = Py_NewRef(Py_None);
     }
-    PyMem_Free(out.buf);
+    PyMem_RawFree(out.buf);
     return result;
 }
 
@@ -1738,19 +1829,6 @@ hex_into(char *w, const unsigned char *d, int n)
     }
 }
 
-/* 1 when "sha256:" + the digest ``d`` in lowercase hex is the 71 ASCII characters of ``want``
- * (which row_plain_ok has checked to be such a string), 0 when not, -1 on error. */
-static int
-digest_is(const unsigned char d[32], PyObject *want)
-{
-    if (!PyUnicode_IS_COMPACT_ASCII(want) || PyUnicode_GET_LENGTH(want) != 71) {
-        return 0;
-    }
-    char hex[64];
-    hex_into(hex, d, 32);
-    return memcmp(hex, PyUnicode_1BYTE_DATA(want) + 7, 64) == 0;
-}
-
 /* SHA-256 of ``head_size`` bytes at ``head`` then ``size`` bytes at ``data`` (buffers the
  * caller owns: no bytes object is made for them where OpenSSL is bound) into ``out``: 0, or
  * -1 with an exception set. */
@@ -1779,22 +1857,27 @@ sha256_parts(const char *head, Py_ssize_t head_size, const char *data, Py_ssize_
     return rc;
 }
 
-/* SHA-256 of the envelope of the 15 fields ``args`` (SPEC order) into ``d``, hashed in the
+/* SHA-256 of the envelope of the 15 values ``args`` (SPEC order) into ``d``, hashed in the
  * buffer it is written into (no bytes object): 1, or 0 for a value not handled here (the
- * Python path decides), or -1 with an exception set. */
+ * Python path decides), or -1 with an exception set. The GIL is held. */
 static int
 envelope_digest(PyObject *const *args, unsigned char d[32])
 {
+    Field fields[15];
+    envelope_fields(args, fields);
     Buffer b;
     b.data = b.small;
     b.size = 0;
     b.capacity = (Py_ssize_t)sizeof b.small;
-    int written = envelope_into(&b, args);
-    if (written > 0 && sha256_parts("", 0, b.data, b.size, d) < 0) {
+    int written = envelope_into(&b, fields);
+    if (written < 0) {
+        PyErr_NoMemory();
+    }
+    else if (written > 0 && sha256_parts("", 0, b.data, b.size, d) < 0) {
         written = -1;
     }
     if (b.data != b.small) {
-        PyMem_Free(b.data);
+        PyMem_RawFree(b.data);
     }
     return written;
 }
@@ -1900,63 +1983,145 @@ hex_value(char c)
     return c <= '9' ? c - '0' : c - 'a' + 10;
 }
 
-/* verify_row's checks over the 17 fields of a stored row, in StoredRow's order */
-static PyObject *
-verify_fields(PyObject *const *f, PyObject *prev, Py_ssize_t pos, PyObject *run_id,
-              PyObject *tenant)
+/* -- the checks of one row, with or without the GIL --------------------------------------- */
+
+#define V_PASS 1
+#define V_BAIL 0      /* not vouched for: the Python path checks it again */
+#define V_ERROR (-1)  /* an error is set (only with the GIL) */
+#define V_NOMEM (-2)  /* out of memory, nothing set */
+#define V_SHAFAIL (-3) /* OpenSSL's SHA-256 failed, nothing set */
+
+/* 1 when "sha256:" + the digest ``d`` in lowercase hex is the text of ``want`` (a field
+ * row_plain_ok has checked to be such a string), else 0 */
+static int
+digest_is_field(const unsigned char d[32], const Field *want)
 {
-    PyObject *seq = f[2], *digest = f[12], *prev_hash = f[13], *stored = f[14];
-    PyObject *body = f[15], *salt = f[16];
-    if (!row_plain_ok(f) || body == Py_None || salt == Py_None) {
-        Py_RETURN_NONE;
+    if (want->kind != F_ASCII || want->n != 71) {
+        return 0;
     }
-    if (PyLong_AsSsize_t(seq) != pos || (pos == 0 && prev_hash != Py_None)) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    int same = PyObject_RichCompareBool(prev_hash, prev, Py_EQ);
-    if (same > 0) {
-        same = PyObject_RichCompareBool(f[1], run_id, Py_EQ);
-    }
-    if (same > 0) {
-        same = PyObject_RichCompareBool(f[0], tenant, Py_EQ);
-    }
-    if (same <= 0) {
-        if (same < 0) {
-            return NULL;
+    char hex[64];
+    hex_into(hex, d, 32);
+    return memcmp(hex, want->s + 7, 64) == 0;
+}
+
+/* SHA-256 of ``hn`` bytes at ``head`` then ``n`` at ``data`` into ``out``: 0, or V_SHAFAIL, or
+ * (with ``gil``, where ``api`` is not bound and hashlib's serves) V_ERROR with an error set.
+ * Without the GIL ``api`` must be bound. */
+static int
+core_sha256(const Sha256Api *api, const char *head, Py_ssize_t hn, const char *data,
+            Py_ssize_t n, unsigned char out[32], int gil)
+{
+    if (api->init != NULL) {
+        uint64_t ctx[32];
+        int ok = api->init(ctx) == 1 && api->update(ctx, head, (size_t)hn) == 1;
+        if (ok && gil) {
+            ok = sha256_finish(api, ctx, (const unsigned char *)data, (size_t)n, out);
         }
-        Py_RETURN_NONE;
+        else if (ok) {
+            ok = api->update(ctx, data, (size_t)n) == 1 && api->final(out, ctx) == 1;
+        }
+        return ok ? 0 : V_SHAFAIL;
+    }
+    if (!gil) {
+        return V_SHAFAIL;
+    }
+    return sha256_parts(head, hn, data, n, out) < 0 ? V_ERROR : 0;
+}
+
+/* verify_row's checks over the 17 fields of a stored row (StoredRow's order), read by
+ * field_of: V_PASS when every check of ``_feed_plain``'s common case passes (see verify_row),
+ * V_BAIL when the Python path must decide, or an error (V_ERROR only with ``gil``). Reads
+ * nothing but the fields and the bytes they point into, so that it runs without the GIL when
+ * ``gil`` is 0 (``api`` then bound). */
+static int
+verify_core(const Field *f, const Field *prev, Py_ssize_t pos, const Field *run_id,
+            const Field *tenant, const Sha256Api *api, int gil)
+{
+    const Field *seq = &f[2], *digest = &f[12], *prev_hash = &f[13], *stored = &f[14];
+    const Field *body = &f[15], *salt = &f[16];
+    if (!row_plain_ok(f) || body->kind == F_NONE || salt->kind == F_NONE) {
+        return V_BAIL;
+    }
+    if (seq->i != (long long)pos || (pos == 0 && prev_hash->kind != F_NONE)) {
+        return V_BAIL;
+    }
+    if (!field_equal(prev_hash, prev) || !field_equal(&f[1], run_id) ||
+        !field_equal(&f[0], tenant)) {
+        return V_BAIL;
     }
     /* the envelope: v = 1, then the row's first 14 fields */
-    PyObject *fields[15] = {one_object};
-    for (int i = 0; i < 14; i++) {
-        fields[i + 1] = f[i];
-    }
+    Field fields[15];
+    fields[0] = FIELD_ONE;
+    memcpy(&fields[1], f, 14 * sizeof(Field));
     unsigned char d[32];
-    int hashed = envelope_digest(fields, d);
-    if (hashed <= 0) {
-        /* an error, or a value not handled here (None: the Python path decides) */
-        return hashed == 0 ? Py_NewRef(Py_None) : NULL;
+    Buffer b;
+    b.data = b.small;
+    b.size = 0;
+    b.capacity = (Py_ssize_t)sizeof b.small;
+    int written = envelope_into(&b, fields);
+    int rc = written > 0 ? core_sha256(api, "", 0, b.data, b.size, d, gil)
+                         : (written == 0 ? V_BAIL : V_NOMEM);
+    if (b.data != b.small) {
+        PyMem_RawFree(b.data);
     }
-    if (!digest_is(d, stored)) {
-        Py_RETURN_NONE;
+    if (rc != 0) {
+        return rc; /* not handled here (the Python path decides), or an error */
+    }
+    if (!digest_is_field(d, stored)) {
+        return V_BAIL;
     }
     /* the payload: SHA-256 of the salt's 16 bytes, then the JCS form of the stored bytes */
-    const char *hex = (const char *)PyUnicode_1BYTE_DATA(salt);
     char raw[16];
     for (int i = 0; i < 16; i++) {
-        raw[i] = (char)(hex_value(hex[2 * i]) << 4 | hex_value(hex[2 * i + 1]));
+        raw[i] = (char)(hex_value(salt->s[2 * i]) << 4 | hex_value(salt->s[2 * i + 1]));
     }
     JcsBuffer form;
-    int rc = jcs_into((const unsigned char *)PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body),
-                      &form);
-    int ok = rc == JCS_OK ? sha256_parts(raw, 16, form.buf, form.len, d) : -1;
-    PyMem_Free(form.buf);
-    if (rc != JCS_OK || ok < 0) {
-        /* an error, or None where jcs() steps aside: the Python path decides */
-        return rc == JCS_BAIL ? Py_NewRef(Py_None) : NULL;
+    int formed = jcs_into((const unsigned char *)body->s, body->n, &form, gil);
+    if (formed == JCS_OK) {
+        rc = core_sha256(api, raw, 16, form.buf, form.len, d, gil);
     }
-    return Py_NewRef(digest_is(d, digest) ? stored : Py_None);
+    else {
+        /* None where jcs() steps aside (the Python path decides), or an error */
+        rc = formed == JCS_BAIL ? V_BAIL : (gil ? V_ERROR : V_NOMEM);
+    }
+    PyMem_RawFree(form.buf);
+    if (rc != 0) {
+        return rc;
+    }
+    return digest_is_field(d, digest) ? V_PASS : V_BAIL;
+}
+
+/* verify_row's answer from verify_core's (the GIL held): the stored hash, None, or NULL */
+static PyObject *
+core_answer(int rc, PyObject *stored)
+{
+    switch (rc) {
+    case V_PASS:
+        return Py_NewRef(stored);
+    case V_BAIL:
+        Py_RETURN_NONE;
+    case V_NOMEM:
+        return PyErr_NoMemory();
+    case V_SHAFAIL:
+        PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
+        return NULL;
+    default:
+        return NULL; /* V_ERROR: set */
+    }
+}
+
+/* verify_row's checks over the 17 values of a stored row, in StoredRow's order */
+static PyObject *
+verify_fields(PyObject *const *values, PyObject *prev, Py_ssize_t pos, PyObject *run_id,
+              PyObject *tenant)
+{
+    Field f[17], p, r, t;
+    row_fields(values, f);
+    field_of(prev, &p);
+    field_of(run_id, &r);
+    field_of(tenant, &t);
+    Sha256Api api = sha256_api; /* a copy: bind_sha256 may run while the GIL is released */
+    return core_answer(verify_core(f, &p, pos, &r, &t, &api, 1), values[14]);
 }
 
 static PyObject *
@@ -1978,20 +2143,17 @@ verify_row(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     return verify_fields(&PyTuple_GET_ITEM(args[0], 0), args[1], pos, args[3], args[4]);
 }
 
-/* ``verify_event(event, prev, pos, run_id, tenant)``: ``verify_row`` of an instance of the
- * bound event class (bind_event), read from its slots, so that a loaded run is checked without
- * a row tuple built per event. None (the Python path decides) unless ``v`` is the int 1 and
- * the stored payload bytes are there. */
-/* verify_row's checks over the slots of an event of the bound class (its caller holds it) */
-static PyObject *
-verify_event_at(PyObject *event, PyObject *prev, Py_ssize_t pos, PyObject *run_id,
-                PyObject *tenant)
+/* The 17 values of a stored row from the slots of an event of the bound class (borrowed from
+ * it): 1, or 0 when the Python path must decide (an unset slot, ``v`` other than the int 1,
+ * no stored payload bytes: erased, or built in memory). */
+static int
+event_values(PyObject *event, PyObject **values)
 {
     PyObject *slots[EVENT_FIELDS];
     for (int i = 0; i < EVENT_FIELDS; i++) {
         slots[i] = *(PyObject **)((char *)event + event_offsets[i]);
         if (slots[i] == NULL) {
-            Py_RETURN_NONE; /* an unset slot: the Python path raises what it raises */
+            return 0; /* an unset slot: the Python path raises what it raises */
         }
     }
     /* v, then tenant .. hash (the row's first 15 fields), payload, salt, payload_bytes */
@@ -1999,18 +2161,29 @@ verify_event_at(PyObject *event, PyObject *prev, Py_ssize_t pos, PyObject *run_i
     if (!PyLong_CheckExact(slots[0]) || PyLong_AsLongAndOverflow(slots[0], &overflow) != 1 ||
         overflow != 0) {
         PyErr_Clear();
+        return 0;
+    }
+    for (int i = 0; i < 15; i++) {
+        values[i] = slots[i + 1];
+    }
+    values[15] = slots[18]; /* the stored bytes */
+    values[16] = slots[17]; /* the salt */
+    return values[15] != Py_None;
+}
+
+/* ``verify_event(event, prev, pos, run_id, tenant)``: ``verify_row`` of an instance of the
+ * bound event class (bind_event), read from its slots, so that a loaded run is checked without
+ * a row tuple built per event. None (the Python path decides) unless ``v`` is the int 1 and
+ * the stored payload bytes are there. */
+static PyObject *
+verify_event_at(PyObject *event, PyObject *prev, Py_ssize_t pos, PyObject *run_id,
+                PyObject *tenant)
+{
+    PyObject *values[17];
+    if (!event_values(event, values)) {
         Py_RETURN_NONE;
     }
-    PyObject *fields[17];
-    for (int i = 0; i < 15; i++) {
-        fields[i] = slots[i + 1];
-    }
-    fields[15] = slots[18]; /* the stored bytes */
-    fields[16] = slots[17]; /* the salt */
-    if (fields[15] == Py_None) {
-        Py_RETURN_NONE; /* erased, or built in memory: the Python path */
-    }
-    return verify_fields(fields, prev, pos, run_id, tenant);
+    return verify_fields(values, prev, pos, run_id, tenant);
 }
 
 static PyObject *
@@ -2093,6 +2266,320 @@ verify_many(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
         count++;
     }
     return Py_BuildValue("(nN)", count, prev);
+}
+
+/* -- a page checked on a thread of its own (verify_start) --------------------------------------
+ *
+ * ``verify_start(items, start, prev, pos, run_id, tenant)`` takes the items of ``items`` (a
+ * list) that ``verify_many`` would check, from ``start`` up to the first it could not read
+ * (not a 17-field row or an event of the bound class, or an event without its stored bytes),
+ * reads their fields with the GIL held, holds a reference to every value the fields point
+ * into, and starts a thread that runs verify_many's checks over them without the GIL: the
+ * interpreter goes on (reading the next page) meanwhile. ``job.wait()`` waits for it, with the
+ * GIL released, and gives verify_many's answer for those items: ``(count, last)``. It never
+ * vouches for more than verify_many would: whatever it stops at (an item to decide in
+ * Python, a number that needs Python's float conversions, out of memory) is the caller's to
+ * check on the Python path, from ``start + count``; ``job.taken`` is how many items it read.
+ * None where no thread can be started here (no OpenSSL SHA-256 bound, no POSIX threads, or
+ * nothing to read): the caller then calls verify_many.
+ */
+
+/* the thread and wait() share ``next`` and ``stop`` while both run */
+#if defined(__GNUC__) || defined(__clang__)
+#define LOAD_SHARED(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define STORE_SHARED(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+#else
+#define LOAD_SHARED(x) (x)
+#define STORE_SHARED(x, v) ((x) = (v))
+#undef HAVE_PTHREAD /* no threads where the two cannot be shared safely */
+#endif
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t taken;  /* items read */
+    Py_ssize_t capacity; /* items the two arrays below have room for */
+    Field *fields;     /* 17 per item */
+    PyObject **held;   /* the 17 values of each item, a reference each */
+    PyObject *prev;    /* the hash before the first item, held */
+    Field prev_field, run_id_field, tenant_field;
+    PyObject *run_id, *tenant;
+    Py_ssize_t pos;
+    Sha256Api api;
+    Py_ssize_t count; /* how many passed (once done) */
+    Py_ssize_t next;  /* the item the thread checks now (read by wait() as it goes) */
+    Py_ssize_t stop;  /* the thread checks items up to here (lowered by wait(), see there) */
+#ifdef HAVE_PTHREAD
+    pthread_t thread;
+#endif
+    int started; /* a thread runs it */
+    int done;
+} VerifyJobObject;
+
+static PyTypeObject *verify_job_type = NULL;
+
+/* The arrays of the last job freed, kept for the next (with the GIL held, both): a page's
+ * arrays are large enough that the allocator maps fresh pages for each, and touching them
+ * cost a replay as much as reading the fields. */
+#define SPARE_MOST 2048 /* items kept at most (680 bytes an item on 64 bits: 1.4 MB) */
+static Field *spare_fields = NULL;
+static PyObject **spare_held = NULL;
+static Py_ssize_t spare_items = 0;
+
+/* Items ``from`` up to ``stop`` (or the first that does not pass) checked, each linked to the
+ * stored hash of the one before (``prev`` for the first): the index of the first not passed,
+ * or ``stop``. With ``progress``, the index reached so far is published to ``job->next``. */
+static Py_ssize_t
+verify_job_span(VerifyJobObject *job, Py_ssize_t from, const Field *prev, int progress)
+{
+    /* no Python object is touched here: only the fields and the bytes they point into */
+    Field link = *prev;
+    Py_ssize_t i = from;
+    for (; i < LOAD_SHARED(job->stop); i++) {
+        const Field *f = job->fields + 17 * i;
+        if (verify_core(f, &link, job->pos + i, &job->run_id_field, &job->tenant_field,
+                        &job->api, 0) != V_PASS) {
+            break;
+        }
+        link = f[14];
+        if (progress) {
+            STORE_SHARED(job->next, i + 1);
+        }
+    }
+    return i;
+}
+
+static void
+verify_job_run(VerifyJobObject *job)
+{
+    job->count = verify_job_span(job, 0, &job->prev_field, 1);
+}
+
+#ifdef HAVE_PTHREAD
+static void *
+verify_job_thread(void *arg)
+{
+    verify_job_run((VerifyJobObject *)arg);
+    return NULL;
+}
+#endif
+
+#define HELP_FROM 64 /* items left at least, for wait() to check half of them itself */
+
+/* Wait for the thread, if one runs; else run it here. The GIL is released meanwhile. With
+ * ``help`` and many items left, the thread is asked to stop halfway through what is left, and
+ * this thread checks the second half meanwhile, from the stored hash before it: the items are
+ * independent given the stored hashes, so the answer is the thread's count when it stopped
+ * before the half (a failure there: this thread's work is dropped), else the end of this
+ * thread's span (the thread may have gone on past the half before it saw the new stop: the
+ * further of the two). */
+static void
+verify_job_finish(VerifyJobObject *job, int help)
+{
+    if (job->done) {
+        return;
+    }
+    Py_BEGIN_ALLOW_THREADS
+#ifdef HAVE_PTHREAD
+    if (job->started) {
+        Py_ssize_t at = LOAD_SHARED(job->next), half = -1, reached = -1;
+        if (help && job->taken - at >= HELP_FROM) {
+            half = at + (job->taken - at) / 2;
+            STORE_SHARED(job->stop, half);
+            Py_ssize_t end = job->taken;
+            Py_ssize_t i = half;
+            Field link = job->fields[17 * (half - 1) + 14];
+            for (; i < end; i++) {
+                const Field *f = job->fields + 17 * i;
+                if (verify_core(f, &link, job->pos + i, &job->run_id_field,
+                                &job->tenant_field, &job->api, 0) != V_PASS) {
+                    break;
+                }
+                link = f[14];
+            }
+            reached = i;
+        }
+        pthread_join(job->thread, NULL);
+        if (half >= 0 && job->count >= half) {
+            job->count = job->count > reached ? job->count : reached;
+        }
+    }
+    else
+#endif
+    {
+        verify_job_run(job);
+    }
+    Py_END_ALLOW_THREADS
+    job->done = 1;
+}
+
+static PyObject *
+verify_job_wait(VerifyJobObject *job, PyObject *Py_UNUSED(ignored))
+{
+    verify_job_finish(job, 1);
+    PyObject *last = job->count > 0 ? job->held[17 * (job->count - 1) + 14] : job->prev;
+    return Py_BuildValue("(nO)", job->count, last);
+}
+
+static PyObject *
+verify_job_taken(VerifyJobObject *job, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(job->taken);
+}
+
+static void
+verify_job_dealloc(VerifyJobObject *job)
+{
+    PyTypeObject *type = Py_TYPE(job);
+    if (job->started && !job->done) {
+        /* the thread reads what is held below: it ends first (it never takes the GIL) */
+        verify_job_finish(job, 0);
+    }
+    if (job->held != NULL) {
+        for (Py_ssize_t i = 0; i < 17 * job->taken; i++) {
+            Py_XDECREF(job->held[i]);
+        }
+    }
+    if (job->fields != NULL && job->held != NULL && job->capacity > spare_items &&
+        job->capacity <= SPARE_MOST) {
+        PyMem_Free(spare_fields);
+        PyMem_Free(spare_held);
+        spare_fields = job->fields;
+        spare_held = job->held;
+        spare_items = job->capacity;
+    }
+    else {
+        PyMem_Free(job->held);
+        PyMem_Free(job->fields);
+    }
+    Py_XDECREF(job->prev);
+    Py_XDECREF(job->run_id);
+    Py_XDECREF(job->tenant);
+    type->tp_free((PyObject *)job);
+    Py_DECREF(type);
+}
+
+static PyMethodDef verify_job_methods[] = {
+    {"wait", (PyCFunction)verify_job_wait, METH_NOARGS,
+     "Wait for the checks: (how many passed, the stored hash of the last of them)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef verify_job_getset[] = {
+    {"taken", (getter)verify_job_taken, NULL, "How many items the job read.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot verify_job_slots[] = {
+    {Py_tp_dealloc, verify_job_dealloc},
+    {Py_tp_methods, verify_job_methods},
+    {Py_tp_getset, verify_job_getset},
+    {Py_tp_doc, "verify_many's checks of a page, run on a thread of their own (verify_start)."},
+    {0, NULL},
+};
+
+static PyType_Spec verify_job_spec = {
+    "tachograph.record.native.VerifyJob",
+    sizeof(VerifyJobObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    verify_job_slots,
+};
+
+static PyObject *
+verify_start(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "verify_start(items, start, prev, pos, run_id, tenant): a list first");
+        return NULL;
+    }
+    PyObject *items = args[0];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[3]);
+    if (pos == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (start < 0 || pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "verify_start(): start and pos must not be negative");
+        return NULL;
+    }
+    Sha256Api api = sha256_api;
+#ifndef HAVE_PTHREAD
+    Py_RETURN_NONE;
+#endif
+    if (api.init == NULL || verify_job_type == NULL) {
+        Py_RETURN_NONE; /* hashlib's SHA-256 needs the GIL: verify_many serves */
+    }
+    Py_ssize_t size = PyList_GET_SIZE(items);
+    Py_ssize_t most = size > start ? size - start : 0;
+    if (most == 0) {
+        Py_RETURN_NONE;
+    }
+    VerifyJobObject *job = PyObject_New(VerifyJobObject, verify_job_type);
+    if (job == NULL) {
+        return NULL;
+    }
+    job->taken = 0;
+    if (spare_items >= most) {
+        job->fields = spare_fields;
+        job->held = spare_held;
+        job->capacity = spare_items;
+        spare_fields = NULL;
+        spare_held = NULL;
+        spare_items = 0;
+    }
+    else {
+        job->fields = PyMem_Malloc((size_t)most * 17 * sizeof(Field));
+        job->held = PyMem_Malloc((size_t)most * 17 * sizeof(PyObject *));
+        job->capacity = most;
+    }
+    job->prev = Py_NewRef(args[2]);
+    job->run_id = Py_NewRef(args[4]);
+    job->tenant = Py_NewRef(args[5]);
+    job->pos = pos;
+    job->api = api;
+    job->count = 0;
+    job->next = 0;
+    job->stop = 0;
+    job->started = 0;
+    job->done = 0;
+    if (job->fields == NULL || job->held == NULL) {
+        Py_DECREF(job);
+        return PyErr_NoMemory();
+    }
+    field_of(job->prev, &job->prev_field);
+    field_of(job->run_id, &job->run_id_field);
+    field_of(job->tenant, &job->tenant_field);
+    for (Py_ssize_t i = start; i < size; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        PyObject *values[17];
+        if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 17) {
+            memcpy(values, &PyTuple_GET_ITEM(item, 0), sizeof values);
+        }
+        else if (event_cls == NULL || !Py_IS_TYPE(item, event_cls) ||
+                 !event_values(item, values)) {
+            break;
+        }
+        PyObject **held = job->held + 17 * job->taken;
+        for (int k = 0; k < 17; k++) {
+            held[k] = Py_NewRef(values[k]);
+        }
+        row_fields(values, job->fields + 17 * job->taken);
+        job->taken++;
+    }
+    if (job->taken == 0) {
+        Py_DECREF(job);
+        Py_RETURN_NONE;
+    }
+    job->stop = job->taken;
+#ifdef HAVE_PTHREAD
+    job->started = pthread_create(&job->thread, NULL, verify_job_thread, job) == 0;
+#endif
+    /* not started (no thread to be had): wait() runs the checks itself */
+    return (PyObject *)job;
 }
 
 
@@ -2736,6 +3223,15 @@ native_exec(PyObject *module)
         Py_DECREF(type);
         return -1;
     }
+    type = PyType_FromModuleAndSpec(module, &verify_job_spec, NULL);
+    if (type == NULL) {
+        return -1;
+    }
+    verify_job_type = (PyTypeObject *)Py_NewRef(type);
+    if (PyModule_AddObject(module, "VerifyJob", type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
     type = PyType_FromModuleAndSpec(module, &u64set_spec, NULL);
     if (type == NULL) {
         return -1;
@@ -2773,6 +3269,8 @@ static PyMethodDef methods[] = {
      "verify_row of an event of the bound class, read from its slots."},
     {"verify_many", (PyCFunction)(void (*)(void))verify_many, METH_FASTCALL,
      "verify_row / verify_event of a list's items in turn: (how many passed, the last hash)."},
+    {"verify_start", (PyCFunction)(void (*)(void))verify_start, METH_FASTCALL,
+     "verify_many's checks of a list's items on a thread of their own: a job, or None."},
     {"bind_fresh", (PyCFunction)(void (*)(void))bind_fresh, METH_FASTCALL,
      "Bind fresh() to hashlib.sha256, orjson.dumps and a UlidSource."},
     {"fresh", (PyCFunction)(void (*)(void))fresh, METH_FASTCALL,

@@ -249,6 +249,18 @@ def _check_values(line: dict[str, Any]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Begun:
+    """:meth:`LineChecker.begin_many`'s page: its items, the first not yet checked, the
+    compiled checks running on a thread of their own (or None), and the position they
+    started at."""
+
+    items: list[StoredRow | Event]
+    start: int
+    job: Any
+    position: int
+
+
 class LineChecker:
     """Checks the lines of one run in order (SPEC section 8), keeping only constant state.
 
@@ -511,17 +523,13 @@ class LineChecker:
             return
         self._feed_plain(row, None)
 
-    def feed_many(self, items: list[StoredRow | Event]) -> None:
+    def feed_many(self, items: list[StoredRow | Event], start: int = 0) -> None:
         """:meth:`feed_row` of each stored row and :meth:`feed_event` of each event in
-        ``items``, in order; where the compiled helpers serve, the common case of a whole page
-        in one call (``native.verify_many``), each item it cannot vouch for on the path its
-        own feed takes."""
-        native_many = (
-            _verify_many is not None
-            and _verify_row is _VERIFY_ROW_COMPILED
-            and _verify_event is _VERIFY_EVENT_COMPILED
-        )
-        i, n = 0, len(items)
+        ``items`` (from ``items[start]``), in order; where the compiled helpers serve, the
+        common case of a whole page in one call (``native.verify_many``), each item it cannot
+        vouch for on the path its own feed takes."""
+        native_many = _compiled_many()
+        i, n = start, len(items)
         while i < n:
             if native_many and self.run_id is not None:
                 assert _verify_many is not None
@@ -540,6 +548,34 @@ class LineChecker:
             else:
                 self.feed_row(item)
             i += 1
+
+    def begin_many(self, items: list[StoredRow | Event]) -> _Begun:
+        """The first half of :meth:`feed_many` ``(items)``, for a caller with more to read:
+        where a thread can be had (``native.verify_start``), the compiled checks of the common
+        case start on it with the GIL released, and the caller reads its next page meanwhile.
+        :meth:`end_many` waits for them and checks on the Python path whatever they did not
+        vouch for; nothing else may be fed in between (what was, voids the thread's answer)."""
+        start = 0
+        if self.run_id is None and items:
+            self.feed_many(items[:1])  # the first item names the run, on its own path
+            start = 1
+        job = None
+        if _verify_start is not None and _compiled_many() and self.run_id is not None:
+            job = _verify_start(
+                items, start, self.prev_recomputed, self.position, self.run_id, self.tenant
+            )
+        return _Begun(items, start, job, self.position)
+
+    def end_many(self, begun: _Begun) -> None:
+        """The second half of :meth:`feed_many` (see :meth:`begin_many`)."""
+        start = begun.start
+        if begun.job is not None and begun.position == self.position:
+            count, last = begun.job.wait()
+            if count:
+                self.position += count
+                self.prev_recomputed = self.head = last
+                start += count
+        self.feed_many(begun.items, start)
 
     def _at_once(
         self, check: Callable[..., str | None], item: Any, tenant: Any, run_id: Any
@@ -845,6 +881,16 @@ _VERIFY_ROW_COMPILED, _VERIFY_EVENT_COMPILED = _verify_row, _verify_event
 _verify_many: Callable[..., tuple[int, Any]] | None = (
     NATIVE.verify_many if NATIVE is not None else None
 )
+_verify_start: Callable[..., Any] | None = NATIVE.verify_start if NATIVE is not None else None
+
+
+def _compiled_many() -> bool:
+    """Whether verify_many (and verify_start) may stand for verify_row and verify_event."""
+    return (
+        _verify_many is not None
+        and _verify_row is _VERIFY_ROW_COMPILED
+        and _verify_event is _VERIFY_EVENT_COMPILED
+    )
 _jcs_of_bytes: Callable[[bytes], bytes | None] = (
     NATIVE.jcs if NATIVE is not None else lambda _body: None
 )
@@ -872,6 +918,8 @@ def verify_run(
     run_id: str | None = None,
     tenant: str | None = None,
     decoded: bool = False,
+    keep: list[Any] | None = None,
+    overlap: bool = False,
 ) -> VerifyReport:
     """Verify one stored run (SPEC section 8): the one meaning of "verified" everywhere.
 
@@ -890,13 +938,19 @@ def verify_run(
     return), the run fails check 1 with the reason, named ``run_id`` and ``tenant`` when no
     row was read; :class:`~tachograph.errors.RunNotFound` and a refused read
     (:class:`~tachograph.errors.PurposeDenied`) are raised as they are.
+
+    ``keep``, a list, receives every row read, in order (a run loaded and verified in one
+    read: ``tachograph.store.read_verified``). With ``overlap``, rows read a page at a time
+    are checked on a thread of their own while the next page is read, where the compiled
+    helpers can (``native.verify_start``): the same report, sooner where a core is free. A
+    process among parallel verifiers has none to spare, so it is not the default.
     """
     if seals is not None:
         raise ValueError("verify_run: seals are not supported yet; pass seals=None")
     checker = LineChecker(source=source, max_failures=max_failures)
     checker.decoded = decoded
     try:
-        _feed_rows(checker, rows, progress)
+        _feed_rows(checker, rows, progress, keep, overlap)
     except (RunNotFound, PurposeDenied):  # not a damaged run: a read that may not be made
         raise
     except (TachographError, ValueError, TypeError, OverflowError) as exc:
@@ -917,11 +971,18 @@ def _feed_rows(
     checker: LineChecker,
     rows: Iterable[StoredRow | Event],
     progress: Callable[[int], None] | None,
+    keep: list[Any] | None = None,
+    overlap: bool = False,
 ) -> None:
     if progress is None and isinstance(rows, list):
         checker.feed_many(rows)  # a run already loaded (replay)
+        if keep is not None:
+            keep.extend(rows)
         return
     it = iter(rows)
+    # With ``overlap``, each page's compiled checks run on a thread of their own while the next
+    # page is read (begin_many), and are waited for after it (end_many).
+    begun: _Begun | None = None
     while True:
         chunk: list[StoredRow | Event] = []
         append = chunk.append
@@ -931,14 +992,35 @@ def _feed_rows(
                 if len(chunk) == _CHUNK:
                     break
         except BaseException:
-            checker.feed_many(chunk)  # what was read before the read failed is checked
-            raise
-        if chunk:
+            # what was read before the read failed is checked
+            if begun is not None:
+                checker.end_many(begun)
+                if progress is not None:
+                    progress(len(begun.items))
             checker.feed_many(chunk)
+            if keep is not None:
+                keep.extend(chunk)
+            raise
+        if begun is not None:
+            checker.end_many(begun)
             if progress is not None:
-                progress(len(chunk))
+                progress(len(begun.items))
+            begun = None
+        if chunk:
+            if keep is not None:
+                keep.extend(chunk)
+            if overlap:
+                begun = checker.begin_many(chunk)
+            else:
+                checker.feed_many(chunk)
+                if progress is not None:
+                    progress(len(chunk))
         if len(chunk) < _CHUNK:
-            return
+            break
+    if begun is not None:
+        checker.end_many(begun)
+        if progress is not None:
+            progress(len(begun.items))
 
 
 def verify_events(events: Iterable[Event], *, source: str | None = None) -> VerifyReport:

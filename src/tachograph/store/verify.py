@@ -74,10 +74,27 @@ def read_verified(
     """
     summary = run_summary(store, run_id, tenant=tenant)
     where = summary.tenant if summary is not None else tenant
+    events: list[Event] = []
+    failed: list[Exception] = []
+
+    def read() -> Iterator[Event]:
+        # A read that fails is raised as it is, as before the events were checked while
+        # read (verify_run would report it as a damaged run).
+        try:
+            yield from store.read(run_id, tenant=where)
+        except Exception as exc:
+            failed.append(exc)
+
     with collector_paused():  # the whole run is held: see record/bulk.py
-        events = list(store.read(run_id, tenant=where))
-    # ``read`` decodes each payload with orjson.loads of its stored bytes: the check reuses it
-    return events, verify_run(events, summary, source=store.url, decoded=True)
+        # ``read`` decodes each payload with orjson.loads of its stored bytes: the check
+        # reuses it. Each page is checked while the next is read (``overlap``): the run is
+        # loaded in one process, with a core to spare on most machines.
+        report = verify_run(
+            read(), summary, source=store.url, decoded=True, keep=events, overlap=True
+        )
+    if failed:
+        raise failed[0]
+    return events, report
 
 
 def verify_all(
