@@ -251,12 +251,14 @@ enum {
 
 typedef struct {
     const char *s;
-    Py_ssize_t n;
-    long long i;
+    union {
+        Py_ssize_t n; /* F_ASCII, F_TEXT, F_BYTES */
+        long long i;  /* F_INT */
+    };
     int kind;
 } Field;
 
-static const Field FIELD_ONE = {NULL, 0, 1, F_INT}; /* the envelope's v */
+static const Field FIELD_ONE = {.s = NULL, .i = 1, .kind = F_INT}; /* the envelope's v */
 
 /* What ``value`` holds, read with the GIL held (no error is left set). The text and bytes
  * ``s`` points into are the object's own: valid while it is. */
@@ -264,7 +266,6 @@ static void
 field_of(PyObject *value, Field *f)
 {
     f->s = NULL;
-    f->n = 0;
     f->i = 0;
     if (value == Py_None) {
         f->kind = F_NONE;
@@ -2297,7 +2298,7 @@ verify_many(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
 typedef struct {
     PyObject_HEAD
     Py_ssize_t taken;  /* items read */
-    Py_ssize_t capacity; /* items the two arrays below have room for */
+    Py_ssize_t capacity; /* items the two arrays below have room for (one block, fields first) */
     Field *fields;     /* 17 per item */
     PyObject **held;   /* the 17 values of each item, a reference each */
     PyObject *prev;    /* the hash before the first item, held */
@@ -2317,13 +2318,47 @@ typedef struct {
 
 static PyTypeObject *verify_job_type = NULL;
 
-/* The arrays of the last job freed, kept for the next (with the GIL held, both): a page's
- * arrays are large enough that the allocator maps fresh pages for each, and touching them
- * cost a replay as much as reading the fields. */
-#define SPARE_MOST 2048 /* items kept at most (680 bytes an item on 64 bits: 1.4 MB) */
-static Field *spare_fields = NULL;
-static PyObject **spare_held = NULL;
-static Py_ssize_t spare_items = 0;
+/* The arrays of the last jobs freed, kept for the next ones (taken and given back with the
+ * GIL held): a page's arrays are large enough that the allocator maps fresh pages for each,
+ * and touching them cost a replay as much as reading the fields. As many as a verifier has
+ * pages in flight (verify._IN_FLIGHT, and the one it begins), of up to SPARE_MOST items: 544
+ * bytes an item on 64 bits, 1.6 MB at most in all. */
+#define SPARES 3
+#define SPARE_MOST 1024
+static void *spare_block[SPARES];
+static Py_ssize_t spare_capacity[SPARES];
+static int spare_count = 0;
+
+/* One block for a job's two arrays, of room for ``items`` at least (a spare where one is
+ * big enough): its capacity in ``*capacity``, or NULL. */
+static void *
+job_block(Py_ssize_t items, Py_ssize_t *capacity)
+{
+    for (int i = spare_count - 1; i >= 0; i--) {
+        if (spare_capacity[i] >= items) {
+            void *block = spare_block[i];
+            *capacity = spare_capacity[i];
+            spare_count--;
+            spare_block[i] = spare_block[spare_count];
+            spare_capacity[i] = spare_capacity[spare_count];
+            return block;
+        }
+    }
+    *capacity = items;
+    return PyMem_Malloc((size_t)items * 17 * (sizeof(Field) + sizeof(PyObject *)));
+}
+
+static void
+job_block_free(void *block, Py_ssize_t capacity)
+{
+    if (block != NULL && spare_count < SPARES && capacity <= SPARE_MOST) {
+        spare_block[spare_count] = block;
+        spare_capacity[spare_count] = capacity;
+        spare_count++;
+        return;
+    }
+    PyMem_Free(block);
+}
 
 /* Items ``from`` up to ``stop`` (or the first that does not pass) checked, each linked to the
  * stored hash of the one before (``prev`` for the first): the index of the first not passed,
@@ -2439,18 +2474,7 @@ verify_job_dealloc(VerifyJobObject *job)
             Py_XDECREF(job->held[i]);
         }
     }
-    if (job->fields != NULL && job->held != NULL && job->capacity > spare_items &&
-        job->capacity <= SPARE_MOST) {
-        PyMem_Free(spare_fields);
-        PyMem_Free(spare_held);
-        spare_fields = job->fields;
-        spare_held = job->held;
-        spare_items = job->capacity;
-    }
-    else {
-        PyMem_Free(job->held);
-        PyMem_Free(job->fields);
-    }
+    job_block_free(job->fields, job->capacity);
     Py_XDECREF(job->prev);
     Py_XDECREF(job->run_id);
     Py_XDECREF(job->tenant);
@@ -2523,19 +2547,8 @@ verify_start(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     job->taken = 0;
-    if (spare_items >= most) {
-        job->fields = spare_fields;
-        job->held = spare_held;
-        job->capacity = spare_items;
-        spare_fields = NULL;
-        spare_held = NULL;
-        spare_items = 0;
-    }
-    else {
-        job->fields = PyMem_Malloc((size_t)most * 17 * sizeof(Field));
-        job->held = PyMem_Malloc((size_t)most * 17 * sizeof(PyObject *));
-        job->capacity = most;
-    }
+    job->fields = job_block(most, &job->capacity);
+    job->held = job->fields != NULL ? (PyObject **)(job->fields + 17 * job->capacity) : NULL;
     job->prev = Py_NewRef(args[2]);
     job->run_id = Py_NewRef(args[4]);
     job->tenant = Py_NewRef(args[5]);

@@ -10,6 +10,7 @@ those of SPEC section 8.
 
 from __future__ import annotations
 
+import collections
 import enum
 import hashlib
 import operator
@@ -252,13 +253,28 @@ def _check_values(line: dict[str, Any]) -> str | None:
 @dataclass(frozen=True)
 class _Begun:
     """:meth:`LineChecker.begin_many`'s page: its items, the first not yet checked, the
-    compiled checks running on a thread of their own (or None), and the position they
-    started at."""
+    compiled checks running on a thread of their own (or None), and the checker's state they
+    started from (position, link, run and tenant)."""
 
     items: list[StoredRow | Event]
     start: int
     job: Any
     position: int
+    prev: str | None
+    run_id: str | None
+    tenant: str | None
+
+    def after(self) -> tuple[int, str | None] | None:
+        """The position and link the page leaves when every item passes (the stored hash of
+        its last item), or None where its last item has none to read."""
+        last = self.items[-1] if self.items else None
+        if isinstance(last, Event):
+            link: Any = last.hash
+        elif isinstance(last, tuple) and len(last) == 17:
+            link = last[14]
+        else:
+            return None
+        return self.position + len(self.items) - self.start, link
 
 
 class LineChecker:
@@ -549,27 +565,49 @@ class LineChecker:
                 self.feed_row(item)
             i += 1
 
-    def begin_many(self, items: list[StoredRow | Event]) -> _Begun:
+    def begin_many(
+        self, items: list[StoredRow | Event], after: _Begun | None = None
+    ) -> _Begun:
         """The first half of :meth:`feed_many` ``(items)``, for a caller with more to read:
         where a thread can be had (``native.verify_start``), the compiled checks of the common
         case start on it with the GIL released, and the caller reads its next page meanwhile.
         :meth:`end_many` waits for them and checks on the Python path whatever they did not
-        vouch for; nothing else may be fed in between (what was, voids the thread's answer)."""
+        vouch for. Pages are ended in the order they were begun, and nothing else fed between.
+
+        ``after`` is the page begun before this one and not ended yet: the checks start from
+        the state it leaves if all of its items pass (``_Begun.after``). They are only taken
+        if that is the state the checker is in when this page is ended, which is exactly when
+        verify_many, called then, would check the same items from the same state: the
+        checks of an item read nothing else."""
         start = 0
-        if self.run_id is None and items:
-            self.feed_many(items[:1])  # the first item names the run, on its own path
-            start = 1
+        if after is None:
+            if self.run_id is None and items:
+                self.feed_many(items[:1])  # the first item names the run, on its own path
+                start = 1
+            state: tuple[int, str | None] | None = (self.position, self.prev_recomputed)
+        else:
+            state = after.after()
         job = None
-        if _verify_start is not None and _compiled_many() and self.run_id is not None:
-            job = _verify_start(
-                items, start, self.prev_recomputed, self.position, self.run_id, self.tenant
-            )
-        return _Begun(items, start, job, self.position)
+        if (
+            state is not None
+            and _verify_start is not None
+            and _compiled_many()
+            and self.run_id is not None
+        ):
+            job = _verify_start(items, start, state[1], state[0], self.run_id, self.tenant)
+        position, prev = state if state is not None else (-1, None)
+        return _Begun(items, start, job, position, prev, self.run_id, self.tenant)
 
     def end_many(self, begun: _Begun) -> None:
         """The second half of :meth:`feed_many` (see :meth:`begin_many`)."""
         start = begun.start
-        if begun.job is not None and begun.position == self.position:
+        if (
+            begun.job is not None
+            and begun.position == self.position
+            and begun.prev == self.prev_recomputed
+            and begun.run_id == self.run_id
+            and begun.tenant == self.tenant
+        ):
             count, last = begun.job.wait()
             if count:
                 self.position += count
@@ -950,7 +988,8 @@ def verify_run(
     checker = LineChecker(source=source, max_failures=max_failures)
     checker.decoded = decoded
     try:
-        _feed_rows(checker, rows, progress, keep, overlap)
+        expected = summary.events if summary is not None else None
+        _feed_rows(checker, rows, progress, keep, overlap, expected)
     except (RunNotFound, PurposeDenied):  # not a damaged run: a read that may not be made
         raise
     except (TachographError, ValueError, TypeError, OverflowError) as exc:
@@ -966,6 +1005,25 @@ def verify_run(
 _CHUNK = 1000
 """Rows checked per :meth:`LineChecker.feed_many` call, and between two progress calls."""
 
+_LAST_ROWS = 48
+"""With ``overlap``, the rows of the last page at most (see :func:`_page_size`)."""
+
+
+def _page_size(read: int, expected: int | None, overlap: bool) -> int:
+    """How many rows to read next, ``read`` read so far of the ``expected`` (the summary's
+    count, a hint only). Without ``overlap``, or without a count, ``_CHUNK``. With both, the
+    pages shrink by a third each towards the end: the checks of a page are hidden behind the
+    read of the next, which takes about three times as long per row, and those of the last
+    page behind nothing, so it is short."""
+    if not overlap or expected is None:
+        return _CHUNK
+    left = expected - read
+    if left <= 0:
+        return _CHUNK  # more rows than the summary counted: read on, the checks will say
+    if left <= _LAST_ROWS:
+        return left
+    return min(_CHUNK, (2 * left + 2) // 3)
+
 
 def _feed_rows(
     checker: LineChecker,
@@ -973,6 +1031,7 @@ def _feed_rows(
     progress: Callable[[int], None] | None,
     keep: list[Any] | None = None,
     overlap: bool = False,
+    expected: int | None = None,
 ) -> None:
     if progress is None and isinstance(rows, list):
         checker.feed_many(rows)  # a run already loaded (replay)
@@ -980,47 +1039,56 @@ def _feed_rows(
             keep.extend(rows)
         return
     it = iter(rows)
-    # With ``overlap``, each page's compiled checks run on a thread of their own while the next
-    # page is read (begin_many), and are waited for after it (end_many).
-    begun: _Begun | None = None
+    # With ``overlap``, each page's compiled checks run on a thread of their own from the state
+    # the page before leaves if it passes (begin_many), while the next pages are read; a page
+    # is ended (end_many: waited for, its answer taken if that state was reached) once two
+    # more have begun, so that at most three pages' fields are held, and the rest at the end.
+    begun: collections.deque[_Begun] = collections.deque()
+
+    def end_oldest() -> None:
+        page = begun.popleft()
+        checker.end_many(page)
+        if progress is not None:
+            progress(len(page.items))
+
+    read = 0
     while True:
         chunk: list[StoredRow | Event] = []
         append = chunk.append
+        size = _page_size(read, expected, overlap)
         try:
             for row in it:
                 append(row)
-                if len(chunk) == _CHUNK:
+                if len(chunk) == size:
                     break
         except BaseException:
             # what was read before the read failed is checked
-            if begun is not None:
-                checker.end_many(begun)
-                if progress is not None:
-                    progress(len(begun.items))
+            while begun:
+                end_oldest()
             checker.feed_many(chunk)
             if keep is not None:
                 keep.extend(chunk)
             raise
-        if begun is not None:
-            checker.end_many(begun)
-            if progress is not None:
-                progress(len(begun.items))
-            begun = None
         if chunk:
             if keep is not None:
                 keep.extend(chunk)
             if overlap:
-                begun = checker.begin_many(chunk)
+                begun.append(checker.begin_many(chunk, begun[-1] if begun else None))
+                while len(begun) > _IN_FLIGHT:
+                    end_oldest()
             else:
                 checker.feed_many(chunk)
                 if progress is not None:
                     progress(len(chunk))
-        if len(chunk) < _CHUNK:
+        read += len(chunk)
+        if len(chunk) < size:
             break
-    if begun is not None:
-        checker.end_many(begun)
-        if progress is not None:
-            progress(len(begun.items))
+    while begun:
+        end_oldest()
+
+
+_IN_FLIGHT = 2
+"""With ``overlap``, the pages whose checks may run while the next is read."""
 
 
 def verify_events(events: Iterable[Event], *, source: str | None = None) -> VerifyReport:
