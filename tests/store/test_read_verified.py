@@ -89,3 +89,29 @@ def test_a_read_that_fails_is_raised_as_it_is(store: SQLiteStore) -> None:
     store.close()
     with _Breaking(path) as breaking, pytest.raises(sqlite3.DatabaseError, match="malformed"):
         read_verified(breaking, RUN)
+
+
+def test_loads_in_several_threads_at_once_agree(store: SQLiteStore) -> None:
+    # each load starts threads of its own for its pages; the spare arrays they share are taken
+    # and given back with the GIL held
+    import threading
+
+    want = verify_stored(store, RUN)
+    results: list[bool] = []
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            for _ in range(3):
+                events, report = read_verified(store, RUN)
+                results.append(report == want and len(events) == LENGTH)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert results == [True] * 12

@@ -929,6 +929,8 @@ def _compiled_many() -> bool:
         and _verify_row is _VERIFY_ROW_COMPILED
         and _verify_event is _VERIFY_EVENT_COMPILED
     )
+
+
 _jcs_of_bytes: Callable[[bytes], bytes | None] = (
     NATIVE.jcs if NATIVE is not None else lambda _body: None
 )
