@@ -47,6 +47,7 @@ __all__ = [
     "RunSeals",
     "SealPlan",
     "SealPolicy",
+    "keep_error",
     "kept_error",
     "resolve_policy",
 ]
@@ -98,6 +99,13 @@ def kept_error(error: BaseException) -> BaseException:
             else:
                 pending.append(linked)
     return error
+
+
+def keep_error(errors: list[BaseException], error: BaseException) -> None:
+    """Add ``error`` to ``errors`` as :func:`kept_error` makes it, keeping the latest
+    :data:`KEPT_ERRORS` (a writer's or an observer's ``errors``)."""
+    errors.append(kept_error(error))
+    del errors[:-KEPT_ERRORS]
 
 
 DEFAULT_EVERY_EVENTS = 1000
@@ -233,8 +241,7 @@ class RunSeals:
     def note_error(self, error: BaseException) -> None:
         """Keep a failure in :attr:`errors` (the latest :data:`KEPT_ERRORS`)."""
         with self._lock:
-            self.errors.append(kept_error(error))
-            del self.errors[:-KEPT_ERRORS]
+            keep_error(self.errors, error)
 
     def postpone(self, plan: SealPlan, now: float) -> None:
         """The seals of ``plan`` could not be stored: try those runs again one period from

@@ -2209,6 +2209,33 @@ verify_event(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     return verify_event_at(args[0], args[1], pos, args[3], args[4]);
 }
 
+/* The arguments ``(items, start, prev, pos, run_id, tenant)`` of ``name`` (verify_many,
+ * verify_start): ``items`` a list, ``start`` and ``pos`` into ``*start`` and ``*pos``, neither
+ * negative. 0, or -1 with an error set. */
+static int
+page_args(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *start,
+          Py_ssize_t *pos)
+{
+    if (nargs != 6 || !PyList_CheckExact(args[0])) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s(items, start, prev, pos, run_id, tenant): a list first", name);
+        return -1;
+    }
+    *start = PyLong_AsSsize_t(args[1]);
+    if (*start == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *pos = PyLong_AsSsize_t(args[3]);
+    if (*pos == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (*start < 0 || *pos < 0) {
+        PyErr_Format(PyExc_ValueError, "%s(): start and pos must not be negative", name);
+        return -1;
+    }
+    return 0;
+}
+
 /* ``verify_many(items, start, prev, pos, run_id, tenant)``: ``verify_row`` of each stored row
  * (a tuple of 17) and ``verify_event`` of each event of the bound class in ``items`` (a list),
  * from ``items[start]`` on, each at the next position and linked to the hash the one before
@@ -2219,9 +2246,8 @@ verify_event(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
 static PyObject *
 verify_many(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6 || !PyList_CheckExact(args[0])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "verify_many(items, start, prev, pos, run_id, tenant): a list first");
+    Py_ssize_t start, pos;
+    if (page_args("verify_many", args, nargs, &start, &pos) < 0) {
         return NULL;
     }
     if (sha256_fn == NULL) {
@@ -2229,18 +2255,6 @@ verify_many(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     PyObject *items = args[0];
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[3]);
-    if (pos == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (start < 0 || pos < 0) {
-        PyErr_SetString(PyExc_ValueError, "verify_many(): start and pos must not be negative");
-        return NULL;
-    }
     PyObject *prev = Py_NewRef(args[2]);
     Py_ssize_t count = 0;
     /* the size is read again each time: the list is the caller's */
@@ -2512,24 +2526,11 @@ static PyType_Spec verify_job_spec = {
 static PyObject *
 verify_start(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6 || !PyList_CheckExact(args[0])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "verify_start(items, start, prev, pos, run_id, tenant): a list first");
+    Py_ssize_t start, pos;
+    if (page_args("verify_start", args, nargs, &start, &pos) < 0) {
         return NULL;
     }
     PyObject *items = args[0];
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[3]);
-    if (pos == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (start < 0 || pos < 0) {
-        PyErr_SetString(PyExc_ValueError, "verify_start(): start and pos must not be negative");
-        return NULL;
-    }
     Sha256Api api = sha256_api;
 #ifndef HAVE_PTHREAD
     Py_RETURN_NONE;

@@ -23,13 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..capture.recorder import Observer, Recorder
-from ..capture.seals import (
-    DEFAULT_EVERY_EVENTS,
-    DEFAULT_EVERY_SECONDS,
-    KEPT_ERRORS,
-    SealPolicy,
-    kept_error,
-)
+from ..capture.seals import DEFAULT_EVERY_EVENTS, DEFAULT_EVERY_SECONDS, SealPolicy, keep_error
 from ..capture.threads import own_thread
 from ..errors import SealingError
 from ..record.checkpoint import SigningKey
@@ -132,12 +126,11 @@ class SealingObserver(Observer):
     def after(self, recorder: Recorder, event: Event) -> None:
         """Seal ``event`` if the policy says one is due."""
         final = event.type == _RUN_FINISHED
-        run = recorder
         now = self.clock()
         with self._lock:
-            last_seq, last_time = self._last.get(run, (-1, now))
-            if run not in self._last:
-                self._last[run] = (-1, now)
+            last_seq, last_time = self._last.get(recorder, (-1, now))
+            if recorder not in self._last:
+                self._last[recorder] = (-1, now)
             due = (
                 final
                 or event.seq - last_seq >= self.policy.every_events
@@ -145,9 +138,9 @@ class SealingObserver(Observer):
             )
             if not due:
                 return
-            self._last[run] = (event.seq, now)
+            self._last[recorder] = (event.seq, now)
             if final:
-                del self._last[run]
+                del self._last[recorder]
         # A seal waits in a thread of its own for its event to be durable, so that the agent
         # never stalls on it mid-run; at run end the agent waits for the final seal.
         done = threading.Event() if final else None
@@ -205,8 +198,7 @@ class SealingObserver(Observer):
                 log.seal([leaf for _, leaf in items])
             except Exception as exc:  # observability never breaks the host
                 _log.exception("tachograph: sealing failed")  # with its frames, before kept
-                self.errors.append(kept_error(exc))
-                del self.errors[:-KEPT_ERRORS]
+                keep_error(self.errors, exc)
         for _, _, done in batch:
             if done is not None:
                 done.set()
