@@ -118,3 +118,99 @@ def test_memory_per_distinct_call_is_a_few_bytes() -> None:
     # a dict of key strings held about 134 bytes per call; the table at most 24 (8-byte slots,
     # at most two thirds full after a doubling)
     assert grown / len(bodies) <= 24
+
+
+_needs_compiled_hmac = pytest.mark.skipif(
+    NATIVE is None or KeyDeriver("run-1", b"k" * 16).fresh_key("t", b"{}") is None,
+    reason="the compiled helpers, or OpenSSL's SHA-256 under them, are not here",
+)
+
+
+@_needs_compiled_hmac
+@settings(max_examples=150)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["search", "fetch", "wrïte", "\U0001f600"]), st.integers(0, 6)),
+        max_size=80,
+    ),
+    st.sampled_from([b"k" * 16, b"s" * 100]),
+)
+def test_fresh_keys_then_numbered_repeats_match_the_full_string_numbering(
+    calls: list[tuple[str, int]], secret: bytes
+) -> None:
+    # the session's order: the compiled first-call step, and key() (under its lock) for what
+    # it leaves, a repeat
+    deriver = KeyDeriver("run-1", secret)
+    calls_args = [(name, {"q": n}) for name, n in calls]
+    got = []
+    for name, args in calls_args:
+        body = canonical(args)
+        first = deriver.fresh_key(name, body)
+        got.append(first if first is not None else deriver.key(name, args, args_jcs=body))
+    assert got == _reference_keys("run-1", secret, calls_args)
+
+
+@_needs_compiled_hmac
+def test_fresh_key_adds_to_the_table_key_reads_and_refuses_bad_arguments() -> None:
+    deriver = KeyDeriver("run-1", b"k" * 16)
+    body = canonical({"q": 1})
+    first = deriver.fresh_key("search", body)
+    assert first == default_key("run-1", "search", body, b"k" * 16)
+    assert deriver.fresh_key("search", body) is None  # a repeat: left to key()
+    assert deriver.key("search", {"q": 1}) == f"{first}#1"
+    assert deriver.key("search", {"q": 1}) == f"{first}#2"
+    table = deriver._counts.table("search")
+    assert len(table) == 1
+    with pytest.raises(TypeError):
+        table.hmac_key(b"short", b"short", body, "p:")  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        table.hmac_key(*deriver._compiled, "not bytes", "p:")  # type: ignore[attr-defined,misc]
+    assert len(table) == 1
+
+
+def test_no_compiled_path_without_a_secret() -> None:
+    # a run recorded before key secrets hashes with plain SHA-256: key() does it all
+    deriver = KeyDeriver("run-1", None)
+    assert deriver.fresh_key("search", canonical({"q": 1})) is None
+    assert deriver.key("search", {"q": 1}) == default_key(
+        "run-1", "search", canonical({"q": 1}), None
+    )
+
+
+@_needs_compiled_hmac
+def test_threads_deriving_at_once_number_every_repeat_once() -> None:
+    # eight threads call the same few tools with the same arguments through a session's
+    # order (fresh_key without the lock, key() under it): every key is issued exactly once
+    import threading
+
+    deriver = KeyDeriver("run-1", b"k" * 16)
+    lock = threading.Lock()
+    issued: list[str] = []
+    start = threading.Barrier(8)
+
+    def work() -> None:
+        start.wait()
+        mine = []
+        for i in range(400):
+            name, body = f"tool{i % 3}", canonical({"q": i % 5})
+            key = deriver.fresh_key(name, body)
+            if key is None:
+                with lock:
+                    key = deriver.key(name, None, args_jcs=body)
+            mine.append(key)
+        with lock:
+            issued.extend(mine)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(issued) == len(set(issued)) == 8 * 400
+    bases = {k.split("#")[0] for k in issued}
+    assert len(bases) == 15  # 3 tools x 5 argument sets, each numbered 0..n-1 without a gap
+    for base in bases:
+        numbers = sorted(
+            int(k.split("#")[1]) if "#" in k else 0 for k in issued if k.split("#")[0] == base
+        )
+        assert numbers == list(range(len(numbers)))

@@ -173,7 +173,6 @@ class CallTicket:
     def __init__(
         self,
         session: Session,
-        *,
         kind: CallKind,
         name: str,
         payload: dict[str, Any],
@@ -181,7 +180,10 @@ class CallTicket:
         effect: Effect | None,
         model: str | None,
         seed: int | None,
+        /,
     ) -> None:
+        # positional only: a class called with keywords gets them as a new dict, which cost
+        # about 0.4 us of a ticket's 0.75 (one per call, recorded or served)
         self.session = session
         self.kind = kind
         self.name = name

@@ -224,17 +224,15 @@ class Session:
             call_key = key
         else:
             same = key is None and args is request and self._keeps_input
-            call_key = self.make_key(name, args, key, args_jcs=request_jcs if same else None)
-        ticket = CallTicket(
-            self,
-            kind=kind,
-            name=name,
-            payload=payload,
-            key=call_key,
-            effect=effect,
-            model=model,
-            seed=seed,
-        )
+            # the first call with these arguments in one compiled step, without the lock;
+            # a repeat (or no compiled helper) is numbered by make_key, under it
+            first = self.keys.fresh_key(name, request_jcs) if same else None
+            call_key = (
+                first
+                if first is not None
+                else self.make_key(name, args, key, args_jcs=request_jcs if same else None)
+            )
+        ticket = CallTicket(self, kind, name, payload, call_key, effect, model, seed)
         engine = self.engine
         if engine is not None and engine.serving():  # self.serving(), without its frame
             engine.serve_call(ticket)

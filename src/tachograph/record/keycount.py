@@ -105,11 +105,20 @@ class RepeatCounter:
         self._repeats: dict[tuple[str, int], int] = {}
         self._custom_repeats: dict[int, int] = {}
 
+    def table(self, name: str) -> IntSet:
+        """The ``h`` issued for ``name`` so far (a new set on first use). ``setdefault``, so
+        that two threads asking at once get the one set: KeyDeriver.fresh_key adds to it
+        without the session's lock."""
+        table = self._seen.get(name)
+        if table is None:
+            table = self._seen.setdefault(name, new_u64_set())
+        return table
+
     def default(self, name: str, h: int) -> int:
         """Count one issue of the default key ``(name, h)``; returns the issues before it."""
         table = self._seen.get(name)
         if table is None:
-            table = self._seen[name] = new_u64_set()
+            table = self.table(name)
         if table.add(h):
             return 0
         n = self._repeats.get((name, h), 1)

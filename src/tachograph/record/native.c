@@ -39,7 +39,8 @@
  * ``format_ts(ns)`` and ``UlidSource(draw).next(ms)``: the timestamp and the monotonic ULID of
  * a new event, as ``event._format_ts`` and ``event._UlidSource`` give them.
  *
- * ``U64Set()``: ``keycount.U64Set``, the table a run numbers its repeated keys with.
+ * ``U64Set()``: ``keycount.U64Set``, the table a run numbers its repeated keys with; its
+ * ``hmac_key`` derives a default call key and counts it in one call.
  *
  * ``fresh(...)``: a new event from its checked fields, as ``event.fresh_event`` builds it (the
  * clock, the ULID, the digest, the envelope and its hash, in one call; see its section).
@@ -2953,6 +2954,8 @@ typedef struct {
 
 #define U64SET_START 64
 
+static int u64set_insert(U64SetObject *self, uint64_t x);
+
 static PyObject *
 u64set_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -3016,10 +3019,18 @@ u64set_add(U64SetObject *self, PyObject *arg)
     if (x == (uint64_t)-1 && PyErr_Occurred()) {
         return NULL;
     }
+    int added = u64set_insert(self, x);
+    return added < 0 ? NULL : PyBool_FromLong(added);
+}
+
+/* Add x; 1 if it was not there yet, 0 if it was, -1 with an exception set. */
+static int
+u64set_insert(U64SetObject *self, uint64_t x)
+{
     if (x == 0) {
         int added = !self->has_zero;
         self->has_zero = 1;
-        return PyBool_FromLong(added);
+        return added;
     }
     uint64_t mask = self->mask, i = x & mask;
     for (;;) {
@@ -3028,15 +3039,79 @@ u64set_add(U64SetObject *self, PyObject *arg)
             self->slots[i] = x;
             self->size += 1;
             if ((uint64_t)self->size * 3 > mask * 2 && u64set_grow(self) < 0) {
-                return NULL; /* kept: the table is full only past two thirds of a growth */
+                return -1; /* kept: the table is full only past two thirds of a growth */
             }
-            Py_RETURN_TRUE;
+            return 1;
         }
         if (v == x) {
-            Py_RETURN_FALSE;
+            return 0;
         }
         i = (i + 1) & mask;
     }
+}
+
+/* ``hmac_key(inner, outer, data, prefix)``: a default call key in one call (seal.KeyDeriver's
+ * common step). h, the first 16 hex of HMAC-SHA256 over ``data`` from hmac_pads' two, is added
+ * to this set as the integer it spells; when it was not there yet, the key ``prefix + h`` is
+ * returned. None: h was there already (a repeat, which the caller numbers, the set unchanged),
+ * or OpenSSL's SHA-256 is not bound (nothing added; the caller takes hashlib's path). No Python
+ * code runs inside, so two threads cannot interleave in it. */
+static PyObject *
+u64set_hmac_key(U64SetObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) ||
+        !PyBytes_Check(args[2]) || !PyUnicode_Check(args[3]) ||
+        PyBytes_GET_SIZE(args[0]) != SHA256_CTX_ROOM ||
+        PyBytes_GET_SIZE(args[1]) != SHA256_CTX_ROOM) {
+        PyErr_SetString(PyExc_TypeError,
+                        "hmac_key(inner, outer, data, prefix): hmac_pads' two, bytes, then str");
+        return NULL;
+    }
+    Sha256Api api = sha256_api;
+    if (api.init == NULL) {
+        Py_RETURN_NONE;
+    }
+    uint64_t ctx[32];
+    unsigned char inner[32], outer[32];
+    memcpy(ctx, PyBytes_AS_STRING(args[0]), sizeof ctx);
+    int ok = sha256_finish(&api, ctx, (const unsigned char *)PyBytes_AS_STRING(args[2]),
+                           (size_t)PyBytes_GET_SIZE(args[2]), inner);
+    memcpy(ctx, PyBytes_AS_STRING(args[1]), sizeof ctx);
+    ok = ok && sha256_finish(&api, ctx, inner, 32, outer);
+    if (!ok) {
+        PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
+        return NULL;
+    }
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++) {
+        x = (x << 8) | outer[i]; /* int(h, 16): the first eight bytes, big-endian */
+    }
+    int added = u64set_insert(self, x);
+    if (added < 0) {
+        return NULL;
+    }
+    if (added == 0) {
+        Py_RETURN_NONE;
+    }
+    PyObject *prefix = args[3];
+    if (PyUnicode_IS_ASCII(prefix)) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(prefix);
+        PyObject *out = PyUnicode_New(n + 16, 127);
+        if (out != NULL) {
+            char *w = (char *)PyUnicode_1BYTE_DATA(out);
+            memcpy(w, PyUnicode_1BYTE_DATA(prefix), (size_t)n);
+            hex_into(w + n, outer, 8);
+        }
+        return out;
+    }
+    PyObject *h = PyUnicode_New(16, 127);
+    if (h == NULL) {
+        return NULL;
+    }
+    hex_into((char *)PyUnicode_1BYTE_DATA(h), outer, 8);
+    PyObject *out = PyUnicode_Concat(prefix, h);
+    Py_DECREF(h);
+    return out;
 }
 
 static PyObject *
@@ -3062,6 +3137,8 @@ u64set_dealloc(U64SetObject *self)
 
 static PyMethodDef u64set_methods[] = {
     {"add", (PyCFunction)u64set_add, METH_O, "Add x; True if it was not there yet."},
+    {"hmac_key", (PyCFunction)(void (*)(void))u64set_hmac_key, METH_FASTCALL,
+     "hmac_key(inner, outer, data, prefix): prefix + h when h is new here, else None."},
     {"nbytes", (PyCFunction)u64set_nbytes, METH_NOARGS, "The bytes of the table."},
     {NULL, NULL, 0, NULL},
 };

@@ -185,6 +185,11 @@ class _KeyHash:
             if _hmac_pads is not None:
                 self._compiled = _hmac_pads(key)
 
+    @property
+    def compiled(self) -> tuple[bytes, bytes] | None:
+        """The keyed contexts for ``U64Set.hmac_key``, where the compiled helpers hash."""
+        return self._compiled
+
     def __call__(self, args_jcs: bytes) -> str:
         compiled = self._compiled
         if compiled is not None:
@@ -290,6 +295,10 @@ class KeyDeriver:
         # what a base is, in a few bytes: (name, h) for a default key, a digest for a custom
         # one; a full dict of base strings cost about 134 bytes per call for the whole run
         self._counts = RepeatCounter()
+        # fresh_key's: the compiled keyed hash's two contexts, and per tool name its key
+        # prefix and its set of h (the RepeatCounter's own)
+        self._compiled = self._hash.compiled
+        self._first: dict[str, tuple[str, Any]] = {}  # Any: native.U64Set
 
     @property
     def secret(self) -> bytes | None:
@@ -315,6 +324,24 @@ class KeyDeriver:
             base = f"{self.run_id}:{name}:{h}"
             n = self._counts.default(name, int(h, 16))
         return base if n == 0 else f"{base}#{n}"
+
+    def fresh_key(self, name: str, args_jcs: bytes) -> str | None:
+        """The default key of a call of ``name`` whose processed arguments' JCS is
+        ``args_jcs``, in one compiled step, when it is the first with those arguments (the
+        common call); ``None`` when it is a repeat or nothing is compiled, and :meth:`key`
+        numbers it. Safe without the session's lock: the only change it makes, the count of
+        ``h``, happens inside one compiled call, and a repeat is left to :meth:`key` (under
+        the lock), which finds ``h`` counted once already."""
+        compiled = self._compiled
+        if compiled is None:
+            return None
+        first = self._first.get(name)
+        if first is None:
+            # the compiled U64Set, as every table is wherever the contexts are compiled
+            table: Any = self._counts.table(name)
+            first = self._first[name] = (f"{self.run_id}:{name}:", table)
+        key: str | None = first[1].hmac_key(compiled[0], compiled[1], args_jcs, first[0])
+        return key
 
     def observe(self, name: str, h: str) -> None:
         """Count a default key issued before without deriving it (an erased request, whose

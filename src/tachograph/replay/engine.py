@@ -192,6 +192,8 @@ class ReplayEngine:
             # else a call per step for nothing; weakly, as the session (no cycle)
             on_served=_weakly(self._on_served) if copy_served else None,
         )
+        # the matcher's completions by key, read once per served call without its frame
+        self._completions = self.matcher.completions
 
     # -- the Engine protocol ---------------------------------------------------------------
 
@@ -236,11 +238,13 @@ class ReplayEngine:
         )
         if matched is None:
             return  # live: the session records the intent
-        completion = self.matcher.completion(matched.idempotency_key)
+        key = matched.idempotency_key
+        completion = self._completions.get(key) if key is not None else None
         if completion is None:
             self._dangling(ticket, matched)
             return
-        if completion.erased:
+        payload = completion.payload
+        if payload is None and completion.salt is None:  # completion.erased
             self.matcher.diverge(
                 DivergenceKind.UNREPLAYABLE,
                 completion.seq,
@@ -253,9 +257,12 @@ class ReplayEngine:
         self.matcher.served += 1
         if self.copy_served:
             self._copy_completion(completion)
-        if (completion.payload or {}).get("dry_run") is True:
+        if payload is not None and payload.get("dry_run") is True:
             self._session().simulated(completion.seq, "holds a dry-run result")
-        value, error = self._answer(completion)
+        if completion.type == _TOOL_COMPLETED and self.override is None and payload is not None:
+            value, error = payload.get("result"), None  # self._answer's common case
+        else:
+            value, error = self._answer(completion)
         if self.rerun_pure and ticket.kind is TOOL_CALL and ticket.effect is _PURE:
             ticket.compare_with = completion
             ticket.record_completion = False

@@ -238,6 +238,11 @@ class Matcher:
         return self._completions.get(key) if key is not None else None
 
     @property
+    def completions(self) -> dict[str, Event]:
+        """The recorded completions by idempotency key (read, never changed, by the engine)."""
+        return self._completions
+
+    @property
     def has_steps(self) -> bool:
         """Whether the record holds any step to serve."""
         return bool(self._stream)
@@ -390,7 +395,13 @@ class Matcher:
             return None
         if mine != stored:
             return None
-        self._consume(expected)
+        # self._consume(expected), without its two frames: the cursor stopped at the first
+        # step not consumed, so _settle's test is already answered
+        consumed.add(expected.seq)
+        self._left -= 1
+        self.served += 1
+        if self.on_served is not None:
+            self.on_served(expected)
         return expected
 
     def _model_changed(
