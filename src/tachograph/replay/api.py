@@ -42,8 +42,7 @@ from ..record.seal import Processor
 from ..store import Store, open_store
 from .engine import ReplayEngine
 from .guard import NetworkGuard, agent_frame, parse_allow
-from .history import RunHistory
-from .matchers import COMPLETIONS
+from .history import RunHistory, gather
 from .report import Drift, ReplayReport
 
 __all__ = [
@@ -55,11 +54,6 @@ __all__ = [
     "replay",
     "resume",
 ]
-
-# Read per event: constants, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
-_REQUESTS = frozenset({EventType.TOOL_REQUESTED.value, EventType.MODEL_REQUEST.value})
-_MODEL_REQUEST = EventType.MODEL_REQUEST.value
-_TOOL_COMPLETED = EventType.TOOL_COMPLETED.value
 
 
 class MatchMode(str, enum.Enum):
@@ -94,25 +88,14 @@ Source = Union[Store, str, "os.PathLike[str]", RunHistory, None]
 
 def overlapping_calls(events: Sequence[Event]) -> bool:
     """Whether the run had a call started while another was still open (concurrent calls)."""
-    open_keys: set[str] = set()
-    for e in events:
-        key = e.idempotency_key
-        if key is None:
-            continue
-        if e.type in _REQUESTS:
-            if open_keys:
-                return True
-            open_keys.add(key)
-        elif e.type in COMPLETIONS:
-            open_keys.discard(key)
-    return False
+    return gather(events)[1].overlapping
 
 
 def _resolve(mode: MatchMode, history: RunHistory) -> tuple[MatchMode, tuple[str, ...]]:
     """The mode to match with, and a note when ``auto`` chose key matching."""
     if mode is not MatchMode.AUTO:
         return mode, ()
-    if overlapping_calls(history.events):
+    if history.facts.overlapping:  # overlapping_calls(history.events), gathered
         return MatchMode.KEY, (
             "the recorded run had concurrent calls: they were matched by idempotency key "
             "(match='key'); pass match='strict' to require the recorded order",
@@ -138,14 +121,6 @@ def _live_processors(
     """The processors of the live side: those of :func:`record` (the default redaction
     included), each redactor pinned to the key the recording's tokens were made with."""
     return pin_processors(default_processors(processors, redact_secrets=redact_secrets), events)
-
-
-def _dry_run_seqs(events: tuple[Event, ...]) -> list[int]:
-    return [
-        e.seq
-        for e in events
-        if e.type == _TOOL_COMPLETED and (e.payload or {}).get("dry_run") is True
-    ]
 
 
 def _recorded_in_dry_run(history: RunHistory) -> bool:
@@ -211,9 +186,7 @@ def _model_drift(
 
 def used_models(events: Sequence[Event]) -> frozenset[str]:
     """The exact model ids a recorded run's model calls named."""
-    return frozenset(
-        e.model for e in events if e.type == _MODEL_REQUEST and e.model is not None
-    )
+    return gather(events)[1].used_models
 
 
 def runtime_notes(recorded: dict[str, Any] | None, current: dict[str, Any] | None) -> list[str]:
@@ -466,7 +439,7 @@ def replay(
                 recorded_env,
                 current_env,
                 used_tools=history.used_tools,
-                used_models=used_models(events),
+                used_models=history.facts.used_models,
                 asked_models=frozenset(engine.models_asked),
             )
         ),
@@ -487,7 +460,7 @@ def replay(
             if history.finished is None
             else ()
         )
-        + _dry_run_note(events),
+        + _dry_run_note(history.facts.dry_run),
         allowed_calls=_allowed(guard),
         unvouched=_unvouched(events),
     )
@@ -501,8 +474,7 @@ def replay(
     return report
 
 
-def _dry_run_note(events: tuple[Event, ...]) -> tuple[str, ...]:
-    seqs = _dry_run_seqs(events)
+def _dry_run_note(seqs: Sequence[int]) -> tuple[str, ...]:
     if not seqs:
         return ()
     return (
@@ -663,9 +635,7 @@ def _finish_live(
             run_id=report.run_id,
             seq=report.first.seq if report.first else None,
         )
-    recorded_error = (
-        {k: v for k, v in error.items() if k != "frame"} if error is not None else None
-    )
+    recorded_error = {k: v for k, v in error.items() if k != "frame"} if error is not None else None
     if status == "stopped":
         body: dict[str, Any] = {
             "status": "aborted",
