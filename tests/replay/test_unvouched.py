@@ -19,6 +19,8 @@ import anthropic
 import openai
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as lc_tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -395,3 +397,70 @@ def test_a_run_without_model_answers_is_judged_by_its_run_finished_alone() -> No
         Ev(type="run.finished", payload={"status": "ok"}, seq=3),
     ]
     assert [(c.tool, c.seq) for c in unvouched_calls(iter(with_answer))] == [("refund", 1)]
+
+
+class _CountingLedger:
+    """The ledger's accounting as it was written with a plain counter under its lock (the
+    reference for the lock-free count of tool calls that match nothing open)."""
+
+    def __init__(self) -> None:
+        self.open: list[tuple[str, int]] = []
+        self.other = 0
+        self.decided = False
+        self.unvouched: list[tuple[str, int]] = []
+
+    def observe(self, type_: str, tool: str, seq: int) -> list[tuple[str, int]]:
+        if type_ == "model.response":
+            self.open.extend((t, seq) for t in tool.split(","))
+        elif type_ == "tool.requested":
+            for i, (t, _s) in enumerate(self.open):
+                if t == tool:
+                    del self.open[i]
+                    break
+            else:
+                self.other += 1
+        elif type_ in ("plan.selected", "decision"):
+            self.decided = True
+        elif type_ in ("model.request", "run.finished"):
+            if self.decided and self.other:
+                del self.open[: self.other]
+            self.decided, self.other = False, 0
+            left, self.open = self.open, []
+            self.unvouched.extend(left)
+            return left
+        return []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["model.response", "tool.requested", "decision", "model.request", "tool.completed"]
+            ),
+            st.sampled_from(["a", "b", "a,b", "b,a,a"]),
+        ),
+        max_size=40,
+    )
+)
+def test_the_ledger_counts_unmatched_tools_as_a_counter_under_its_lock_did(
+    steps: list[tuple[str, str]],
+) -> None:
+    from tachograph.capture.vouch import ToolLedger
+
+    ledger, reference = ToolLedger(), _CountingLedger()
+    for seq, (type_, tool) in enumerate([*steps, ("run.finished", "")]):
+        if type_ == "model.response":
+            calls = [{"name": t} for t in tool.split(",")]
+            payload: dict[str, Any] = {
+                "response": {"choices": [{"message": {"tool_calls": calls}}]}
+            }
+        elif type_ == "run.finished":
+            payload = {"status": "ok"}
+        else:
+            payload = {"tool": tool.split(",")[0]}
+        got = ledger.observe(type_, payload, seq)
+        asked = tool if type_ == "model.response" else tool.split(",")[0]
+        want = reference.observe(type_, asked, seq)
+        assert [(c.tool, c.seq) for c in got] == want
+    assert [(c.tool, c.seq) for c in ledger.unvouched] == reference.unvouched

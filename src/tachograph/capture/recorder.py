@@ -25,7 +25,7 @@ from ..store.base import Store
 from .seals import RunSeals, SealPlan, SealPolicy, configured_key, kept_error, resolve_policy
 from .threads import own_thread
 from .vouch import FIELD as UNVOUCHED_FIELD
-from .vouch import ToolLedger, warn_unvouched
+from .vouch import FOLLOWED, ToolLedger, warn_unvouched
 
 # Plain-str event types: ``EventType.X.value`` is a Python-level property on 3.11, and
 # these are read per recorded event.
@@ -847,7 +847,7 @@ class Recorder:
             self._last_ticket = ticket
             if type == _RUN_FINISHED:
                 self.finished = True
-        if type != _RUN_FINISHED:
+        if type != _RUN_FINISHED and type in FOLLOWED:  # else observe returns at once
             unvouched = self.ledger.observe(type, event.payload, event.seq)
             if unvouched:
                 self._unvouched(unvouched)
