@@ -385,8 +385,11 @@ def begin_call(
     )
 
 
-Begin = Callable[[tuple[Any, ...], dict[str, Any]], "tuple[CallTicket | None, Callable[..., Any]]"]
-"""``begin(args, kwargs) -> (ticket or None, how to run the call live)``."""
+Begin = Callable[
+    [tuple[Any, ...], dict[str, Any]], "tuple[CallTicket | None, Callable[..., Any] | None]"
+]
+"""``begin(args, kwargs) -> (ticket or None, how to run the call live)``; ``None`` for how:
+``fn`` called as the caller called it (no partial to build, the common live call)."""
 
 
 def wrap_call(
@@ -399,7 +402,8 @@ def wrap_call(
     """The wrapper of ``fn`` (sync or async, as ``fn`` is) that crosses the boundary.
 
     ``begin(args, kwargs)`` returns the ticket (``None`` outside a run) and the callable that
-    runs the call live (``fn`` itself, a dry-run stand-in, or ``fn`` with the key injected).
+    runs the call live (a dry-run stand-in, or ``fn`` with the key injected), or ``None``
+    for ``fn`` called with the caller's arguments.
     ``served(ticket)`` turns a served answer into the caller's value (default
     :meth:`CallTicket.answer`); ``finish(ticket, result)`` records a live result (default
     :meth:`CallTicket.complete`) and returns what the caller gets.
@@ -423,7 +427,7 @@ def wrap_call(
             if ticket.served:
                 return serve(ticket)
             try:
-                result = run()
+                result = fn(*args, **kwargs) if run is None else run()
                 if inspect.isawaitable(result):
                     result = await result
             except Exception as exc:
@@ -443,7 +447,7 @@ def wrap_call(
         if ticket.served:
             return serve(ticket)
         try:
-            result = run()
+            result = fn(*args, **kwargs) if run is None else run()
         except Exception as exc:
             ticket.fail(exc)
             raise

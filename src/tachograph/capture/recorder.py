@@ -274,7 +274,9 @@ class Writer:
 
     def submit(self, event: Event) -> int:
         """Queue one event; returns a ticket for :meth:`wait`."""
-        with self._lock:
+        lock = self._lock  # not ``with``: its __enter__ and __exit__ calls cost 0.1 us more
+        lock.acquire()
+        try:
             if self._failed:  # the run's key is built only when some run has failed
                 run = (event.tenant, event.run_id)
                 if run in self._failed:
@@ -329,6 +331,8 @@ class Writer:
                 # the GIL (15,664 of 20,000 in a run of read-tool calls).
                 self._cond.notify_all()
             return ticket
+        finally:
+            lock.release()
 
     def _start_thread(self) -> None:
         """Start the writer thread (under the lock, once)."""
@@ -832,7 +836,9 @@ class Recorder:
             trace_id, span_id = _otel_context()
         else:
             trace_id = span_id = None
-        with self._lock:
+        lock = self._lock  # not ``with``: its __enter__ and __exit__ calls cost 0.1 us more
+        lock.acquire()
+        try:
             if self.finished:
                 raise RecordingError(
                     f"run {self.run_id!r} has finished; nothing more can be recorded in it",
@@ -847,6 +853,8 @@ class Recorder:
             self._last_ticket = ticket
             if type == _RUN_FINISHED:
                 self.finished = True
+        finally:
+            lock.release()
         if type != _RUN_FINISHED and type in FOLLOWED:  # else observe returns at once
             unvouched = self.ledger.observe(type, event.payload, event.seq)
             if unvouched:
