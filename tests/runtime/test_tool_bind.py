@@ -26,6 +26,10 @@ def odd(a: Any, *rest: Any, k: Any = 1, **more: Any) -> None:
     pass
 
 
+def simple(a: Any, b: Any = 2) -> None:  # every argument by position: zipped with the names
+    pass
+
+
 def _reference(spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         bound = spec.signature.bind(*args, **kwargs)
@@ -63,7 +67,7 @@ NAMES = st.sampled_from(["a", "b", "c", "idempotency_key", "zz"])
     kwargs=st.dictionaries(NAMES, st.integers(), max_size=4),
 )
 def test_fast_bind_equals_signature_bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    for fn in (plain, odd):
+    for fn in (plain, odd, simple):
         spec = _spec(fn)
         got = _bound(spec, args, kwargs)
         want = _reference(spec, args, kwargs)
