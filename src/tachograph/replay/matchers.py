@@ -395,10 +395,10 @@ class Matcher:
             return None
         if mine != stored:
             return None
-        # self._consume(expected), without its two frames: the cursor stopped at the first
-        # step not consumed, so _settle's test is already answered
-        consumed.add(expected.seq)
-        self._left -= 1
+        # self._consume(expected), without its two frames
+        if expected.seq not in consumed:  # another of the agent's threads may have taken it
+            consumed.add(expected.seq)
+            self._left -= 1
         self.served += 1
         if self.on_served is not None:
             self.on_served(expected)
