@@ -26,7 +26,7 @@ def odd(a: Any, *rest: Any, k: Any = 1, **more: Any) -> None:
     pass
 
 
-def simple(a: Any, b: Any = 2) -> None:  # every argument by position: zipped with the names
+def simple(a: Any, b: Any = 2) -> None:  # no key parameter
     pass
 
 

@@ -119,20 +119,8 @@ class ToolSpec:
             return None
         return tuple((p.name, p.default) for p in params)
 
-    @functools.cached_property
-    def _all_positional(self) -> tuple[str, ...] | None:
-        """The parameters' names when :meth:`bind` may zip them with a call's positional
-        arguments (every one plain, none of them the key); else ``None``."""
-        plain = self._plain_params
-        if plain is None or any(name == "idempotency_key" for name, _ in plain):
-            return None
-        return tuple(name for name, _ in plain)
-
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The call's arguments as a JSON object (defaults applied, the key left out)."""
-        names = self._all_positional
-        if names is not None and not kwargs and len(args) == len(names):
-            return dict(zip(names, args, strict=True))  # all by position: 0.4 us less
         plain = self._plain_params
         if plain is not None and len(args) <= len(plain):
             # the same dict Signature.bind + apply_defaults give, in parameter order; any
