@@ -8,6 +8,8 @@ from __future__ import annotations
 import gc
 import logging
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -334,3 +336,72 @@ def test_a_kept_error_keeps_no_frames_and_leaves_the_agents_exception_alone() ->
         tb = tb.tb_next
     assert tb is not None
     assert tb.tb_frame.f_locals.get("marker") == "the agent's variable"
+
+
+_EXIT_SCRIPT = '''
+import atexit
+import gc
+import sys
+import threading
+
+holder = {}
+
+
+def hold():
+    # After tachograph's own exit handler (the last registered runs first): a daemon thread
+    # takes the writer's lock and keeps it, as a writer thread does that the exit stops
+    # while it holds the lock.
+    writer = holder.pop("writer")
+    got = threading.Event()
+
+    def grab():
+        writer._lock.acquire()
+        got.set()
+        threading.Event().wait()
+
+    threading.Thread(target=grab, daemon=True).start()
+    got.wait(10)
+
+
+atexit.register(hold)
+
+import tachograph as tg
+from tachograph.capture.recorder import writer_for
+
+
+class Box:
+    pass
+
+
+def main():
+    store = tg.SQLiteStore(sys.argv[1])
+    with tg.record(store, actor="a"):
+        tg.decide("step", 1)
+    holder["writer"] = writer_for(store)
+    box = Box()
+    box.cycle = box  # freed only by the collection the interpreter makes as it exits
+    box.store = store
+
+
+gc.disable()
+main()
+print("recorded", flush=True)
+'''
+
+
+def test_a_store_freed_as_the_interpreter_exits_does_not_hang_the_exit(tmp_path: Path) -> None:
+    """The writer's store-freed callback took the writer's lock; a daemon writer thread
+    stopped by the exit while it held that lock never releases it, and a store freed by the
+    exit's last collection then hung the process for good (``tacho demo`` on a read-only
+    folder, now and then). A real process, with the lock held as that thread holds it."""
+    script = tmp_path / "exit.py"
+    script.write_text(_EXIT_SCRIPT, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "s.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "recorded" in proc.stdout
+    assert _rows(tmp_path / "s.db", "SELECT count(*) FROM events") == [(3,)]

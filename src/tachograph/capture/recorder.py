@@ -179,7 +179,15 @@ class Writer:
 
     def _store_freed(self) -> None:
         """The store was freed (the weak reference's callback): nothing was pending for it,
-        since the writer pins the store while it has work. Stop the thread."""
+        since the writer pins the store while it has work. Stop the thread.
+
+        Not while the interpreter exits: the writer thread is a daemon, and one stopped by
+        the exit while it held the lock (waking from a timed wait, say) never lets it go, so
+        a store freed by the exit's last collection hung the process for good (``tacho
+        demo`` on a read-only folder did, now and then). Nothing is pending, and the thread
+        ends with the process."""
+        if sys.is_finalizing():
+            return
         with self._cond:
             self._closed = True
             self._cond.notify_all()
