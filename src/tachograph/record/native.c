@@ -1928,6 +1928,26 @@ hmac_pads(PyObject *Py_UNUSED(module), PyObject *block)
     return Py_BuildValue("(NN)", pads[0], pads[1]);
 }
 
+/* HMAC-SHA256 over ``data`` into ``out`` from hmac_pads' two contexts (checked by the caller:
+ * bytes of SHA256_CTX_ROOM); 0, or -1 with RuntimeError set. */
+static int
+hmac_from_pads(const Sha256Api *api, PyObject *inner_pad, PyObject *outer_pad, PyObject *data,
+               unsigned char out[32])
+{
+    uint64_t ctx[32];
+    unsigned char inner[32];
+    memcpy(ctx, PyBytes_AS_STRING(inner_pad), sizeof ctx);
+    int ok = sha256_finish(api, ctx, (const unsigned char *)PyBytes_AS_STRING(data),
+                           (size_t)PyBytes_GET_SIZE(data), inner);
+    memcpy(ctx, PyBytes_AS_STRING(outer_pad), sizeof ctx);
+    ok = ok && sha256_finish(api, ctx, inner, 32, out);
+    if (!ok) {
+        PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 hmac16(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1941,16 +1961,8 @@ hmac16(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     if (api.init == NULL) {
         Py_RETURN_NONE;
     }
-    uint64_t ctx[32];
-    unsigned char inner[32], outer[32];
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[2]);
-    size_t n = (size_t)PyBytes_GET_SIZE(args[2]);
-    memcpy(ctx, PyBytes_AS_STRING(args[0]), sizeof ctx);
-    int ok = sha256_finish(&api, ctx, p, n, inner);
-    memcpy(ctx, PyBytes_AS_STRING(args[1]), sizeof ctx);
-    ok = ok && sha256_finish(&api, ctx, inner, 32, outer);
-    if (!ok) {
-        PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
+    unsigned char outer[32];
+    if (hmac_from_pads(&api, args[0], args[1], args[2], outer) < 0) {
         return NULL;
     }
     PyObject *out = PyUnicode_New(16, 127);
@@ -3071,15 +3083,8 @@ u64set_hmac_key(U64SetObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (api.init == NULL) {
         Py_RETURN_NONE;
     }
-    uint64_t ctx[32];
-    unsigned char inner[32], outer[32];
-    memcpy(ctx, PyBytes_AS_STRING(args[0]), sizeof ctx);
-    int ok = sha256_finish(&api, ctx, (const unsigned char *)PyBytes_AS_STRING(args[2]),
-                           (size_t)PyBytes_GET_SIZE(args[2]), inner);
-    memcpy(ctx, PyBytes_AS_STRING(args[1]), sizeof ctx);
-    ok = ok && sha256_finish(&api, ctx, inner, 32, outer);
-    if (!ok) {
-        PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
+    unsigned char outer[32];
+    if (hmac_from_pads(&api, args[0], args[1], args[2], outer) < 0) {
         return NULL;
     }
     uint64_t x = 0;
