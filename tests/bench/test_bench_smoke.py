@@ -171,3 +171,29 @@ def test_the_profile_of_a_slow_append_appends_runs_of_its_own(tmp_path: Path) ->
     for _ in range(2):  # the profile may be taken again: each time a probe of its own
         assert len(scale._repeat(appends, scale._Probe(path, 1, 20, 3), 5)) == 5
     assert len(SQLiteStore(path).runs(limit=100)) == 2 + 5 + 5
+
+
+def test_the_intent_probe_splits_a_commit_into_its_pages_statements_and_python(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import intentprobe
+
+    result = intentprobe.main(["--rounds", "3", "--json", "--dir", str(tmp_path)])
+    assert json.loads(capsys.readouterr().out) == result
+    fresh, warm = result["fresh"], result["warm"]
+    # SQLite writes one WAL frame per page a commit changed: one row, one frame; one row in
+    # each of five tables, five. Counted from the fresh WAL's growth, not assumed.
+    pages = fresh["pages_per_commit"]["tables"]
+    assert [pages[k]["frames"] for k in ("1", "2", "3", "5")] == [1.0, 2.0, 3.0, 5.0]
+    store = fresh["store_commit"]
+    assert store["frames_per_raw_commit"] == 1.0
+    assert store["frames_per_append"] >= 3.0  # the event, its payload, the run's summary
+    for phase in (fresh, warm):
+        statements = phase["store_commit"]["statements_us"]
+        assert {"BEGIN IMMEDIATE", "INSERT INTO events", "INSERT INTO payloads", "COMMIT"} <= set(
+            statements
+        )
+        assert all(_number(us) and us > 0 for us in statements.values())
+        tool = phase["write_tool"]
+        assert all(_number(tool[k]) and tool[k] > 0 for k in tool)
+    assert list(tmp_path.iterdir()) == []  # its files are gone
