@@ -197,3 +197,46 @@ def test_the_intent_probe_splits_a_commit_into_its_pages_statements_and_python(
         tool = phase["write_tool"]
         assert all(_number(tool[k]) and tool[k] > 0 for k in tool)
     assert list(tmp_path.iterdir()) == []  # its files are gone
+
+
+def test_the_append_probe_inserts_every_variant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    from bench import appendprobe
+    from tachograph.store import SQLiteStore
+
+    result = appendprobe.main(
+        ["--events", "250", "--rounds", "1", "--json", "--dir", str(tmp_path)]
+    )
+    assert json.loads(capsys.readouterr().out) == result
+    variants = result["variants"]
+    assert set(variants) == set(appendprobe.VARIANTS)
+    assert variants["raw"]["share_of_raw_rate"] == 1.0
+    assert all(_number(v["us_per_event"]) and v["us_per_event"] > 0 for v in variants.values())
+    assert list(tmp_path.iterdir()) == []
+
+    # The plain-SQL variants insert the rows the store would, readable as its events.
+    path = tmp_path / "schema.db"
+    db = appendprobe._store_file(path, trigger=True)
+    events = list(appendprobe.build_run("probe-check", 250, payload_bytes=100))
+    appendprobe._sql_insert(db, events, one_table=False)
+    db.execute(
+        "INSERT INTO runs (tenant, run_id, actor, started_at, last_at, events, head_hash) "
+        "VALUES (?,?,?,?,?,?,?)",
+        ("default", "probe-check", "bench", events[0].ts, events[-1].ts, 250, events[-1].hash),
+    )
+    db.close()
+    store = SQLiteStore(path)
+    try:
+        assert store.verify("probe-check").ok
+        assert [e.hash for e in store.read("probe-check")] == [e.hash for e in events]
+    finally:
+        store.close()
+    again = appendprobe._store_file(tmp_path / "again.db", trigger=False)
+    try:
+        with pytest.raises(sqlite3.IntegrityError):  # the schema's unique event ids, enforced
+            appendprobe._sql_insert(again, events + events[:1], one_table=False)
+    finally:
+        again.close()
