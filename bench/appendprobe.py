@@ -4,8 +4,9 @@ A probe, not a figure of the suite: ``python -m bench.appendprobe [--events N] [
 [--json]``. The ``durable_appends`` figure compares recording through the writer with raw
 ``sqlite3`` inserts of each event's JSON line into a one-column table (100 rows a
 transaction, WAL, ``synchronous=FULL``). This probe takes the store's side apart, each
-variant inserting the same events (1 KB payloads) in the same batches, in alternating
-rounds on fresh files:
+variant inserting the same kind of events (1 KB payloads, run ids of one length) in the same
+batches, into files made at the start, a new run each round, the variants' order reversed
+every other round:
 
 - ``raw``: the figure's floor, each event's line into one column;
 - ``store``: ``SQLiteStore.append`` of the prebuilt events (its Python and its SQL);
@@ -22,6 +23,7 @@ rounds on fresh files:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sqlite3
@@ -156,52 +158,68 @@ def _store_append(store: SQLiteStore, events: Sequence[Event]) -> float:
 
 def probe(workdir: Path, events: int, rounds: int) -> dict[str, Any]:
     """Every variant once a round, in turn, each round on new events."""
-    raw_path = workdir / "raw.db"
-    remove_sqlite(raw_path)
-    raw = _connect(raw_path)
-    raw.execute("CREATE TABLE lines (id INTEGER PRIMARY KEY, line BLOB NOT NULL)")
-    remove_sqlite(workdir / "store.db")
-    store = SQLiteStore(workdir / "store.db")
-    dbs = {
-        "schema": _store_file(workdir / "schema.db", trigger=True),
-        "schema_no_trigger": _store_file(workdir / "schema-nt.db", trigger=False),
-        "two_tables": _plain_file(workdir / "two.db", one_table=False),
-        "one_table": _plain_file(workdir / "one.db", one_table=True),
-        "keyed": _plain_file(workdir / "keyed.db", one_table=False, keyed=True),
-    }
-    runners: dict[str, Callable[[Sequence[Event]], float]] = {
-        "raw": lambda evs: _raw_insert(raw, evs),
-        "store": lambda evs: _store_append(store, evs),
-        "schema": lambda evs: _sql_insert(dbs["schema"], evs, one_table=False),
-        "schema_no_trigger": lambda evs: _sql_insert(
-            dbs["schema_no_trigger"], evs, one_table=False
-        ),
-        "two_tables": lambda evs: _sql_insert(dbs["two_tables"], evs, one_table=False),
-        "one_table": lambda evs: _sql_insert(dbs["one_table"], evs, one_table=True),
-        "keyed": lambda evs: _sql_insert(dbs["keyed"], evs, one_table=False),
-    }
-    per_event: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    try:
+    with contextlib.ExitStack() as stack:
+        raw_path = workdir / "raw.db"
+        remove_sqlite(raw_path)
+        raw = stack.enter_context(contextlib.closing(_connect(raw_path)))
+        raw.execute("CREATE TABLE lines (id INTEGER PRIMARY KEY, line BLOB NOT NULL)")
+        remove_sqlite(workdir / "store.db")
+        store = SQLiteStore(workdir / "store.db")
+        stack.callback(store.close)
+
+        def opened(db: sqlite3.Connection) -> sqlite3.Connection:
+            return stack.enter_context(contextlib.closing(db))
+
+        dbs = {
+            "schema": opened(_store_file(workdir / "schema.db", trigger=True)),
+            "schema_no_trigger": opened(_store_file(workdir / "schema-nt.db", trigger=False)),
+            "two_tables": opened(_plain_file(workdir / "two.db", one_table=False)),
+            "one_table": opened(_plain_file(workdir / "one.db", one_table=True)),
+            "keyed": opened(_plain_file(workdir / "keyed.db", one_table=False, keyed=True)),
+        }
+        runners: dict[str, Callable[[Sequence[Event]], float]] = {
+            "raw": lambda evs: _raw_insert(raw, evs),
+            "store": lambda evs: _store_append(store, evs),
+            "schema": lambda evs: _sql_insert(dbs["schema"], evs, one_table=False),
+            "schema_no_trigger": lambda evs: _sql_insert(
+                dbs["schema_no_trigger"], evs, one_table=False
+            ),
+            "two_tables": lambda evs: _sql_insert(dbs["two_tables"], evs, one_table=False),
+            "one_table": lambda evs: _sql_insert(dbs["one_table"], evs, one_table=True),
+            "keyed": lambda evs: _sql_insert(dbs["keyed"], evs, one_table=False),
+        }
+        per_event: dict[str, list[float]] = {name: [] for name in VARIANTS}
         for r in range(rounds):
             order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
             for name in order:
-                evs = list(
-                    build_run(f"appendprobe-{name}-{r}", events, payload_bytes=PAYLOAD_BYTES)
-                )
+                # run ids of one length: the run id is in every row and in the store's index
+                run_id = f"appendprobe-{VARIANTS.index(name):02d}-{r:04d}"
+                evs = list(build_run(run_id, events, payload_bytes=PAYLOAD_BYTES))
                 per_event[name].append(runners[name](evs) / events * 1e6)
-    finally:
-        raw.close()
-        store.close()
-        for db in dbs.values():
-            db.close()
+        rows = {
+            "raw": raw.execute("SELECT count(*) FROM lines").fetchone()[0],
+            "store": store.count_events(),
+            **{
+                name: db.execute("SELECT count(*) FROM events").fetchone()[0]
+                for name, db in dbs.items()
+            },
+        }
     raw_us = statistics.median(per_event["raw"])
     return {
         name: {
             "us_per_event": round(statistics.median(values), 2),
             "share_of_raw_rate": round(raw_us / statistics.median(values), 3),
+            "rows": rows[name],
         }
         for name, values in per_event.items()
     }
+
+
+def _load() -> list[float] | None:
+    try:
+        return list(os.getloadavg())
+    except (AttributeError, OSError):  # not on every system
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -217,14 +235,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.events < 2 or args.rounds < 1:
         parser.error("--events must be at least 2 and --rounds at least 1")
     with tempfile.TemporaryDirectory(prefix="tachograph-appendprobe-", dir=args.dir) as tmp:
-        before = list(os.getloadavg())
+        before = _load()
         variants = probe(Path(tmp), args.events, args.rounds)
         result = {
             "events": args.events,
             "rounds": args.rounds,
             "batch": BATCH,
             "load_average": before,
-            "load_average_after": list(os.getloadavg()),
+            "load_average_after": _load(),
             "variants": variants,
         }
     if args.json:

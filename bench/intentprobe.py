@@ -3,24 +3,27 @@
 A probe, not a figure of the suite: ``python -m bench.intentprobe [--rounds N] [--json]``.
 Every measure alternates with its baseline in the same minutes, on files in a temporary
 directory on the machine's disk (SQLite in WAL mode, ``synchronous=FULL``, as the store and
-the ``intent_durable`` figure use):
+the ``intent_durable`` figure use), on a fresh WAL and on a warm one:
 
-1. **Pages per commit.** One row into each of k tables in one transaction (k = 1, 2, 3, 5):
-   SQLite writes one WAL frame per page the transaction changed, and syncs them together.
-   What each page beyond the first adds to a commit.
-2. **The store's commit of one event.** ``SQLiteStore.append`` of one prebuilt event, its
-   statements timed one by one, and the WAL frames each commit writes on a fresh file (the
-   WAL's growth over its frame size), against the raw commit of one row.
+1. **Pages per commit.** One row into each of k tables in one transaction (k = 1, 2, 3, 5,
+   the order reversed every other round): SQLite writes one WAL frame per page the
+   transaction changed, and syncs them together. What each table beyond the first adds to a
+   commit (its page, and its ``INSERT``).
+2. **The store's commit of one event.** ``SQLiteStore.append`` of one prebuilt event against
+   the raw commit of one row, and the WAL frames each writes on a fresh file (the WAL's
+   growth over its frame size). Every other commit has its statements timed one by one (the
+   store's connection wrapped); the append's own time is taken from the others.
 3. **A write tool's intent.** From the call to the store's append, the append, and from its
-   return to the tool's body: the recorder's Python on either side of the commit. Beside it,
-   a read tool's whole call (the same Python, no commit) timed right after a commit and
-   again once it runs hot: code that runs just after the process waited for the disk runs
-   slower than the same code in a loop.
+   return to the tool's body, with the writer idle (a flush before each call).
+4. **The same write tool on an in-memory store**, so with no commit: the recorder's Python
+   before the store's append, right after a flush, after a flush and 300 us of spinning, and
+   after a flush and a 300 us sleep (a thread that waited, as one waits for an fsync).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sqlite3
@@ -34,7 +37,7 @@ from typing import Any
 
 import tachograph
 from tachograph.record.event import Event
-from tachograph.store import Receipt, SQLiteStore
+from tachograph.store import MemoryStore, Receipt, SQLiteStore
 
 from .common import build_run, remove_sqlite
 
@@ -45,9 +48,12 @@ PHASES = ("fresh", "warm")
 """A fresh WAL grows with every commit; a warm one (grown past SQLite's automatic
 checkpoint at 1,000 pages, then started over) is overwritten in place, as in a store written
 to since it was opened. The ``intent_durable`` figure measures both."""
-FRESH_ROUNDS = 80
-"""Commits per measure on a fresh WAL: 80 write-tool calls (an intent and a completion, five
-pages each) stay under the automatic checkpoint, after which the WAL would start over."""
+FRESH_ROUNDS = 60
+"""Commits per measure on a fresh WAL: 60 write-tool calls (an intent and a completion, five
+pages each, and a page split now and then) stay under the automatic checkpoint at 1,000
+pages, after which the WAL would start over; the probe checks that it grew every time."""
+WAIT_NS = 300_000
+"""How long the in-memory control spins or sleeps before a call: about one fsync here."""
 WARM_BYTES = 6_000_000
 WARM_ROW = 2_000
 
@@ -97,12 +103,24 @@ def pages_per_commit(workdir: Path, rounds: int, phase: str) -> dict[str, Any]:
     """Commits of one row into each of k tables, k alternating."""
     line = b"x" * 600
     counts = (1, 2, 3, 5)
-    dbs = {k: _raw(workdir / f"pages-{k}.db", k, phase) for k in counts}
+    with contextlib.ExitStack() as stack:
+        dbs = {
+            k: stack.enter_context(contextlib.closing(_raw(workdir / f"pages-{k}.db", k, phase)))
+            for k in counts
+        }
+        return _pages(workdir, dbs, rounds, line)
+
+
+def _pages(
+    workdir: Path, dbs: dict[int, sqlite3.Connection], rounds: int, line: bytes
+) -> dict[str, Any]:
+    counts = tuple(dbs)
     page_size = dbs[1].execute("PRAGMA page_size").fetchone()[0]
     times: dict[int, list[float]] = {k: [] for k in counts}
     frames: dict[int, list[float]] = {k: [] for k in counts}
-    for _ in range(rounds):
-        for k, db in dbs.items():
+    for r in range(rounds):
+        for k in counts if r % 2 == 0 else tuple(reversed(counts)):
+            db = dbs[k]
             before = _wal(workdir / f"pages-{k}.db")
             t0 = time.perf_counter_ns()
             db.execute("BEGIN")
@@ -113,20 +131,18 @@ def pages_per_commit(workdir: Path, rounds: int, phase: str) -> dict[str, Any]:
             grown = _wal(workdir / f"pages-{k}.db") - before
             if grown > 0 and before:  # a growing WAL (the first commit writes its header)
                 frames[k].append(_frames(grown, page_size))
-    for db in dbs.values():
-        db.close()
     one = statistics.median(times[1])
     return {
         "page_size": page_size,
         "tables": {
             str(k): {
                 "commit_us": _median_us(times[k]),
-                "frames": statistics.median(frames[k]) if frames[k] else None,
+                "median_frames": statistics.median(frames[k]) if frames[k] else None,
                 "in_one_table_commits": round(statistics.median(times[k]) / one, 3),
             }
             for k in counts
         },
-        "us_per_extra_page": round((statistics.median(times[5]) - one) / 4 / 1000, 1),
+        "us_per_extra_table": round((statistics.median(times[5]) - one) / 4 / 1000, 1),
     }
 
 
@@ -149,50 +165,65 @@ class _TimedConnection:
 
 
 def store_commit(workdir: Path, rounds: int, phase: str) -> dict[str, Any]:
-    """One prebuilt event appended to a store, statement by statement, alternating with one
-    raw commit of one row."""
+    """One prebuilt event appended to a store, alternating with one raw commit of one row;
+    every other append with its statements timed."""
     path, raw_path = workdir / "store.db", workdir / "store-raw.db"
-    store = _store(path, phase)
-    raw = _raw(raw_path, 1, phase)
-    page_size = raw.execute("PRAGMA page_size").fetchone()[0]
-    events = list(build_run("intentprobe-store", rounds + 2, payload_bytes=200))
+    with contextlib.ExitStack() as stack:
+        store = _store(path, phase)
+        stack.callback(store.close)
+        raw = stack.enter_context(contextlib.closing(_raw(raw_path, 1, phase)))
+        return _store_commit(store, raw, path, raw_path, rounds)
+
+
+def _store_commit(
+    store: SQLiteStore,
+    raw: sqlite3.Connection,
+    path: Path,
+    raw_path: Path,
+    rounds: int,
+) -> dict[str, Any]:
+    real = store._db
+    store_page = real.execute("PRAGMA page_size").fetchone()[0]
+    raw_page = raw.execute("PRAGMA page_size").fetchone()[0]
+    events = list(build_run("intentprobe-store", 2 * rounds + 2, payload_bytes=200))
     store.append(events[:2])  # the run exists: each probed commit extends it
     raw.execute("INSERT INTO t0 (line) VALUES (?)", (b"x",))
     lines = [e.to_json() for e in events]
     statements: dict[str, list[float]] = defaultdict(list)
-    real = store._db
-    store._db = _TimedConnection(real, statements)  # type: ignore[assignment]
+    timed = _TimedConnection(real, statements)
     appends: list[float] = []
     raws: list[float] = []
     store_frames: list[float] = []
     raw_frames: list[float] = []
-    try:
-        for i, event in enumerate(events[2:]):
-            before = _wal(path)
+    for i, event in enumerate(events[2:]):
+        before = _wal(path)
+        if i % 2:  # statement by statement; the append's own time from the others
+            store._db = timed  # type: ignore[assignment]
+            try:
+                store.append([event])
+            finally:
+                store._db = real
+        else:
             t0 = time.perf_counter_ns()
             store.append([event])
             appends.append(float(time.perf_counter_ns() - t0))
-            if _wal(path) > before:
-                store_frames.append(_frames(_wal(path) - before, page_size))
-            before = _wal(raw_path)
-            t0 = time.perf_counter_ns()
-            raw.execute("BEGIN")
-            raw.execute("INSERT INTO t0 (line) VALUES (?)", (lines[i],))
-            raw.execute("COMMIT")
-            raws.append(float(time.perf_counter_ns() - t0))
-            if _wal(raw_path) > before:
-                raw_frames.append(_frames(_wal(raw_path) - before, page_size))
-    finally:
-        store._db = real
-        store.close()
-        raw.close()
+        if _wal(path) > before:
+            store_frames.append(_frames(_wal(path) - before, store_page))
+        before = _wal(raw_path)
+        t0 = time.perf_counter_ns()
+        raw.execute("BEGIN")
+        raw.execute("INSERT INTO t0 (line) VALUES (?)", (lines[i],))
+        raw.execute("COMMIT")
+        raws.append(float(time.perf_counter_ns() - t0))
+        if _wal(raw_path) > before:
+            raw_frames.append(_frames(_wal(raw_path) - before, raw_page))
     raw_us = statistics.median(raws)
     return {
         "append_us": _median_us(appends),
         "raw_commit_us": _median_us(raws),
         "append_in_raw_commits": round(statistics.median(appends) / raw_us, 3),
-        "frames_per_append": statistics.median(store_frames) if store_frames else None,
-        "frames_per_raw_commit": statistics.median(raw_frames) if raw_frames else None,
+        "median_frames_per_append": statistics.median(store_frames) if store_frames else None,
+        "median_frames_per_raw_commit": statistics.median(raw_frames) if raw_frames else None,
         "statements_us": {sql: _median_us(values) for sql, values in statements.items()},
     }
 
@@ -209,11 +240,6 @@ def _write(i: int) -> int:
     return i
 
 
-@tachograph.tool(effect="read", name="intentprobe_read")
-def _read(i: int) -> int:
-    return i
-
-
 class _MarkingStore(SQLiteStore):
     """The real SQLite store, noting when each of its appends starts and ends."""
 
@@ -226,52 +252,62 @@ class _MarkingStore(SQLiteStore):
         return receipts
 
 
+class _MarkingMemoryStore(MemoryStore):
+    """The in-memory store, noting when each of its appends starts and ends."""
+
+    def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
+        start = time.perf_counter_ns()
+        receipts = super().append(events, durable=durable)
+        _APPENDS.append((start, time.perf_counter_ns()))
+        return receipts
+
+
+def _intent_call(i: int, t0: int) -> tuple[int, int]:
+    """Call the write tool (``t0`` taken just before) and return when the store's append of
+    its intent started and ended."""
+    _write(i)
+    if not _APPENDS:
+        raise RuntimeError("the write tool's intent reached no store append: is it recorded?")
+    start, end = _APPENDS[0]
+    if not t0 < start < end < _MARKS["body"]:
+        raise RuntimeError("the intent's commit was not the first append of the call")
+    return start, end
+
+
 def write_tool(workdir: Path, rounds: int, phase: str) -> dict[str, Any]:
     """A recorded write tool called with the writer idle (a flush before each call),
     alternating with one raw commit of one row."""
-    store = _store(workdir / "tool.db", phase, _MarkingStore)
-    raw = _raw(workdir / "tool-raw.db", 1, phase)
-    line = b"x" * 600
-    before: list[float] = []
-    append: list[float] = []
-    after: list[float] = []
-    whole: list[float] = []
-    raws: list[float] = []
-    cold: list[float] = []
-    hot: list[float] = []
-    tools = [_write, _read]
-    with tachograph.record(store, actor="intentprobe", input=None, tools=tools) as run:
-        for i in range(rounds):
-            run.flush()
-            _APPENDS.clear()
-            t0 = time.perf_counter_ns()
-            _write(i)
-            start, end = _APPENDS[0]
-            if not start < end < _MARKS["body"]:  # pragma: no cover - a probe's own check
-                raise RuntimeError("the intent's commit was not the first append of the call")
-            before.append(float(start - t0))
-            append.append(float(end - start))
-            after.append(float(_MARKS["body"] - end))
-            whole.append(float(_MARKS["body"] - t0))
-            run.flush()
-            t0 = time.perf_counter_ns()
-            raw.execute("BEGIN")
-            raw.execute("INSERT INTO t0 (line) VALUES (?)", (line,))
-            raw.execute("COMMIT")
-            raws.append(float(time.perf_counter_ns() - t0))
-            # The same Python right after a wait for the disk, and again once it runs hot:
-            # a read tool's whole call (two events, no commit waited for).
-            t0 = time.perf_counter_ns()
-            _read(i)
-            cold.append(float(time.perf_counter_ns() - t0))
-            for _ in range(5):
-                _read(i)
-            t0 = time.perf_counter_ns()
-            _read(i)
-            hot.append(float(time.perf_counter_ns() - t0))
-        run.output = rounds
-    store.close()
-    raw.close()
+    path = workdir / "tool.db"
+    with contextlib.ExitStack() as stack:
+        store = _store(path, phase, _MarkingStore)
+        stack.callback(store.close)
+        raw = stack.enter_context(contextlib.closing(_raw(workdir / "tool-raw.db", 1, phase)))
+        line = b"x" * 600
+        before: list[float] = []
+        append: list[float] = []
+        after: list[float] = []
+        whole: list[float] = []
+        raws: list[float] = []
+        grew = 0
+        with tachograph.record(store, actor="intentprobe", input=None, tools=[_write]) as run:
+            for i in range(rounds):
+                run.flush()
+                wal = _wal(path)
+                _APPENDS.clear()
+                t0 = time.perf_counter_ns()
+                start, end = _intent_call(i, t0)
+                grew += _wal(path) > wal
+                before.append(float(start - t0))
+                append.append(float(end - start))
+                after.append(float(_MARKS["body"] - end))
+                whole.append(float(_MARKS["body"] - t0))
+                run.flush()
+                t0 = time.perf_counter_ns()
+                raw.execute("BEGIN")
+                raw.execute("INSERT INTO t0 (line) VALUES (?)", (line,))
+                raw.execute("COMMIT")
+                raws.append(float(time.perf_counter_ns() - t0))
+            run.output = rounds
     return {
         "call_to_body_us": _median_us(whole),
         "call_to_append_us": _median_us(before),
@@ -279,13 +315,48 @@ def write_tool(workdir: Path, rounds: int, phase: str) -> dict[str, Any]:
         "append_to_body_us": _median_us(after),
         "raw_commit_us": _median_us(raws),
         "in_raw_commits": round(statistics.median(whole) / statistics.median(raws), 3),
-        "read_call_after_commit_us": _median_us(cold),
-        "read_call_hot_us": _median_us(hot),
+        "intents_that_grew_the_wal": grew,
     }
 
 
+def _spin(ns: int) -> None:
+    until = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < until:
+        pass
+
+
+def in_memory(rounds: int) -> dict[str, Any]:
+    """The write tool on an in-memory store: the recorder's Python before the store's append
+    with no commit in the way, after a flush, a flush and a spin, a flush and a sleep, in
+    turn."""
+    modes = ("after_flush", "after_flush_and_spin", "after_flush_and_sleep")
+    before: dict[str, list[float]] = {mode: [] for mode in modes}
+    store = _MarkingMemoryStore()
+    with tachograph.record(store, actor="intentprobe", input=None, tools=[_write]) as run:
+        for i in range(rounds):
+            for mode in modes if i % 2 == 0 else tuple(reversed(modes)):
+                run.flush()
+                if mode == "after_flush_and_spin":
+                    _spin(WAIT_NS)
+                elif mode == "after_flush_and_sleep":
+                    time.sleep(WAIT_NS / 1e9)
+                _APPENDS.clear()
+                t0 = time.perf_counter_ns()
+                start, _ = _intent_call(i, t0)
+                before[mode].append(float(start - t0))
+        run.output = rounds
+    return {f"call_to_append_{mode}_us": _median_us(before[mode]) for mode in modes}
+
+
+def _load() -> list[float] | None:
+    try:
+        return list(os.getloadavg())
+    except (AttributeError, OSError):  # not on every system
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run the three probes and print them (as JSON with ``--json``)."""
+    """Run the probes and print them (as JSON with ``--json``)."""
     parser = argparse.ArgumentParser(prog="python -m bench.intentprobe", description=__doc__)
     parser.add_argument(
         "--rounds",
@@ -302,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         parser.error("--rounds must be at least 3")
     with tempfile.TemporaryDirectory(prefix="tachograph-intentprobe-", dir=args.dir) as tmp:
         workdir = Path(tmp)
-        result: dict[str, Any] = {"rounds": args.rounds, "load_average": list(os.getloadavg())}
+        result: dict[str, Any] = {"rounds": args.rounds, "load_average": _load()}
         for phase in PHASES:
             rounds = min(args.rounds, FRESH_ROUNDS) if phase == "fresh" else args.rounds
             result[phase] = {
@@ -311,7 +382,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "store_commit": store_commit(workdir, rounds, phase),
                 "write_tool": write_tool(workdir, rounds, phase),
             }
-        result["load_average_after"] = list(os.getloadavg())
+        result["in_memory"] = in_memory(args.rounds)
+        result["load_average_after"] = _load()
     if args.json:
         print(json.dumps(result, indent=1))
     else:
@@ -323,6 +395,14 @@ def _print(result: dict[str, Any]) -> None:
     for phase in PHASES:
         print(f"{phase} WAL, {result[phase]['rounds']} commits per measure")
         _print_phase(result[phase])
+    memory = result["in_memory"]
+    print("4. the write tool on an in-memory store (no commit): call -> the store's append")
+    print(
+        f"   right after a flush {memory['call_to_append_after_flush_us']} us; after a flush and "
+        f"{WAIT_NS // 1000} us of spinning {memory['call_to_append_after_flush_and_spin_us']} us; "
+        f"after a flush and a {WAIT_NS // 1000} us sleep "
+        f"{memory['call_to_append_after_flush_and_sleep_us']} us"
+    )
     print(f"load average {result['load_average']} -> {result['load_average_after']}")
 
 
@@ -331,16 +411,17 @@ def _print_phase(result: dict[str, Any]) -> None:
     print(f"1. one row into each of k tables, one commit (page size {pages['page_size']}):")
     for k, row in pages["tables"].items():
         print(
-            f"   k={k}: {row['commit_us']:7.1f} us, {row['frames']} WAL frames, "
+            f"   k={k}: {row['commit_us']:7.1f} us, median {row['median_frames']} WAL frames, "
             f"{row['in_one_table_commits']:.3f} one-table commits"
         )
-    print(f"   each page beyond the first: {pages['us_per_extra_page']} us")
+    extra = pages["us_per_extra_table"]
+    print(f"   each table beyond the first (its page and its INSERT): {extra} us")
     store = result["store_commit"]
     print("2. SQLiteStore.append of one event, against a raw commit of one row:")
     print(
-        f"   append {store['append_us']} us ({store['frames_per_append']} WAL frames), "
-        f"raw {store['raw_commit_us']} us ({store['frames_per_raw_commit']} WAL frames): "
-        f"{store['append_in_raw_commits']} raw commits"
+        f"   append {store['append_us']} us (median {store['median_frames_per_append']} WAL "
+        f"frames), raw {store['raw_commit_us']} us (median "
+        f"{store['median_frames_per_raw_commit']}): {store['append_in_raw_commits']} raw commits"
     )
     for sql, us in store["statements_us"].items():
         print(f"   {us:7.1f} us  {sql}")
@@ -349,11 +430,8 @@ def _print_phase(result: dict[str, Any]) -> None:
     print(
         f"   {tool['call_to_body_us']} us = {tool['call_to_append_us']} before the store's "
         f"append + {tool['append_us']} the append + {tool['append_to_body_us']} after it; "
-        f"raw commit {tool['raw_commit_us']} us: {tool['in_raw_commits']} raw commits"
-    )
-    print(
-        f"   a read tool's whole call right after a commit: {tool['read_call_after_commit_us']} "
-        f"us; hot: {tool['read_call_hot_us']} us"
+        f"raw commit {tool['raw_commit_us']} us: {tool['in_raw_commits']} raw commits; "
+        f"{tool['intents_that_grew_the_wal']} of {result['rounds']} intents grew the WAL"
     )
 
 

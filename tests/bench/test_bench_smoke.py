@@ -184,18 +184,29 @@ def test_the_intent_probe_splits_a_commit_into_its_pages_statements_and_python(
     # SQLite writes one WAL frame per page a commit changed: one row, one frame; one row in
     # each of five tables, five. Counted from the fresh WAL's growth, not assumed.
     pages = fresh["pages_per_commit"]["tables"]
-    assert [pages[k]["frames"] for k in ("1", "2", "3", "5")] == [1.0, 2.0, 3.0, 5.0]
+    assert [pages[k]["median_frames"] for k in ("1", "2", "3", "5")] == [1.0, 2.0, 3.0, 5.0]
     store = fresh["store_commit"]
-    assert store["frames_per_raw_commit"] == 1.0
-    assert store["frames_per_append"] >= 3.0  # the event, its payload, the run's summary
+    assert store["median_frames_per_raw_commit"] == 1.0
+    # the event's row, its two unique indexes, its payload's row and the run's summary
+    assert store["median_frames_per_append"] == 5.0
+    # A warm WAL is written over in place: it does not grow, so no frames are counted.
+    assert all(row["median_frames"] is None for row in warm["pages_per_commit"]["tables"].values())
+    assert warm["store_commit"]["median_frames_per_append"] is None
+    assert fresh["write_tool"]["intents_that_grew_the_wal"] == fresh["rounds"]
+    assert warm["write_tool"]["intents_that_grew_the_wal"] == 0
     for phase in (fresh, warm):
         statements = phase["store_commit"]["statements_us"]
-        assert {"BEGIN IMMEDIATE", "INSERT INTO events", "INSERT INTO payloads", "COMMIT"} <= set(
-            statements
-        )
+        assert {
+            "BEGIN IMMEDIATE",
+            "INSERT INTO events",
+            "INSERT INTO payloads",
+            "UPDATE runs SET",
+            "COMMIT",
+        } <= set(statements)
         assert all(_number(us) and us > 0 for us in statements.values())
         tool = phase["write_tool"]
-        assert all(_number(tool[k]) and tool[k] > 0 for k in tool)
+        assert tool["call_to_body_us"] >= tool["append_us"] > 0
+    assert all(_number(us) and us > 0 for us in result["in_memory"].values())
     assert list(tmp_path.iterdir()) == []  # its files are gone
 
 
@@ -213,7 +224,8 @@ def test_the_append_probe_inserts_every_variant(
     assert json.loads(capsys.readouterr().out) == result
     variants = result["variants"]
     assert set(variants) == set(appendprobe.VARIANTS)
-    assert variants["raw"]["share_of_raw_rate"] == 1.0
+    # every variant stored every event it was given, once
+    assert {name: v["rows"] for name, v in variants.items()} == dict.fromkeys(variants, 250)
     assert all(_number(v["us_per_event"]) and v["us_per_event"] > 0 for v in variants.values())
     assert list(tmp_path.iterdir()) == []
 
