@@ -226,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the probe and print it (as JSON with ``--json``)."""
     parser = argparse.ArgumentParser(prog="python -m bench.appendprobe", description=__doc__)
     parser.add_argument("--events", type=int, default=10_000, help="events per variant a round")
-    parser.add_argument("--rounds", type=int, default=4, help="rounds (each variant once)")
+    parser.add_argument("--rounds", type=int, default=12, help="rounds (each variant once)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--dir", default=None, help="where to put the files (default: the temporary directory)"
