@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
+import operator
 import sqlite3
 import statistics
 import tempfile
@@ -36,31 +36,23 @@ from typing import Any
 
 from tachograph.record.event import Event
 from tachograph.store import SQLiteStore
+from tachograph.store.sqlite import _EVENT_COLUMNS
 
-from .common import build_run, remove_sqlite
+from .common import build_run, load_average, remove_sqlite, wal_connection
 
 __all__ = ["main"]
 
 BATCH = 100
 PAYLOAD_BYTES = 1_000
-COLUMNS = (
-    "tenant, run_id, seq, event_id, ts, type, actor, trace_id, span_id, idempotency_key, "
-    "model, seed, payload_digest, prev_hash, hash"
-)
+COLUMNS = _EVENT_COLUMNS.removeprefix("id, ")
+"""The store's own columns of an event row, less the id the inserts count themselves."""
 VARIANTS = ("raw", "store", "schema", "schema_no_trigger", "two_tables", "one_table", "keyed")
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = FULL")
-    return db
 
 
 def _store_file(path: Path, *, trigger: bool) -> sqlite3.Connection:
     remove_sqlite(path)
     SQLiteStore(path).close()  # the store's own schema, every migration applied
-    db = _connect(path)
+    db = wal_connection(path)
     if not trigger:
         db.execute("DROP TRIGGER events_no_append_to_deleted")
     return db
@@ -68,7 +60,7 @@ def _store_file(path: Path, *, trigger: bool) -> sqlite3.Connection:
 
 def _plain_file(path: Path, *, one_table: bool, keyed: bool = False) -> sqlite3.Connection:
     remove_sqlite(path)
-    db = _connect(path)
+    db = wal_connection(path)
     columns = (
         "tenant TEXT, run_id TEXT, seq INTEGER, event_id TEXT, ts TEXT, type TEXT, actor TEXT, "
         "trace_id TEXT, span_id TEXT, idempotency_key TEXT, model TEXT, seed INTEGER, "
@@ -88,24 +80,8 @@ def _plain_file(path: Path, *, one_table: bool, keyed: bool = False) -> sqlite3.
     return db
 
 
-def _row(e: Event) -> tuple[Any, ...]:
-    return (
-        e.tenant,
-        e.run_id,
-        e.seq,
-        e.event_id,
-        e.ts,
-        e.type,
-        e.actor,
-        e.trace_id,
-        e.span_id,
-        e.idempotency_key,
-        e.model,
-        e.seed,
-        e.payload_digest,
-        e.prev_hash,
-        e.hash,
-    )
+_row: Callable[[Event], tuple[Any, ...]] = operator.attrgetter(*COLUMNS.split(", "))
+"""An event's values in the order of COLUMNS."""
 
 
 def _batches(events: Sequence[Event]) -> list[Sequence[Event]]:
@@ -161,7 +137,7 @@ def probe(workdir: Path, events: int, rounds: int) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         raw_path = workdir / "raw.db"
         remove_sqlite(raw_path)
-        raw = stack.enter_context(contextlib.closing(_connect(raw_path)))
+        raw = stack.enter_context(contextlib.closing(wal_connection(raw_path)))
         raw.execute("CREATE TABLE lines (id INTEGER PRIMARY KEY, line BLOB NOT NULL)")
         remove_sqlite(workdir / "store.db")
         store = SQLiteStore(workdir / "store.db")
@@ -215,13 +191,6 @@ def probe(workdir: Path, events: int, rounds: int) -> dict[str, Any]:
     }
 
 
-def _load() -> list[float] | None:
-    try:
-        return list(os.getloadavg())
-    except (AttributeError, OSError):  # not on every system
-        return None
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the probe and print it (as JSON with ``--json``)."""
     parser = argparse.ArgumentParser(prog="python -m bench.appendprobe", description=__doc__)
@@ -235,14 +204,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.events < 2 or args.rounds < 1:
         parser.error("--events must be at least 2 and --rounds at least 1")
     with tempfile.TemporaryDirectory(prefix="tachograph-appendprobe-", dir=args.dir) as tmp:
-        before = _load()
+        before = load_average()
         variants = probe(Path(tmp), args.events, args.rounds)
         result = {
             "events": args.events,
             "rounds": args.rounds,
             "batch": BATCH,
             "load_average": before,
-            "load_average_after": _load(),
+            "load_average_after": load_average(),
             "variants": variants,
         }
     if args.json:

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import pstats
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -206,6 +207,22 @@ def remove_sqlite(path: str | os.PathLike[str]) -> None:
     """Delete a SQLite file and its WAL and shared-memory files, if they exist."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{os.fspath(path)}{suffix}").unlink(missing_ok=True)
+
+
+def wal_connection(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """A plain ``sqlite3`` connection in autocommit, WAL mode and ``synchronous=FULL``: the
+    floors the store's appends are measured against."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    return db
+
+
+def load_average() -> list[float] | None:
+    """The load average (1, 5, 15 minutes), rounded, or None where the system has none."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def run_probe(script: Path, *args: object) -> dict[str, Any]:

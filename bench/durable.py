@@ -28,6 +28,7 @@ from .common import (
     payload_of_size,
     remove_sqlite,
     scaled,
+    wal_connection,
 )
 from .record import NullStore
 
@@ -38,9 +39,7 @@ RAW_BATCH = 100
 
 
 def _raw_db(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = FULL")
+    db = wal_connection(path)
     db.execute("CREATE TABLE IF NOT EXISTS lines (id INTEGER PRIMARY KEY, line BLOB NOT NULL)")
     return db
 

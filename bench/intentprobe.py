@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sqlite3
 import statistics
 import tempfile
@@ -39,7 +38,7 @@ import tachograph
 from tachograph.record.event import Event
 from tachograph.store import MemoryStore, Receipt, SQLiteStore
 
-from .common import build_run, remove_sqlite
+from .common import build_run, load_average, remove_sqlite, wal_connection
 
 __all__ = ["main"]
 
@@ -60,9 +59,7 @@ WARM_ROW = 2_000
 
 def _raw(path: Path, tables: int, phase: str) -> sqlite3.Connection:
     remove_sqlite(path)
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = FULL")
+    db = wal_connection(path)
     for t in range(tables):
         db.execute(f"CREATE TABLE t{t} (id INTEGER PRIMARY KEY, line BLOB NOT NULL)")
     if phase == "warm":
@@ -348,13 +345,6 @@ def in_memory(rounds: int) -> dict[str, Any]:
     return {f"call_to_append_{mode}_us": _median_us(before[mode]) for mode in modes}
 
 
-def _load() -> list[float] | None:
-    try:
-        return list(os.getloadavg())
-    except (AttributeError, OSError):  # not on every system
-        return None
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the probes and print them (as JSON with ``--json``)."""
     parser = argparse.ArgumentParser(prog="python -m bench.intentprobe", description=__doc__)
@@ -373,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         parser.error("--rounds must be at least 3")
     with tempfile.TemporaryDirectory(prefix="tachograph-intentprobe-", dir=args.dir) as tmp:
         workdir = Path(tmp)
-        result: dict[str, Any] = {"rounds": args.rounds, "load_average": _load()}
+        result: dict[str, Any] = {"rounds": args.rounds, "load_average": load_average()}
         for phase in PHASES:
             rounds = min(args.rounds, FRESH_ROUNDS) if phase == "fresh" else args.rounds
             result[phase] = {
@@ -383,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "write_tool": write_tool(workdir, rounds, phase),
             }
         result["in_memory"] = in_memory(args.rounds)
-        result["load_average_after"] = _load()
+        result["load_average_after"] = load_average()
     if args.json:
         print(json.dumps(result, indent=1))
     else:

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 if __package__ in (None, ""):  # run as a script: make the ``bench`` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import Figure, Measure, Settings, profile_call
+from bench.common import Figure, Measure, Settings, load_average, profile_call
 
 __all__ = ["FIGURE_KEYS", "MODULES", "main", "run_suite"]
 
@@ -112,9 +112,10 @@ def machine() -> dict[str, Any]:
         # the C profile scan of the canonical encoder (hatch_build.py), or the Python walk
         "compiled_scan": _compiled_scan(),
     }
-    if hasattr(os, "getloadavg"):
+    load = load_average()
+    if load is not None:
         # a shared machine: how busy it was is part of the figures' context
-        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
+        info["load_average"] = load
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -248,7 +249,7 @@ def run_suite(
     finally:
         if owned:
             shutil.rmtree(root, ignore_errors=True)
-    load_at_end = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    load_at_end = load_average()
     document = {
         "command": "python -m bench.run" + (f" --scale {scale:g}" if scale != 1.0 else ""),
         "scale": scale,

@@ -1928,42 +1928,45 @@ hmac_pads(PyObject *Py_UNUSED(module), PyObject *block)
     return Py_BuildValue("(NN)", pads[0], pads[1]);
 }
 
-/* HMAC-SHA256 over ``data`` into ``out`` from hmac_pads' two contexts (checked by the caller:
- * bytes of SHA256_CTX_ROOM); 0, or -1 with RuntimeError set. */
+/* HMAC-SHA256 over args[2] into ``out`` from hmac_pads' two contexts (args[0], args[1]): 1; 0
+ * when no compiled SHA-256 is bound (the caller returns None); -1 with TypeError(``usage``)
+ * when ``shape_ok`` (the caller's own checks) is false or the three are not bytes with contexts
+ * of SHA256_CTX_ROOM, or with RuntimeError when OpenSSL fails. */
 static int
-hmac_from_pads(const Sha256Api *api, PyObject *inner_pad, PyObject *outer_pad, PyObject *data,
-               unsigned char out[32])
+hmac_of_args(PyObject *const *args, int shape_ok, const char *usage, unsigned char out[32])
 {
+    if (!shape_ok || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) ||
+        !PyBytes_Check(args[2]) || PyBytes_GET_SIZE(args[0]) != SHA256_CTX_ROOM ||
+        PyBytes_GET_SIZE(args[1]) != SHA256_CTX_ROOM) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    Sha256Api api = sha256_api;
+    if (api.init == NULL) {
+        return 0;
+    }
     uint64_t ctx[32];
     unsigned char inner[32];
-    memcpy(ctx, PyBytes_AS_STRING(inner_pad), sizeof ctx);
-    int ok = sha256_finish(api, ctx, (const unsigned char *)PyBytes_AS_STRING(data),
-                           (size_t)PyBytes_GET_SIZE(data), inner);
-    memcpy(ctx, PyBytes_AS_STRING(outer_pad), sizeof ctx);
-    ok = ok && sha256_finish(api, ctx, inner, 32, out);
+    memcpy(ctx, PyBytes_AS_STRING(args[0]), sizeof ctx);
+    int ok = sha256_finish(&api, ctx, (const unsigned char *)PyBytes_AS_STRING(args[2]),
+                           (size_t)PyBytes_GET_SIZE(args[2]), inner);
+    memcpy(ctx, PyBytes_AS_STRING(args[1]), sizeof ctx);
+    ok = ok && sha256_finish(&api, ctx, inner, 32, out);
     if (!ok) {
         PyErr_SetString(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
         return -1;
     }
-    return 0;
+    return 1;
 }
 
 static PyObject *
 hmac16(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) ||
-        !PyBytes_Check(args[2]) || PyBytes_GET_SIZE(args[0]) != SHA256_CTX_ROOM ||
-        PyBytes_GET_SIZE(args[1]) != SHA256_CTX_ROOM) {
-        PyErr_SetString(PyExc_TypeError, "hmac16(inner, outer, data): hmac_pads' two, then bytes");
-        return NULL;
-    }
-    Sha256Api api = sha256_api;
-    if (api.init == NULL) {
-        Py_RETURN_NONE;
-    }
     unsigned char outer[32];
-    if (hmac_from_pads(&api, args[0], args[1], args[2], outer) < 0) {
-        return NULL;
+    int done = hmac_of_args(args, nargs == 3,
+                            "hmac16(inner, outer, data): hmac_pads' two, then bytes", outer);
+    if (done <= 0) {
+        return done < 0 ? NULL : Py_NewRef(Py_None);
     }
     PyObject *out = PyUnicode_New(16, 127);
     if (out != NULL) {
@@ -3071,21 +3074,12 @@ u64set_insert(U64SetObject *self, uint64_t x)
 static PyObject *
 u64set_hmac_key(U64SetObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1]) ||
-        !PyBytes_Check(args[2]) || !PyUnicode_Check(args[3]) ||
-        PyBytes_GET_SIZE(args[0]) != SHA256_CTX_ROOM ||
-        PyBytes_GET_SIZE(args[1]) != SHA256_CTX_ROOM) {
-        PyErr_SetString(PyExc_TypeError,
-                        "hmac_key(inner, outer, data, prefix): hmac_pads' two, bytes, then str");
-        return NULL;
-    }
-    Sha256Api api = sha256_api;
-    if (api.init == NULL) {
-        Py_RETURN_NONE;
-    }
     unsigned char outer[32];
-    if (hmac_from_pads(&api, args[0], args[1], args[2], outer) < 0) {
-        return NULL;
+    int done = hmac_of_args(args, nargs == 4 && PyUnicode_Check(args[3]),
+                            "hmac_key(inner, outer, data, prefix): hmac_pads' two, bytes, then str",
+                            outer);
+    if (done <= 0) {
+        return done < 0 ? NULL : Py_NewRef(Py_None);
     }
     uint64_t x = 0;
     for (int i = 0; i < 8; i++) {
