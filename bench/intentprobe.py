@@ -18,6 +18,13 @@ the ``intent_durable`` figure use), on a fresh WAL and on a warm one:
 4. **The same write tool on an in-memory store**, so with no commit: the recorder's Python
    before the store's append, right after a flush, after a flush and 300 us of spinning, and
    after a flush and a 300 us sleep (a thread that waited, as one waits for an fsync).
+5. **A journal instead of a commit** (what if the intent were made durable outside SQLite):
+   one event's JSONL line written and ``fdatasync``-ed, to the end of a growing file, over
+   space reserved with ``posix_fallocate``, and over space written beforehand (as a
+   journal's ring after its first lap), each alternating with the raw commit. Added to the
+   code's own cost before the append (part 4, after a sleep) and from the append to the
+   body (part 3), an estimate of what an intent written that way would cost: a sum of
+   medians, not a measured call (and without the line's own serialization).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sqlite3
 import statistics
 import tempfile
@@ -55,6 +63,10 @@ WAIT_NS = 300_000
 """How long the in-memory control spins or sleeps before a call: about one fsync here."""
 WARM_BYTES = 6_000_000
 WARM_ROW = 2_000
+JOURNAL_SPACE = 8 << 20
+"""Bytes reserved ahead in the journal files that are written over (more than the probe
+writes: every line of a run of ``--rounds`` lands inside it)."""
+JOURNAL_KINDS = ("growing", "fallocated", "prewritten")
 
 
 def _raw(path: Path, tables: int, phase: str) -> sqlite3.Connection:
@@ -316,6 +328,55 @@ def write_tool(workdir: Path, rounds: int, phase: str) -> dict[str, Any]:
     }
 
 
+def journal(workdir: Path, rounds: int, phase: str) -> dict[str, Any]:
+    """One event's JSONL line made durable with ``fdatasync`` in three kinds of file (the
+    end of a growing one, space reserved by ``posix_fallocate``, space written and synced
+    beforehand), alternating with one raw commit of one row (the order turned every round).
+    """
+    line = next(iter(build_run("intentprobe-journal", 1, payload_bytes=200))).to_json() + b"\n"
+    if len(line) * rounds > JOURNAL_SPACE:
+        raise ValueError(f"{rounds} rounds of {len(line)} bytes outgrow the journal's space")
+    fds: dict[str, int] = {}
+    with contextlib.ExitStack() as stack:
+        raw = stack.enter_context(contextlib.closing(_raw(workdir / "journal-raw.db", 1, phase)))
+        for kind in JOURNAL_KINDS:
+            fd = os.open(workdir / f"journal-{kind}", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            stack.callback(os.close, fd)
+            fds[kind] = fd
+        os.posix_fallocate(fds["fallocated"], 0, JOURNAL_SPACE)
+        os.write(fds["prewritten"], bytes(JOURNAL_SPACE))
+        for fd in fds.values():
+            os.fsync(fd)
+        times: dict[str, list[float]] = {kind: [] for kind in ("raw", *JOURNAL_KINDS)}
+        order = ("raw", *JOURNAL_KINDS)
+        for r in range(rounds):
+            offset = r * len(line)
+            for kind in order[r % len(order) :] + order[: r % len(order)]:
+                t0 = time.perf_counter_ns()
+                if kind == "raw":
+                    raw.execute("BEGIN")
+                    raw.execute("INSERT INTO t0 (line) VALUES (?)", (line,))
+                    raw.execute("COMMIT")
+                elif kind == "growing":
+                    os.write(fds[kind], line)
+                    os.fdatasync(fds[kind])
+                else:
+                    os.pwrite(fds[kind], line, offset)
+                    os.fdatasync(fds[kind])
+                times[kind].append(float(time.perf_counter_ns() - t0))
+        sizes = {kind: os.fstat(fd).st_size for kind, fd in fds.items()}
+    raw_median = statistics.median(times["raw"])
+    return {
+        "line_bytes": len(line),
+        "raw_commit_us": _median_us(times["raw"]),
+        **{f"{kind}_us": _median_us(times[kind]) for kind in JOURNAL_KINDS},
+        "in_raw_commits": {
+            kind: round(statistics.median(times[kind]) / raw_median, 3) for kind in JOURNAL_KINDS
+        },
+        "file_bytes": sizes,
+    }
+
+
 def _spin(ns: int) -> None:
     until = time.perf_counter_ns() + ns
     while time.perf_counter_ns() < until:
@@ -371,8 +432,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "pages_per_commit": pages_per_commit(workdir, rounds, phase),
                 "store_commit": store_commit(workdir, rounds, phase),
                 "write_tool": write_tool(workdir, rounds, phase),
+                "journal": journal(workdir, rounds, phase),
             }
         result["in_memory"] = in_memory(args.rounds)
+        own = result["in_memory"]["call_to_append_after_flush_and_sleep_us"]
+        for phase in PHASES:
+            entry = result[phase]["journal"]
+            # an estimate: the code's own cost before the append (4), the journal's write,
+            # and the way from the append's return to the tool's body (3)
+            then = result[phase]["write_tool"]["append_to_body_us"]
+            entry["estimate_in_raw_commits"] = {
+                kind: round((own + entry[f"{kind}_us"] + then) / entry["raw_commit_us"], 3)
+                for kind in JOURNAL_KINDS
+            }
         result["load_average_after"] = load_average()
     if args.json:
         print(json.dumps(result, indent=1))
@@ -393,6 +465,20 @@ def _print(result: dict[str, Any]) -> None:
         f"after a flush and a {WAIT_NS // 1000} us sleep "
         f"{memory['call_to_append_after_flush_and_sleep_us']} us"
     )
+    print("5. what if: the intent's line made durable in a journal file instead of a commit")
+    for phase in PHASES:
+        entry = result[phase]["journal"]
+        print(
+            f"   {phase} WAL: raw commit {entry['raw_commit_us']} us; a {entry['line_bytes']}-byte "
+            "line + fdatasync:"
+        )
+        for kind in JOURNAL_KINDS:
+            print(
+                f"     {kind:<10} {entry[f'{kind}_us']:7.1f} us, "
+                f"{entry['in_raw_commits'][kind]:.3f} raw commits; with the code's own cost "
+                "before the append (4, after a sleep) and after it (3), about "
+                f"{entry['estimate_in_raw_commits'][kind]:.3f}"
+            )
     print(f"load average {result['load_average']} -> {result['load_average_after']}")
 
 

@@ -207,6 +207,19 @@ def test_the_intent_probe_splits_a_commit_into_its_pages_statements_and_python(
         tool = phase["write_tool"]
         assert tool["call_to_body_us"] >= tool["append_us"] > 0
     assert all(_number(us) and us > 0 for us in result["in_memory"].values())
+    for phase in (fresh, warm):
+        entry = phase["journal"]
+        # every line reached its file: the growing one by exactly the lines written, the two
+        # written over kept their reserved size
+        assert entry["file_bytes"] == {
+            "growing": phase["rounds"] * entry["line_bytes"],
+            "fallocated": intentprobe.JOURNAL_SPACE,
+            "prewritten": intentprobe.JOURNAL_SPACE,
+        }
+        for kind in intentprobe.JOURNAL_KINDS:
+            assert _number(entry[f"{kind}_us"])
+            assert entry[f"{kind}_us"] > 0
+            assert entry["estimate_in_raw_commits"][kind] > entry["in_raw_commits"][kind] > 0
     assert list(tmp_path.iterdir()) == []  # its files are gone
 
 
