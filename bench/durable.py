@@ -47,6 +47,9 @@ def _raw_db(path: Path) -> sqlite3.Connection:
 def _appends_figure(settings: Settings, workdir: Path) -> Figure:
     n = scaled(20_000, settings.scale, minimum=200)
     repeats = settings.repeats or 5
+    # a --dir kept from an earlier run holds runs of the same ids: start from new files
+    remove_sqlite(workdir / "writer.db")
+    remove_sqlite(workdir / "raw.db")
     store = SQLiteStore(workdir / "writer.db")
     raw = _raw_db(workdir / "raw.db")
     payloads = [payload_of_size(PAYLOAD_BYTES, index=i) for i in range(n)]

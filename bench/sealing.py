@@ -25,7 +25,7 @@ from tachograph.record.merkle import Tree, verify_consistency, verify_inclusion
 from tachograph.sealing import DEFAULT_EVERY_EVENTS, SIGNING_KEY_ENV, SealingObserver, SealPolicy
 from tachograph.store import SQLiteStore
 
-from .common import Figure, Settings, Target, interleaved, measure_of, scaled
+from .common import Figure, Settings, Target, interleaved, measure_of, remove_sqlite, scaled
 
 __all__ = ["figures"]
 
@@ -33,6 +33,7 @@ __all__ = ["figures"]
 def _overhead_figure(settings: Settings, workdir: Path) -> Figure:
     events = scaled(10_000, settings.scale, minimum=50)
     repeats = settings.repeats or 7
+    remove_sqlite(workdir / "seal.db")  # a --dir kept from an earlier run holds these run ids
     store = SQLiteStore(workdir / "seal.db")
     key = generate_key("bench.example/tachograph")
     key_file = workdir / "bench.key"

@@ -139,6 +139,24 @@ def test_memory_figure_comes_from_both_stores(suite: tuple[dict[str, Any], Path,
     assert large["peak_rss_kb"] >= large["rss_before_kb"] > 0
 
 
+def test_a_kept_work_directory_runs_again(suite: tuple[dict[str, Any], Path, str]) -> None:
+    # --dir keeps the stores: a second run into it must not trip over the first one's runs
+    # (the writer's fixed run ids once failed with "already has a different event at seq 0")
+    _, json_path, _ = suite
+    workdir = json_path.parent.parent / "work"
+    assert (workdir / "durable" / "writer.db").exists()
+    again = bench_run.run_suite(
+        scale=0.002,
+        json_path=None,
+        only=["durable", "sealing"],
+        profile=False,
+        repeats=3,
+        workdir=workdir,
+        out=io.StringIO(),
+    )
+    assert {"durable_appends", "intent_durable", "seal_overhead"} <= set(again["figures"])
+
+
 def test_target_comparisons() -> None:
     assert Target("t", 1.0, "<", 2.0).passed
     assert not Target("t", 2.0, "<", 2.0).passed
