@@ -283,3 +283,33 @@ def test_the_append_probe_inserts_every_variant(
             appendprobe._sql_insert(again, events + events[:1], one_table=False)
     finally:
         again.close()
+
+
+def test_the_read_probe_reads_every_run_three_ways(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gc
+
+    from bench import readprobe
+
+    result = readprobe.main(
+        ["--rounds", "2", "--lengths", "10,100", "--json", "--dir", str(tmp_path)]
+    )
+    assert json.loads(capsys.readouterr().out) == result
+    assert result["lengths"] == [10, 100]  # the runs recorded hold exactly these many events
+    assert set(result["variants"]) == set(readprobe.VARIANTS)
+    for row in result["variants"].values():
+        assert list(row["us_per_event"]) == ["10", "100"]
+        assert all(_number(us) and us > 0 for us in row["us_per_event"].values())
+        assert len(row["growth_to_next"]) == 1
+    assert gc.isenabled()  # the variant with the collector off left it on
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_read_probe_refuses_bad_lengths(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import readprobe
+
+    with pytest.raises(SystemExit) as exc:
+        readprobe.main(["--lengths", "500,five"])
+    assert exc.value.code == 2
+    assert "--lengths must be integers" in capsys.readouterr().err
