@@ -21,7 +21,9 @@ the ``intent_durable`` figure use), on a fresh WAL and on a warm one:
 5. **A journal instead of a commit** (what if the intent were made durable outside SQLite):
    one event's JSONL line written and ``fdatasync``-ed, to the end of a growing file, over
    space reserved with ``posix_fallocate``, and over space written beforehand (as a
-   journal's ring after its first lap), each alternating with the raw commit. Added to the
+   journal's ring after its first lap), with the raw commit, the four in a new (seeded)
+   order every round, every line read back after. Skipped on a system without
+   ``posix_fallocate`` or ``fdatasync``. Added to the
    code's own cost before the append (part 4, after a sleep) and from the append to the
    body (part 3), an estimate of what an intent written that way would cost: a sum of
    medians, not a measured call (and without the line's own serialization).
@@ -33,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import sqlite3
 import statistics
 import tempfile
@@ -63,9 +66,8 @@ WAIT_NS = 300_000
 """How long the in-memory control spins or sleeps before a call: about one fsync here."""
 WARM_BYTES = 6_000_000
 WARM_ROW = 2_000
-JOURNAL_SPACE = 8 << 20
-"""Bytes reserved ahead in the journal files that are written over (more than the probe
-writes: every line of a run of ``--rounds`` lands inside it)."""
+JOURNAL_UNIT = 1 << 20
+"""The journal files written over are reserved in whole MiB (see :func:`journal_space`)."""
 JOURNAL_KINDS = ("growing", "fallocated", "prewritten")
 
 
@@ -328,14 +330,40 @@ def write_tool(workdir: Path, rounds: int, phase: str) -> dict[str, Any]:
     }
 
 
-def journal(workdir: Path, rounds: int, phase: str) -> dict[str, Any]:
+def journal_available() -> bool:
+    """Whether this system has what part 5 uses (``posix_fallocate``, ``fdatasync``)."""
+    return hasattr(os, "posix_fallocate") and hasattr(os, "fdatasync")
+
+
+def _journal_line() -> bytes:
+    return next(iter(build_run("intentprobe-journal", 1, payload_bytes=200))).to_json() + b"\n"
+
+
+def journal_space(rounds: int) -> int:
+    """Bytes reserved ahead in the journal files written over: every line of ``rounds``
+    lands inside, rounded up to whole MiB (at least one)."""
+    need = rounds * len(_journal_line())
+    return max(1, -(-need // JOURNAL_UNIT)) * JOURNAL_UNIT
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def journal(workdir: Path, rounds: int, phase: str) -> dict[str, Any] | None:
     """One event's JSONL line made durable with ``fdatasync`` in three kinds of file (the
-    end of a growing one, space reserved by ``posix_fallocate``, space written and synced
-    beforehand), alternating with one raw commit of one row (the order turned every round).
-    """
-    line = next(iter(build_run("intentprobe-journal", 1, payload_bytes=200))).to_json() + b"\n"
-    if len(line) * rounds > JOURNAL_SPACE:
-        raise ValueError(f"{rounds} rounds of {len(line)} bytes outgrow the journal's space")
+    end of a growing one, space reserved by ``posix_fallocate``, space written with random
+    bytes and synced beforehand), alternating with one raw commit of one row: the four in a
+    new order every round (seeded), so that none always follows the same other. Every line
+    is read back from each file after. None where the system lacks what it uses."""
+    if not journal_available():
+        return None
+    line = _journal_line()
+    space = journal_space(rounds)
+    order = ["raw", *JOURNAL_KINDS]
+    shuffle = random.Random(20).shuffle
     fds: dict[str, int] = {}
     with contextlib.ExitStack() as stack:
         raw = stack.enter_context(contextlib.closing(_raw(workdir / "journal-raw.db", 1, phase)))
@@ -343,37 +371,43 @@ def journal(workdir: Path, rounds: int, phase: str) -> dict[str, Any]:
             fd = os.open(workdir / f"journal-{kind}", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
             stack.callback(os.close, fd)
             fds[kind] = fd
-        os.posix_fallocate(fds["fallocated"], 0, JOURNAL_SPACE)
-        os.write(fds["prewritten"], bytes(JOURNAL_SPACE))
+        os.posix_fallocate(fds["fallocated"], 0, space)
+        # random bytes: zeros may be stored sparse, or compressed away, by some filesystems
+        _write_all(fds["prewritten"], os.urandom(space))
         for fd in fds.values():
             os.fsync(fd)
-        times: dict[str, list[float]] = {kind: [] for kind in ("raw", *JOURNAL_KINDS)}
-        order = ("raw", *JOURNAL_KINDS)
+        times: dict[str, list[float]] = {kind: [] for kind in order}
         for r in range(rounds):
             offset = r * len(line)
-            for kind in order[r % len(order) :] + order[: r % len(order)]:
+            shuffle(order)
+            for kind in order:
                 t0 = time.perf_counter_ns()
                 if kind == "raw":
                     raw.execute("BEGIN")
                     raw.execute("INSERT INTO t0 (line) VALUES (?)", (line,))
                     raw.execute("COMMIT")
                 elif kind == "growing":
-                    os.write(fds[kind], line)
+                    _write_all(fds[kind], line)
                     os.fdatasync(fds[kind])
                 else:
-                    os.pwrite(fds[kind], line, offset)
+                    if os.pwrite(fds[kind], line, offset) != len(line):
+                        raise OSError(f"a short write to the {kind} journal")
                     os.fdatasync(fds[kind])
                 times[kind].append(float(time.perf_counter_ns() - t0))
+        written = line * rounds
+        read_back = {kind: os.pread(fd, len(written), 0) == written for kind, fd in fds.items()}
         sizes = {kind: os.fstat(fd).st_size for kind, fd in fds.items()}
     raw_median = statistics.median(times["raw"])
     return {
         "line_bytes": len(line),
+        "reserved_bytes": space,
         "raw_commit_us": _median_us(times["raw"]),
         **{f"{kind}_us": _median_us(times[kind]) for kind in JOURNAL_KINDS},
         "in_raw_commits": {
             kind: round(statistics.median(times[kind]) / raw_median, 3) for kind in JOURNAL_KINDS
         },
         "file_bytes": sizes,
+        "lines_read_back": read_back,
     }
 
 
@@ -438,6 +472,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         own = result["in_memory"]["call_to_append_after_flush_and_sleep_us"]
         for phase in PHASES:
             entry = result[phase]["journal"]
+            if entry is None:
+                continue
             # an estimate: the code's own cost before the append (4), the journal's write,
             # and the way from the append's return to the tool's body (3)
             then = result[phase]["write_tool"]["append_to_body_us"]
@@ -468,6 +504,9 @@ def _print(result: dict[str, Any]) -> None:
     print("5. what if: the intent's line made durable in a journal file instead of a commit")
     for phase in PHASES:
         entry = result[phase]["journal"]
+        if entry is None:
+            print(f"   {phase} WAL: not measured (no posix_fallocate or fdatasync here)")
+            continue
         print(
             f"   {phase} WAL: raw commit {entry['raw_commit_us']} us; a {entry['line_bytes']}-byte "
             "line + fdatasync:"
