@@ -251,26 +251,26 @@ def _write(i: int) -> int:
     return i
 
 
-class _MarkingStore(SQLiteStore):
-    """The real SQLite store, noting when each of its appends starts and ends."""
+class _Marking:
+    """Mixed into a store: notes when each of its appends starts and ends."""
 
     def append(
         self, events: Sequence[Event], *, durable: bool = True, **options: Any
     ) -> list[Receipt]:
         start = time.perf_counter_ns()
-        receipts = super().append(events, durable=durable, **options)
+        receipts: list[Receipt] = super().append(  # type: ignore[misc]
+            events, durable=durable, **options
+        )
         _APPENDS.append((start, time.perf_counter_ns()))
         return receipts
 
 
-class _MarkingMemoryStore(MemoryStore):
-    """The in-memory store, noting when each of its appends starts and ends."""
+class _MarkingStore(_Marking, SQLiteStore):
+    """The real SQLite store, its appends marked."""
 
-    def append(self, events: Sequence[Event], *, durable: bool = True) -> list[Receipt]:
-        start = time.perf_counter_ns()
-        receipts = super().append(events, durable=durable)
-        _APPENDS.append((start, time.perf_counter_ns()))
-        return receipts
+
+class _MarkingMemoryStore(_Marking, MemoryStore):
+    """The in-memory store, its appends marked."""
 
 
 def _intent_call(i: int, t0: int) -> tuple[int, int]:

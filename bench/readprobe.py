@@ -30,13 +30,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 import tachograph
 from tachograph.record.bulk import collector_paused
-from tachograph.record.event import Event, stored_event
+from tachograph.record.event import Event
 from tachograph.store import SQLiteStore
-from tachograph.store.sqlite import _decode_body
+from tachograph.store.sqlite import _PAGE
 
 from .common import load_average
 from .replay import AGENT
@@ -58,23 +56,13 @@ class _PausedPerPage(SQLiteStore):
         from_seq: int = 0,
         decode: bool = True,
     ) -> Iterator[Event]:
-        for page in self._pages(run_id, tenant, from_seq):
+        events = super().read(run_id, tenant=tenant, from_seq=from_seq, decode=decode)
+        # The store's own read, a page at a time: taking a page's first event fetches the
+        # page (outside the pause, as before); the rest of its events are built under it.
+        for first in events:
             with collector_paused():
-                events = [_event(r, decode) for r in page]
-            yield from events
-
-
-def _event(r: tuple[Any, ...], decode: bool) -> Event:
-    (tenant, run, seq, event_id, ts, kind, actor, trace_id, span_id, key, model,
-     seed, digest, prev_hash, stored_hash, body, salt) = r  # fmt: skip
-    try:
-        payload = orjson.loads(body) if decode and body is not None else None
-    except (orjson.JSONDecodeError, TypeError):
-        payload = _decode_body(body, r)
-    return stored_event(
-        1, tenant, run, seq, event_id, ts, kind, actor, trace_id, span_id, key,
-        model, seed, digest, prev_hash, stored_hash, payload, salt, body,
-    )  # fmt: skip
+                page = [first, *itertools.islice(events, _PAGE - 1)]
+            yield from page
 
 
 def _read_us(store: SQLiteStore, run_id: str, events: int, *, collector: bool) -> float:

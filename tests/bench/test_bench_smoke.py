@@ -12,6 +12,7 @@ import io
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,20 @@ from bench import run as bench_run  # noqa: E402
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _probe(
+    main: Callable[[list[str]], dict[str, Any]],
+    args: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> dict[str, Any]:
+    """Run a probe's ``main`` with ``--json`` in ``tmp_path``: what it prints is what it
+    returns, and it leaves no file behind."""
+    result = main([*args, "--json", "--dir", str(tmp_path)])
+    assert json.loads(capsys.readouterr().out) == result
+    assert list(tmp_path.iterdir()) == []  # its files are gone
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +211,7 @@ def test_the_intent_probe_splits_a_commit_into_its_pages_statements_and_python(
 ) -> None:
     from bench import intentprobe
 
-    result = intentprobe.main(["--rounds", "3", "--json", "--dir", str(tmp_path)])
-    assert json.loads(capsys.readouterr().out) == result
+    result = _probe(intentprobe.main, ["--rounds", "3"], tmp_path, capsys)
     fresh, warm = result["fresh"], result["warm"]
     # SQLite writes one WAL frame per page a commit changed: one row, one frame; one row in
     # each of five tables, five. Counted from the fresh WAL's growth, not assumed.
@@ -243,7 +257,6 @@ def test_the_intent_probe_splits_a_commit_into_its_pages_statements_and_python(
             assert _number(entry[f"{kind}_us"])
             assert entry[f"{kind}_us"] > 0
             assert entry["estimate_in_raw_commits"][kind] > entry["in_raw_commits"][kind] > 0
-    assert list(tmp_path.iterdir()) == []  # its files are gone
 
 
 def test_the_append_probe_inserts_every_variant(
@@ -254,16 +267,12 @@ def test_the_append_probe_inserts_every_variant(
     from bench import appendprobe
     from tachograph.store import SQLiteStore
 
-    result = appendprobe.main(
-        ["--events", "250", "--rounds", "1", "--json", "--dir", str(tmp_path)]
-    )
-    assert json.loads(capsys.readouterr().out) == result
+    result = _probe(appendprobe.main, ["--events", "250", "--rounds", "1"], tmp_path, capsys)
     variants = result["variants"]
     assert set(variants) == set(appendprobe.VARIANTS)
     # every variant stored every event it was given, once
     assert {name: v["rows"] for name, v in variants.items()} == dict.fromkeys(variants, 250)
     assert all(_number(v["us_per_event"]) and v["us_per_event"] > 0 for v in variants.values())
-    assert list(tmp_path.iterdir()) == []
 
     # The plain-SQL variants insert the rows the store would, readable as its events.
     path = tmp_path / "schema.db"
@@ -297,10 +306,7 @@ def test_the_read_probe_reads_every_run_three_ways(
 
     from bench import readprobe
 
-    result = readprobe.main(
-        ["--rounds", "2", "--lengths", "10,100", "--json", "--dir", str(tmp_path)]
-    )
-    assert json.loads(capsys.readouterr().out) == result
+    result = _probe(readprobe.main, ["--rounds", "2", "--lengths", "10,100"], tmp_path, capsys)
     assert result["lengths"] == [10, 100]  # the runs recorded hold exactly these many events
     assert set(result["variants"]) == set(readprobe.VARIANTS)
     for row in result["variants"].values():
@@ -308,7 +314,6 @@ def test_the_read_probe_reads_every_run_three_ways(
         assert all(_number(us) and us > 0 for us in row["us_per_event"].values())
         assert len(row["growth_to_next"]) == 1
     assert gc.isenabled()  # the variant with the collector off left it on
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_read_probe_refuses_bad_lengths(capsys: pytest.CaptureFixture[str]) -> None:
