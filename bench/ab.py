@@ -28,6 +28,13 @@ EXTRAS = {
     "tool_call": ["growth"],
     "durable_appends": ["busy_thread_share"],
     "verify_workers": ["verify_all_speedup"],
+    "replay": [
+        "growth",
+        "read_growth",
+        "user_cpu_growth",
+        "replay_us_per_event_longest",
+        "read_us_per_event_longest",
+    ],
     "intent_durable": [
         "isolated_in_raw",
         "back_to_back_in_raw",
@@ -66,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 for key, fig in figs.items():
                     rows[side].setdefault(f"{key} ({fig['ratio_label']})", []).append(fig["ratio"])
                     for extra in EXTRAS.get(key, []):
-                        if extra in fig["extra"]:
+                        if fig["extra"].get(extra) is not None:
                             rows[side].setdefault(f"{key}.{extra}", []).append(
                                 float(fig["extra"][extra])
                             )

@@ -9,6 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+try:
+    import resource
+except ImportError:  # pragma: no cover - not on POSIX
+    resource = None  # type: ignore[assignment]
+
 import tachograph
 from tachograph.store import SQLiteStore
 
@@ -100,13 +105,34 @@ def figures(settings: Settings) -> list[Figure]:
     store = SQLiteStore(path)
     lengths = [scaled(n, settings.scale, minimum=n // 50) for n in LENGTHS]
     runs: dict[int, tuple[str, int]] = {}
+    events_at: dict[str, int] = {}
     for length in lengths:
         calls = max(1, (length - 2) // 2)
         result = tachograph.record_run(AGENT, calls, store=store, actor="bench")
         runs[length] = (result.run_id, store.run_info(result.run_id).events)
+        events_at[result.run_id] = length
+
+    # What each replay cost the process beside its wall time (all threads: the check of a
+    # page overlaps the read of the next): CPU in user and in system mode, and minor page
+    # faults, per event. A replay whose memory the allocator gave back to the system after
+    # the last sample pays the kernel to map it again (system time), however linear its own
+    # work is.
+    usage: dict[int, list[tuple[float, float, float]]] = {length: [] for length in lengths}
 
     def replay_sample(run_id: str, events: int) -> float:
-        return _replay_rate(store, run_id, events)
+        if resource is None:
+            return _replay_rate(store, run_id, events)
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        rate = _replay_rate(store, run_id, events)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        usage[events_at[run_id]].append(
+            (
+                (after.ru_utime - before.ru_utime) * 1e6 / events,
+                (after.ru_stime - before.ru_stime) * 1e6 / events,
+                (after.ru_minflt - before.ru_minflt) / events,
+            )
+        )
+        return rate
 
     def read_sample(run_id: str, events: int) -> float:
         # Freeing the decoded events is timed too, as it is in a replay (which frees the run
@@ -129,6 +155,8 @@ def figures(settings: Settings) -> list[Figure]:
     for length in lengths:  # warm up: the first replay pays for imports and caches
         if length < 20_000:
             replay_sample(*runs[length])
+    for samples in usage.values():
+        samples.clear()
     for _ in range(rounds):
         for length in lengths:
             per_round = max(1, min(5, 20_000 // max(1, length)))
@@ -142,21 +170,31 @@ def figures(settings: Settings) -> list[Figure]:
         replay_m = measure_of(f"tachograph.replay, {events} events", replays[length], "events/s")
         read_m = measure_of(f"store.read + decode, {events} events", reads[length], "events/s")
         measures[length] = (replay_m, read_m, run_id)
-        per_length.append(
-            {
-                "events": events,
-                "replay": replay_m.to_dict(),
-                "read": read_m.to_dict(),
-                "ratio": replay_m.median / read_m.median,
-                "replay_us_per_event": 1e6 / replay_m.median,
-            }
-        )
+        row: dict[str, Any] = {
+            "events": events,
+            "replay": replay_m.to_dict(),
+            "read": read_m.to_dict(),
+            "ratio": replay_m.median / read_m.median,
+            "replay_us_per_event": 1e6 / replay_m.median,
+        }
+        if usage[length]:
+            user, system, faults = zip(*usage[length], strict=True)
+            row["replay_user_us_per_event"] = statistics.median(user)
+            row["replay_system_us_per_event"] = statistics.median(system)
+            row["replay_minor_faults_per_event"] = statistics.median(faults)
+        per_length.append(row)
     middle = lengths[1]
     subject, baseline, middle_run = measures[middle]
     crowded = _crowded(store, middle_run, runs[middle][1], settings)
     # Linearity: the cost per event may not grow as the run gets ten times longer.
     costs = [row["replay_us_per_event"] for row in per_length]
     growth = max(later / earlier for earlier, later in itertools.pairwise(costs))
+    reads = [1e6 / row["read"]["median"] for row in per_length]
+    read_growth = max(later / earlier for earlier, later in itertools.pairwise(reads))
+    users = [float(row.get("replay_user_us_per_event", 0.0)) for row in per_length]
+    user_growth = (
+        max(later / earlier for earlier, later in itertools.pairwise(users)) if all(users) else None
+    )
     ratio = subject.median / baseline.median
     return [
         Figure(
@@ -172,6 +210,11 @@ def figures(settings: Settings) -> list[Figure]:
             ],
             extra={
                 "lengths": per_length,
+                "growth": growth,
+                "read_growth": read_growth,
+                "user_cpu_growth": user_growth,
+                "replay_us_per_event_longest": costs[-1],
+                "read_us_per_event_longest": reads[-1],
                 "crowded_store": crowded,
                 "seconds": round(time.perf_counter() - started, 2),
             },

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import itertools
 import json
 import math
 import sys
@@ -328,3 +329,44 @@ def test_the_read_probe_refuses_bad_lengths(capsys: pytest.CaptureFixture[str]) 
             readprobe.main(["--lengths", lengths])
         assert exc.value.code == 2
         assert "--lengths must be distinct even numbers" in capsys.readouterr().err
+
+
+def test_the_replay_figure_reports_what_each_length_cost_the_process(
+    suite: tuple[dict[str, Any], Path, str],
+) -> None:
+    fig = suite[0]["figures"]["replay"]
+    rows = fig["extra"]["lengths"]
+    assert [row["events"] for row in rows] == sorted(row["events"] for row in rows)
+    for row in rows:  # POSIX: CPU in user and system mode and minor faults, per event
+        for field in ("replay_user_us_per_event", "replay_system_us_per_event"):
+            assert _number(row[field]), (row["events"], field)
+            assert row[field] >= 0, (row["events"], field)
+        assert _number(row["replay_minor_faults_per_event"])
+        assert row["replay_minor_faults_per_event"] >= 0
+    growth = [row["replay_us_per_event"] for row in rows]
+    assert fig["extra"]["growth"] == max(b / a for a, b in itertools.pairwise(growth))
+    assert fig["targets"][1]["value"] == fig["extra"]["growth"]
+
+
+def test_the_replay_probe_replays_every_length_in_new_processes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import replayprobe
+
+    result = _probe(replayprobe.main, ["--rounds", "1", "--lengths", "10,100"], tmp_path, capsys)
+    assert result["lengths"] == [10, 100]  # the runs recorded hold exactly these many events
+    for label in replayprobe.LABELS:
+        row = result[label]
+        for measure in replayprobe.MEASURES:
+            assert list(row[measure]) == ["10", "100"], (label, measure)
+            assert all(_number(v) and v >= 0 for v in row[measure].values()), (label, measure)
+        assert all(us > 0 for us in row["us_per_event"].values())
+        assert len(row["us_per_event_growth_to_next"]) == 1
+
+
+def test_the_replay_probe_reports_a_process_that_failed(tmp_path: Path) -> None:
+    from bench import replayprobe
+
+    missing = tmp_path / "none.db"
+    with pytest.raises(RuntimeError, match="the probe's process failed"):
+        replayprobe._spawn(missing, "run_none", "run_none", 10)
