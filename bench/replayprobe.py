@@ -2,7 +2,7 @@
 
 A probe, not a figure of the suite: ``python -m bench.replayprobe [--rounds N] [--json]``.
 The ``replay`` figure replays runs of 500, 5,000 and 50,000 events again and again in one
-process. A replay holds its whole run (about 1.9 KB an event as read), and what it frees the
+process. A replay holds its whole run (about 1.6 KB an event as read), and what it frees the
 allocator may keep for the next replay or give back to the system, which must then map it
 again: a page fault for every 4 KiB touched, paid as system time. This probe records the
 figure's agent into one SQLite file, then replays each run in a process of its own, in a

@@ -7,6 +7,7 @@ a reviewer did: a line deleted, moved or made malformed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from tachograph.cli.app import cli
+from tachograph.errors import FormatError
 from tachograph.record.jsonl import verify_jsonl
 from tachograph.record.verify import Check, Failure, VerifyReport
 from tachograph.store import SQLiteStore, verify_stored
@@ -223,3 +225,25 @@ def test_a_malformed_stored_row_does_not_fail_the_next_one(tmp_path: Path) -> No
         report = verify_stored(store, "run-r")
     first = _only(report)
     assert (first.seq, first.check) == (4, Check.FORMAT)
+
+
+def test_a_stored_body_that_is_not_json_names_its_run_and_seq(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    with SQLiteStore(path) as store:
+        store.append(build_run("run-r", LENGTH, status="ok"))
+    _tamper(
+        path,
+        (
+            "UPDATE payloads SET body=? WHERE id=(SELECT id FROM events "
+            "WHERE run_id='run-r' AND seq=4)",
+            (b"{not json",),
+        ),
+    )
+    with SQLiteStore(path) as store:
+        events = store.read("run-r", tenant="default")
+        assert [e.seq for e in itertools.islice(events, 4)] == [0, 1, 2, 3]
+        with pytest.raises(FormatError, match=r"run 'run-r' seq 4: the stored payload is not"):
+            next(events)
+        report = verify_stored(store, "run-r")
+    first = _only(report)
+    assert (first.seq, first.check) == (4, Check.PAYLOAD)

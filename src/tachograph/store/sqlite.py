@@ -113,6 +113,10 @@ _COLUMNS = (
     "e.tenant, e.run_id, e.seq, e.event_id, e.ts, e.type, e.actor, e.trace_id, e.span_id, "
     "e.idempotency_key, e.model, e.seed, e.payload_digest, e.prev_hash, e.hash, p.body, p.salt"
 )
+_READ_COLUMNS = _COLUMNS.removeprefix("e.tenant, e.run_id, ")
+"""What :meth:`SQLiteStore.read` selects: the page's query names the tenant and run, whose
+values every row shares (equal by the query's own comparison): the driver need not make two
+new strings a row for them, nor a held run keep them once an event."""
 _PAGE = 2000
 # A driver tuple of the _COLUMNS, which are StoredRow's fields in order, as a StoredRow: the
 # tuple constructor itself, half the cost of StoredRow._make (whose length check cannot fail).
@@ -271,17 +275,17 @@ def _create_private(target: Path) -> None:
     os.close(fd)
 
 
-def _decode_body(body: Any, row: tuple[Any, ...]) -> Any:
+def _decode_body(body: Any, run_id: str, seq: Any) -> Any:
     """A stored payload, decoded. Bytes the store wrote always decode; tampered ones raise a
     :class:`FormatError` naming the run and seq (verification reports them as check 5)."""
     try:
         return orjson.loads(body)
     except (orjson.JSONDecodeError, TypeError) as exc:
         raise FormatError(
-            f"run {row[1]!r} seq {row[2]}: the stored payload is not valid JSON ({exc}); "
+            f"run {run_id!r} seq {seq}: the stored payload is not valid JSON ({exc}); "
             "the store was changed behind tachograph's back: run tacho verify",
-            run_id=row[1],
-            seq=row[2],
+            run_id=run_id,
+            seq=seq,
         ) from None
 
 
@@ -959,10 +963,15 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         """Stream events in pages (keyset pagination: constant memory, no long-lived cursor)."""
         # From the driver's tuples, not through StoredRow: replay reads every event this way.
         loads = orjson.loads
-        for page in self._pages(run_id, tenant, from_seq):
+        tenant = self._resolve_tenant(run_id, tenant)
+        last_hash = None
+        for page in self._pages(run_id, tenant, from_seq, _READ_COLUMNS, 0):
             for r in page:
-                (tenant_, run, seq, event_id, ts, kind, actor, trace_id, span_id, key, model,
-                 seed, digest, prev_hash, stored_hash, body, salt) = r  # fmt: skip
+                (seq, event_id, ts, kind, actor, trace_id, span_id, key, model, seed, digest,
+                 prev_hash, stored_hash, body, salt) = r  # fmt: skip
+                if prev_hash == last_hash:  # the link: one string for two events
+                    prev_hash = last_hash
+                last_hash = stored_hash
                 try:
                     # Stored bodies are orjson's output for a payload checked against the
                     # profile at write time: no integer literal beyond 2^53 can occur, so no
@@ -970,9 +979,9 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     payload = loads(body) if decode and body is not None else None
                 except (orjson.JSONDecodeError, TypeError):
                     # Tampered bytes: a typed error naming the run and seq (check 5 in verify).
-                    payload = _decode_body(body, r)
+                    payload = _decode_body(body, run_id, seq)
                 yield stored_event(
-                    1, tenant_, run, seq, event_id, ts, kind, actor, trace_id, span_id, key,
+                    1, tenant, run_id, seq, event_id, ts, kind, actor, trace_id, span_id, key,
                     model, seed, digest, prev_hash, stored_hash, payload, salt, body,
                 )  # fmt: skip
 
@@ -980,16 +989,19 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
     ) -> Iterator[StoredRow]:
         """Stream a run's rows as stored (see :meth:`Store.read_rows`), a page at a time."""
-        for page in self._pages(run_id, tenant, from_seq):
+        where = self._resolve_tenant(run_id, tenant)
+        for page in self._pages(run_id, where, from_seq, _COLUMNS, 2):
             yield from map(_as_row, page)
 
-    def _pages(self, run_id: str, tenant: str | None, from_seq: int) -> Iterator[list[Any]]:
-        # Pages of the driver's tuples: the columns of _COLUMNS, StoredRow's fields in order.
-        tenant = self._resolve_tenant(run_id, tenant)
+    def _pages(
+        self, run_id: str, tenant: str, from_seq: int, columns: str, seq_at: int
+    ) -> Iterator[list[Any]]:
+        # Pages of the driver's tuples of ``columns`` (_COLUMNS: StoredRow's fields in
+        # order), ``seq`` the one at ``seq_at``, for a tenant already resolved.
         seq = from_seq
         first = True
         while True:
-            rows = self._page(tenant, run_id, seq)
+            rows = self._page(tenant, run_id, seq, columns)
             if first and not rows and not self._exists(tenant, run_id):
                 # With an explicit tenant nothing was resolved: a missing run must not read
                 # (and verify) as an empty one.
@@ -998,7 +1010,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             yield rows
             if len(rows) < _PAGE:
                 return
-            seq = rows[-1][2] + 1
+            seq = rows[-1][seq_at] + 1
 
     def _exists(self, tenant: str, run_id: str) -> bool:
         with self._using("reading", run_id) as db:
@@ -1009,9 +1021,9 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             ).fetchone()
         return row is not None
 
-    def _page(self, tenant: str, run_id: str, seq: int) -> list[Any]:
+    def _page(self, tenant: str, run_id: str, seq: int, columns: str) -> list[Any]:
         sql = (
-            f"SELECT {_COLUMNS} FROM events e JOIN payloads p ON p.id = e.id "
+            f"SELECT {columns} FROM events e JOIN payloads p ON p.id = e.id "
             "WHERE e.tenant=? AND e.run_id=? AND e.seq>=? ORDER BY e.seq LIMIT ?"
         )
         args = (tenant, run_id, seq, _PAGE)
