@@ -3,16 +3,13 @@ events from the store, at three run lengths."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-try:
-    import resource
-except ImportError:  # pragma: no cover - not on POSIX
-    resource = None  # type: ignore[assignment]
 
 import tachograph
 from tachograph.store import SQLiteStore
@@ -20,6 +17,14 @@ from tachograph.store import SQLiteStore
 from .common import Figure, Settings, Target, measure_of, remove_sqlite, scaled
 
 __all__ = ["figures"]
+
+_rusage: Callable[[], Any] | None
+try:
+    import resource
+
+    _rusage = functools.partial(resource.getrusage, resource.RUSAGE_SELF)
+except ImportError:  # pragma: no cover - not on POSIX
+    _rusage = None
 
 LENGTHS = (1_000, 10_000, 100_000)
 """Run lengths in events (each tool call is two events, plus run.started and run.finished)."""
@@ -120,11 +125,11 @@ def figures(settings: Settings) -> list[Figure]:
     usage: dict[int, list[tuple[float, float, float]]] = {length: [] for length in lengths}
 
     def replay_sample(run_id: str, events: int) -> float:
-        if resource is None:
+        if _rusage is None:
             return _replay_rate(store, run_id, events)
-        before = resource.getrusage(resource.RUSAGE_SELF)
+        before = _rusage()
         rate = _replay_rate(store, run_id, events)
-        after = resource.getrusage(resource.RUSAGE_SELF)
+        after = _rusage()
         usage[events_at[run_id]].append(
             (
                 (after.ru_utime - before.ru_utime) * 1e6 / events,
@@ -189,8 +194,8 @@ def figures(settings: Settings) -> list[Figure]:
     # Linearity: the cost per event may not grow as the run gets ten times longer.
     costs = [row["replay_us_per_event"] for row in per_length]
     growth = max(later / earlier for earlier, later in itertools.pairwise(costs))
-    reads = [1e6 / row["read"]["median"] for row in per_length]
-    read_growth = max(later / earlier for earlier, later in itertools.pairwise(reads))
+    read_costs = [1e6 / row["read"]["median"] for row in per_length]
+    read_growth = max(later / earlier for earlier, later in itertools.pairwise(read_costs))
     users = [float(row.get("replay_user_us_per_event", 0.0)) for row in per_length]
     user_growth = (
         max(later / earlier for earlier, later in itertools.pairwise(users)) if all(users) else None
@@ -214,7 +219,7 @@ def figures(settings: Settings) -> list[Figure]:
                 "read_growth": read_growth,
                 "user_cpu_growth": user_growth,
                 "replay_us_per_event_longest": costs[-1],
-                "read_us_per_event_longest": reads[-1],
+                "read_us_per_event_longest": read_costs[-1],
                 "crowded_store": crowded,
                 "seconds": round(time.perf_counter() - started, 2),
             },

@@ -47,6 +47,8 @@ WARM_CALLS = 4
 LABELS = ("first", "again")
 MEASURES = ("us_per_event", "user_us_per_event", "system_us_per_event", "minor_faults_per_event")
 ROOT = Path(__file__).resolve().parent.parent
+CHILD_TIMEOUT = 600.0
+"""Seconds a process of the probe may take before the probe gives up on it."""
 
 
 def _replay_once(store: SQLiteStore, run_id: str, events: int) -> dict[str, float]:
@@ -67,7 +69,7 @@ def _replay_once(store: SQLiteStore, run_id: str, events: int) -> dict[str, floa
 
 def child(path: str, warm_run: str, run_id: str, events: int) -> dict[str, Any]:
     """In a new process: the warm-up replay, then ``run_id`` twice (see above)."""
-    store = SQLiteStore(path)
+    store = SQLiteStore(path, create=False)
     try:
         tachograph.replay(store, warm_run, AGENT)
         return {label: _replay_once(store, run_id, events) for label in LABELS}
@@ -77,9 +79,19 @@ def child(path: str, warm_run: str, run_id: str, events: int) -> dict[str, Any]:
 
 def _spawn(path: Path, warm_run: str, run_id: str, events: int) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.replayprobe", "--child", str(path), warm_run, run_id]
-    done = subprocess.run(
-        [*cmd, str(events)], cwd=ROOT, capture_output=True, text=True, check=False
-    )
+    try:
+        done = subprocess.run(
+            [*cmd, str(events)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=CHILD_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(
+            f"the probe's process replaying {run_id} took over {CHILD_TIMEOUT:.0f} s"
+        ) from None
     if done.returncode != 0:
         raise RuntimeError(f"the probe's process failed ({done.returncode}): {done.stderr}")
     result: dict[str, Any] = json.loads(done.stdout)
@@ -90,7 +102,13 @@ def probe(
     workdir: Path, rounds: int, lengths: Sequence[int] = LENGTHS, *, seed: int = 20
 ) -> dict[str, Any]:
     """Record a run of each length (and the warm-up run), then replay each in a new process
-    ``rounds`` times."""
+    ``rounds`` times. Lengths are taken in increasing order; each must be even (a run is
+    started, finished and two events a call), at least 4, and given once."""
+    lengths = sorted(lengths)
+    if any(n < 4 or n % 2 for n in lengths) or len(set(lengths)) != len(lengths):
+        raise ValueError(f"run lengths must be distinct even numbers of at least 4: {lengths}")
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
     path = workdir / "replay.db"
     runs: dict[int, str] = {}
     with contextlib.closing(SQLiteStore(path)) as store:
@@ -156,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if any(n < 4 or n % 2 for n in lengths) or len(set(lengths)) != len(lengths):
         # a run is started, finished and two events a call: an even number of events
         parser.error("--lengths must be distinct even numbers of at least 4")
+    lengths.sort()
     with tempfile.TemporaryDirectory(prefix="tachograph-replayprobe-", dir=args.dir) as tmp:
         before = load_average()
         found = probe(Path(tmp), args.rounds, lengths, seed=args.seed)
@@ -164,14 +183,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.json:
         print(json.dumps(result, indent=1))
         return result
-    print(f"a replay in a new process, {args.rounds} processes a length (medians):")
+    print(
+        f"a replay in a new process, {args.rounds} processes a length, lengths in an order "
+        f"seeded {args.seed} (medians):"
+    )
     for label in LABELS:
         row = result[label]
         print(f"  {label}:")
         for m in MEASURES:
             per = " / ".join(f"{v:.3f}" for v in row[m].values())
             grown = row.get(f"{m}_growth_to_next")
-            tail = "; growth " + ", ".join(f"{g:.2f}x" for g in grown if g) if grown else ""
+            tail = "; growth " + ", ".join(f"{g:.3f}x" for g in grown if g) if grown else ""
             print(f"    {m:24s} {per}{tail}")
     print(f"  (runs of {' / '.join(map(str, result['lengths']))} events)")
     print(f"load average {before} -> {result['load_average_after']}")

@@ -370,3 +370,24 @@ def test_the_replay_probe_reports_a_process_that_failed(tmp_path: Path) -> None:
     missing = tmp_path / "none.db"
     with pytest.raises(RuntimeError, match="the probe's process failed"):
         replayprobe._spawn(missing, "run_none", "run_none", 10)
+
+
+def test_the_replay_probe_refuses_bad_lengths_and_rounds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import replayprobe
+
+    for args, why in (
+        (["--lengths", "500,five"], "--lengths must be integers"),
+        (["--lengths", "10,11"], "--lengths must be distinct even numbers"),
+        (["--lengths", "10,10"], "--lengths must be distinct even numbers"),
+        (["--lengths", "2,10"], "--lengths must be distinct even numbers"),
+        (["--rounds", "0"], "--rounds must be at least 1"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            replayprobe.main(args)
+        assert exc.value.code == 2
+        assert why in capsys.readouterr().err
+    with pytest.raises(ValueError, match="distinct even numbers"):  # called directly, too
+        replayprobe.probe(tmp_path, 1, [100, 100])
+    assert list(tmp_path.iterdir()) == []  # refused before any store was made

@@ -600,3 +600,28 @@ def test_integrity_check_and_raw_payload(store: SQLiteStore) -> None:
     assert raw is not None
     assert orjson.loads(raw) == events[1].payload
     assert store.raw_payload("0" * 26) is None
+
+
+class _RunId(str):
+    """A run id of a str subclass (as an enum of str, or numpy's str_, would be)."""
+
+
+def test_a_run_read_by_a_str_subclass_or_an_int_id_reads_as_stored(tmp_path: Path) -> None:
+    from tachograph.store import read_verified
+
+    with SQLiteStore(tmp_path / "s.db") as store:
+        store.append(build_run("12345", 6, status="ok"))
+        plain = list(store.read("12345"))
+        assert all(e.run_id == "12345" and e.tenant == "default" for e in plain)
+        for run_id, tenant in ((_RunId("12345"), None), ("12345", _RunId("default"))):
+            events = list(store.read(run_id, tenant=tenant))
+            assert events == plain
+            # the events carry plain strings, as stored: they verify and append anywhere
+            assert {(type(e.run_id), type(e.tenant)) for e in events} == {(str, str)}
+            held, report = read_verified(store, run_id, tenant=tenant)
+            assert report.ok, report.render()
+            assert held == plain
+        # an int matches the column's text by its affinity, as it always has
+        held, report = read_verified(store, 12345)  # type: ignore[arg-type]
+        assert report.ok, report.render()
+        assert held == plain

@@ -114,9 +114,10 @@ _COLUMNS = (
     "e.idempotency_key, e.model, e.seed, e.payload_digest, e.prev_hash, e.hash, p.body, p.salt"
 )
 _READ_COLUMNS = _COLUMNS.removeprefix("e.tenant, e.run_id, ")
-"""What :meth:`SQLiteStore.read` selects: the page's query names the tenant and run, whose
-values every row shares (equal by the query's own comparison): the driver need not make two
-new strings a row for them, nor a held run keep them once an event."""
+"""What :meth:`SQLiteStore.read` selects: the page's query names the tenant and run, and
+every row's two values are equal to them as text (SQLite's binary comparison), so for a
+tenant and run id of type ``str`` the driver need not make two new strings a row for them,
+nor a held run keep them once an event."""
 _PAGE = 2000
 # A driver tuple of the _COLUMNS, which are StoredRow's fields in order, as a StoredRow: the
 # tuple constructor itself, half the cost of StoredRow._make (whose length check cannot fail).
@@ -964,6 +965,11 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         # From the driver's tuples, not through StoredRow: replay reads every event this way.
         loads = orjson.loads
         tenant = self._resolve_tenant(run_id, tenant)
+        if type(run_id) is not str or type(tenant) is not str:
+            # A str subclass or another type the query still matches (an int run id, by the
+            # column's text affinity): each event takes the tenant and run id as stored.
+            yield from super().read(run_id, tenant=tenant, from_seq=from_seq, decode=decode)
+            return
         last_hash = None
         for page in self._pages(run_id, tenant, from_seq, _READ_COLUMNS, 0):
             for r in page:
