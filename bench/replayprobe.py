@@ -193,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         for m in MEASURES:
             per = " / ".join(f"{v:.3f}" for v in row[m].values())
             grown = row.get(f"{m}_growth_to_next")
-            tail = "; growth " + ", ".join(f"{g:.3f}x" for g in grown if g) if grown else ""
+            shown = ", ".join("-" if g is None else f"{g:.3f}x" for g in grown or ())
+            tail = f"; growth {shown}" if shown else ""
             print(f"    {m:24s} {per}{tail}")
     print(f"  (runs of {' / '.join(map(str, result['lengths']))} events)")
     print(f"load average {before} -> {result['load_average_after']}")

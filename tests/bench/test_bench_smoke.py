@@ -391,3 +391,18 @@ def test_the_replay_probe_refuses_bad_lengths_and_rounds(
     with pytest.raises(ValueError, match="distinct even numbers"):  # called directly, too
         replayprobe.probe(tmp_path, 1, [100, 100])
     assert list(tmp_path.iterdir()) == []  # refused before any store was made
+
+
+def test_the_replay_probe_prints_a_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import replayprobe
+
+    result = replayprobe.main(["--rounds", "1", "--lengths", "100,10", "--dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert result["lengths"] == [10, 100]  # taken in increasing order
+    assert "lengths in an order seeded 20" in out
+    grown = [line for line in out.splitlines() if "; growth " in line]
+    assert len(grown) == 2 * len(replayprobe.LABELS)  # wall and user CPU, for each label
+    for line in grown:  # a value, or "-" where the shorter run's CPU time read 0
+        assert line.rsplit("; growth ", 1)[1].strip() not in ("", ",")
