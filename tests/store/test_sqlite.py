@@ -7,6 +7,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -625,3 +626,33 @@ def test_a_run_read_by_a_str_subclass_or_an_int_id_reads_as_stored(tmp_path: Pat
         held, report = read_verified(store, 12345)  # type: ignore[arg-type]
         assert report.ok, report.render()
         assert held == plain
+
+
+def test_events_holds_a_run_with_the_collector_paused_and_leaves_it_as_found(
+    tmp_path: Path,
+) -> None:
+    import gc
+
+    seen: list[bool] = []
+
+    class Watching(SQLiteStore):
+        def read(self, run_id: str, **options: Any) -> Iterator[Event]:
+            for event in super().read(run_id, **options):
+                seen.append(gc.isenabled())
+                yield event
+
+    with Watching(tmp_path / "s.db") as store:
+        store.append(build_run("run-a", 5, status="ok"))
+        assert gc.isenabled()
+        assert store.events("run-a") == list(SQLiteStore.read(store, "run-a"))
+        assert seen == [False] * 5  # paused while the run was read whole
+        assert gc.isenabled()
+        with pytest.raises(RunNotFound):
+            store.events("run-none")
+        assert gc.isenabled()  # a failed read turns it back on too
+        gc.disable()
+        try:
+            store.events("run-a")
+            assert not gc.isenabled()  # off before: left off
+        finally:
+            gc.enable()

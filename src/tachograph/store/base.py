@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..errors import RunNotFound, StoreError
+from ..record.bulk import collector_paused
 from ..record.event import Event
 from ..record.rows import StoredRow
 from .audit import AuditEntry, AuditRecord
@@ -377,7 +378,8 @@ class Store(abc.ABC):
 
     def events(self, run_id: str, *, tenant: str | None = None) -> list[Event]:
         """All events of a run, decoded, as a list (use :meth:`read` for large runs)."""
-        return list(self.read(run_id, tenant=tenant))
+        with collector_paused():  # the whole run is held: see record/bulk.py
+            return list(self.read(run_id, tenant=tenant))
 
     def resolve(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
         """Alias of :meth:`run_info`, for readability at call sites."""
