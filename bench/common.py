@@ -7,6 +7,7 @@ are quoted, never means, and the verdict is taken on ratios wherever the target 
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import io
 import json
@@ -17,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,51 @@ def load_average() -> list[float] | None:
     if not hasattr(os, "getloadavg"):
         return None
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def check_lengths(lengths: Sequence[int]) -> None:
+    """Refuse run lengths of the replay figure's agent that are odd, below 4 or repeated: its
+    runs are started, finished and two events a call, so such lengths would record runs of
+    other lengths, or merge two."""
+    if any(n < 4 or n % 2 for n in lengths) or len(set(lengths)) != len(lengths):
+        raise ValueError(
+            f"run lengths must be distinct even numbers of at least 4: {list(lengths)}"
+        )
+
+
+def probe_parser(
+    prog: str, description: str | None, *, rounds: int, rounds_help: str, lengths: Sequence[int]
+) -> argparse.ArgumentParser:
+    """The options of a probe over runs of several lengths: ``--rounds``, ``--json``,
+    ``--dir`` and ``--lengths`` (read with :func:`probe_lengths`)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--rounds", type=int, default=rounds, help=rounds_help)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--dir", default=None, help="where to put the store (default: the temporary directory)"
+    )
+    parser.add_argument(
+        "--lengths",
+        default=",".join(map(str, lengths)),
+        help="run lengths in events, even and distinct, comma-separated (default: %(default)s)",
+    )
+    return parser
+
+
+def probe_lengths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[int]:
+    """``--lengths`` as integers, in the order given; exits with a usage error on a bad one
+    (see :func:`check_lengths`) or on ``--rounds`` below 1."""
+    try:
+        lengths = [int(n) for n in args.lengths.split(",")]
+    except ValueError:
+        parser.error("--lengths must be integers, comma-separated")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    try:
+        check_lengths(lengths)
+    except ValueError:
+        parser.error("--lengths must be distinct even numbers of at least 4")
+    return lengths
 
 
 def run_probe(script: Path, *args: object) -> dict[str, Any]:

@@ -18,7 +18,6 @@ Every read is followed by freeing its events, inside the timing. A round reads e
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import itertools
@@ -30,14 +29,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import tachograph
 from tachograph.record.bulk import collector_paused
 from tachograph.record.event import Event
 from tachograph.store import SQLiteStore
 from tachograph.store.sqlite import _PAGE
 
-from .common import load_average
-from .replay import AGENT
+from .common import load_average, probe_lengths, probe_parser
+from .replay import record_lengths
 
 __all__ = ["main"]
 
@@ -88,12 +86,9 @@ def probe(workdir: Path, rounds: int, lengths: Sequence[int] = LENGTHS) -> dict[
         stack.callback(store.close)
         paused = _PausedPerPage(path)
         stack.callback(paused.close)
-        runs: dict[int, str] = {}
-        for length in lengths:
-            calls = max(1, (length - 2) // 2)
-            result = tachograph.record_run(AGENT, calls, store=store, actor="bench")
-            runs[store.run_info(result.run_id).events] = result.run_id
-            if list(paused.read(result.run_id)) != list(store.read(result.run_id)):
+        runs = record_lengths(store, lengths)
+        for run_id in runs.values():
+            if list(paused.read(run_id)) != list(store.read(run_id)):
                 raise RuntimeError("the paused-per-page read differs from the store's")
         times: dict[str, dict[int, list[float]]] = {v: {n: [] for n in runs} for v in VARIANTS}
         for r in range(rounds):
@@ -121,27 +116,15 @@ def probe(workdir: Path, rounds: int, lengths: Sequence[int] = LENGTHS) -> dict[
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the probe and print it (as JSON with ``--json``)."""
-    parser = argparse.ArgumentParser(prog="python -m bench.readprobe", description=__doc__)
-    parser.add_argument("--rounds", type=int, default=16, help="rounds (see above)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "--dir", default=None, help="where to put the store (default: the temporary directory)"
-    )
-    parser.add_argument(
-        "--lengths",
-        default=",".join(map(str, LENGTHS)),
-        help="run lengths in events, even and distinct, comma-separated (default: %(default)s)",
+    parser = probe_parser(
+        "python -m bench.readprobe",
+        __doc__,
+        rounds=16,
+        rounds_help="rounds (see above)",
+        lengths=LENGTHS,
     )
     args = parser.parse_args(argv)
-    try:
-        lengths = [int(n) for n in args.lengths.split(",")]
-    except ValueError:
-        parser.error("--lengths must be integers, comma-separated")
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
-    if any(n < 4 or n % 2 for n in lengths) or len(set(lengths)) != len(lengths):
-        # a run is started, finished and two events a call: an even number of events
-        parser.error("--lengths must be distinct even numbers of at least 4")
+    lengths = probe_lengths(parser, args)
     with tempfile.TemporaryDirectory(prefix="tachograph-readprobe-", dir=args.dir) as tmp:
         before = load_average()
         found = probe(Path(tmp), args.rounds, lengths)

@@ -7,7 +7,7 @@ import functools
 import itertools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,17 @@ def _synthetic(calls: int) -> int:
 AGENT = tachograph.agent(name="bench_replay_agent", tools=[_lookup], code_version="bench")(
     _synthetic
 )
+
+
+def record_lengths(store: SQLiteStore, lengths: Sequence[int]) -> dict[int, str]:
+    """One run of :data:`AGENT` of each length (see :func:`~bench.common.check_lengths`)
+    recorded into ``store``: the run ids by their number of events, in the order given."""
+    runs: dict[int, str] = {}
+    for length in lengths:
+        calls = max(1, (length - 2) // 2)
+        result = tachograph.record_run(AGENT, calls, store=store, actor="bench")
+        runs[store.run_info(result.run_id).events] = result.run_id
+    return runs
 
 
 def _replay_rate(store: SQLiteStore, run_id: str, events: int) -> float:

@@ -36,8 +36,8 @@ from typing import Any
 import tachograph
 from tachograph.store import SQLiteStore
 
-from .common import load_average
-from .replay import AGENT
+from .common import check_lengths, load_average, probe_lengths, probe_parser
+from .replay import AGENT, record_lengths
 
 __all__ = ["main"]
 
@@ -105,18 +105,13 @@ def probe(
     ``rounds`` times. Lengths are taken in increasing order; each must be even (a run is
     started, finished and two events a call), at least 4, and given once."""
     lengths = sorted(lengths)
-    if any(n < 4 or n % 2 for n in lengths) or len(set(lengths)) != len(lengths):
-        raise ValueError(f"run lengths must be distinct even numbers of at least 4: {lengths}")
+    check_lengths(lengths)
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
     path = workdir / "replay.db"
-    runs: dict[int, str] = {}
     with contextlib.closing(SQLiteStore(path)) as store:
         warm_run = tachograph.record_run(AGENT, WARM_CALLS, store=store, actor="bench").run_id
-        for length in lengths:
-            calls = max(1, (length - 2) // 2)
-            result = tachograph.record_run(AGENT, calls, store=store, actor="bench")
-            runs[store.run_info(result.run_id).events] = result.run_id
+        runs = record_lengths(store, lengths)
     order = random.Random(seed)
     samples: dict[str, dict[str, dict[int, list[float]]]] = {
         label: {m: {n: [] for n in runs} for m in MEASURES} for label in LABELS
@@ -144,16 +139,12 @@ def probe(
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the probe and print it (as JSON with ``--json``)."""
-    parser = argparse.ArgumentParser(prog="python -m bench.replayprobe", description=__doc__)
-    parser.add_argument("--rounds", type=int, default=8, help="processes per length")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "--dir", default=None, help="where to put the store (default: the temporary directory)"
-    )
-    parser.add_argument(
-        "--lengths",
-        default=",".join(map(str, LENGTHS)),
-        help="run lengths in events, even and distinct, comma-separated (default: %(default)s)",
+    parser = probe_parser(
+        "python -m bench.replayprobe",
+        __doc__,
+        rounds=8,
+        rounds_help="processes per length",
+        lengths=LENGTHS,
     )
     parser.add_argument("--seed", type=int, default=20, help="seed of the order of lengths")
     parser.add_argument(
@@ -165,16 +156,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         found = child(db, warm, run_id, int(events))
         print(json.dumps(found))
         return found
-    try:
-        lengths = [int(n) for n in args.lengths.split(",")]
-    except ValueError:
-        parser.error("--lengths must be integers, comma-separated")
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
-    if any(n < 4 or n % 2 for n in lengths) or len(set(lengths)) != len(lengths):
-        # a run is started, finished and two events a call: an even number of events
-        parser.error("--lengths must be distinct even numbers of at least 4")
-    lengths.sort()
+    lengths = sorted(probe_lengths(parser, args))
     with tempfile.TemporaryDirectory(prefix="tachograph-replayprobe-", dir=args.dir) as tmp:
         before = load_average()
         found = probe(Path(tmp), args.rounds, lengths, seed=args.seed)
