@@ -321,3 +321,101 @@ def test_secret_fields_hide_lists_objects_and_more_spellings() -> None:
         assert out[key] == "[redacted:secret:field]", key
     assert out["x-amz-security-token"] == "[redacted:secret:field]"
     assert out["logprobs"] == payload["logprobs"]
+
+
+# -- process_payload's pre-check on the redactor's behalf (record/seal.py) --------------------
+
+_native_only = pytest.mark.skipif(
+    Redactor()._engine.blob_table is None,
+    reason="the compiled helpers are not built: the redactor names no words",
+)
+
+_SECRETS = [
+    OPENAI,
+    JWT,
+    PRIVATE_KEY,
+    "ghp_" + "a1" * 18,
+    "password=hunter2",
+    "Bearer abcdefghijkl0123",
+]
+_texts = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from([*_SECRETS, "api", "Cookie", "sk-", "refresh_token", "plain", "25"]),
+)
+_keys = st.one_of(
+    st.text(max_size=8), st.sampled_from(["password", "api_key", "note", "Authorization"])
+)
+_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), _texts),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_keys, inner, max_size=4)),
+    max_leaves=12,
+)
+
+
+@_native_only
+def test_the_redactor_names_its_words_only_where_its_pre_check_is_all_it_asks() -> None:
+    from tachograph.privacy.redactor import Redactor as Plain
+
+    assert Plain().untouched_unless is Plain()._engine.blob_table is not None
+    assert redact_secrets.untouched_unless is not None
+    # a rule, a personal-data detector (digits: no words to rule a payload out) or a
+    # subclass's own __call__ would each be skipped wrongly: none of them names words
+    assert Plain(rules=(Rule("$.args.note"),), keyring=KEY).untouched_unless is None
+    assert POLICY.untouched_unless is None
+
+    class Counting(Plain):
+        def __call__(self, event_type: str, payload: dict[str, object]) -> dict[str, object]:
+            return {**super().__call__(event_type, payload), "seen": True}
+
+    assert Counting().untouched_unless is None
+    assert Plain(secrets=False).untouched_unless is None  # nothing to find: no words
+
+
+@_native_only
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(_keys, _values, max_size=5),
+    st.sampled_from(["tool.requested", "tool.completed", "model.response", "run.started"]),
+)
+def test_the_pre_check_in_process_payload_answers_as_the_redactor_would(
+    payload: dict[str, object], event_type: str
+) -> None:
+    from tachograph.record.seal import process_payload
+
+    redactor = Redactor()
+    expected = redactor(event_type, copy.deepcopy(payload))
+    got = process_payload((redactor,), event_type, payload)
+    assert got == expected
+    if redactor._engine.clean(payload):
+        assert got is payload  # handed back, not copied
+    else:
+        assert got is not payload or expected == payload
+
+
+@_native_only
+def test_a_secret_still_reaches_the_redactor_through_process_payload() -> None:
+    from tachograph.record.seal import process_payload
+
+    calls: list[str] = []
+
+    class Watched(Redactor):
+        pass
+
+    watched = Watched()
+    assert watched.untouched_unless is not None  # same __call__: a subclass that adds nothing
+    out = process_payload((watched,), "tool.completed", {"tool": "t", "result": f"[{OPENAI}]"})
+    assert out == {"tool": "t", "result": "[[redacted:secret:openai]]"}
+    out = process_payload((watched,), "tool.requested", {"tool": "t", "args": {"Password": "x"}})
+    assert out["args"] == {"Password": "[redacted:secret:field]"}
+
+    # a payload outside the profile (an int key) is left to the redactor's own walk, and
+    # more than one processor are each called, as before
+    def second(event_type: str, payload: dict[str, object]) -> dict[str, object]:
+        calls.append(event_type)
+        return payload
+
+    odd = {"tool": "t", "result": {1: "x"}}
+    assert process_payload((watched,), "tool.completed", odd) == watched("tool.completed", odd)
+    clean = {"tool": "t", "result": {"n": 1}}
+    assert process_payload((watched, second), "tool.completed", clean) is clean
+    assert calls == ["tool.completed"]

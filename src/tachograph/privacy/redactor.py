@@ -295,6 +295,13 @@ class Redactor:
     rules: tuple[Rule, ...] = ()
     _engine: _Engine = field(init=False, repr=False, compare=False)
     _starts: dict[str, tuple[tuple[int, int], ...]] = field(init=False, repr=False, compare=False)
+    untouched_unless: tuple[tuple[bytes, ...] | None, ...] | None = field(
+        init=False, repr=False, compare=False
+    )
+    """The words without which :meth:`__call__` hands a payload back untouched (see
+    ``tachograph.record.seal.Processor``): its whole-payload pre-check's, where that check is
+    all it makes (no rules, no personal-data detectors, the compiled helpers, this class's own
+    ``__call__``); else ``None``."""
 
     def __post_init__(self) -> None:
         kinds = frozenset(self.kinds)
@@ -314,6 +321,14 @@ class Redactor:
             )
         object.__setattr__(self, "_engine", _engine(kinds, self.secrets))
         object.__setattr__(self, "_starts", {})
+        engine = self._engine
+        plain = (
+            not self.rules
+            and not engine.digits
+            and engine.blob_table is not None
+            and type(self).__call__ is Redactor.__call__
+        )
+        object.__setattr__(self, "untouched_unless", engine.blob_table if plain else None)
 
     def __repr__(self) -> str:
         key = self.keyring.current if self.keyring is not None else None

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
+import orjson
+
 from .canonical import canonical
 from .compiled import NATIVE
 from .event import (
@@ -36,6 +38,11 @@ from .event import (
     hash_envelope,
 )
 from .keycount import RepeatCounter
+
+_dumps = orjson.dumps
+_contains_any: Callable[[bytes, Any], bool] | None = (
+    NATIVE.contains_any if NATIVE is not None else None
+)
 
 # Plain-str event types: ``EventType.X.value`` is a Python-level property on 3.11, and
 # these are read per recorded event.
@@ -63,7 +70,13 @@ __all__ = [
 ]
 
 Processor = Callable[[str, dict[str, Any]], dict[str, Any]]
-"""``processor(event_type, payload) -> payload``: applied in order before anything is derived."""
+"""``processor(event_type, payload) -> payload``: applied in order before anything is derived.
+
+A processor may carry ``untouched_unless``: words (bytes, lower-case, filed by their first
+byte in 256 entries, as ``native.contains_any`` reads them) such that it hands back any
+``dict`` payload itself, unchanged, when none of them occurs in the payload's ``orjson``
+bytes lower-cased. A run's only processor that names them is not called for such a payload
+(:func:`process_payload`). The default secrets redactor names them (``Redactor``)."""
 
 KEY_SECRET_FIELD = "key_secret"
 """Where the run's key secret sits in the ``run.started`` payload (SPEC section 5)."""
@@ -95,9 +108,23 @@ def process_payload(
     processors: Sequence[Processor], type_: str, payload: dict[str, Any]
 ) -> dict[str, Any]:
     """``payload`` through every processor in order, the run's key secret kept away from
-    them (a secrets detector would take it for an API key) and put back after them."""
+    them (a secrets detector would take it for an API key) and put back after them.
+
+    A lone processor that names its ``untouched_unless`` words (see :data:`Processor`) is
+    asked only about a payload in which one of them occurs: for the others its answer is
+    the payload itself, and the test is the one it would make first (the default secrets
+    redactor on most events), without its two frames."""
     if not processors:
         return payload
+    if len(processors) == 1 and type_ != _RUN_STARTED and type(payload) is dict:
+        words = getattr(processors[0], "untouched_unless", None)
+        if words is not None and _contains_any is not None:
+            try:
+                found = _contains_any(_dumps(payload).lower(), words)
+            except TypeError:  # outside the profile: the processor's own walk decides
+                found = True
+            if not found:
+                return payload
     secret = payload.get(KEY_SECRET_FIELD) if type_ == _RUN_STARTED else None
     if secret is not None:
         payload = hide_key_secret(type_, payload)
