@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from .common import (
     scaled,
 )
 
-__all__ = ["NullStore", "figures"]
+__all__ = ["NullStore", "figures", "timed_calls", "tool_call_floor"]
 
 PAYLOAD_BYTES = 1500
 PREV = "sha256:" + "ab" * 32
@@ -298,7 +298,7 @@ def _read_tool(i: int) -> dict[str, int]:
     return {"item": i, "stock": i % 97}
 
 
-def _timed_calls(calls: int) -> float:
+def timed_calls(calls: int) -> float:
     """Nanoseconds per call of ``calls`` read-tool calls in one recorded run, up to the moment
     the writer thread has handed all their events to the store (a store that discards).
 
@@ -316,9 +316,9 @@ def _timed_calls(calls: int) -> float:
     return elapsed / calls
 
 
-def _tool_call_figure(settings: Settings) -> Figure:
-    short = scaled(1_000, settings.scale, minimum=200)
-    long = scaled(100_000, settings.scale, minimum=2_000)
+def tool_call_floor() -> Callable[[], None]:
+    """The floor of a recorded read-tool call: building its two events (``event_build``'s
+    floor on the ``tool.requested`` and ``tool.completed`` payloads of one call)."""
     request = {"tool": "bench_read", "args": {"i": 123}, "effect": "read"}
     result = {"tool": "bench_read", "result": {"item": 123, "stock": 26}}
     key = "bench-run:bench_read:0123456789abcdef"
@@ -329,6 +329,13 @@ def _tool_call_figure(settings: Settings) -> Figure:
         req_floor()
         res_floor()
 
+    return floor
+
+
+def _tool_call_figure(settings: Settings) -> Figure:
+    short = scaled(1_000, settings.scale, minimum=200)
+    long = scaled(100_000, settings.scale, minimum=2_000)
+    floor = tool_call_floor()
     repeats = settings.repeats or 15
     # The long runs are spread among the short ones (a few short runs and floors, then one
     # long run, in turn), so that a neighbour's load or a drift of the machine weighs on
@@ -339,14 +346,14 @@ def _tool_call_figure(settings: Settings) -> Figure:
     longs: list[float] = []
     for block in range(blocks):
         s, b = interleaved(
-            lambda: _timed_calls(short),
+            lambda: timed_calls(short),
             loop_sample(floor, short),
             repeats=-(-repeats // blocks),
             warmup=0 if block else 1,
         )
         subj += s
         base += b
-        longs.append(_timed_calls(long))
+        longs.append(timed_calls(long))
     subject = measure_of(f"recorded read-tool call, runs of {short} calls", subj, "ns")
     baseline = measure_of("floor: build its two events", base, "ns")
     long_m = measure_of(f"recorded read-tool call, runs of {long} calls", longs, "ns")
@@ -364,7 +371,7 @@ def _tool_call_figure(settings: Settings) -> Figure:
             Target(f"per-call cost, {long} calls over {short}", growth, "<=", 1.1),
         ],
         extra={"long_run": long_m.to_dict(), "growth": growth},
-        profile_fn=lambda: _timed_calls(short),
+        profile_fn=lambda: timed_calls(short),
     )
 
 
@@ -400,7 +407,7 @@ def _record_memory_figure(settings: Settings) -> Figure:
         targets=[Target("flat", ratio, "<=", 1.2)],
         extra={"small": small_r, "large": large_r},
         # in this process, where the time of a recording goes (its memory is in ``extra``)
-        profile_fn=lambda: _timed_calls(2_000),
+        profile_fn=lambda: timed_calls(2_000),
     )
 
 

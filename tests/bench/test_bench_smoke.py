@@ -406,3 +406,62 @@ def test_the_replay_probe_prints_a_table(
     assert len(grown) == 2 * len(replayprobe.LABELS)  # wall and user CPU, for each label
     for line in grown:  # a value, or "-" where the shorter run's CPU time read 0
         assert line.rsplit("; growth ", 1)[1].strip() not in ("", ",")
+
+
+def test_the_call_probe_compares_two_versions_in_new_processes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench import callprobe
+
+    src = Path(callprobe.__file__).resolve().parent.parent / "src"
+    args = ["--before", str(src), "--rounds", "2", "--calls", "100", "--json"]
+    assert callprobe.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    for side in ("before", "after"):
+        row = result[side]
+        assert row["samples"] == 2
+        low, high = row["ratio_quartiles"]
+        assert _number(row["ratio"])
+        assert low <= row["ratio"] <= high
+        assert row["call_us"] > 0
+        assert row["floor_us"] > 0
+    assert result["after_lower_in"] in (0, 1, 2)
+    assert result["settings"] == {"rounds": 2, "calls": 100, "seed": 1}
+
+
+def test_the_call_probe_s_summary_is_the_medians_of_its_samples() -> None:
+    from bench.callprobe import summary
+
+    def row(call: float, floor: float) -> dict[str, float]:
+        return {"call_ns": call, "floor_ns": floor, "ratio": call / floor}
+
+    before = [row(20_000, 8_000), row(24_000, 8_000), row(21_000, 7_000)]
+    after = [row(18_000, 8_000), row(25_000, 8_000), row(18_000, 9_000)]
+    result = summary({"before": before, "after": after})
+    assert result["before"]["ratio"] == 3.0  # the median of 2.5, 3.0 and 3.0
+    assert result["before"]["call_us"] == 21.0
+    assert result["before"]["floor_us"] == 8.0
+    assert result["after"]["ratio"] == 2.25
+    assert result["after"]["floor_us"] == 8.0
+    assert result["after_lower_in"] == 2  # rounds 1 and 3; round 2 was 3.125 against 3.0
+    alone = summary({"after": after})
+    assert "after_lower_in" not in alone
+    assert alone["after"]["samples"] == 3
+
+
+def test_the_call_probe_refuses_bad_options_and_reports_a_failed_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import callprobe
+
+    for args, why in (
+        (["--rounds", "0"], "--rounds must be at least 1"),
+        (["--calls", "50"], "--calls at least 100"),
+        (["--before", str(tmp_path)], "no tachograph package in that directory"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            callprobe.main(args)
+        assert exc.value.code == 2
+        assert why in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="a sample process failed"):
+        callprobe._sample(tmp_path, 1)  # the child refuses its --calls

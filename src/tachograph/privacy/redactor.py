@@ -35,7 +35,7 @@ from ..errors import PrivacyError
 from ..record.canonical import canonical
 from ..record.compiled import NATIVE
 from ..record.event import Event
-from ..record.seal import Processor
+from ..record.seal import Processor, trusts_untouched_unless
 from .detectors import DETECTORS, PII_KINDS, SECRET_FIELDS, SECRET_KINDS, Detector, card_digits
 from .keys import TOKEN_PATTERN, KeyRing
 
@@ -171,9 +171,14 @@ class _Engine:
         self.digits = any(not d.hints and not d.hints_lower for d in chosen)
         self.enabled = bool(chosen)
         self.cards = "card" in kinds
-        # Whole-payload pre-check: the hints, and the substrings of the secret field names.
+        # Whole-payload pre-check: the hints, a few substrings of the secret field names, and
+        # every one of those names. A key is a secret field when its lower-case form is one
+        # (_secret_field), so the payload's lower-cased bytes hold that name, or else a KELVIN
+        # SIGN, the one character outside ASCII whose str.lower() is an ASCII letter ("k").
+        # (A shorter list of names missed "privatekey" and "private-key", which were stored
+        # as given in a payload with no other hint.)
         fields: tuple[str, ...] = ("pass", "pwd", "secret", "api", "authorization", "cookie")
-        fields += ("private_key", *(f for f in SECRET_FIELDS if f.endswith("_token")))
+        fields += (*sorted(SECRET_FIELDS), "\u212a")
         blob_hints = dict.fromkeys(h.encode() for h in self.hints + (fields if secrets else ()))
         # one pass over the bytes for all of them: some six times faster than a substring
         # test per hint (there are about forty). Compiled (native.contains_any, words by first
@@ -280,6 +285,7 @@ def _marker(kind: str) -> str:
 _SECRET_FIELD_MARKER = _marker("secret:field")
 
 
+@trusts_untouched_unless
 @dataclass(frozen=True)
 class Redactor:
     """A redaction processor: ``redactor(event_type, payload) -> payload``.
@@ -300,8 +306,10 @@ class Redactor:
     )
     """The words without which :meth:`__call__` hands a payload back untouched (see
     ``tachograph.record.seal.Processor``): its whole-payload pre-check's, where that check is
-    all it makes (no rules, no personal-data detectors, the compiled helpers, this class's own
-    ``__call__``); else ``None``."""
+    all it makes; else ``None``. That is: no rules, no detector without hints of its own (the
+    card, IBAN, phone and IP detectors look at digits), the compiled helpers built, and this
+    class's own ``__call__``. Only a ``Redactor`` itself is skipped by them, not a subclass;
+    a patch of ``Redactor.__call__`` made after the redactor was built is not seen."""
 
     def __post_init__(self) -> None:
         kinds = frozenset(self.kinds)

@@ -19,7 +19,7 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -40,6 +40,7 @@ from .event import (
 from .keycount import RepeatCounter
 
 _dumps = orjson.dumps
+_T = TypeVar("_T")
 _contains_any: Callable[[bytes, Any], bool] | None = (
     NATIVE.contains_any if NATIVE is not None else None
 )
@@ -66,17 +67,31 @@ __all__ = [
     "process_payload",
     "prompt_hash",
     "sha256_text",
+    "trusts_untouched_unless",
     "with_prompt_hash",
 ]
 
 Processor = Callable[[str, dict[str, Any]], dict[str, Any]]
 """``processor(event_type, payload) -> payload``: applied in order before anything is derived.
 
-A processor may carry ``untouched_unless``: words (bytes, lower-case, filed by their first
-byte in 256 entries, as ``native.contains_any`` reads them) such that it hands back any
-``dict`` payload itself, unchanged, when none of them occurs in the payload's ``orjson``
-bytes lower-cased. A run's only processor that names them is not called for such a payload
-(:func:`process_payload`). The default secrets redactor names them (``Redactor``)."""
+A processor of a class registered with :func:`trusts_untouched_unless` carries
+``untouched_unless``: ``None``, or words (bytes, lower-case, filed by their first byte in
+256 entries, as ``native.contains_any`` reads them) such that it hands back any ``dict``
+payload itself, unchanged, when none of them occurs in the payload's ``orjson`` bytes
+lower-cased. Where the compiled helpers are built, a run's only processor (in a tuple),
+when its type is exactly such a class and it names words, is not called for such a
+payload (:func:`process_payload`). The default secrets redactor is one (``Redactor``)."""
+
+_UNTOUCHED_TYPES: set[type[Any]] = set()
+
+
+def trusts_untouched_unless(cls: type[_T]) -> type[_T]:
+    """Register ``cls`` (a class decorator): its instances' ``untouched_unless`` words are
+    its own, and true of its ``__call__`` (see :data:`Processor`). Only this exact class:
+    a subclass, or an object that forwards the attribute, is called as any processor is."""
+    _UNTOUCHED_TYPES.add(cls)
+    return cls
+
 
 KEY_SECRET_FIELD = "key_secret"
 """Where the run's key secret sits in the ``run.started`` payload (SPEC section 5)."""
@@ -116,12 +131,20 @@ def process_payload(
     redactor on most events), without its two frames."""
     if not processors:
         return payload
-    if len(processors) == 1 and type_ != _RUN_STARTED and type(payload) is dict:
-        words = getattr(processors[0], "untouched_unless", None)
+    if (
+        type(processors) is tuple
+        and len(processors) == 1
+        and type_ != _RUN_STARTED
+        and type(payload) is dict
+    ):
+        first = processors[0]
+        words = first.untouched_unless if type(first) in _UNTOUCHED_TYPES else None  # type: ignore[attr-defined]
         if words is not None and _contains_any is not None:
             try:
                 found = _contains_any(_dumps(payload).lower(), words)
-            except TypeError:  # outside the profile: the processor's own walk decides
+            except (TypeError, ValueError):
+                # outside the profile (the processor's own walk decides), or a table of
+                # another shape: the processor is asked
                 found = True
             if not found:
                 return payload

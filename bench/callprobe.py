@@ -1,0 +1,144 @@
+"""The ``tool_call`` figure's ratio alone, for two versions of the library side by side:
+``python -m bench.callprobe --before DIR``.
+
+``bench.ab`` runs the whole record module for one sample of each version a round, and two of
+its comparisons of one change, six rounds each, differed by 0.3 in this ratio. This probe
+measures only what the figure does: recorded read-tool calls (``bench.record.timed_calls``,
+runs of ``--calls`` calls) against the floor of building their two events
+(``bench.record.tool_call_floor``). Each sample is a new process (with ``DIR``, or this
+checkout's ``src``, first on ``PYTHONPATH``) that takes the medians of seven runs and seven
+floors; each round takes one sample of each version, in a new seeded order. Without
+``--before`` it measures this checkout alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "summary"]
+
+HERE = Path(__file__).resolve().parent
+PER_PROCESS = 7
+"""Runs and floors a sample process times, of which it reports the medians."""
+
+
+def _child(calls: int) -> dict[str, float]:
+    from .common import loop_sample
+    from .record import timed_calls, tool_call_floor
+
+    floor = loop_sample(tool_call_floor(), calls)
+    timed_calls(max(100, calls // 2))  # warm up: imports, the writer thread, the caches
+    runs: list[float] = []
+    floors: list[float] = []
+    for _ in range(PER_PROCESS):
+        runs.append(timed_calls(calls))
+        floors.append(floor())
+    call, base = statistics.median(runs), statistics.median(floors)
+    return {"call_ns": call, "floor_ns": base, "ratio": call / base}
+
+
+def _sample(src: Path, calls: int) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(HERE.parent)]))
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.callprobe", "--child", "--calls", str(calls)],
+        cwd=HERE.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"a sample process failed ({out.returncode}): {out.stderr[-2000:]}")
+    result: dict[str, float] = json.loads(out.stdout)
+    return result
+
+
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
+
+
+def summary(samples: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    """Each version's median ratio, its quartiles, and the medians of the call and floor (us);
+    with two versions, in how many rounds the second's ratio was the lower."""
+    out: dict[str, Any] = {}
+    for side, rows in samples.items():
+        ratios = [r["ratio"] for r in rows]
+        low, high = _quartiles(ratios)
+        out[side] = {
+            "samples": len(rows),
+            "ratio": statistics.median(ratios),
+            "ratio_quartiles": [low, high],
+            "call_us": statistics.median(r["call_ns"] for r in rows) / 1000,
+            "floor_us": statistics.median(r["floor_ns"] for r in rows) / 1000,
+        }
+    if set(samples) == {"before", "after"}:
+        pairs = zip(samples["before"], samples["after"], strict=True)
+        out["after_lower_in"] = sum(1 for b, a in pairs if a["ratio"] < b["ratio"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.callprobe", description=__doc__)
+    parser.add_argument("--before", default=None, help="src directory of the older version")
+    parser.add_argument("--rounds", type=int, default=20, help="samples a version (default 20)")
+    parser.add_argument("--calls", type=int, default=2000, help="calls a run (default 2000)")
+    parser.add_argument("--seed", type=int, default=1, help="of the order in each round")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.calls < 100:
+        parser.error("--rounds must be at least 1 and --calls at least 100")
+    if args.child:
+        print(json.dumps(_child(args.calls)))
+        return 0
+    sides = {"after": HERE.parent / "src"}
+    if args.before is not None:
+        before = Path(args.before).resolve()
+        if not (before / "tachograph" / "__init__.py").is_file():
+            parser.error(f"--before {args.before}: no tachograph package in that directory")
+        sides = {"before": before, **sides}
+    rng = random.Random(args.seed)
+    samples: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
+    for done in range(args.rounds):
+        order = list(sides)
+        rng.shuffle(order)
+        for side in order:
+            samples[side].append(_sample(sides[side], args.calls))
+        if not args.json:
+            print(f"round {done + 1}/{args.rounds}", file=sys.stderr, end="\r", flush=True)
+    result = summary(samples)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    result["settings"] = {"rounds": args.rounds, "calls": args.calls, "seed": args.seed}
+    result["load_average_at_end"] = load
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(file=sys.stderr)
+    print(f"{'version':<8} {'ratio':>7} {'quartiles':>15} {'call us':>9} {'floor us':>9}  samples")
+    for side in sides:
+        r = result[side]
+        low, high = r["ratio_quartiles"]
+        spread = f"{low:.3f}-{high:.3f}"
+        print(
+            f"{side:<8} {r['ratio']:7.3f} {spread:>15} {r['call_us']:9.2f} "
+            f"{r['floor_us']:9.2f}  {r['samples']}"
+        )
+    if "after_lower_in" in result:
+        print(f"after's ratio lower in {result['after_lower_in']} of {args.rounds} rounds")
+    print(f"seed {args.seed}, runs of {args.calls} calls, load average at the end {load}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
