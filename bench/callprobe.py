@@ -1,14 +1,16 @@
 """The ``tool_call`` figure's ratio alone, for two versions of the library side by side:
 ``python -m bench.callprobe --before DIR``.
 
-``bench.ab`` runs the whole record module for one sample of each version a round, and two of
-its comparisons of one change, six rounds each, differed by 0.3 in this ratio. This probe
+``bench.ab`` runs the whole record module for one sample of each version a round; three of
+its comparisons of one change, six rounds each, gave -0.26, -0.23 and +0.04 in this ratio
+(the last on the change as reviewed, which this probe measures the same). This probe
 measures only what the figure does: recorded read-tool calls (``bench.record.timed_calls``,
 runs of ``--calls`` calls) against the floor of building their two events
 (``bench.record.tool_call_floor``). Each sample is a new process (with ``DIR``, or this
 checkout's ``src``, first on ``PYTHONPATH``) that takes the medians of seven runs and seven
-floors; each round takes one sample of each version, in a new seeded order. Without
-``--before`` it measures this checkout alone.
+floors; each round takes one sample of each version, in a new seeded order. Each sample
+names the ``tachograph`` it imported and whether its compiled helpers loaded (build the
+older version's ``native.c`` alike). Without ``--before`` it measures this checkout alone.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ PER_PROCESS = 7
 """Runs and floors a sample process times, of which it reports the medians."""
 
 
-def _child(calls: int) -> dict[str, float]:
+def _child(calls: int) -> dict[str, Any]:
+    import tachograph
+    from tachograph.record.compiled import NATIVE
+
     from .common import loop_sample
     from .record import timed_calls, tool_call_floor
 
@@ -42,35 +47,49 @@ def _child(calls: int) -> dict[str, float]:
         runs.append(timed_calls(calls))
         floors.append(floor())
     call, base = statistics.median(runs), statistics.median(floors)
-    return {"call_ns": call, "floor_ns": base, "ratio": call / base}
+    return {
+        "call_ns": call,
+        "floor_ns": base,
+        "ratio": call / base,
+        "tachograph": str(Path(tachograph.__file__).parent),
+        "compiled": NATIVE is not None,
+    }
 
 
-def _sample(src: Path, calls: int) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(HERE.parent)]))
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.callprobe", "--child", "--calls", str(calls)],
-        cwd=HERE.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def _sample(src: Path, calls: int) -> dict[str, Any]:
+    paths = [str(src), str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.callprobe", "--child", "--calls", str(calls)],
+            cwd=HERE.parent,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"a sample process failed: no answer in {exc.timeout} s") from None
     if out.returncode != 0:
         raise RuntimeError(f"a sample process failed ({out.returncode}): {out.stderr[-2000:]}")
-    result: dict[str, float] = json.loads(out.stdout)
+    try:
+        result: dict[str, Any] = json.loads(out.stdout)
+    except ValueError:
+        raise RuntimeError(f"a sample process failed: not JSON: {out.stdout[-500:]!r}") from None
     return result
 
 
 def _quartiles(values: list[float]) -> tuple[float, float]:
     if len(values) < 2:
         return values[0], values[0]
-    q = statistics.quantiles(values, n=4)
+    q = statistics.quantiles(values, n=4, method="inclusive")
     return q[0], q[2]
 
 
-def summary(samples: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
-    """Each version's median ratio, its quartiles, and the medians of the call and floor (us);
-    with two versions, in how many rounds the second's ratio was the lower."""
+def summary(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each version's median ratio, its quartiles, the medians of the call and floor (us),
+    the ``tachograph`` its samples imported and whether their compiled helpers loaded; with
+    two versions, in how many rounds (paired by round) the second's ratio was the lower."""
     out: dict[str, Any] = {}
     for side, rows in samples.items():
         ratios = [r["ratio"] for r in rows]
@@ -81,6 +100,8 @@ def summary(samples: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
             "ratio_quartiles": [low, high],
             "call_us": statistics.median(r["call_ns"] for r in rows) / 1000,
             "floor_us": statistics.median(r["floor_ns"] for r in rows) / 1000,
+            "tachograph": sorted({str(r.get("tachograph")) for r in rows}),
+            "compiled": sorted({bool(r.get("compiled")) for r in rows}),
         }
     if set(samples) == {"before", "after"}:
         pairs = zip(samples["before"], samples["after"], strict=True)
@@ -109,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--before {args.before}: no tachograph package in that directory")
         sides = {"before": before, **sides}
     rng = random.Random(args.seed)
-    samples: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
+    samples: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     for done in range(args.rounds):
         order = list(sides)
         rng.shuffle(order)
@@ -136,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "after_lower_in" in result:
         print(f"after's ratio lower in {result['after_lower_in']} of {args.rounds} rounds")
+    helpers = {side: result[side]["compiled"] for side in sides}
+    if len({tuple(v) for v in helpers.values()}) > 1 or any(len(v) > 1 for v in helpers.values()):
+        print(f"warning: the compiled helpers loaded unevenly: {helpers}", file=sys.stderr)
     print(f"seed {args.seed}, runs of {args.calls} calls, load average at the end {load}")
     return 0
 

@@ -408,15 +408,21 @@ def test_the_replay_probe_prints_a_table(
         assert line.rsplit("; growth ", 1)[1].strip() not in ("", ",")
 
 
-def test_the_call_probe_compares_two_versions_in_new_processes(
-    capsys: pytest.CaptureFixture[str],
+def test_the_call_probe_measures_the_older_src_it_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from bench import callprobe
 
     src = Path(callprobe.__file__).resolve().parent.parent / "src"
-    args = ["--before", str(src), "--rounds", "2", "--calls", "100", "--json"]
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / "tachograph").symlink_to(src / "tachograph", target_is_directory=True)
+    args = ["--before", str(older), "--rounds", "2", "--calls", "100", "--json"]
     assert callprobe.main(args) == 0
     result = json.loads(capsys.readouterr().out)
+    # each side imported its own tree: the older one through the link, this one from src
+    assert result["before"]["tachograph"] == [str(older / "tachograph")]
+    assert result["after"]["tachograph"] == [str(src / "tachograph")]
     for side in ("before", "after"):
         row = result[side]
         assert row["samples"] == 2
@@ -425,6 +431,7 @@ def test_the_call_probe_compares_two_versions_in_new_processes(
         assert low <= row["ratio"] <= high
         assert row["call_us"] > 0
         assert row["floor_us"] > 0
+        assert len(row["compiled"]) == 1
     assert result["after_lower_in"] in (0, 1, 2)
     assert result["settings"] == {"rounds": 2, "calls": 100, "seed": 1}
 
@@ -432,18 +439,19 @@ def test_the_call_probe_compares_two_versions_in_new_processes(
 def test_the_call_probe_s_summary_is_the_medians_of_its_samples() -> None:
     from bench.callprobe import summary
 
-    def row(call: float, floor: float) -> dict[str, float]:
-        return {"call_ns": call, "floor_ns": floor, "ratio": call / floor}
+    def row(ratio: float, floor: float = 8_000) -> dict[str, float]:
+        return {"call_ns": ratio * floor, "floor_ns": floor, "ratio": ratio}
 
-    before = [row(20_000, 8_000), row(24_000, 8_000), row(21_000, 7_000)]
-    after = [row(18_000, 8_000), row(25_000, 8_000), row(18_000, 9_000)]
+    before = [row(3.0), row(1.0), row(2.0, 7_000)]
+    after = [row(2.5), row(1.5), row(0.5, 9_000)]
     result = summary({"before": before, "after": after})
-    assert result["before"]["ratio"] == 3.0  # the median of 2.5, 3.0 and 3.0
-    assert result["before"]["call_us"] == 21.0
+    assert result["before"]["ratio"] == 2.0
     assert result["before"]["floor_us"] == 8.0
-    assert result["after"]["ratio"] == 2.25
-    assert result["after"]["floor_us"] == 8.0
-    assert result["after_lower_in"] == 2  # rounds 1 and 3; round 2 was 3.125 against 3.0
+    assert result["before"]["call_us"] == 14.0  # of 24, 8 and 14 us
+    assert result["before"]["ratio_quartiles"] == [1.5, 2.5]  # inside the samples
+    assert result["after"]["ratio"] == 1.5
+    # paired by round: 2.5 < 3.0, 1.5 > 1.0, 0.5 < 2.0 (sorted pairs would give 3, reversed 1)
+    assert result["after_lower_in"] == 2
     alone = summary({"after": after})
     assert "after_lower_in" not in alone
     assert alone["after"]["samples"] == 3

@@ -494,3 +494,76 @@ def test_only_a_registered_class_s_words_opt_it_out_of_its_calls() -> None:
     listed = [Tagging(Redactor())]
     assert process_payload(listed, "tool.completed", payload)["tagged"] is True
     assert process_payload(iter([odd_table]), "tool.completed", payload)["called"] is True
+
+
+_PIECES = st.sampled_from(
+    [
+        *Redactor()._engine.hints,
+        *sorted(SECRET_FIELDS),
+        '"',
+        "\\",
+        "\n",
+        " ",
+        "=",
+        ":",
+        "{",
+        "\u212a",  # KELVIN SIGN: str.lower() makes it "k"
+        "\u0130",  # LATIN CAPITAL LETTER I WITH DOT ABOVE: "i" and a combining dot
+        "abc123xyz",
+        '": "',
+        "TOKEN",
+    ]
+)
+_hinted = st.lists(st.one_of(_PIECES, st.text(max_size=3)), max_size=6).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_hinted, _hinted)
+def test_a_payload_the_whole_payload_test_calls_clean_is_one_the_walk_leaves_alone(
+    value: str, key: str
+) -> None:
+    """The pre-check must be sound against the redactor's own walk: whatever the walk would
+    change, the test must send to it. (A string holding JSON text with a "token" key was
+    called clean: the hint 'token"' is escaped in the serialized bytes.)"""
+    redactor = Redactor()
+    for payload in ({"x": value}, {key: "v"}, {"args": {key: value}}, {"l": [value, key]}):
+        if redactor._engine.clean(payload):
+            assert redactor._dict(payload, ()) is payload, payload
+
+
+@pytest.mark.parametrize("hint", sorted(Redactor()._engine.hints))
+def test_every_hint_makes_a_payload_unclean_wherever_it_stands(hint: str) -> None:
+    engine = Redactor()._engine
+    for text in (hint, f"x{hint}y", hint.upper(), f'{{"{hint}": 1}}', f"a\\{hint}"):
+        assert not engine.clean({"v": text}), text
+        assert not engine.clean({text: "v"}), text
+    # maybe() lower-cases with str.lower(): U+0130 becomes "i" and a combining dot, so a hint
+    # that ended in "i" could be met by it where the bytes hold no "i"
+    assert not hint.endswith("i")
+
+
+def test_a_string_holding_json_with_a_token_key_is_redacted() -> None:
+    from tachograph.record.seal import process_payload
+
+    payload = {"tool": "t", "result": '{"token": "s3cr3tvalue42", "expires_in": 3600}'}
+    for out in (
+        Redactor()("tool.completed", payload),
+        process_payload((Redactor(),), "tool.completed", payload),
+    ):
+        assert "s3cr3tvalue42" not in out["result"]
+        assert "[redacted:secret:" in out["result"]
+
+
+def test_no_hint_beside_a_value_gets_past_the_whole_payload_test() -> None:
+    """Every hint with every common separator and a value after it, in a string and as a
+    key: wherever the walk redacts, the whole-payload test must not call it clean."""
+    redactor = Redactor()
+    separators = ["", " ", "=", ": ", '": "', '":"', "' : '", '" = "', "\n"]
+    missed = []
+    for hint in redactor._engine.hints:
+        for sep in separators:
+            for text in (f"{hint}{sep}abc123xyz", f'{{"{hint}{sep}s3cr3tvalue42"}}'):
+                for payload in ({"x": text}, {text: "v"}):
+                    if redactor._engine.clean(payload) and redactor._dict(payload, ()) != payload:
+                        missed.append(text)
+    assert missed == []

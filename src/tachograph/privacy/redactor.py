@@ -177,9 +177,17 @@ class _Engine:
         # SIGN, the one character outside ASCII whose str.lower() is an ASCII letter ("k").
         # (A shorter list of names missed "privatekey" and "private-key", which were stored
         # as given in a payload with no other hint.)
+        # Each word also as orjson writes it inside a string: the hint 'token"' stands in the
+        # bytes as 'token\\"' (a string holding JSON text with a "token" key was stored as
+        # given). Hints are ASCII and lower-case: no other character maps onto one by
+        # str.lower() in maybe() (U+0130 only onto "i" with a combining dot after it, and no
+        # hint ends in "i").
         fields: tuple[str, ...] = ("pass", "pwd", "secret", "api", "authorization", "cookie")
         fields += (*sorted(SECRET_FIELDS), "\u212a")
-        blob_hints = dict.fromkeys(h.encode() for h in self.hints + (fields if secrets else ()))
+        words = self.hints + (fields if secrets else ())
+        blob_hints = dict.fromkeys(
+            form for h in words for form in (h.encode(), orjson.dumps(h)[1:-1])
+        )
         # one pass over the bytes for all of them: some six times faster than a substring
         # test per hint (there are about forty). Compiled (native.contains_any, words by first
         # byte) where the helpers serve: about a tenth of the pattern's cost on the short
