@@ -567,3 +567,44 @@ def test_no_hint_beside_a_value_gets_past_the_whole_payload_test() -> None:
                     if redactor._engine.clean(payload) and redactor._dict(payload, ()) != payload:
                         missed.append(text)
     assert missed == []
+
+
+def test_whitespace_is_every_character_the_patterns_take_for_it() -> None:
+    import re
+    import sys
+
+    from tachograph.privacy.detectors import WHITESPACE
+
+    spaces = "".join(c for c in map(chr, range(sys.maxunicode + 1)) if re.match(r"\s", c))
+    assert spaces == WHITESPACE
+
+
+@pytest.mark.parametrize("name", ["token", "access_token", "DB_TOKEN", "x-auth-token"])
+def test_a_token_set_apart_from_its_value_by_whitespace_is_redacted(name: str) -> None:
+    """``token = value``: the pattern takes whitespace before the ``=`` or ``:``, and the
+    hints did not (only ``token=``, ``token:`` and the quoted forms), so it was kept."""
+    from tachograph.privacy.detectors import WHITESPACE
+    from tachograph.record.seal import process_payload
+
+    for space in WHITESPACE:
+        for sep in ("=", ":"):
+            text = f"{name}{space}{sep}{space}s3cr3tvalue42"
+            payload = {"tool": "t", "result": text}
+            for out in (
+                Redactor()("tool.completed", payload),
+                process_payload((Redactor(),), "tool.completed", payload),
+            ):
+                assert "s3cr3tvalue42" not in out["result"], repr(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(_hinted, st.text(max_size=40)))
+def test_the_hint_search_finds_a_hint_exactly_where_a_substring_test_would(text: str) -> None:
+    """``maybe`` searches the lower-cased text's UTF-8 bytes (lone surrogates passed through)
+    for all the hints at once: the same answer as testing each hint in the text."""
+    for engine in (Redactor()._engine, POLICY._engine):
+        expected = any(h in text.lower() for h in engine.hints)
+        if engine.digits and any(c in "0123456789" for c in text):
+            expected = True
+        assert engine.maybe(text) == expected
+    assert Redactor()._engine.maybe("\ud800token\u2028= x")  # a lone surrogate beside one

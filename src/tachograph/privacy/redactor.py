@@ -168,6 +168,11 @@ class _Engine:
         self.hints = tuple(
             dict.fromkeys(h.lower() for d in chosen for h in (*d.hints, *d.hints_lower))
         )
+        # ... in one search of the text's UTF-8 bytes for all of them (a trie, _any_of):
+        # some five times faster than a substring test per hint, with the whitespace forms of
+        # "token" among them. UTF-8 keeps "occurs in" (no code's bytes begin inside
+        # another's); "surrogatepass" encodes a lone surrogate as its own three bytes.
+        self.hint_pattern = _any_of(h.encode() for h in self.hints) if self.hints else None
         self.digits = any(not d.hints and not d.hints_lower for d in chosen)
         self.enabled = bool(chosen)
         self.cards = "card" in kinds
@@ -217,8 +222,11 @@ class _Engine:
             return False
         if self.digits and _DIGIT.search(text) is not None:
             return True
-        low = text.lower()
-        return any(h in low for h in self.hints)
+        pattern = self.hint_pattern
+        return (
+            pattern is not None
+            and pattern.search(text.lower().encode("utf-8", "surrogatepass")) is not None
+        )
 
 
 _DIGIT = re.compile(r"[0-9]")
