@@ -190,8 +190,8 @@ class _Engine:
         fields: tuple[str, ...] = ("pass", "pwd", "secret", "api", "authorization", "cookie")
         fields += (*sorted(SECRET_FIELDS), "\u212a")
         words = self.hints + (fields if secrets else ())
-        blob_hints = dict.fromkeys(
-            form for h in words for form in (h.encode(), orjson.dumps(h)[1:-1])
+        blob_hints = _fewest(
+            _cut(form) for h in words for form in (h.encode(), orjson.dumps(h)[1:-1])
         )
         # one pass over the bytes for all of them: some six times faster than a substring
         # test per hint (there are about forty). Compiled (native.contains_any, words by first
@@ -252,6 +252,32 @@ _END = -1  # the trie key that marks the end of a word (bytes are 0..255)
 _contains_any: Callable[[bytes, tuple[Any, ...]], bool] | None = (
     NATIVE.contains_any if NATIVE is not None else None
 )
+
+
+def _cut(word: bytes) -> bytes:
+    """``word`` up to and including its first byte after the first that is a backslash or
+    not ASCII: the 29 whitespace forms of "token", raw and escaped, become six words
+    ("token ", "token\\", "token\xc2", ...). A prefix of a word occurs wherever the word
+    does, so the whole-payload test stays sound; it only sends a little more to the walk.
+    (One compiled pass compares every word that begins with the byte it stands on.)"""
+    if word[:1].isascii():  # a word that begins outside ASCII (the KELVIN SIGN) stays whole
+        for i in range(1, len(word)):
+            if word[i] == 0x5C or word[i] >= 0x80:
+                return word[: i + 1]
+    return word
+
+
+def _fewest(words: Iterable[bytes]) -> list[bytes]:
+    """``words`` without duplicates, without any that holds another of them, and without
+    any holding a control character: the same answer to "does one of them occur" in
+    orjson's output, in fewer comparisons."""
+    # a control character never stands raw in orjson's output: such a word cannot occur
+    unique = sorted({w for w in words if not any(b < 0x20 for b in w)}, key=len)
+    kept: list[bytes] = []
+    for word in unique:
+        if not any(other in word for other in kept):
+            kept.append(word)
+    return kept
 
 
 def _by_first_byte(words: Iterable[bytes]) -> tuple[tuple[bytes, ...] | None, ...]:
