@@ -46,6 +46,16 @@ def _probe(
     return result
 
 
+def _refused(
+    main: Callable[[list[str]], Any], args: list[str], why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``main(args)`` exits with a usage error (2) whose message holds ``why``."""
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+    assert why in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, str]:
     base = tmp_path_factory.mktemp("bench")
@@ -184,10 +194,7 @@ def test_target_comparisons() -> None:
 
 
 def test_unknown_module_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        bench_run.main(["--only", "nope", "--json", ""])
-    assert exc.value.code == 2
-    assert "unknown module(s) nope" in capsys.readouterr().err
+    _refused(bench_run.main, ["--only", "nope", "--json", ""], "unknown module(s) nope", capsys)
 
 
 def test_the_profile_of_a_slow_append_appends_runs_of_its_own(tmp_path: Path) -> None:
@@ -320,15 +327,10 @@ def test_the_read_probe_reads_every_run_three_ways(
 def test_the_read_probe_refuses_bad_lengths(capsys: pytest.CaptureFixture[str]) -> None:
     from bench import readprobe
 
-    with pytest.raises(SystemExit) as exc:
-        readprobe.main(["--lengths", "500,five"])
-    assert exc.value.code == 2
-    assert "--lengths must be integers" in capsys.readouterr().err
+    _refused(readprobe.main, ["--lengths", "500,five"], "--lengths must be integers", capsys)
     for lengths in ("10,11", "10,10", "2,10"):  # odd, repeated, too short: runs would merge
-        with pytest.raises(SystemExit) as exc:
-            readprobe.main(["--lengths", lengths])
-        assert exc.value.code == 2
-        assert "--lengths must be distinct even numbers" in capsys.readouterr().err
+        why = "--lengths must be distinct even numbers"
+        _refused(readprobe.main, ["--lengths", lengths], why, capsys)
 
 
 def test_the_replay_figure_reports_what_each_length_cost_the_process(
@@ -384,10 +386,7 @@ def test_the_replay_probe_refuses_bad_lengths_and_rounds(
         (["--lengths", "2,10"], "--lengths must be distinct even numbers"),
         (["--rounds", "0"], "--rounds must be at least 1"),
     ):
-        with pytest.raises(SystemExit) as exc:
-            replayprobe.main(args)
-        assert exc.value.code == 2
-        assert why in capsys.readouterr().err
+        _refused(replayprobe.main, args, why, capsys)
     with pytest.raises(ValueError, match="distinct even numbers"):  # called directly, too
         replayprobe.probe(tmp_path, 1, [100, 100])
     assert list(tmp_path.iterdir()) == []  # refused before any store was made
@@ -467,9 +466,6 @@ def test_the_call_probe_refuses_bad_options_and_reports_a_failed_sample(
         (["--calls", "50"], "--calls at least 100"),
         (["--before", str(tmp_path)], "no tachograph package in that directory"),
     ):
-        with pytest.raises(SystemExit) as exc:
-            callprobe.main(args)
-        assert exc.value.code == 2
-        assert why in capsys.readouterr().err
+        _refused(callprobe.main, args, why, capsys)
     with pytest.raises(RuntimeError, match="a sample process failed"):
         callprobe._sample(tmp_path, 1)  # the child refuses its --calls

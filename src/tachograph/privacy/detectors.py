@@ -127,8 +127,6 @@ class Detector:
     hints_lower: tuple[str, ...] = ()
 
 
-# Boundaries: a candidate must not be the middle of a longer word or number, so that hex
-# digests, ULIDs and ids do not yield cards, phones or keys.
 WHITESPACE = (
     "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
     "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -136,6 +134,8 @@ WHITESPACE = (
 """Every character ``\\s`` matches in a ``str`` pattern (those for which ``str.isspace()`` is
 true), for the hints of a pattern that allows whitespace after a word."""
 
+# Boundaries: a candidate must not be the middle of a longer word or number, so that hex
+# digests, ULIDs and ids do not yield cards, phones or keys.
 _W = r"(?<![A-Za-z0-9_-])"
 _E = r"(?![A-Za-z0-9_-])"
 
