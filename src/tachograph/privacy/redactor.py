@@ -35,7 +35,7 @@ from ..errors import PrivacyError
 from ..record.canonical import canonical
 from ..record.compiled import NATIVE
 from ..record.event import Event
-from ..record.seal import Processor, trusts_untouched_unless
+from ..record.seal import Processor, trusts_untouched_unless, untouched_bytes
 from .detectors import DETECTORS, PII_KINDS, SECRET_FIELDS, SECRET_KINDS, Detector, card_digits
 from .keys import TOKEN_PATTERN, KeyRing
 
@@ -178,17 +178,17 @@ class _Engine:
         self.cards = "card" in kinds
         # Whole-payload pre-check: the hints, a few substrings of the secret field names, and
         # every one of those names. A key is a secret field when its lower-case form is one
-        # (_secret_field), so the payload's lower-cased bytes hold that name, or else a KELVIN
-        # SIGN, the one character outside ASCII whose str.lower() is an ASCII letter ("k").
-        # (A shorter list of names missed "privatekey" and "private-key", which were stored
-        # as given in a payload with no other hint.)
+        # (_secret_field), so the payload's bytes, as untouched_bytes() gives them (lower-cased,
+        # the KELVIN SIGN made a "k" as str.lower() makes it), hold that name. (A shorter list
+        # of names missed "privatekey" and "private-key", which were stored as given in a
+        # payload with no other hint.)
         # Each word also as orjson writes it inside a string: the hint 'token"' stands in the
         # bytes as 'token\\"' (a string holding JSON text with a "token" key was stored as
-        # given). Hints are ASCII and lower-case: no other character maps onto one by
-        # str.lower() in maybe() (U+0130 only onto "i" with a combining dot after it, and no
-        # hint ends in "i").
+        # given). Hints are ASCII and lower-case; the case-insensitive patterns also take
+        # four letters outside ASCII for ASCII ones ("pa\u017fsword=" is a password
+        # assignment to them), and untouched_bytes() and maybe() fold those onto the hints'.
         fields: tuple[str, ...] = ("pass", "pwd", "secret", "api", "authorization", "cookie")
-        fields += (*sorted(SECRET_FIELDS), "\u212a")
+        fields += tuple(sorted(SECRET_FIELDS))
         words = self.hints + (fields if secrets else ())
         blob_hints = _fewest(
             _cut(form) for h in words for form in (h.encode(), orjson.dumps(h)[1:-1])
@@ -208,7 +208,7 @@ class _Engine:
         if self.digits:
             return False  # personal data: digits are everywhere, walk
         try:
-            blob = orjson.dumps(payload).lower()
+            blob = untouched_bytes(orjson.dumps(payload))
         except TypeError:  # outside the profile: the recorder will say so; walk meanwhile
             return False
         if self.blob_table is not None:
@@ -223,13 +223,21 @@ class _Engine:
         if self.digits and _DIGIT.search(text) is not None:
             return True
         pattern = self.hint_pattern
-        return (
-            pattern is not None
-            and pattern.search(text.lower().encode("utf-8", "surrogatepass")) is not None
-        )
+        if pattern is None:
+            return False
+        if not text.isascii():
+            # the letters a case-insensitive pattern takes for ASCII ones, as those
+            text = text.translate(_CASE_FOLDS)
+        return pattern.search(text.lower().encode("utf-8", "surrogatepass")) is not None
 
 
-_DIGIT = re.compile(r"[0-9]")
+# a digit as the detectors' \d sees one: any decimal digit (Arabic-Indic, Devanagari,
+# fullwidth...), not only 0-9; a phone number written in Arabic-Indic digits is one
+_DIGIT = re.compile(r"\d")
+# LONG S -> "s", DOTLESS I and CAPITAL I WITH DOT ABOVE -> "i", KELVIN SIGN -> "k": the four
+# letters outside ASCII that Python's case-insensitive matching takes for ASCII letters
+# (str.lower() would make U+0130 an "i" and a combining dot, and leave U+017F and U+0131)
+_CASE_FOLDS = {0x17F: "s", 0x131: "i", 0x130: "i", 0x212A: "k"}
 # what a secret field's value may be to be replaced whole (not null, not a boolean)
 _SECRET_VALUE_TYPES = (str, int, float, list, dict)
 
@@ -379,6 +387,12 @@ class Redactor:
             and type(self).__call__ is Redactor.__call__
         )
         object.__setattr__(self, "untouched_unless", engine.blob_table if plain else None)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # its fields only: the compiled engine and the words are rebuilt where it is loaded,
+        # which may be a process without the compiled helpers (TACHOGRAPH_PURE_PYTHON=1)
+        args = tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.init)
+        return (type(self), args)
 
     def __repr__(self) -> str:
         key = self.keyring.current if self.keyring is not None else None

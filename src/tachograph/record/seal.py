@@ -68,6 +68,7 @@ __all__ = [
     "prompt_hash",
     "sha256_text",
     "trusts_untouched_unless",
+    "untouched_bytes",
     "with_prompt_hash",
 ]
 
@@ -77,12 +78,40 @@ Processor = Callable[[str, dict[str, Any]], dict[str, Any]]
 A processor of a class registered with :func:`trusts_untouched_unless` carries
 ``untouched_unless``: ``None``, or words (bytes, lower-case, filed by their first byte in
 256 entries, as ``native.contains_any`` reads them) such that it hands back any ``dict``
-payload itself, unchanged, when none of them occurs in the payload's ``orjson`` bytes
-lower-cased. Where the compiled helpers are built, a run's only processor (in a tuple),
-when its type is exactly such a class and it names words, is not called for such a
-payload (:func:`process_payload`). The default secrets redactor is one (``Redactor``)."""
+payload itself, unchanged, when none of them occurs in :func:`untouched_bytes` of the
+payload's ``orjson`` bytes. Where the compiled helpers are built, a run's only processor
+(in a tuple), when its type is exactly such a class and it names words, is not called for
+such a payload (:func:`process_payload`). The default secrets redactor is one (``Redactor``)."""
 
 _UNTOUCHED_TYPES: set[type[Any]] = set()
+
+# The four letters outside ASCII that a case-insensitive Python pattern takes for ASCII
+# ones (the re module's documentation names them): LATIN SMALL LETTER LONG S for "s",
+# DOTLESS I and CAPITAL I WITH DOT ABOVE for "i", KELVIN SIGN for "k". In UTF-8, none of
+# these byte sequences can begin inside another character.
+_CASE_FOLDS: Final = (
+    (b"\xc5\xbf", b"s"),
+    (b"\xc4\xb1", b"i"),
+    (b"\xc4\xb0", b"i"),
+    (b"\xe2\x84\xaa", b"k"),
+)
+
+
+def untouched_bytes(blob: bytes) -> bytes:
+    """``blob`` (UTF-8) as the ``untouched_unless`` words are looked for in it: lower-cased
+    in ASCII, and each letter outside ASCII that a case-insensitive pattern (``(?i)``) takes
+    for an ASCII letter replaced by that letter. So ``"pa\u017fsword="`` holds
+    ``password``, as the pattern that redacts it sees it. Bytes in ASCII, most payloads,
+    are only lower-cased."""
+    blob = blob.lower()
+    return blob if blob.isascii() else _fold_cases(blob)
+
+
+def _fold_cases(blob: bytes) -> bytes:
+    for letter, ascii_letter in _CASE_FOLDS:
+        if letter in blob:
+            blob = blob.replace(letter, ascii_letter)
+    return blob
 
 
 def trusts_untouched_unless(cls: type[_T]) -> type[_T]:
@@ -141,7 +170,10 @@ def process_payload(
         words = first.untouched_unless if type(first) in _UNTOUCHED_TYPES else None  # type: ignore[attr-defined]
         if words is not None and _contains_any is not None:
             try:
-                found = _contains_any(_dumps(payload).lower(), words)
+                blob = _dumps(payload).lower()  # untouched_bytes, inline: ASCII is most
+                if not blob.isascii():
+                    blob = _fold_cases(blob)
+                found = _contains_any(blob, words)
             except (TypeError, ValueError):
                 # outside the profile (the processor's own walk decides), or a table of
                 # another shape: the processor is asked
