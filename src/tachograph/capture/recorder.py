@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import enum
 import logging
+import os
 import sys
 import threading
 import time
@@ -160,6 +161,8 @@ class Writer:
         # by a full queue): then no linger.
         self._queued_at = 0.0
         self._waiters = 0
+        self._forked_from: int | None = None
+        """The process this writer's copy was forked from (in that child), else None."""
         self.seals = RunSeals()
         """Which runs this writer seals, and when (:mod:`tachograph.capture.seals`)."""
 
@@ -218,7 +221,7 @@ class Writer:
             if run in self._failed:
                 raise self._failure(run)
             if self._closed:
-                raise WriteFailed("the writer is closed")
+                raise self._closed_error()
             if self._busy or self._claimed is not None:
                 return None
             self._claimed = [*self._queue, event]
@@ -290,7 +293,7 @@ class Writer:
                 if run in self._failed:
                     raise self._failure(run)
             if self._closed:
-                raise WriteFailed("the writer is closed")
+                raise self._closed_error()
             if self._thread is None:
                 self._start_thread()
             # Back-pressure: a full queue waits for the writer thread (a timed wait, so that
@@ -312,7 +315,7 @@ class Writer:
                 if run in self._failed:
                     raise self._failure(run)
                 if self._closed:
-                    raise WriteFailed("the writer is closed")
+                    raise self._closed_error()
             queue = self._queue
             first = not queue
             if first:
@@ -381,6 +384,37 @@ class Writer:
                     self._cond.wait()
             finally:
                 self._waiters -= 1
+
+    def _after_fork(self, parent: int) -> None:
+        """In a child process just forked (one thread: the forking one). The writer thread
+        did not come along, and its lock may have been held by it at the fork; the events
+        queued belong to the parent, which writes them. Nothing of the parent's runs is
+        written from here: each run's chain has one writer, and the child's events would
+        take the seqs the parent gives its own (the parent's next append was refused as a
+        conflict and its run left incomplete)."""
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._thread = None
+        self._queue = []
+        self._queued_bytes = 0
+        self._written = self._submitted
+        self._claimed = None
+        self._busy = False
+        self._waiters = 0
+        self._pinned = None
+        self._closed = True
+        self._forked_from = parent
+
+    def _closed_error(self) -> WriteFailed:
+        if self._forked_from is None:
+            return WriteFailed("the writer is closed")
+        return WriteFailed(
+            f"this process ({os.getpid()}) was forked from process {self._forked_from}, "
+            f"which records its runs into {self.url}: a run's chain has one writer, so a "
+            "forked child cannot add to it. Call the tool in the recording process (threads "
+            "are followed), or record the child's work as a run of its own, in a process "
+            "started with the 'spawn' or 'forkserver' method"
+        )
 
     def _failure(self, run: RunKey) -> WriteFailed:
         error = self._failed[run]
@@ -579,6 +613,22 @@ def writer_for(store: Store) -> Writer:
         if writer is None:
             writer = _writers[store] = Writer(store)
         return writer
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits the parent's writers without their threads: each is told it
+    was forked (its runs refuse further events with an error that says why) and forgotten,
+    so that a run the child starts gets a writer of its own."""
+    global _writers_lock
+    _writers_lock = threading.Lock()  # the parent may have held it at the fork
+    parent = os.getppid()
+    for writer in list(_writers.values()):
+        writer._after_fork(parent)
+    _writers.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _reason(error: BaseException) -> str:

@@ -1,0 +1,242 @@
+"""A process forked while it records: the child inherits the run's recorder but not the
+writer thread, and must not add to the parent's chain. It had: a durable call in the child
+appended the child's events (and the queue it inherited) under the seqs the parent was
+about to use, so the parent's next commit was refused as a conflict and its run was left
+incomplete; and a child that left the run's block waited for a writer thread that was
+never there. Real processes (``os.fork``, a ``multiprocessing`` pool), real SQLite files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "fork") or sys.platform == "darwin", reason="os.fork"
+)
+
+PRELUDE = textwrap.dedent(
+    """
+    import json, os, sys, threading, warnings
+    warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork of a threaded process
+    import tachograph
+    from tachograph.store.sqlite import SQLiteStore
+
+    @tachograph.tool(effect="read", name="look")
+    def look(i):
+        return {"i": i}
+
+    @tachograph.tool(effect="write", name="send")
+    def send(i):
+        with open(sys.argv[1] + ".sent", "a") as f:  # the effect
+            f.write(f"{i}\\n")
+        return {"sent": i}
+
+    store = SQLiteStore(sys.argv[1])
+    out = {}
+
+    def in_child(fn):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                result = fn()
+            except BaseException as exc:
+                result = {"error": type(exc).__name__, "message": str(exc)}
+            os.write(w, json.dumps(result).encode())
+            os._exit(0)
+        os.close(w)
+        data = b""
+        while chunk := os.read(r, 65536):
+            data += chunk
+        os.waitpid(pid, 0)
+        return json.loads(data)
+    """
+)
+
+
+def _run(tmp_path: Path, body: str) -> dict[str, object]:
+    script = tmp_path / "agent.py"
+    script.write_text(PRELUDE + textwrap.dedent(body) + "\nprint(json.dumps(out))\n")
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "runs.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _tools_of(tmp_path: Path, run_id: str) -> list[tuple[str, object]]:
+    from tachograph.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        assert store.verify(run_id).ok
+        return [
+            (e.type, e.payload.get("args"))
+            for e in store.read(run_id)
+            if e.type == "tool.requested"
+        ]
+    finally:
+        store.close()
+
+
+def test_a_forked_child_cannot_add_to_the_parents_run_and_the_parent_goes_on(
+    tmp_path: Path,
+) -> None:
+    out = _run(
+        tmp_path,
+        """
+        with tachograph.record(store, actor="t") as run:
+            look(1)
+            out["read"] = in_child(lambda: look(2))
+            out["write"] = in_child(lambda: send(3))
+            look(4)
+            send(5)
+        out["run_id"] = run.run_id
+        """,
+    )
+    for call in ("read", "write"):
+        child = out[call]
+        assert isinstance(child, dict)
+        assert child["error"] == "WriteFailed", child
+        assert "was forked from process" in child["message"]
+        assert "one writer" in child["message"]
+    # the child's write never took effect: its intent was refused before the body ran
+    assert (tmp_path / "runs.db.sent").read_text().split() == ["5"]
+    # the parent's run holds its own calls only, in order, and verifies
+    assert _tools_of(tmp_path, str(out["run_id"])) == [
+        ("tool.requested", {"i": 1}),
+        ("tool.requested", {"i": 4}),
+        ("tool.requested", {"i": 5}),
+    ]
+
+
+def test_a_child_that_leaves_the_runs_block_is_told_instead_of_waiting(tmp_path: Path) -> None:
+    """The child's flush waited for a writer thread it never had (here, within the
+    subprocess's timeout: it hung)."""
+    out = _run(
+        tmp_path,
+        """
+        def leave():
+            # the child finishes the run's block it inherited: run.finished is refused
+            run.__exit__(None, None, None)
+            return {"left": True}
+
+        run = tachograph.record(store, actor="t")
+        run.__enter__()
+        look(1)
+        out["child"] = in_child(leave)
+        look(2)
+        run.__exit__(None, None, None)
+        out["run_id"] = run.run_id
+        """,
+    )
+    child = out["child"]
+    assert isinstance(child, dict)
+    assert child.get("error") == "WriteFailed", child
+    assert _tools_of(tmp_path, str(out["run_id"])) == [
+        ("tool.requested", {"i": 1}),
+        ("tool.requested", {"i": 2}),
+    ]
+
+
+def test_a_fork_while_the_writer_holds_its_lock_does_not_hang_the_child(tmp_path: Path) -> None:
+    """The writer's lock, held by another thread at the fork, stays held for good in the
+    child: the child's call must not wait on it."""
+    out = _run(
+        tmp_path,
+        """
+        from tachograph.capture.recorder import writer_for
+
+        with tachograph.record(store, actor="t") as run:
+            look(1)
+            writer = writer_for(store)
+            held, release = threading.Event(), threading.Event()
+
+            def hold():
+                with writer._cond:
+                    held.set()
+                    release.wait()
+
+            holder = threading.Thread(target=hold)
+            holder.start()
+            held.wait()
+            out["child"] = in_child(lambda: send(2))
+            release.set()
+            holder.join()
+            look(3)
+        out["run_id"] = run.run_id
+        """,
+    )
+    child = out["child"]
+    assert isinstance(child, dict)
+    assert child.get("error") == "WriteFailed", child
+    assert _tools_of(tmp_path, str(out["run_id"])) == [
+        ("tool.requested", {"i": 1}),
+        ("tool.requested", {"i": 3}),
+    ]
+
+
+def test_a_pool_of_forked_workers_gets_the_error_and_the_child_may_record_its_own_run(
+    tmp_path: Path,
+) -> None:
+    out = _run(
+        tmp_path,
+        """
+        import contextvars
+        import multiprocessing
+
+        def work(i):
+            try:
+                return look(i)
+            except tachograph.WriteFailed as exc:
+                return {"error": str(exc)[:60]}
+
+        def own_run():
+            # a run of the child's own, in a store the child opens, outside the inherited
+            # run's context (as in a process started by "spawn"): a writer of its own
+            own = SQLiteStore(sys.argv[1] + ".child")
+            with tachograph.record(own, actor="child") as child_run:
+                look(7)
+            own.close()
+            return {"run_id": child_run.run_id}
+
+        with tachograph.record(store, actor="t") as run:
+            look(1)
+            with multiprocessing.get_context("fork").Pool(2) as pool:
+                out["pool"] = pool.map(work, [10, 11, 12])
+            out["own"] = in_child(lambda: contextvars.Context().run(own_run))
+            look(2)
+        out["run_id"] = run.run_id
+        """,
+    )
+    pool = out["pool"]
+    assert isinstance(pool, list)
+    assert all("forked from process" in r["error"] for r in pool), pool
+    assert _tools_of(tmp_path, str(out["run_id"])) == [
+        ("tool.requested", {"i": 1}),
+        ("tool.requested", {"i": 2}),
+    ]
+    own = out["own"]
+    assert isinstance(own, dict)
+    assert "run_id" in own, own
+    from tachograph.store.sqlite import SQLiteStore
+
+    child_store = SQLiteStore(str(tmp_path / "runs.db") + ".child")
+    try:
+        assert child_store.verify(str(own["run_id"])).ok
+        assert [e.payload.get("args") for e in child_store.read(str(own["run_id"]))
+                if e.type == "tool.requested"] == [{"i": 7}]  # fmt: skip
+    finally:
+        child_store.close()
