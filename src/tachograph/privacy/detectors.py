@@ -116,7 +116,8 @@ class Detector:
     ``password=hunter2`` keeps ``password=``). ``check`` confirms a candidate and returns its
     normalized form, or None. ``hints``: substrings without one of which the pattern cannot
     match (``hints_lower``: the same, for case-insensitive patterns); a text holding none of
-    them is never searched. Detectors without hints need a digit.
+    them is never searched. Detectors without hints need a decimal digit (an IPv6 address,
+    two colons with up to four hex digits between them).
     """
 
     kind: str

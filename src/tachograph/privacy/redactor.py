@@ -174,6 +174,9 @@ class _Engine:
         # another's); "surrogatepass" encodes a lone surrogate as its own three bytes.
         self.hint_pattern = _any_of(h.encode() for h in self.hints) if self.hints else None
         self.digits = any(not d.hints and not d.hints_lower for d in chosen)
+        # an IPv6 address may hold no digit at all ("dead:beef::cafe"); its pattern needs
+        # a colon, up to four hex digits and another colon
+        self.colons = any(d.kind == "ip" for d in chosen)
         self.enabled = bool(chosen)
         self.cards = "card" in kinds
         # Whole-payload pre-check: the hints, a few substrings of the secret field names, and
@@ -220,7 +223,10 @@ class _Engine:
         """False when ``text`` cannot hold a match (no hint, no digit where one is needed)."""
         if not self.enabled:
             return False
-        if self.digits and _DIGIT.search(text) is not None:
+        if self.digits and (
+            _DIGIT.search(text) is not None
+            or (self.colons and _IPV6.search(text) is not None)
+        ):
             return True
         pattern = self.hint_pattern
         if pattern is None:
@@ -234,6 +240,8 @@ class _Engine:
 # a digit as the detectors' \d sees one: any decimal digit (Arabic-Indic, Devanagari,
 # fullwidth...), not only 0-9; a phone number written in Arabic-Indic digits is one
 _DIGIT = re.compile(r"\d")
+# what every IPv6 address the ip detector finds holds: two of its groups' colons
+_IPV6 = re.compile(r":[0-9A-Fa-f]{0,4}:")
 # LONG S -> "s", DOTLESS I and CAPITAL I WITH DOT ABOVE -> "i", KELVIN SIGN -> "k": the four
 # letters outside ASCII that Python's case-insensitive matching takes for ASCII letters
 # (str.lower() would make U+0130 an "i" and a combining dot, and leave U+017F and U+0131)
@@ -248,7 +256,11 @@ def _secret_field(key: Any, value: Any) -> bool:
     return (
         type(value) in _SECRET_VALUE_TYPES
         and type(key) is str
-        and key.lower() in SECRET_FIELDS
+        and (
+            key.lower() in SECRET_FIELDS
+            # the letters the patterns fold (a Turkish upper-casing writes "AP\u0130_KEY")
+            or (not key.isascii() and key.translate(_CASE_FOLDS).lower() in SECRET_FIELDS)
+        )
         and not (type(value) is str and _KEEP_FULL.fullmatch(value))
     )
 
@@ -333,6 +345,7 @@ def _marker(kind: str) -> str:
 
 
 _SECRET_FIELD_MARKER = _marker("secret:field")
+_COMPILED_FIELDS = frozenset({"_engine", "_starts", "untouched_unless"})
 
 
 @trusts_untouched_unless
@@ -357,9 +370,10 @@ class Redactor:
     """The words without which :meth:`__call__` hands a payload back untouched (see
     ``tachograph.record.seal.Processor``): its whole-payload pre-check's, where that check is
     all it makes; else ``None``. That is: no rules, no detector without hints of its own (the
-    card, IBAN, phone and IP detectors look at digits), the compiled helpers built, and this
-    class's own ``__call__``. Only a ``Redactor`` itself is skipped by them, not a subclass;
-    a patch of ``Redactor.__call__`` made after the redactor was built is not seen."""
+    card, IBAN, phone and IP detectors look at digits and colons), the compiled helpers
+    built, and this class's own ``__call__``. Only a ``Redactor`` itself is skipped by
+    them, not a subclass; a patch of ``Redactor.__call__`` made after the redactor was
+    built is not seen."""
 
     def __post_init__(self) -> None:
         kinds = frozenset(self.kinds)
@@ -377,7 +391,11 @@ class Redactor:
                 "tokens need a key: pass keyring=KeyRing.from_env() (TACHOGRAPH_PII_KEY or "
                 "TACHOGRAPH_PII_KEY_FILE), KeyRing.from_file(...) or KeyRing.from_callback(...)"
             )
-        object.__setattr__(self, "_engine", _engine(kinds, self.secrets))
+        self._compile()
+
+    def _compile(self) -> None:
+        """The engine, the per-type rule starts and the words, from the fields."""
+        object.__setattr__(self, "_engine", _engine(self.kinds, self.secrets))
         object.__setattr__(self, "_starts", {})
         engine = self._engine
         plain = (
@@ -388,11 +406,14 @@ class Redactor:
         )
         object.__setattr__(self, "untouched_unless", engine.blob_table if plain else None)
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # its fields only: the compiled engine and the words are rebuilt where it is loaded,
-        # which may be a process without the compiled helpers (TACHOGRAPH_PURE_PYTHON=1)
-        args = tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.init)
-        return (type(self), args)
+    def __getstate__(self) -> dict[str, Any]:
+        # without what it compiled: rebuilt where it is loaded, which may be a process
+        # without the compiled helpers (TACHOGRAPH_PURE_PYTHON=1)
+        return {k: v for k, v in self.__dict__.items() if k not in _COMPILED_FIELDS}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._compile()
 
     def __repr__(self) -> str:
         key = self.keyring.current if self.keyring is not None else None
