@@ -224,8 +224,9 @@ class _Engine:
         if not self.enabled:
             return False
         if self.digits and (
-            _DIGIT.search(text) is not None
-            or (self.colons and _IPV6.search(text) is not None)
+            _ASCII_DIGIT.search(text) is not None
+            or (not text.isascii() and _DIGIT.search(text) is not None)
+            or (self.colons and ":" in text and _IPV6.search(text) is not None)
         ):
             return True
         pattern = self.hint_pattern
@@ -240,6 +241,7 @@ class _Engine:
 # a digit as the detectors' \d sees one: any decimal digit (Arabic-Indic, Devanagari,
 # fullwidth...), not only 0-9; a phone number written in Arabic-Indic digits is one
 _DIGIT = re.compile(r"\d")
+_ASCII_DIGIT = re.compile(r"[0-9]")  # the same in ASCII text, where a class is cheaper
 # what every IPv6 address the ip detector finds holds: two of its groups' colons
 _IPV6 = re.compile(r":[0-9A-Fa-f]{0,4}:")
 # LONG S -> "s", DOTLESS I and CAPITAL I WITH DOT ABOVE -> "i", KELVIN SIGN -> "k": the four
