@@ -110,7 +110,8 @@ def test_a_forked_child_cannot_add_to_the_parents_run_and_the_parent_goes_on(
         child = out[call]
         assert isinstance(child, dict)
         assert child["error"] == "WriteFailed", child
-        assert "was forked from process" in child["message"]
+        assert "is not process" in child["message"]
+        assert "was forked from it" in child["message"]
         assert "one writer" in child["message"]
     # the child's write never took effect: its intent was refused before the body ran
     assert (tmp_path / "runs.db.sent").read_text().split() == ["5"]
@@ -223,7 +224,7 @@ def test_a_pool_of_forked_workers_gets_the_error_and_the_child_may_record_its_ow
     )
     pool = out["pool"]
     assert isinstance(pool, list)
-    assert all("forked from process" in r["error"] for r in pool), pool
+    assert all("is not process" in r["error"] for r in pool), pool
     assert _tools_of(tmp_path, str(out["run_id"])) == [
         ("tool.requested", {"i": 1}),
         ("tool.requested", {"i": 2}),
@@ -240,3 +241,156 @@ def test_a_pool_of_forked_workers_gets_the_error_and_the_child_may_record_its_ow
                 if e.type == "tool.requested"] == [{"i": 7}]  # fmt: skip
     finally:
         child_store.close()
+
+
+def test_a_child_forked_while_other_threads_record_is_told_not_left_waiting(
+    tmp_path: Path,
+) -> None:
+    """Two threads of the agent call tools while the main thread forks: the run's own lock
+    may be held by one of them at the fork, and is then held for good in the child. The
+    child is refused before that lock (it waited on it, 10 forks in 10)."""
+    out = _run(
+        tmp_path,
+        """
+        stop = threading.Event()
+
+        def busy(base):
+            i = base
+            while not stop.is_set():
+                look(i)
+                i += 1
+
+        with tachograph.record(store, actor="t") as run:
+            threads = [threading.Thread(target=busy, args=(k * 10**6,)) for k in (1, 2)]
+            for t in threads:
+                t.start()
+            out["children"] = [in_child(lambda: look(-1)) for _ in range(8)]
+            stop.set()
+            for t in threads:
+                t.join()
+        out["run_id"] = run.run_id
+        """,
+    )
+    children = out["children"]
+    assert isinstance(children, list)
+    assert [c.get("error") for c in children] == ["WriteFailed"] * 8, children
+    assert all(args != {"i": -1} for _, args in _tools_of(tmp_path, str(out["run_id"])))
+
+
+def test_a_child_leaving_a_run_that_opened_its_store_does_not_close_the_parents(
+    tmp_path: Path,
+) -> None:
+    """``record(path)`` opens the store and closes it when the block ends; a child leaving
+    the block closed the parent's connection (SQLite's connections must not cross a fork),
+    and waited on its lock when the writer thread held it at the fork."""
+    out = _run(
+        tmp_path,
+        """
+        def leave():
+            rec.__exit__(None, None, None)
+            return {"left": True}
+
+        outcomes = []
+        rec = tachograph.record(sys.argv[1] + ".own", actor="t")
+        run = rec.__enter__()
+        for i in range(20):
+            look(i)
+            outcomes.append(in_child(leave).get("error"))
+        look(99)
+        rec.__exit__(None, None, None)
+        out["outcomes"] = outcomes
+        out["run_id"] = run.run_id
+        """,
+    )
+    assert out["outcomes"] == ["WriteFailed"] * 20
+    from tachograph.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "runs.db") + ".own")
+    try:
+        assert store.verify(str(out["run_id"])).ok
+        calls = [e.payload["args"]["i"] for e in store.read(str(out["run_id"]))
+                 if e.type == "tool.requested"]  # fmt: skip
+        assert calls == [*range(20), 99]
+    finally:
+        store.close()
+
+
+def test_a_sealing_observer_seals_a_run_the_child_records_of_its_own(tmp_path: Path) -> None:
+    """The child inherited the observer's sealing thread as started while it idled: the
+    child's own run waited for good on its final seal."""
+    out = _run(
+        tmp_path,
+        """
+        import contextvars
+        from tachograph.capture.recorder import add_observer
+        from tachograph.sealing import SealingObserver
+
+        add_observer(SealingObserver())
+
+        def own_run():
+            own = SQLiteStore(sys.argv[1] + ".child")
+            with tachograph.record(own, actor="child") as child_run:
+                look(7)
+            own.close()
+            return {"run_id": child_run.run_id}
+
+        with tachograph.record(store, actor="t") as run:
+            look(1)
+        # the parent's final seal was just made: its sealing thread idles for a while
+        out["own"] = in_child(lambda: contextvars.Context().run(own_run))
+        out["run_id"] = run.run_id
+        """,
+    )
+    own = out["own"]
+    assert isinstance(own, dict)
+    assert "run_id" in own, own
+
+
+def test_a_store_opened_before_the_fork_is_refused_in_the_child_and_opened_again_works(
+    tmp_path: Path,
+) -> None:
+    """SQLite's connections must not cross a fork: the child used the parent's (and could
+    write through it into the parent's store). The child's copy of the store now refuses
+    with an error that says so, and the same file opened again in the child records a run
+    of the child's own; the parent's run and the child's both verify."""
+    out = _run(
+        tmp_path,
+        """
+        import contextvars
+
+        def own_run():
+            try:
+                store.head("anything")
+            except tachograph.StoreUnavailable as exc:
+                refused = str(exc)
+            else:
+                refused = None
+            again = SQLiteStore(sys.argv[1])
+            with tachograph.record(again, actor="child") as child_run:
+                look(7)
+                send(8)
+            again.close()
+            store.close()  # the parent's copy: closing it here does nothing
+            return {"run_id": child_run.run_id, "refused": refused}
+
+        with tachograph.record(store, actor="t") as run:
+            look(1)
+            out["own"] = in_child(lambda: contextvars.Context().run(own_run))
+            look(2)
+            send(3)
+        out["run_id"] = run.run_id
+        """,
+    )
+    own = out["own"]
+    assert isinstance(own, dict)
+    assert "run_id" in own, own
+    assert "must not cross a fork" in str(own["refused"]), own
+    assert _tools_of(tmp_path, str(out["run_id"])) == [
+        ("tool.requested", {"i": 1}),
+        ("tool.requested", {"i": 2}),
+        ("tool.requested", {"i": 3}),
+    ]
+    assert _tools_of(tmp_path, str(own["run_id"])) == [
+        ("tool.requested", {"i": 7}),
+        ("tool.requested", {"i": 8}),
+    ]

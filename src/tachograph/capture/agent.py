@@ -395,6 +395,7 @@ class record:
     ) -> None:
         self._store = store if isinstance(store, Store) else open_store(store)
         self._owns_store = not isinstance(store, Store)
+        self._pid = os.getpid()  # the process that opened the store, if this recording did
         self.actor = actor
         self.input = input
         self.run_id = run_id or f"run_{new_ulid()}"
@@ -506,6 +507,11 @@ class record:
         """Close the store if this recording opened it (its writer thread and connection)."""
         if self._owns_store:
             self._owns_store = False
+            if os.getpid() != self._pid:
+                # a forked child: the store was opened by the parent, whose run goes on, and
+                # closing its copy here could end what the parent uses (a PostgreSQL
+                # connection's socket is shared with the parent)
+                return
             release_store(self._store)
 
     @staticmethod

@@ -161,8 +161,10 @@ class Writer:
         # by a full queue): then no linger.
         self._queued_at = 0.0
         self._waiters = 0
-        self._forked_from: int | None = None
-        """The process this writer's copy was forked from (in that child), else None."""
+        self._pid = os.getpid()
+        """The process that made this writer: the one whose runs it writes."""
+        self._forked = False
+        """This is a forked child's copy (see :meth:`_after_fork`)."""
         self.seals = RunSeals()
         """Which runs this writer seals, and when (:mod:`tachograph.capture.seals`)."""
 
@@ -385,7 +387,7 @@ class Writer:
             finally:
                 self._waiters -= 1
 
-    def _after_fork(self, parent: int) -> None:
+    def _after_fork(self) -> None:
         """In a child process just forked (one thread: the forking one). The writer thread
         did not come along, and its lock may have been held by it at the fork; the events
         queued belong to the parent, which writes them. Nothing of the parent's runs is
@@ -403,18 +405,12 @@ class Writer:
         self._waiters = 0
         self._pinned = None
         self._closed = True
-        self._forked_from = parent
+        self._forked = True
 
     def _closed_error(self) -> WriteFailed:
-        if self._forked_from is None:
+        if not self._forked:
             return WriteFailed("the writer is closed")
-        return WriteFailed(
-            f"this process ({os.getpid()}) was forked from process {self._forked_from}, "
-            f"which records its runs into {self.url}: a run's chain has one writer, so a "
-            "forked child cannot add to it. Call the tool in the recording process (threads "
-            "are followed), or record the child's work as a run of its own, in a process "
-            "started with the 'spawn' or 'forkserver' method"
-        )
+        return forked_error(self._pid, self.url)
 
     def _failure(self, run: RunKey) -> WriteFailed:
         error = self._failed[run]
@@ -615,15 +611,30 @@ def writer_for(store: Store) -> Writer:
         return writer
 
 
+def forked_error(pid: int, url: str) -> WriteFailed:
+    """What a forked child is told when it would add to a run of the process ``pid``."""
+    return WriteFailed(
+        f"this process ({os.getpid()}) is not process {pid}, which records its runs into "
+        f"{url}: it was forked from it, and a run's chain has one writer, so it cannot add "
+        "to them. Call the tool in the recording process (threads are followed), or record "
+        "the child's work as a run of its own, in a process started with the 'spawn' or "
+        "'forkserver' method"
+    )
+
+
+_PID = os.getpid()
+"""This process, as the fork hook last saw it: a recorder made in another refuses events."""
+
+
 def _after_fork_in_child() -> None:
     """A forked child inherits the parent's writers without their threads: each is told it
     was forked (its runs refuse further events with an error that says why) and forgotten,
     so that a run the child starts gets a writer of its own."""
-    global _writers_lock
+    global _writers_lock, _PID
+    _PID = os.getpid()
     _writers_lock = threading.Lock()  # the parent may have held it at the fork
-    parent = os.getppid()
     for writer in list(_writers.values()):
-        writer._after_fork(parent)
+        writer._after_fork()
     _writers.clear()
 
 
@@ -792,6 +803,7 @@ class Recorder:
         seal: SealPolicy | bool | None = None,
     ) -> None:
         self.store = store
+        self._pid = _PID  # the process whose run this is (see _after_fork_in_child)
         # The run's tenant: the one named, else the store's (``?tenant=T``), else "default";
         # one named that the store is not confined to is refused here, before any write.
         self.sealer = Sealer(
@@ -862,6 +874,10 @@ class Recorder:
         ``processed=True`` says the payload already went through the processors (the capture
         boundary processes a request before it derives its key).
         """
+        if self._pid != _PID:
+            # a forked child: before the run's lock, which another thread of the parent may
+            # have held at the fork (and then holds for good here)
+            raise forked_error(self._pid, self.writer.url)
         if not processed:  # self.sealer.process(...), without its frame
             payload = process_payload(self.sealer.processors, type, payload)
         if type == _RUN_FINISHED:

@@ -15,6 +15,7 @@ the last seal when the run has been quiet (the next event, or the run's end, sea
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -105,6 +106,14 @@ class SealingObserver(Observer):
             tuple[Recorder | None, SealLeaf | None, threading.Event | None]
         ] = queue.Queue()
         self._thread: threading.Thread | None = None
+        _observers.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: the sealing thread did not come along, and its lock and queue
+        may have been held by it at the fork. What was queued is the parent's to seal."""
+        self._lock = threading.Lock()
+        self._queue = queue.Queue()
+        self._thread = None
 
     def log_for(self, store: Store, tenant: str) -> SealLog:
         """The seal log this observer appends to for ``tenant`` of ``store``."""
@@ -212,3 +221,15 @@ class SealingObserver(Observer):
         done = threading.Event()
         self._hand_over(None, None, done)
         done.wait()
+
+
+_observers: weakref.WeakSet[SealingObserver] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for observer in list(_observers):
+        observer._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -375,6 +376,21 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     f"cannot open {self.path}: {exc}", location=self.path
                 ) from exc
             raise
+        self._pid = os.getpid()
+        _open_stores.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child (one thread: the forking one). The connection came along, but
+        SQLite's connections must not cross a fork: the parent's is kept aside, never used
+        nor closed here, and this copy of the store refuses to be used, saying so. (Not
+        opened again here: another thread of the parent may have been inside SQLite at the
+        fork, holding a mutex that a new connection would wait on for good.) The lock may
+        have been held by another thread of the parent too."""
+        self._lock = threading.RLock()
+        if self._closed or self.path == ":memory:":  # an in-memory copy is the child's own
+            return
+        _inherited_connections.append(self._db)
+        self._db = _ForkedConnection(self.url, self._pid)  # type: ignore[assignment]
 
     def _connect(self, target: str, *, uri: bool = False) -> sqlite3.Connection:
         # A short busy timeout inside SQLite, and the waiting done by _retry in Python: a
@@ -1130,3 +1146,39 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 (event_id,),
             ).fetchone()
         return None if row is None else row[0]
+
+
+_open_stores: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+_inherited_connections: list[sqlite3.Connection] = []
+"""A forked child's copies of its parent's connections: kept, so that the child never
+closes one (closing runs SQLite code on state the parent owns)."""
+
+
+class _ForkedConnection:
+    """Stands in a forked child for a connection its parent opened: every use is refused
+    with a :class:`StoreUnavailable` that says what to do; closing it does nothing."""
+
+    def __init__(self, url: str, pid: int) -> None:
+        self._url = url
+        self._pid = pid
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        raise StoreUnavailable(
+            f"{self._url} was opened by process {self._pid}, and this process "
+            f"({os.getpid()}) was forked from it: SQLite's connections must not cross a "
+            "fork. Open the store again in this process (tachograph.open_store(url) or "
+            "SQLiteStore(path))",
+            location=self._url,
+        )
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_open_stores):
+        store._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
