@@ -394,3 +394,50 @@ def test_a_store_opened_before_the_fork_is_refused_in_the_child_and_opened_again
         ("tool.requested", {"i": 7}),
         ("tool.requested", {"i": 8}),
     ]
+
+
+def test_children_open_stores_of_their_own_while_other_threads_commit(tmp_path: Path) -> None:
+    """No thread of ours is inside SQLite at a fork (every store's lock is taken before it):
+    a mutex SQLite held at the fork would be held for good in the child, and the child's
+    first SQLite call, even on a store it opens itself, waited on it."""
+    out = _run(
+        tmp_path,
+        """
+        import contextvars
+        stop = threading.Event()
+
+        def busy(base):
+            i = base
+            while not stop.is_set():
+                send(i)  # durable: a commit each, so forks fall inside commits
+                i += 1
+
+        def own_run(k):
+            own = SQLiteStore(f"{sys.argv[1]}.child{k}")
+            with tachograph.record(own, actor="child") as child_run:
+                look(k)
+            ok = own.verify(child_run.run_id).ok
+            own.close()
+            return {"ok": ok}
+
+        with tachograph.record(store, actor="t") as run:
+            threads = [threading.Thread(target=busy, args=(k * 10**6,)) for k in (1, 2)]
+            for t in threads:
+                t.start()
+            out["children"] = [
+                in_child(lambda k=k: contextvars.Context().run(own_run, k)) for k in range(16)
+            ]
+            stop.set()
+            for t in threads:
+                t.join()
+        out["run_id"] = run.run_id
+        """,
+    )
+    assert out["children"] == [{"ok": True}] * 16, out["children"]
+    from tachograph.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        assert store.verify(str(out["run_id"])).ok
+    finally:
+        store.close()

@@ -1175,10 +1175,34 @@ class _ForkedConnection:
         )
 
 
+_held_at_fork: list[SQLiteStore] = []
+
+
+def _before_fork() -> None:
+    """Take every open store's lock before the process forks, so that no thread of ours is
+    inside SQLite at the fork: a mutex SQLite held then would be held for good in the
+    child, and the child's first SQLite call (a store it opens itself) would wait on it.
+    Every SQLite call of a store is made under its lock, and no thread holds two stores'
+    locks at once, so taking them one by one waits only for calls in flight."""
+    for store in list(_open_stores):
+        store._lock.acquire()
+        _held_at_fork.append(store)
+
+
+def _after_fork_in_parent() -> None:
+    while _held_at_fork:
+        _held_at_fork.pop()._lock.release()
+
+
 def _after_fork_in_child() -> None:
+    _held_at_fork.clear()  # the child's stores get locks of their own
     for store in list(_open_stores):
         store._after_fork()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
