@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 PRELUDE = textwrap.dedent(
     """
-    import json, os, sys, threading, warnings
+    import contextvars, json, os, sys, threading, warnings
     warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork of a threaded process
     import tachograph
     from tachograph.store.sqlite import SQLiteStore
@@ -57,6 +57,19 @@ PRELUDE = textwrap.dedent(
             data += chunk
         os.waitpid(pid, 0)
         return json.loads(data)
+
+    def own_run():
+        # in a child: a run of its own, in a store it opens, from a new context (as in a
+        # process started by "spawn"), so with a writer of its own
+
+        def record_it():
+            own = SQLiteStore(sys.argv[1] + ".child")
+            with tachograph.record(own, actor="child") as child_run:
+                look(7)
+            own.close()
+            return {"run_id": child_run.run_id}
+
+        return contextvars.Context().run(record_it)
     """
 )
 
@@ -76,10 +89,11 @@ def _run(tmp_path: Path, body: str) -> dict[str, object]:
     return result
 
 
-def _tools_of(tmp_path: Path, run_id: str) -> list[tuple[str, object]]:
+def _tools_of(tmp_path: Path, run_id: str, db: str = "runs.db") -> list[tuple[str, object]]:
+    """The tool requests of a run that verifies, in the store file ``db``."""
     from tachograph.store.sqlite import SQLiteStore
 
-    store = SQLiteStore(tmp_path / "runs.db")
+    store = SQLiteStore(tmp_path / db)
     try:
         assert store.verify(run_id).ok
         return [
@@ -195,7 +209,6 @@ def test_a_pool_of_forked_workers_gets_the_error_and_the_child_may_record_its_ow
     out = _run(
         tmp_path,
         """
-        import contextvars
         import multiprocessing
 
         def work(i):
@@ -204,20 +217,11 @@ def test_a_pool_of_forked_workers_gets_the_error_and_the_child_may_record_its_ow
             except tachograph.WriteFailed as exc:
                 return {"error": str(exc)[:60]}
 
-        def own_run():
-            # a run of the child's own, in a store the child opens, outside the inherited
-            # run's context (as in a process started by "spawn"): a writer of its own
-            own = SQLiteStore(sys.argv[1] + ".child")
-            with tachograph.record(own, actor="child") as child_run:
-                look(7)
-            own.close()
-            return {"run_id": child_run.run_id}
-
         with tachograph.record(store, actor="t") as run:
             look(1)
             with multiprocessing.get_context("fork").Pool(2) as pool:
                 out["pool"] = pool.map(work, [10, 11, 12])
-            out["own"] = in_child(lambda: contextvars.Context().run(own_run))
+            out["own"] = in_child(own_run)
             look(2)
         out["run_id"] = run.run_id
         """,
@@ -232,15 +236,9 @@ def test_a_pool_of_forked_workers_gets_the_error_and_the_child_may_record_its_ow
     own = out["own"]
     assert isinstance(own, dict)
     assert "run_id" in own, own
-    from tachograph.store.sqlite import SQLiteStore
-
-    child_store = SQLiteStore(str(tmp_path / "runs.db") + ".child")
-    try:
-        assert child_store.verify(str(own["run_id"])).ok
-        assert [e.payload.get("args") for e in child_store.read(str(own["run_id"]))
-                if e.type == "tool.requested"] == [{"i": 7}]  # fmt: skip
-    finally:
-        child_store.close()
+    assert _tools_of(tmp_path, str(own["run_id"]), "runs.db.child") == [
+        ("tool.requested", {"i": 7})
+    ]
 
 
 def test_a_child_forked_while_other_threads_record_is_told_not_left_waiting(
@@ -303,16 +301,8 @@ def test_a_child_leaving_a_run_that_opened_its_store_does_not_close_the_parents(
         """,
     )
     assert out["outcomes"] == ["WriteFailed"] * 20
-    from tachograph.store.sqlite import SQLiteStore
-
-    store = SQLiteStore(str(tmp_path / "runs.db") + ".own")
-    try:
-        assert store.verify(str(out["run_id"])).ok
-        calls = [e.payload["args"]["i"] for e in store.read(str(out["run_id"]))
-                 if e.type == "tool.requested"]  # fmt: skip
-        assert calls == [*range(20), 99]
-    finally:
-        store.close()
+    calls = _tools_of(tmp_path, str(out["run_id"]), "runs.db.own")
+    assert [args["i"] for _, args in calls] == [*range(20), 99]  # type: ignore[index]
 
 
 def test_a_sealing_observer_seals_a_run_the_child_records_of_its_own(tmp_path: Path) -> None:
@@ -321,23 +311,15 @@ def test_a_sealing_observer_seals_a_run_the_child_records_of_its_own(tmp_path: P
     out = _run(
         tmp_path,
         """
-        import contextvars
         from tachograph.capture.recorder import add_observer
         from tachograph.sealing import SealingObserver
 
         add_observer(SealingObserver())
 
-        def own_run():
-            own = SQLiteStore(sys.argv[1] + ".child")
-            with tachograph.record(own, actor="child") as child_run:
-                look(7)
-            own.close()
-            return {"run_id": child_run.run_id}
-
         with tachograph.record(store, actor="t") as run:
             look(1)
         # the parent's final seal was just made: its sealing thread idles for a while
-        out["own"] = in_child(lambda: contextvars.Context().run(own_run))
+        out["own"] = in_child(own_run)
         out["run_id"] = run.run_id
         """,
     )
@@ -356,9 +338,7 @@ def test_a_store_opened_before_the_fork_is_refused_in_the_child_and_opened_again
     out = _run(
         tmp_path,
         """
-        import contextvars
-
-        def own_run():
+        def refused_then_own():
             try:
                 store.head("anything")
             except tachograph.StoreUnavailable as exc:
@@ -375,7 +355,7 @@ def test_a_store_opened_before_the_fork_is_refused_in_the_child_and_opened_again
 
         with tachograph.record(store, actor="t") as run:
             look(1)
-            out["own"] = in_child(lambda: contextvars.Context().run(own_run))
+            out["own"] = in_child(lambda: contextvars.Context().run(refused_then_own))
             look(2)
             send(3)
         out["run_id"] = run.run_id
@@ -403,7 +383,6 @@ def test_children_open_stores_of_their_own_while_other_threads_commit(tmp_path: 
     out = _run(
         tmp_path,
         """
-        import contextvars
         stop = threading.Event()
 
         def busy(base):
@@ -412,7 +391,7 @@ def test_children_open_stores_of_their_own_while_other_threads_commit(tmp_path: 
                 send(i)  # durable: a commit each, so forks fall inside commits
                 i += 1
 
-        def own_run(k):
+        def own_numbered(k):
             own = SQLiteStore(f"{sys.argv[1]}.child{k}")
             with tachograph.record(own, actor="child") as child_run:
                 look(k)
@@ -425,7 +404,8 @@ def test_children_open_stores_of_their_own_while_other_threads_commit(tmp_path: 
             for t in threads:
                 t.start()
             out["children"] = [
-                in_child(lambda k=k: contextvars.Context().run(own_run, k)) for k in range(16)
+                in_child(lambda k=k: contextvars.Context().run(own_numbered, k))
+                for k in range(16)
             ]
             stop.set()
             for t in threads:
@@ -434,10 +414,4 @@ def test_children_open_stores_of_their_own_while_other_threads_commit(tmp_path: 
         """,
     )
     assert out["children"] == [{"ok": True}] * 16, out["children"]
-    from tachograph.store.sqlite import SQLiteStore
-
-    store = SQLiteStore(tmp_path / "runs.db")
-    try:
-        assert store.verify(str(out["run_id"])).ok
-    finally:
-        store.close()
+    _tools_of(tmp_path, str(out["run_id"]))  # the parent's run verifies

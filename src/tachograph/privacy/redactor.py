@@ -35,7 +35,7 @@ from ..errors import PrivacyError
 from ..record.canonical import canonical
 from ..record.compiled import NATIVE
 from ..record.event import Event
-from ..record.seal import Processor, trusts_untouched_unless, untouched_bytes
+from ..record.seal import CASE_FOLDS, Processor, trusts_untouched_unless, untouched_bytes
 from .detectors import DETECTORS, PII_KINDS, SECRET_FIELDS, SECRET_KINDS, Detector, card_digits
 from .keys import TOKEN_PATTERN, KeyRing
 
@@ -244,10 +244,9 @@ _DIGIT = re.compile(r"\d")
 _ASCII_DIGIT = re.compile(r"[0-9]")  # the same in ASCII text, where a class is cheaper
 # what every IPv6 address the ip detector finds holds: two of its groups' colons
 _IPV6 = re.compile(r":[0-9A-Fa-f]{0,4}:")
-# LONG S -> "s", DOTLESS I and CAPITAL I WITH DOT ABOVE -> "i", KELVIN SIGN -> "k": the four
-# letters outside ASCII that Python's case-insensitive matching takes for ASCII letters
-# (str.lower() would make U+0130 an "i" and a combining dot, and leave U+017F and U+0131)
-_CASE_FOLDS = {0x17F: "s", 0x131: "i", 0x130: "i", 0x212A: "k"}
+# CASE_FOLDS for str.translate (str.lower() would make U+0130 an "i" and a combining dot,
+# and leave U+017F and U+0131 as they are)
+_CASE_FOLDS = str.maketrans(CASE_FOLDS)
 # what a secret field's value may be to be replaced whole (not null, not a boolean)
 _SECRET_VALUE_TYPES = (str, int, float, list, dict)
 

@@ -53,6 +53,7 @@ _TOOL_REQUESTED: Final = EventType.TOOL_REQUESTED.value
 
 
 __all__ = [
+    "CASE_FOLDS",
     "HIDDEN",
     "KEY_SECRET_FIELD",
     "KeyDeriver",
@@ -85,16 +86,12 @@ such a payload (:func:`process_payload`). The default secrets redactor is one (`
 
 _UNTOUCHED_TYPES: set[type[Any]] = set()
 
-# The four letters outside ASCII that a case-insensitive Python pattern takes for ASCII
-# ones (the re module's documentation names them): LATIN SMALL LETTER LONG S for "s",
-# DOTLESS I and CAPITAL I WITH DOT ABOVE for "i", KELVIN SIGN for "k". In UTF-8, none of
-# these byte sequences can begin inside another character.
-_CASE_FOLDS: Final = (
-    (b"\xc5\xbf", b"s"),
-    (b"\xc4\xb1", b"i"),
-    (b"\xc4\xb0", b"i"),
-    (b"\xe2\x84\xaa", b"k"),
-)
+CASE_FOLDS: Final = {"\u017f": "s", "\u0131": "i", "\u0130": "i", "\u212a": "k"}
+"""The four letters outside ASCII that a case-insensitive Python pattern takes for ASCII
+ones (the re module's documentation names them): LATIN SMALL LETTER LONG S for "s",
+DOTLESS I and CAPITAL I WITH DOT ABOVE for "i", KELVIN SIGN for "k"."""
+# the same in UTF-8, where none of these byte sequences can begin inside another character
+_CASE_FOLDS: Final = tuple((k.encode(), v.encode()) for k, v in CASE_FOLDS.items())
 
 
 def untouched_bytes(blob: bytes) -> bytes:
