@@ -488,6 +488,10 @@ class Writer:
                 self._queued_at = 0.0  # what is left waited for this commit: no linger
                 self._written += len(batch)
                 self._failed.update(failed)
+                # Not held while this thread waits for the next batch: the events (and
+                # their payloads, a model's whole answers among them) stayed in memory
+                # until then. Let go before a flush waiting for them returns.
+                del batch, live
                 self._busy = False
                 self._cond.notify_all()
 

@@ -40,7 +40,15 @@ from ..record.seal import (
     prompt_hash,
     with_prompt_hash,
 )
-from .boundary import CURRENT_SESSION, TOOL_CALL, CallKind, CallTicket, Engine, error_info
+from .boundary import (
+    CURRENT_SESSION,
+    TOOL_CALL,
+    UNTRACK,
+    CallKind,
+    CallTicket,
+    Engine,
+    error_info,
+)
 from .recorder import Recorder
 from .threads import follow_threads, unfollow_threads
 
@@ -199,6 +207,8 @@ class Session:
             effect = effect or _IRREVERSIBLE
             effect_name = _EFFECT_NAMES[effect]
             payload: dict[str, Any] = {"tool": name, "args": request, "effect": effect_name}
+            if UNTRACK is not None:
+                UNTRACK(payload)  # ours alone (see UNTRACK)
             if schema_version is not None:
                 payload["schema_version"] = schema_version
             if extra:
@@ -214,6 +224,8 @@ class Session:
             args = payload.get("args")  # key_args(_TOOL_REQUESTED, payload)
         else:
             payload = {"request": request, **(extra or {})}
+            if UNTRACK is not None:
+                UNTRACK(payload)  # ours alone (see UNTRACK)
             # the prompt hash and the key come from the processed request (SPEC section 5)
             payload = with_prompt_hash(process_payload(processors, _MODEL_REQUEST, payload))
             args = key_args(_MODEL_REQUEST, payload)

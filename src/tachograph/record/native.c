@@ -36,6 +36,9 @@
  * ``contains_any(data, table)``: whether one of a set of words occurs in bytes (the secrets
  * pre-check of every recorded payload).
  *
+ * ``untrack(d)``: a payload dict the recording path built, out of the cycle collector's sight
+ * (as ``event`` leaves every event it builds).
+ *
  * ``format_ts(ns)`` and ``UlidSource(draw).next(ms)``: the timestamp and the monotonic ULID of
  * a new event, as ``event._format_ts`` and ``event._UlidSource`` give them.
  *
@@ -824,6 +827,13 @@ make_event(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         Py_INCREF(value);
         Py_XSETREF(*slot, value);
     }
+    /* Out of the cycle collector's sight (as CPython does for a tuple of atoms): every caller
+       hands a payload that is a tree of JSON values (checked by canonical(), or decoded from
+       stored bytes) and strings, ints and bytes beside it, so an event cannot be part of a
+       reference cycle, and reference counting frees it. Tracked, the events waiting for the
+       writer thread survived the young collections into the oldest generation, whose
+       collections walk the whole heap. */
+    PyObject_GC_UnTrack(obj);
     return obj;
 }
 
@@ -3301,6 +3311,25 @@ done:
     return result;
 }
 
+/* -- a payload dict of our own, out of the cycle collector's sight (capture.boundary) --------
+ *
+ * ``untrack(d)`` takes an exact dict out of the set the cycle collector walks, as CPython does
+ * itself for a dict that holds no container, and returns None. For the dicts the recording
+ * path builds around a call's arguments or answer ({"tool": ..., "args": ...}, {"tool": ...,
+ * "result": ...}): no one else holds them, so no reference cycle can pass through them, and
+ * the recorded events keep them alive until the writer thread has stored them. Tracked, those
+ * that waited for the writer survived the young collections into the oldest generation, and a
+ * long recording paid for collections that walk the whole heap. Inserting a container into the
+ * dict later tracks it again (CPython's dict does that on every insert). */
+static PyObject *
+untrack(PyObject *Py_UNUSED(module), PyObject *obj)
+{
+    if (PyDict_CheckExact(obj)) {
+        PyObject_GC_UnTrack(obj);
+    }
+    Py_RETURN_NONE;
+}
+
 static int
 native_exec(PyObject *module)
 {
@@ -3369,6 +3398,8 @@ static PyMethodDef methods[] = {
      "YYYY-MM-DDTHH:MM:SS.ffffffZ of nanoseconds since 1970 (event._format_ts)."},
     {"contains_any", (PyCFunction)(void (*)(void))contains_any, METH_FASTCALL,
      "Whether one of the words (filed by first byte) occurs in the bytes."},
+    {"untrack", untrack, METH_O,
+     "Take an exact dict the recording path built out of the cycle collector's sight."},
     {"jcs", jcs, METH_O,
      "canonical(orjson.loads(data)) from the bytes in one pass, or None where not certain."},
     {NULL, NULL, 0, NULL},
