@@ -11,6 +11,11 @@ checkout's ``src``, first on ``PYTHONPATH``) that takes the medians of seven run
 floors; each round takes one sample of each version, in a new seeded order. Each sample
 names the ``tachograph`` it imported and whether its compiled helpers loaded (build the
 older version's ``native.c`` alike). Without ``--before`` it measures this checkout alone.
+
+With ``--long N``, each sample process also times three runs of ``N`` calls among its seven
+(the figure's long runs, spread among the short ones as the figure spreads them) and gives
+the figure's second value, the growth: the median long run's cost a call over the median
+short run's.
 """
 
 from __future__ import annotations
@@ -32,7 +37,12 @@ PER_PROCESS = 7
 """Runs and floors a sample process times, of which it reports the medians."""
 
 
-def _child(calls: int) -> dict[str, Any]:
+LONG_RUNS = 3
+"""Long runs a sample process times with ``--long`` (after its second, fourth and sixth
+short runs)."""
+
+
+def _child(calls: int, long: int = 0) -> dict[str, Any]:
     import tachograph
     from tachograph.record.compiled import NATIVE
 
@@ -43,25 +53,36 @@ def _child(calls: int) -> dict[str, Any]:
     timed_calls(max(100, calls // 2))  # warm up: imports, the writer thread, the caches
     runs: list[float] = []
     floors: list[float] = []
-    for _ in range(PER_PROCESS):
+    longs: list[float] = []
+    for i in range(PER_PROCESS):
         runs.append(timed_calls(calls))
         floors.append(floor())
+        if long and i % 2 == 1 and len(longs) < LONG_RUNS:
+            longs.append(timed_calls(long))
     call, base = statistics.median(runs), statistics.median(floors)
-    return {
+    out = {
         "call_ns": call,
         "floor_ns": base,
         "ratio": call / base,
         "tachograph": str(Path(tachograph.__file__).parent),
         "compiled": NATIVE is not None,
     }
+    if longs:
+        out["long_ns"] = statistics.median(longs)
+        out["growth"] = out["long_ns"] / call
+    return out
 
 
-def _sample(src: Path, calls: int) -> dict[str, Any]:
+def _sample(src: Path, calls: int, long: int = 0) -> dict[str, Any]:
     paths = [str(src), str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "bench.callprobe", "--child", "--calls", str(calls)],
+            [
+                sys.executable,
+                *("-m", "bench.callprobe", "--child"),
+                *("--calls", str(calls), "--long", str(long)),
+            ],
             cwd=HERE.parent,
             env=env,
             capture_output=True,
@@ -89,7 +110,8 @@ def _quartiles(values: list[float]) -> tuple[float, float]:
 def summary(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Each version's median ratio, its quartiles, the medians of the call and floor (us),
     the ``tachograph`` its samples imported and whether their compiled helpers loaded; with
-    two versions, in how many rounds (paired by round) the second's ratio was the lower."""
+    two versions, in how many rounds (paired by round) the second's ratio was the lower.
+    Samples with long runs add the same for the growth."""
     out: dict[str, Any] = {}
     for side, rows in samples.items():
         ratios = [r["ratio"] for r in rows]
@@ -103,9 +125,16 @@ def summary(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "tachograph": sorted({str(r.get("tachograph")) for r in rows}),
             "compiled": sorted({bool(r.get("compiled")) for r in rows}),
         }
+        if rows and all("growth" in r for r in rows):
+            growths = [r["growth"] for r in rows]
+            out[side]["growth"] = statistics.median(growths)
+            out[side]["growth_quartiles"] = list(_quartiles(growths))
+            out[side]["long_us"] = statistics.median(r["long_ns"] for r in rows) / 1000
     if set(samples) == {"before", "after"}:
-        pairs = zip(samples["before"], samples["after"], strict=True)
+        pairs = list(zip(samples["before"], samples["after"], strict=True))
         out["after_lower_in"] = sum(1 for b, a in pairs if a["ratio"] < b["ratio"])
+        if "growth" in out["before"] and "growth" in out["after"]:
+            out["after_growth_lower_in"] = sum(1 for b, a in pairs if a["growth"] < b["growth"])
     return out
 
 
@@ -114,14 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", default=None, help="src directory of the older version")
     parser.add_argument("--rounds", type=int, default=20, help="samples a version (default 20)")
     parser.add_argument("--calls", type=int, default=2000, help="calls a run (default 2000)")
+    parser.add_argument(
+        "--long", type=int, default=0, help="calls a long run, for the growth (default: none)"
+    )
     parser.add_argument("--seed", type=int, default=1, help="of the order in each round")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.calls < 100:
         parser.error("--rounds must be at least 1 and --calls at least 100")
+    if args.long and args.long < args.calls:
+        parser.error("--long must be at least --calls")
     if args.child:
-        print(json.dumps(_child(args.calls)))
+        print(json.dumps(_child(args.calls, args.long)))
         return 0
     sides = {"after": HERE.parent / "src"}
     if args.before is not None:
@@ -135,12 +169,17 @@ def main(argv: list[str] | None = None) -> int:
         order = list(sides)
         rng.shuffle(order)
         for side in order:
-            samples[side].append(_sample(sides[side], args.calls))
+            samples[side].append(_sample(sides[side], args.calls, args.long))
         if not args.json:
             print(f"round {done + 1}/{args.rounds}", file=sys.stderr, end="\r", flush=True)
     result = summary(samples)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    result["settings"] = {"rounds": args.rounds, "calls": args.calls, "seed": args.seed}
+    result["settings"] = {
+        "rounds": args.rounds,
+        "calls": args.calls,
+        "long": args.long,
+        "seed": args.seed,
+    }
     result["load_average_at_end"] = load
     if args.json:
         print(json.dumps(result))
@@ -157,6 +196,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "after_lower_in" in result:
         print(f"after's ratio lower in {result['after_lower_in']} of {args.rounds} rounds")
+    if args.long:
+        head = f"{'version':<8} {'growth':>7} {'quartiles':>15} {'long us':>9}"
+        print(f"{head}  (runs of {args.long} calls)")
+        for side in sides:
+            r = result[side]
+            low, high = r["growth_quartiles"]
+            print(f"{side:<8} {r['growth']:7.3f} {f'{low:.3f}-{high:.3f}':>15} {r['long_us']:9.2f}")
+        if "after_growth_lower_in" in result:
+            lower = result["after_growth_lower_in"]
+            print(f"after's growth lower in {lower} of {args.rounds} rounds")
     helpers = {side: result[side]["compiled"] for side in sides}
     if len({tuple(v) for v in helpers.values()}) > 1 or any(len(v) > 1 for v in helpers.values()):
         print(f"warning: the compiled helpers loaded unevenly: {helpers}", file=sys.stderr)

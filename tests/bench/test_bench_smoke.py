@@ -432,7 +432,23 @@ def test_the_call_probe_measures_the_older_src_it_is_given(
         assert row["floor_us"] > 0
         assert len(row["compiled"]) == 1
     assert result["after_lower_in"] in (0, 1, 2)
-    assert result["settings"] == {"rounds": 2, "calls": 100, "seed": 1}
+    assert result["settings"] == {"rounds": 2, "calls": 100, "long": 0, "seed": 1}
+    assert "growth" not in result["after"]
+
+
+def test_the_call_probe_gives_the_growth_with_long_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench import callprobe
+
+    assert callprobe.main(["--rounds", "2", "--calls", "100", "--long", "300", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["after"]
+    low, high = row["growth_quartiles"]
+    assert _number(row["growth"])
+    assert low <= row["growth"] <= high
+    assert row["long_us"] > 0
+    with pytest.raises(SystemExit):
+        callprobe.main(["--calls", "500", "--long", "300"])  # a long run shorter than a short
 
 
 def test_the_call_probe_s_summary_is_the_medians_of_its_samples() -> None:
