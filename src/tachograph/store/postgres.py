@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
@@ -40,6 +41,7 @@ from ..errors import (
 )
 from ..record.event import Event, EventType
 from ..record.rows import StoredRow
+from . import forks
 from . import postgres_migrations as migrations
 from . import postgres_schema as schema
 from .audit import AuditEntry, AuditRecord, chain_audit
@@ -51,6 +53,8 @@ SCHEMA_VERSION = schema.SCHEMA_VERSION
 SCHEMES = ("postgresql", "postgres")
 
 _PAGE = 2000
+_inherited_connections: list[psycopg.Connection[Any]] = []
+"""A forked child's copies of its parent's connections: kept, never used nor closed here."""
 _CONFLICT_RETRIES = 5  # a head moved by a concurrent writer: re-check against the new head
 _OPTIONS = ("tenant", "purpose")  # query parameters of the URL that are ours, not libpq's
 # Read per event: a constant, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
@@ -175,6 +179,26 @@ class PostgresStore(Store):
         except BaseException:
             self._conn.close()
             raise
+        self._pid = os.getpid()
+        forks.track(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child (one thread: the forking one). The connection came along: a
+        session's socket, shared with the parent. A child that used it interleaved its
+        messages with the parent's, and both sessions failed or read each other's answers.
+        This copy of the store refuses to be used, saying so; the parent's connection is
+        kept aside, never used nor closed here (psycopg does not close it when a child
+        frees it either). The lock may have been held by another thread of the parent."""
+        self._lock = threading.RLock()
+        if self._conn.closed:
+            return
+        _inherited_connections.append(self._conn)
+        self._conn = forks.ForkedConnection(  # type: ignore[assignment]
+            self.url,
+            self._pid,
+            "a PostgreSQL session must not cross a fork",
+            "PostgresStore(url)",
+        )
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> PostgresStore:

@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 import urllib.parse
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,6 +35,7 @@ from ..errors import (
 )
 from ..record.event import Event, EventType, stored_event
 from ..record.rows import StoredRow
+from . import forks
 from .base import Receipt, RunInfo, SealRow, Store, not_found
 from .sqlite_lifecycle import DELETED_RUN_REFUSAL, LIFECYCLE_MIGRATION, SQLiteLifecycle
 from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
@@ -377,7 +377,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 ) from exc
             raise
         self._pid = os.getpid()
-        _open_stores.add(self)
+        forks.track(self)
 
     def _after_fork(self) -> None:
         """In a forked child (one thread: the forking one). The connection came along, but
@@ -390,7 +390,9 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         if self._closed or self.path == ":memory:":  # an in-memory copy is the child's own
             return
         _inherited_connections.append(self._db)
-        self._db = _ForkedConnection(self.url, self._pid)  # type: ignore[assignment]
+        self._db = forks.ForkedConnection(  # type: ignore[assignment]
+            self.url, self._pid, "SQLite's connections must not cross a fork", "SQLiteStore(path)"
+        )
 
     def _connect(self, target: str, *, uri: bool = False) -> sqlite3.Connection:
         # A short busy timeout inside SQLite, and the waiting done by _retry in Python: a
@@ -1148,61 +1150,6 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         return None if row is None else row[0]
 
 
-_open_stores: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
 _inherited_connections: list[sqlite3.Connection] = []
 """A forked child's copies of its parent's connections: kept, so that the child never
 closes one (closing runs SQLite code on state the parent owns)."""
-
-
-class _ForkedConnection:
-    """Stands in a forked child for a connection its parent opened: every use is refused
-    with a :class:`StoreUnavailable` that says what to do; closing it does nothing."""
-
-    def __init__(self, url: str, pid: int) -> None:
-        self._url = url
-        self._pid = pid
-
-    def close(self) -> None:
-        pass
-
-    def __getattr__(self, name: str) -> Any:
-        raise StoreUnavailable(
-            f"{self._url} was opened by process {self._pid}, and this process "
-            f"({os.getpid()}) was forked from it: SQLite's connections must not cross a "
-            "fork. Open the store again in this process (tachograph.open_store(url) or "
-            "SQLiteStore(path))",
-            location=self._url,
-        )
-
-
-_held_at_fork: list[SQLiteStore] = []
-
-
-def _before_fork() -> None:
-    """Take every open store's lock before the process forks, so that no thread of ours is
-    inside SQLite at the fork: a mutex SQLite held then would be held for good in the
-    child, and the child's first SQLite call (a store it opens itself) would wait on it.
-    Every SQLite call of a store is made under its lock, and no thread holds two stores'
-    locks at once, so taking them one by one waits only for calls in flight."""
-    for store in list(_open_stores):
-        store._lock.acquire()
-        _held_at_fork.append(store)
-
-
-def _after_fork_in_parent() -> None:
-    while _held_at_fork:
-        _held_at_fork.pop()._lock.release()
-
-
-def _after_fork_in_child() -> None:
-    _held_at_fork.clear()  # the child's stores get locks of their own
-    for store in list(_open_stores):
-        store._after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
-    )
