@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 PRELUDE = textwrap.dedent(
     """
-    import contextvars, json, os, sys, threading, warnings
+    import contextlib, contextvars, json, os, sys, threading, warnings
     warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork of a threaded process
     import tachograph
     from tachograph.store.sqlite import SQLiteStore
@@ -57,6 +57,28 @@ PRELUDE = textwrap.dedent(
             data += chunk
         os.waitpid(pid, 0)
         return json.loads(data)
+
+    @contextlib.contextmanager
+    def two_threads_calling(tool):
+        # two threads of the agent calling ``tool`` with numbers of their own until the
+        # block ends
+        stop = threading.Event()
+
+        def busy(base):
+            i = base
+            while not stop.is_set():
+                tool(i)
+                i += 1
+
+        threads = [threading.Thread(target=busy, args=(k * 10**6,)) for k in (1, 2)]
+        for t in threads:
+            t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
 
     def own_run():
         # in a child: a run of its own, in a store it opens, from a new context (as in a
@@ -250,22 +272,8 @@ def test_a_child_forked_while_other_threads_record_is_told_not_left_waiting(
     out = _run(
         tmp_path,
         """
-        stop = threading.Event()
-
-        def busy(base):
-            i = base
-            while not stop.is_set():
-                look(i)
-                i += 1
-
-        with tachograph.record(store, actor="t") as run:
-            threads = [threading.Thread(target=busy, args=(k * 10**6,)) for k in (1, 2)]
-            for t in threads:
-                t.start()
+        with tachograph.record(store, actor="t") as run, two_threads_calling(look):
             out["children"] = [in_child(lambda: look(-1)) for _ in range(8)]
-            stop.set()
-            for t in threads:
-                t.join()
         out["run_id"] = run.run_id
         """,
     )
@@ -383,14 +391,6 @@ def test_children_open_stores_of_their_own_while_other_threads_commit(tmp_path: 
     out = _run(
         tmp_path,
         """
-        stop = threading.Event()
-
-        def busy(base):
-            i = base
-            while not stop.is_set():
-                send(i)  # durable: a commit each, so forks fall inside commits
-                i += 1
-
         def own_numbered(k):
             own = SQLiteStore(f"{sys.argv[1]}.child{k}")
             with tachograph.record(own, actor="child") as child_run:
@@ -399,17 +399,12 @@ def test_children_open_stores_of_their_own_while_other_threads_commit(tmp_path: 
             own.close()
             return {"ok": ok}
 
-        with tachograph.record(store, actor="t") as run:
-            threads = [threading.Thread(target=busy, args=(k * 10**6,)) for k in (1, 2)]
-            for t in threads:
-                t.start()
+        # send is durable: a commit each, so that the forks fall inside commits
+        with tachograph.record(store, actor="t") as run, two_threads_calling(send):
             out["children"] = [
                 in_child(lambda k=k: contextvars.Context().run(own_numbered, k))
                 for k in range(16)
             ]
-            stop.set()
-            for t in threads:
-                t.join()
         out["run_id"] = run.run_id
         """,
     )

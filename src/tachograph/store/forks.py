@@ -11,8 +11,9 @@ sessions failed or read each other's answers. So the stores register here, and:
   to its database is made under its lock, and no code holds two stores' locks at once (reads
   are paged, the lock taken per page), so this waits only for calls in flight;
 - after it, the parent lets go of them;
-- in the child, each store's ``_after_fork()`` gives it a fresh lock and puts a
-  :class:`ForkedConnection` in place of its connection: every use is refused with a
+- in the child, each store gets a fresh lock (another thread of the parent may have held
+  it), and its ``_after_fork()`` puts the :class:`ForkedConnection` of :func:`set_aside` in
+  place of its connection: every use is refused with a
   :class:`~tachograph.errors.StoreUnavailable` that says to open the store again, and
   closing it does nothing (the parent's connection stays the parent's).
 """
@@ -20,12 +21,13 @@ sessions failed or read each other's answers. So the stores register here, and:
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from typing import Any, Protocol
 
 from ..errors import StoreUnavailable
 
-__all__ = ["ForkSafe", "ForkedConnection", "track"]
+__all__ = ["ForkSafe", "ForkedConnection", "set_aside", "track"]
 
 
 class ForkSafe(Protocol):
@@ -35,8 +37,8 @@ class ForkSafe(Protocol):
     """Held for every call the store makes to its database."""
 
     def _after_fork(self) -> None:
-        """In a forked child (one thread: the forking one): a fresh lock, and the
-        connection replaced by a :class:`ForkedConnection` unless it is the child's own."""
+        """In a forked child (one thread: the forking one), with a fresh lock already: the
+        connection replaced by :func:`set_aside`'s stand-in unless it is the child's own."""
 
 
 class ForkedConnection:
@@ -50,8 +52,6 @@ class ForkedConnection:
         self._pid = pid
         self._rule = rule
         self._reopen = reopen
-
-    closed = False
 
     def close(self) -> None:
         pass
@@ -67,12 +67,23 @@ class ForkedConnection:
 
 _open: weakref.WeakSet[Any] = weakref.WeakSet()
 _held: list[Any] = []
+_inherited: list[Any] = []
+"""A forked child's copies of its parent's connections: kept, so that the child never uses
+nor closes one (closing would run the client's code on state the parent owns)."""
 
 
 def track(store: ForkSafe) -> None:
     """Register an open store (held weakly): its lock is taken at every fork, and a child
     forked from this process calls its ``_after_fork()``."""
     _open.add(store)
+
+
+def set_aside(connection: Any, url: str, pid: int, rule: str, reopen: str) -> Any:
+    """In a forked child: keep the parent's ``connection`` (never used nor closed here) and
+    return the :class:`ForkedConnection` to put in its place (``url``, ``pid``, ``rule``
+    and ``reopen`` as it takes them)."""
+    _inherited.append(connection)
+    return ForkedConnection(url, pid, rule, reopen)
 
 
 def _before_fork() -> None:
@@ -87,8 +98,9 @@ def _after_fork_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
-    _held.clear()  # the child's stores get locks of their own
+    _held.clear()
     for store in list(_open):
+        store._lock = threading.RLock()  # of its own: the parent's may be held for good
         store._after_fork()
 
 

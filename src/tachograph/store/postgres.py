@@ -53,8 +53,6 @@ SCHEMA_VERSION = schema.SCHEMA_VERSION
 SCHEMES = ("postgresql", "postgres")
 
 _PAGE = 2000
-_inherited_connections: list[psycopg.Connection[Any]] = []
-"""A forked child's copies of its parent's connections: kept, never used nor closed here."""
 _CONFLICT_RETRIES = 5  # a head moved by a concurrent writer: re-check against the new head
 _OPTIONS = ("tenant", "purpose")  # query parameters of the URL that are ours, not libpq's
 # Read per event: a constant, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
@@ -183,17 +181,15 @@ class PostgresStore(Store):
         forks.track(self)
 
     def _after_fork(self) -> None:
-        """In a forked child (one thread: the forking one). The connection came along: a
-        session's socket, shared with the parent. A child that used it interleaved its
+        """In a forked child (see :mod:`tachograph.store.forks`). The connection came along:
+        a session's socket, shared with the parent. A child that used it interleaved its
         messages with the parent's, and both sessions failed or read each other's answers.
-        This copy of the store refuses to be used, saying so; the parent's connection is
-        kept aside, never used nor closed here (psycopg does not close it when a child
-        frees it either). The lock may have been held by another thread of the parent."""
-        self._lock = threading.RLock()
+        The parent's connection is set aside (psycopg does not close it when a child frees
+        it either), and this copy of the store refuses to be used, saying so."""
         if self._conn.closed:
             return
-        _inherited_connections.append(self._conn)
-        self._conn = forks.ForkedConnection(  # type: ignore[assignment]
+        self._conn = forks.set_aside(
+            self._conn,
             self.url,
             self._pid,
             "a PostgreSQL session must not cross a fork",

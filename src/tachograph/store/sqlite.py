@@ -380,18 +380,19 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         forks.track(self)
 
     def _after_fork(self) -> None:
-        """In a forked child (one thread: the forking one). The connection came along, but
-        SQLite's connections must not cross a fork: the parent's is kept aside, never used
-        nor closed here, and this copy of the store refuses to be used, saying so. (Not
-        opened again here: another thread of the parent may have been inside SQLite at the
-        fork, holding a mutex that a new connection would wait on for good.) The lock may
-        have been held by another thread of the parent too."""
-        self._lock = threading.RLock()
+        """In a forked child (see :mod:`tachograph.store.forks`). The connection came along,
+        but SQLite's connections must not cross a fork: the parent's is set aside, and this
+        copy of the store refuses to be used, saying so. (Not opened again here: another
+        thread of the parent may have been inside SQLite at the fork, holding a mutex that a
+        new connection would wait on for good.)"""
         if self._closed or self.path == ":memory:":  # an in-memory copy is the child's own
             return
-        _inherited_connections.append(self._db)
-        self._db = forks.ForkedConnection(  # type: ignore[assignment]
-            self.url, self._pid, "SQLite's connections must not cross a fork", "SQLiteStore(path)"
+        self._db = forks.set_aside(
+            self._db,
+            self.url,
+            self._pid,
+            "SQLite's connections must not cross a fork",
+            "SQLiteStore(path)",
         )
 
     def _connect(self, target: str, *, uri: bool = False) -> sqlite3.Connection:
@@ -1148,8 +1149,3 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 (event_id,),
             ).fetchone()
         return None if row is None else row[0]
-
-
-_inherited_connections: list[sqlite3.Connection] = []
-"""A forked child's copies of its parent's connections: kept, so that the child never
-closes one (closing runs SQLite code on state the parent owns)."""
