@@ -25,10 +25,11 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from .common import sample_process
 
 __all__ = ["main", "summary"]
 
@@ -74,30 +75,7 @@ def _child(calls: int, long: int = 0) -> dict[str, Any]:
 
 
 def _sample(src: Path, calls: int, long: int = 0) -> dict[str, Any]:
-    paths = [str(src), str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
-    try:
-        out = subprocess.run(
-            [
-                sys.executable,
-                *("-m", "bench.callprobe", "--child"),
-                *("--calls", str(calls), "--long", str(long)),
-            ],
-            cwd=HERE.parent,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeError(f"a sample process failed: no answer in {exc.timeout} s") from None
-    if out.returncode != 0:
-        raise RuntimeError(f"a sample process failed ({out.returncode}): {out.stderr[-2000:]}")
-    try:
-        result: dict[str, Any] = json.loads(out.stdout)
-    except ValueError:
-        raise RuntimeError(f"a sample process failed: not JSON: {out.stdout[-500:]!r}") from None
-    return result
+    return sample_process("bench.callprobe", src, ["--calls", str(calls), "--long", str(long)])
 
 
 def _quartiles(values: list[float]) -> tuple[float, float]:

@@ -271,6 +271,35 @@ def probe_lengths(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     return lengths
 
 
+def sample_process(
+    module: str, src: Path, args: Sequence[str], *, timeout: float = 600.0
+) -> dict[str, Any]:
+    """One sample of a probe that compares versions of the library: ``python -m module
+    --child *args`` in a new process, with ``src`` (a version's ``src`` directory) first on
+    ``PYTHONPATH`` and this checkout after it (for ``bench``); the JSON object it prints."""
+    root = Path(__file__).resolve().parent.parent
+    paths = [str(src), str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", module, "--child", *args],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"a sample process failed: no answer in {exc.timeout} s") from None
+    if out.returncode != 0:
+        raise RuntimeError(f"a sample process failed ({out.returncode}): {out.stderr[-2000:]}")
+    try:
+        result: dict[str, Any] = json.loads(out.stdout)
+    except ValueError:
+        raise RuntimeError(f"a sample process failed: not JSON: {out.stdout[-500:]!r}") from None
+    return result
+
+
 def run_probe(script: Path, *args: object) -> dict[str, Any]:
     """Run a probe script in a fresh interpreter (nothing this process allocated counts) with
     this process's import path; return the JSON object it prints."""

@@ -485,3 +485,61 @@ def test_the_call_probe_refuses_bad_options_and_reports_a_failed_sample(
         _refused(callprobe.main, args, why, capsys)
     with pytest.raises(RuntimeError, match="a sample process failed"):
         callprobe._sample(tmp_path, 1)  # the child refuses its --calls
+
+
+def test_the_replay_parts_probe_splits_each_version_s_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import replayparts
+
+    src = Path(replayparts.__file__).resolve().parent.parent / "src"
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / "tachograph").symlink_to(src / "tachograph", target_is_directory=True)
+    args = ["--before", str(older), "--rounds", "2", "--calls", "20", "--pairs", "2", "--json"]
+    assert replayparts.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["before"]["tachograph"] == [str(older / "tachograph")]
+    assert result["after"]["tachograph"] == [str(src / "tachograph")]
+    for side in ("before", "after"):
+        row = result[side]
+        assert row["samples"] == 2
+        assert all(_number(row[name]) and row[name] > 0 for name in replayparts.PARTS[:4])
+        # the replay holds its two timed phases, and its read is the figure's floor's
+        assert row["load_ms"] + row["agent_ms"] < row["replay_ms"]
+        assert row["ratio"] == pytest.approx(row["read_ms"] / row["replay_ms"], rel=0.5)
+        assert row["agent_us_per_call"] > 0
+    assert result["after_higher_in"] in (0, 1, 2)
+    assert result["settings"] == {"rounds": 2, "calls": 20, "pairs": 2, "seed": 1}
+
+
+def test_the_replay_parts_summary_is_the_medians_of_its_samples() -> None:
+    from bench.replayparts import PARTS, summary
+
+    def row(ratio: float, agent_ms: float) -> dict[str, Any]:
+        values = dict.fromkeys(PARTS, 1.0)
+        return {**values, "agent_ms": agent_ms, "calls": 100, "ratio": ratio}
+
+    before = [row(0.4, 2.0), row(0.5, 1.0), row(0.6, 3.0)]
+    after = [row(0.3, 1.0), row(0.7, 1.0), row(0.5, 1.0)]
+    result = summary({"before": before, "after": after})
+    assert result["before"]["ratio"] == 0.5
+    assert result["before"]["agent_us_per_call"] == 20.0  # 2 ms over 100 calls
+    # paired by round: 0.3 < 0.4, 0.7 > 0.5, 0.5 < 0.6
+    assert result["after_higher_in"] == 1
+    assert "after_higher_in" not in summary({"after": after})
+
+
+def test_the_replay_parts_probe_refuses_bad_options_and_reports_a_failed_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import replayparts
+
+    for args, why in (
+        (["--rounds", "0"], "must be at least 1"),
+        (["--pairs", "0"], "must be at least 1"),
+        (["--before", str(tmp_path)], "no tachograph package in that directory"),
+    ):
+        _refused(replayparts.main, args, why, capsys)
+    with pytest.raises(RuntimeError, match="a sample process failed"):
+        replayparts._sample(tmp_path, 0, 1)  # the child refuses its --calls
