@@ -8,6 +8,7 @@ import hmac
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -409,15 +410,21 @@ def test_the_redactor_names_its_words_only_where_its_pre_check_is_all_it_asks() 
 def test_the_pre_check_in_process_payload_answers_as_the_redactor_would(
     payload: dict[Any, object], event_type: str
 ) -> None:
-    from tachograph.record.seal import process_payload
+    from tachograph.record.seal import process_payload, stored_if_untouched
 
     redactor = Redactor()
     expected = redactor(event_type, copy.deepcopy(payload))
+    stored = stored_if_untouched((redactor,), event_type, payload)
     got = process_payload((redactor,), event_type, payload)
     assert got == expected
     # the payload itself exactly when nothing in it was redacted (as the redactor hands back
     # what it leaves unchanged), a new object otherwise
     assert (got is payload) == (expected == payload)
+    # the bytes the replay compares are given only for a payload handed back untouched, and
+    # are its bytes as stored
+    if stored is not None:
+        assert got is payload
+        assert stored == orjson.dumps(payload)
 
 
 def test_a_secret_still_reaches_the_redactor_through_process_payload() -> None:

@@ -136,9 +136,24 @@ class Engine(Protocol):
     def serving(self) -> bool:
         """Whether recorded steps may still be served."""
 
-    def serve_call(self, ticket: CallTicket) -> None:
+    def serve_call(self, ticket: CallTicket, stored: bytes | None = None) -> None:
         """Serve ``ticket`` from the record (``ticket.served``), or leave it live; may raise
-        :class:`ReplayStopped`."""
+        :class:`ReplayStopped`. ``stored``, when known, is the request payload's bytes as
+        the recorder stores them (``seal.stored_if_untouched``)."""
+
+    def serve_same_call(
+        self,
+        session: Session,
+        name: str,
+        args_jcs: bytes,
+        payload: dict[str, Any],
+        stored: bytes,
+        effect: Effect,
+    ) -> CallTicket | None:
+        """Serve a tool call whose request ``payload`` (stored as ``stored``, untouched by
+        the processors; its arguments' JCS ``args_jcs``) is the next recorded step, in one
+        step, its key derived; or ``None``, with nothing consumed or derived, for
+        :meth:`serve_call` to decide."""
 
     def serve_step(self, type_: str, payload: dict[str, Any]) -> bool:
         """Match a decision or custom event; True when it must not be recorded."""

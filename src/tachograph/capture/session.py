@@ -38,6 +38,7 @@ from ..record.seal import (
     key_args,
     process_payload,
     prompt_hash,
+    stored_if_untouched,
     with_prompt_hash,
 )
 from .boundary import (
@@ -219,8 +220,18 @@ class Session:
                             "request's own"
                         )
                     payload[field_name] = value
-            # self.process(...), without its frame
-            payload = process_payload(processors, _TOOL_REQUESTED, payload)
+            # self.process(...), without its frame: the payload's stored bytes when the
+            # processors hand it back untouched (then compared as they are in replay)
+            stored = stored_if_untouched(processors, _TOOL_REQUESTED, payload)
+            if stored is None:
+                payload = process_payload(processors, _TOOL_REQUESTED, payload)
+            elif key is None and self._keeps_input and self.engine is not None:
+                # a replay's common call, served in one step (else the general path below)
+                served = self.engine.serve_same_call(
+                    self, name, request_jcs, payload, stored, effect
+                )
+                if served is not None:
+                    return served
             args = payload.get("args")  # key_args(_TOOL_REQUESTED, payload)
         else:
             payload = {"request": request, **(extra or {})}
@@ -229,6 +240,7 @@ class Session:
             # the prompt hash and the key come from the processed request (SPEC section 5)
             payload = with_prompt_hash(process_payload(processors, _MODEL_REQUEST, payload))
             args = key_args(_MODEL_REQUEST, payload)
+            stored = None
         # The key is derived from the processed arguments' own bytes (SPEC section 5): the
         # bytes checked above only when the processors handed the request back untouched and
         # none of them can have changed it in place (only redactors ran).
@@ -247,7 +259,7 @@ class Session:
         ticket = CallTicket(self, kind, name, payload, call_key, effect, model, seed)
         engine = self.engine
         if engine is not None and engine.serving():  # self.serving(), without its frame
-            engine.serve_call(ticket)
+            engine.serve_call(ticket, stored)
             if ticket.served or ticket.intent_recorded or ticket.compare_with is not None:
                 return ticket
         return self.go_live(ticket)

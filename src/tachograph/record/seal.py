@@ -41,6 +41,14 @@ from .keycount import RepeatCounter
 
 _dumps = orjson.dumps
 _T = TypeVar("_T")
+
+AS_STORED: Final = (
+    orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+"""``orjson.dumps`` options giving a payload's bytes as the recorder stores them (in the
+payload's own key order), except that anything but plain JSON types makes it raise."""
 _contains_any: Callable[[bytes, Any], bool] | None = (
     NATIVE.contains_any if NATIVE is not None else None
 )
@@ -53,6 +61,7 @@ _TOOL_REQUESTED: Final = EventType.TOOL_REQUESTED.value
 
 
 __all__ = [
+    "AS_STORED",
     "CASE_FOLDS",
     "HIDDEN",
     "KEY_SECRET_FIELD",
@@ -68,6 +77,7 @@ __all__ = [
     "process_payload",
     "prompt_hash",
     "sha256_text",
+    "stored_if_untouched",
     "trusts_untouched_unless",
     "untouched_bytes",
     "with_prompt_hash",
@@ -145,6 +155,46 @@ def hide_key_secret(type_: str, payload: dict[str, Any], *, mark: bool = False) 
     return shown
 
 
+def stored_if_untouched(
+    processors: Sequence[Processor], type_: str, payload: dict[str, Any]
+) -> bytes | None:
+    """``payload``'s bytes as stored (``orjson.dumps`` with :data:`AS_STORED`) when
+    :func:`process_payload` hands it back itself without asking a processor: there is none,
+    or a run's lone processor names its ``untouched_unless`` words (see :data:`Processor`)
+    and none of them occurs in those bytes. ``None``: the processors must be asked, or the
+    payload is not plain JSON.
+
+    A caller that gets ``None`` passes the payload to :func:`process_payload` (which makes
+    the same test again); one that gets bytes has the processed payload (the payload
+    itself) and its stored form, which replay compares with the recorded one."""
+    if not processors:
+        try:
+            return _dumps(payload, option=AS_STORED)
+        except TypeError:  # orjson.JSONEncodeError is one
+            return None
+    if (
+        type(processors) is not tuple
+        or len(processors) != 1
+        or type_ == _RUN_STARTED
+        or type(payload) is not dict
+        or _contains_any is None
+    ):
+        return None
+    first = processors[0]
+    words = first.untouched_unless if type(first) in _UNTOUCHED_TYPES else None  # type: ignore[attr-defined]
+    if words is None:
+        return None
+    try:
+        blob = _dumps(payload, option=AS_STORED)
+        low = blob.lower()  # untouched_bytes, inline: ASCII is most
+        found = _contains_any(low if low.isascii() else _fold_cases(low), words)
+    except (TypeError, ValueError):
+        # outside the plain types (the processor's own walk decides), or a table of another
+        # shape: the processor is asked
+        return None
+    return None if found else blob
+
+
 def process_payload(
     processors: Sequence[Processor], type_: str, payload: dict[str, Any]
 ) -> dict[str, Any]:
@@ -153,30 +203,9 @@ def process_payload(
 
     A lone processor that names its ``untouched_unless`` words (see :data:`Processor`) is
     asked only about a payload in which one of them occurs: for the others its answer is
-    the payload itself, and the test is the one it would make first (the default secrets
-    redactor on most events), without its two frames."""
-    if not processors:
+    the payload itself (:func:`stored_if_untouched`)."""
+    if not processors or stored_if_untouched(processors, type_, payload) is not None:
         return payload
-    if (
-        type(processors) is tuple
-        and len(processors) == 1
-        and type_ != _RUN_STARTED
-        and type(payload) is dict
-    ):
-        first = processors[0]
-        words = first.untouched_unless if type(first) in _UNTOUCHED_TYPES else None  # type: ignore[attr-defined]
-        if words is not None and _contains_any is not None:
-            try:
-                blob = _dumps(payload).lower()  # untouched_bytes, inline: ASCII is most
-                if not blob.isascii():
-                    blob = _fold_cases(blob)
-                found = _contains_any(blob, words)
-            except (TypeError, ValueError):
-                # outside the profile (the processor's own walk decides), or a table of
-                # another shape: the processor is asked
-                found = True
-            if not found:
-                return payload
     secret = payload.get(KEY_SECRET_FIELD) if type_ == _RUN_STARTED else None
     if secret is not None:
         payload = hide_key_secret(type_, payload)

@@ -194,6 +194,15 @@ class ReplayEngine:
         )
         # the matcher's completions by key, read once per served call without its frame
         self._completions = self.matcher.completions
+        # whether serve_same_call may serve a call: a replay matched in order that neither
+        # re-runs pure tools, nor copies what it serves, nor replaces an answer
+        self._same_calls = (
+            mode == "replay"
+            and match != "key"
+            and not rerun_pure
+            and not copy_served
+            and override is None
+        )
 
     # -- the Engine protocol ---------------------------------------------------------------
 
@@ -230,11 +239,16 @@ class ReplayEngine:
     def recorded_completion(self, key: str | None) -> Event | None:
         return self.matcher.completion(key)
 
-    def serve_call(self, ticket: CallTicket) -> None:
+    def serve_call(self, ticket: CallTicket, stored: bytes | None = None) -> None:
         if ticket.kind is MODEL_CALL and ticket.model is not None:
             self.models_asked.add(ticket.model)
         matched = self.matcher.expect(
-            ticket.request_type, ticket.payload, ticket.key, ticket.name, model=ticket.model
+            ticket.request_type,
+            ticket.payload,
+            ticket.key,
+            ticket.name,
+            model=ticket.model,
+            stored=stored,
         )
         if matched is None:
             return  # live: the session records the intent
@@ -271,6 +285,49 @@ class ReplayEngine:
         ticket.value = value
         ticket.error = error
         ticket.completion = completion
+
+    def serve_same_call(
+        self,
+        session: Session,
+        name: str,
+        args_jcs: bytes,
+        payload: dict[str, Any],
+        stored: bytes,
+        effect: Effect,
+    ) -> CallTicket | None:
+        """A replay's common tool call, served in one step: the next recorded step is this
+        call with the same stored bytes (``stored``, the request payload as the recorder
+        writes it, untouched by the processors) and its recorded completion is a plain
+        result. The call's key is derived as :meth:`Session.begin_call` derives it, the step
+        is consumed, and the served ticket is handed back: what :meth:`serve_call` gives for
+        such a call. ``None``, with nothing consumed or derived: anything else (the general
+        path decides, and reports)."""
+        if not self._same_calls:
+            return None
+        matcher = self.matcher
+        if matcher.stopped or matcher._left <= 0:
+            return None
+        expected = matcher.same_next_call(stored)
+        if expected is None:
+            return None
+        key = expected.idempotency_key
+        completion = self._completions.get(key) if key is not None else None
+        if completion is None or completion.type != _TOOL_COMPLETED:
+            return None
+        answer = completion.payload
+        if answer is None or answer.get("dry_run") is True:  # erased, or simulated
+            return None
+        # from here on, nothing refuses the call: its key is counted once
+        call_key = session.keys.fresh_key(name, args_jcs)
+        if call_key is None:
+            call_key = session.make_key(name, payload["args"], None, args_jcs=args_jcs)
+        matcher.take(expected)
+        matcher.served += 1  # its completion, as serve_call counts it
+        ticket = CallTicket(session, TOOL_CALL, name, payload, call_key, effect, None, None)
+        ticket.served = True
+        ticket.value = answer.get("result")
+        ticket.completion = completion
+        return ticket
 
     def serve_step(self, type_: str, payload: dict[str, Any]) -> bool:
         matched = self.matcher.expect(type_, payload, None, None)

@@ -14,19 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from orjson import (
-    OPT_PASSTHROUGH_DATACLASS,
-    OPT_PASSTHROUGH_DATETIME,
-    OPT_PASSTHROUGH_SUBCLASS,
-    JSONEncodeError,
-    dumps,
-)
+from orjson import dumps
 
 from ..capture.boundary import ReplayStopped
 from ..providers.normal import compare_requests, is_http_form
 from ..record.canonical import canonical, loads
 from ..record.event import Event, EventType
-from ..record.seal import Processor
+from ..record.seal import AS_STORED, Processor
 from .diff import Change, diff_values
 from .report import Candidate, DivergenceItem, DivergenceKind
 
@@ -54,9 +48,6 @@ _RUN_STARTED = EventType.RUN_STARTED.value
 _RUN_FINISHED = EventType.RUN_FINISHED.value
 _MODEL_REQUEST = EventType.MODEL_REQUEST.value
 _TOOL_REQUESTED = EventType.TOOL_REQUESTED.value
-# How the recorder writes a payload's bytes (in its own key order), except that anything but
-# plain JSON types makes dumps raise: such a payload takes the general comparison.
-_AS_STORED = OPT_PASSTHROUGH_DATACLASS | OPT_PASSTHROUGH_DATETIME | OPT_PASSTHROUGH_SUBCLASS
 UNCOMPARED = frozenset({"meta"})
 """Payload fields recorded but never compared: the metadata a call carried (an MCP request's
 ``_meta``, a W3C ``traceparent``), which differs from run to run without changing the call."""
@@ -315,16 +306,24 @@ class Matcher:
         name: str | None,
         *,
         model: str | None = None,
+        stored: bytes | None = None,
     ) -> Event | None:
         """Match the agent's next step against the record. Returns the matched event, or None
         when the step is to be done live (or, in collect mode, has no counterpart). Records
         divergences; raises :class:`ReplayStopped` when the replay cannot go on. ``payload``
-        has already been through the recording's processors."""
+        has already been through the recording's processors; ``stored``, when known, is its
+        bytes as the recorder would store them (``orjson.dumps`` with ``AS_STORED``)."""
         if self.stopped:
             raise ReplayStopped
         if self.match != "key" and type_ == _TOOL_REQUESTED and self._left > 0:
-            same = self._take_same_next_call(payload)
+            if stored is None:
+                try:
+                    stored = dumps(payload, option=AS_STORED)
+                except TypeError:  # orjson.JSONEncodeError is one: the general path decides
+                    stored = None
+            same = self.same_next_call(stored) if stored is not None else None
             if same is not None:
+                self.take(same)
                 return same
         if name is None:
             name = _probe_name(type_, payload)
@@ -366,12 +365,15 @@ class Matcher:
         self._consume(expected)
         return expected
 
-    def _take_same_next_call(self, payload: dict[str, Any]) -> Event | None:
-        """Strict matching's common step, in one frame: the next recorded step is a tool call
-        whose stored payload bytes are the agent's payload's as the recorder writes them
-        (orjson, in the payload's own order). The same bytes are the same JSON value, so
-        :meth:`_compare` would find no change: the step is consumed and returned. ``None``:
-        anything else, which the general path decides (and reports)."""
+    def same_next_call(self, mine: bytes) -> Event | None:
+        """Strict matching's common step, found in one frame: the next recorded step, when it
+        is a tool call whose stored payload bytes are ``mine``, the agent's payload as the
+        recorder writes them (``orjson.dumps`` with ``AS_STORED``, in the payload's own
+        order). The same bytes are the same JSON value, so :meth:`_compare` would find no
+        change. Not consumed (:meth:`take`). ``None``: anything else, which the general path
+        decides (and reports)."""
+        if self._from_trace:
+            return None
         stream = self._stream
         cursor = self._cursor
         consumed = self._consumed
@@ -381,28 +383,24 @@ class Matcher:
         if cursor == len(stream):
             return None
         expected = stream[cursor]
-        stored = expected.payload_bytes
         if (
             expected.type != _TOOL_REQUESTED
-            or stored is None
             or expected.payload is None  # erased: the general path reports it
-            or self._from_trace
+            or expected.payload_bytes != mine
         ):
             return None
-        try:
-            mine = dumps(payload, option=_AS_STORED)
-        except (TypeError, JSONEncodeError):
-            return None
-        if mine != stored:
-            return None
-        # self._consume(expected), without its two frames
+        return expected
+
+    def take(self, expected: Event) -> None:
+        """Consume the step :meth:`same_next_call` found, as :meth:`expect` consumes a step
+        it matched (without :meth:`_consume`'s two frames)."""
+        consumed = self._consumed
         if expected.seq not in consumed:  # another of the agent's threads may have taken it
             consumed.add(expected.seq)
             self._left -= 1
         self.served += 1
         if self.on_served is not None:
             self.on_served(expected)
-        return expected
 
     def _model_changed(
         self, expected: Event, payload: dict[str, Any], model: str, changes: list[Change]
