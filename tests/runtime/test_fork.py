@@ -283,6 +283,36 @@ def test_a_child_forked_while_other_threads_record_is_told_not_left_waiting(
     assert all(args != {"i": -1} for _, args in _tools_of(tmp_path, str(out["run_id"])))
 
 
+def test_a_child_forked_while_a_key_was_being_derived_is_told_not_left_waiting(
+    tmp_path: Path,
+) -> None:
+    """A repeated call's key is numbered under the session's key lock; a thread of the parent
+    holding it at the fork left the child's next repeated call waiting on it for good (one
+    run in six of the test above without the compiled helpers, where every call takes it).
+    The lock is held here by the forking thread itself, which is the same to the child."""
+    out = _run(
+        tmp_path,
+        """
+        import signal
+        from tachograph.capture.session import current_session
+
+        def repeat():
+            signal.alarm(20)  # a child left waiting ends, and says so
+            return look(1)
+
+        with tachograph.record(store, actor="t") as run:
+            look(1)
+            with current_session()._key_lock:
+                out["child"] = in_child(repeat)
+            look(1)
+        out["run_id"] = run.run_id
+        """,
+    )
+    assert out["child"] == {"error": "WriteFailed", "message": out["child"]["message"]}
+    assert "forked" in str(out["child"]["message"])
+    assert [args for _, args in _tools_of(tmp_path, str(out["run_id"]))] == [{"i": 1}] * 2
+
+
 def test_a_child_leaving_a_run_that_opened_its_store_does_not_close_the_parents(
     tmp_path: Path,
 ) -> None:

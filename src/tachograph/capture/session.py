@@ -22,9 +22,11 @@ it, threads do not (``threading.Thread`` starts with an empty context; hand work
 from __future__ import annotations
 
 import contextvars
+import os
 import random
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -75,6 +77,23 @@ _WRITE: Final = Effect.WRITE
 _EFFECT_NAMES: Final = {e: e.value for e in Effect}
 
 
+_SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()
+"""The sessions alive in this process, for :func:`_after_fork_in_child`."""
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while another thread of the parent numbered a repeated call's key holds
+    that session's key lock for good: each session gets a new one, so that the child's own
+    call gets as far as the recorder, which refuses it (the run has one writer: see
+    ``capture/recorder.py``)."""
+    for session in list(_SESSIONS):
+        session._key_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def current_session() -> Session | None:
     """The session of the current context, or None outside any run."""
     return _current.get()
@@ -118,6 +137,7 @@ class Session:
         else:
             self.keys = KeyDeriver(run_id, key_secret)
         self._key_lock = threading.Lock()
+        _SESSIONS.add(self)  # its lock made anew in a forked child
         self._rng: random.Random | None = None
         self._seed = seed
         self._token: contextvars.Token[Session | None] | None = None
