@@ -23,17 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-from .common import sample_process
+from .common import alternating, sample_process, versions
 
 __all__ = ["main", "summary"]
 
-HERE = Path(__file__).resolve().parent
 PER_PROCESS = 7
 """Runs and floors a sample process times, of which it reports the medians."""
 
@@ -135,21 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(_child(args.calls, args.long)))
         return 0
-    sides = {"after": HERE.parent / "src"}
-    if args.before is not None:
-        before = Path(args.before).resolve()
-        if not (before / "tachograph" / "__init__.py").is_file():
-            parser.error(f"--before {args.before}: no tachograph package in that directory")
-        sides = {"before": before, **sides}
-    rng = random.Random(args.seed)
-    samples: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
-    for done in range(args.rounds):
-        order = list(sides)
-        rng.shuffle(order)
-        for side in order:
-            samples[side].append(_sample(sides[side], args.calls, args.long))
-        if not args.json:
-            print(f"round {done + 1}/{args.rounds}", file=sys.stderr, end="\r", flush=True)
+    sides = versions(parser, args.before)
+
+    def sample(src: Path) -> dict[str, Any]:
+        return _sample(src, args.calls, args.long)
+
+    samples = alternating(sides, args.rounds, args.seed, sample, quiet=args.json)
     result = summary(samples)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     result["settings"] = {
@@ -162,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    print(file=sys.stderr)
     print(f"{'version':<8} {'ratio':>7} {'quartiles':>15} {'call us':>9} {'floor us':>9}  samples")
     for side in sides:
         r = result[side]

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import pstats
+import random
 import sqlite3
 import statistics
 import subprocess
@@ -298,6 +299,44 @@ def sample_process(
     except ValueError:
         raise RuntimeError(f"a sample process failed: not JSON: {out.stdout[-500:]!r}") from None
     return result
+
+
+def versions(parser: argparse.ArgumentParser, before: str | None) -> dict[str, Path]:
+    """The ``src`` directories a side-by-side probe compares, by name: ``before``, the older
+    one named (``--before``; a usage error when it holds no ``tachograph`` package), then
+    ``after``, this checkout's."""
+    sides = {"after": Path(__file__).resolve().parent.parent / "src"}
+    if before is None:
+        return sides
+    older = Path(before).resolve()
+    if not (older / "tachograph" / "__init__.py").is_file():
+        parser.error(f"--before {before}: no tachograph package in that directory")
+    return {"before": older, **sides}
+
+
+def alternating(
+    sides: dict[str, Path],
+    rounds: int,
+    seed: int,
+    sample: Callable[[Path], dict[str, Any]],
+    *,
+    quiet: bool = False,
+) -> dict[str, list[dict[str, Any]]]:
+    """``rounds`` samples of each version (``sample(src)``), one of each a round, in a new
+    order each round (seeded ``seed``); the round reached is shown on stderr unless
+    ``quiet``."""
+    rng = random.Random(seed)
+    samples: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    for done in range(rounds):
+        order = list(sides)
+        rng.shuffle(order)
+        for side in order:
+            samples[side].append(sample(sides[side]))
+        if not quiet:
+            print(f"round {done + 1}/{rounds}", file=sys.stderr, end="\r", flush=True)
+    if not quiet:
+        print(file=sys.stderr)
+    return samples
 
 
 def run_probe(script: Path, *args: object) -> dict[str, Any]:

@@ -21,18 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .common import sample_process
+from .common import alternating, sample_process, versions
 
 __all__ = ["PARTS", "main", "summary"]
 
-HERE = Path(__file__).resolve().parent
 PARTS = ("read_ms", "replay_ms", "load_ms", "agent_ms", "rest_ms")
 
 
@@ -140,21 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(_child(args.calls, args.pairs)))
         return 0
-    sides = {"after": HERE.parent / "src"}
-    if args.before is not None:
-        before = Path(args.before).resolve()
-        if not (before / "tachograph" / "__init__.py").is_file():
-            parser.error(f"--before {args.before}: no tachograph package in that directory")
-        sides = {"before": before, **sides}
-    rng = random.Random(args.seed)
-    samples: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
-    for done in range(args.rounds):
-        order = list(sides)
-        rng.shuffle(order)
-        for side in order:
-            samples[side].append(_sample(sides[side], args.calls, args.pairs))
-        if not args.json:
-            print(f"round {done + 1}/{args.rounds}", file=sys.stderr, end="\r", flush=True)
+    sides = versions(parser, args.before)
+
+    def sample(src: Path) -> dict[str, Any]:
+        return _sample(src, args.calls, args.pairs)
+
+    samples = alternating(sides, args.rounds, args.seed, sample, quiet=args.json)
     result = summary(samples)
     result["settings"] = {
         "rounds": args.rounds,
@@ -165,7 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    print(file=sys.stderr)
     head = " ".join(f"{name:>10}" for name in PARTS)
     print(f"{'version':<8} {head} {'ratio':>7} {'us/call':>8}  samples")
     for side in sides:

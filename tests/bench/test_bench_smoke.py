@@ -46,6 +46,17 @@ def _probe(
     return result
 
 
+def _older_src(tmp_path: Path) -> tuple[Path, Path]:
+    """This checkout's ``src`` and an "older" one for a side-by-side probe: a directory in
+    ``tmp_path`` whose ``tachograph`` links to this one, so each side's samples show which
+    tree they imported."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / "tachograph").symlink_to(src / "tachograph", target_is_directory=True)
+    return src, older
+
+
 def _refused(
     main: Callable[[list[str]], Any], args: list[str], why: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -412,10 +423,7 @@ def test_the_call_probe_measures_the_older_src_it_is_given(
 ) -> None:
     from bench import callprobe
 
-    src = Path(callprobe.__file__).resolve().parent.parent / "src"
-    older = tmp_path / "older"
-    older.mkdir()
-    (older / "tachograph").symlink_to(src / "tachograph", target_is_directory=True)
+    src, older = _older_src(tmp_path)
     args = ["--before", str(older), "--rounds", "2", "--calls", "100", "--json"]
     assert callprobe.main(args) == 0
     result = json.loads(capsys.readouterr().out)
@@ -492,10 +500,7 @@ def test_the_replay_parts_probe_splits_each_version_s_replay(
 ) -> None:
     from bench import replayparts
 
-    src = Path(replayparts.__file__).resolve().parent.parent / "src"
-    older = tmp_path / "older"
-    older.mkdir()
-    (older / "tachograph").symlink_to(src / "tachograph", target_is_directory=True)
+    src, older = _older_src(tmp_path)
     args = ["--before", str(older), "--rounds", "2", "--calls", "20", "--pairs", "2", "--json"]
     assert replayparts.main(args) == 0
     result = json.loads(capsys.readouterr().out)
