@@ -241,8 +241,13 @@ class Session:
                         )
                     payload[field_name] = value
             # self.process(...), without its frame: the payload's stored bytes when the
-            # processors hand it back untouched (then compared as they are in replay)
-            stored = stored_if_untouched(processors, _TOOL_REQUESTED, payload)
+            # processors hand it back untouched (then compared as they are in replay); with
+            # no processor and nothing to serve, neither is needed
+            stored = (
+                stored_if_untouched(processors, _TOOL_REQUESTED, payload)
+                if processors or self.engine is not None
+                else None
+            )
             if stored is None:
                 payload = process_payload(processors, _TOOL_REQUESTED, payload)
             elif key is None and self._keeps_input and self.engine is not None:

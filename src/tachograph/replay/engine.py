@@ -305,7 +305,7 @@ class ReplayEngine:
         if not self._same_calls:
             return None
         matcher = self.matcher
-        if matcher.stopped or matcher._left <= 0:
+        if matcher.stopped:  # the general path raises ReplayStopped
             return None
         expected = matcher.same_next_call(stored)
         if expected is None:

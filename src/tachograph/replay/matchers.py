@@ -372,7 +372,7 @@ class Matcher:
         order). The same bytes are the same JSON value, so :meth:`_compare` would find no
         change. Not consumed (:meth:`take`). ``None``: anything else, which the general path
         decides (and reports)."""
-        if self._from_trace:
+        if self._from_trace or self._left <= 0:
             return None
         stream = self._stream
         cursor = self._cursor
