@@ -427,6 +427,38 @@ def test_the_pre_check_in_process_payload_answers_as_the_redactor_would(
         assert stored == orjson.dumps(payload)
 
 
+_PROCESSOR_TUPLES = (
+    (),
+    (Redactor(),),
+    (Redactor(kinds=frozenset({"email"}), keyring=KEY),),
+    (Redactor(rules=(Rule("$.args.note"),), keyring=KEY),),  # no words: asked
+    (Redactor(), Redactor()),  # not a lone processor: asked
+    (lambda type_, payload: payload,),  # not a trusted class: asked
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(_keys, _values, max_size=5),
+    st.sampled_from(["tool.requested", "tool.completed", "model.request"]),
+    st.sampled_from(range(len(_PROCESSOR_TUPLES))),
+)
+def test_the_test_found_once_per_run_answers_as_stored_if_untouched(
+    payload: dict[Any, object], event_type: str, which: int
+) -> None:
+    """A session finds its processors' words once (untouched_words) and tests each request
+    with them (stored_untouched): the same bytes, or the same refusal, as stored_if_untouched
+    gives for any payload of a type other than run.started."""
+    from tachograph.record.seal import stored_if_untouched, stored_untouched, untouched_words
+
+    processors = _PROCESSOR_TUPLES[which]
+    words = untouched_words(processors)
+    once = stored_untouched(words, payload) if words is not None else None
+    assert once == stored_if_untouched(processors, event_type, payload)
+    if not processors:
+        assert words is not None  # no processor: the bytes alone, never asked
+
+
 def test_a_secret_still_reaches_the_redactor_through_process_payload() -> None:
     from tachograph.record.seal import process_payload
 

@@ -40,7 +40,8 @@ from ..record.seal import (
     key_args,
     process_payload,
     prompt_hash,
-    stored_if_untouched,
+    stored_untouched,
+    untouched_words,
     with_prompt_hash,
 )
 from .boundary import (
@@ -125,6 +126,8 @@ class Session:
         # them alone, a request the processors hand back as it was still has the canonical
         # bytes checked before processing, and its key is derived from those.
         self._keeps_input = all(type(p) is Redactor for p in self.processors)
+        # what stored_if_untouched looks for in a request, for this fixed tuple
+        self._untouched_words = untouched_words(self.processors)
         self.dry_run = dry_run
         self.used_dry_run = False
         self.notes: list[str] = []
@@ -243,9 +246,10 @@ class Session:
             # self.process(...), without its frame: the payload's stored bytes when the
             # processors hand it back untouched (then compared as they are in replay); with
             # no processor and nothing to serve, neither is needed
+            words = self._untouched_words  # stored_if_untouched, its test found once
             stored = (
-                stored_if_untouched(processors, _TOOL_REQUESTED, payload)
-                if processors or self.engine is not None
+                stored_untouched(words, payload)
+                if words is not None and (processors or self.engine is not None)
                 else None
             )
             if stored is None:

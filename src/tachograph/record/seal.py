@@ -65,6 +65,7 @@ __all__ = [
     "CASE_FOLDS",
     "HIDDEN",
     "KEY_SECRET_FIELD",
+    "NO_PROCESSOR",
     "KeyDeriver",
     "Processor",
     "Sealer",
@@ -78,8 +79,10 @@ __all__ = [
     "prompt_hash",
     "sha256_text",
     "stored_if_untouched",
+    "stored_untouched",
     "trusts_untouched_unless",
     "untouched_bytes",
+    "untouched_words",
     "with_prompt_hash",
 ]
 
@@ -155,6 +158,42 @@ def hide_key_secret(type_: str, payload: dict[str, Any], *, mark: bool = False) 
     return shown
 
 
+NO_PROCESSOR: Final = b""
+"""What :func:`untouched_words` gives for no processor at all: every plain payload is
+handed back untouched, no word to look for."""
+
+
+def untouched_words(processors: Sequence[Processor]) -> Any:
+    """The words :func:`stored_if_untouched` looks for in a payload of a run with these
+    ``processors`` (other than ``run.started``), found once for a run's fixed tuple:
+    :data:`NO_PROCESSOR` when there is none, the lone processor's ``untouched_unless``
+    words (see :data:`Processor`) when it names them, else ``None`` (the processors must
+    be asked). With :func:`stored_untouched`, the same test in one call per payload."""
+    if not processors:
+        return NO_PROCESSOR
+    if type(processors) is not tuple or len(processors) != 1 or _contains_any is None:
+        return None
+    first = processors[0]
+    return first.untouched_unless if type(first) in _UNTOUCHED_TYPES else None  # type: ignore[attr-defined]
+
+
+def stored_untouched(words: Any, payload: dict[str, Any]) -> bytes | None:
+    """``payload``'s bytes as stored when processors whose :func:`untouched_words` are
+    ``words`` (not ``None``) hand it back untouched; else ``None`` (it is not plain JSON,
+    or one of the words occurs: the processors must be asked)."""
+    try:
+        blob = _dumps(payload, option=AS_STORED)
+        if words is NO_PROCESSOR:
+            return blob
+        low = blob.lower()  # untouched_bytes, inline: ASCII is most
+        found = _contains_any(low if low.isascii() else _fold_cases(low), words)  # type: ignore[misc]
+    except (TypeError, ValueError):
+        # outside the plain types (the processor's own walk decides), or a table of another
+        # shape: the processor is asked
+        return None
+    return None if found else blob
+
+
 def stored_if_untouched(
     processors: Sequence[Processor], type_: str, payload: dict[str, Any]
 ) -> bytes | None:
@@ -166,12 +205,17 @@ def stored_if_untouched(
 
     A caller that gets ``None`` passes the payload to :func:`process_payload` (which makes
     the same test again); one that gets bytes has the processed payload (the payload
-    itself) and its stored form, which replay compares with the recorded one."""
+    itself) and its stored form, which replay compares with the recorded one. A caller
+    with one tuple of processors for many payloads finds their words once
+    (:func:`untouched_words`) and tests each with :func:`stored_untouched`: the same
+    answer for a ``dict`` payload of any other type than ``run.started``."""
     if not processors:
         try:
             return _dumps(payload, option=AS_STORED)
         except TypeError:  # orjson.JSONEncodeError is one
             return None
+    # this function's own test, inline (it runs once per recorded event): the same as
+    # untouched_words, then stored_untouched
     if (
         type(processors) is not tuple
         or len(processors) != 1
@@ -189,8 +233,6 @@ def stored_if_untouched(
         low = blob.lower()  # untouched_bytes, inline: ASCII is most
         found = _contains_any(low if low.isascii() else _fold_cases(low), words)
     except (TypeError, ValueError):
-        # outside the plain types (the processor's own walk decides), or a table of another
-        # shape: the processor is asked
         return None
     return None if found else blob
 

@@ -298,34 +298,22 @@ class ReplayEngine:
         """A replay's common tool call, served in one step: the next recorded step is this
         call with the same stored bytes (``stored``, the request payload as the recorder
         writes it, untouched by the processors) and its recorded completion is a plain
-        result. The call's key is derived as :meth:`Session.begin_call` derives it, the step
-        is consumed, and the served ticket is handed back: what :meth:`serve_call` gives for
-        such a call. ``None``, with nothing consumed or derived: anything else (the general
-        path decides, and reports)."""
+        result (:meth:`Matcher.same_call`, which takes the step). The call's key is then
+        derived as :meth:`Session.begin_call` derives it, and the served ticket is handed
+        back: what :meth:`serve_call` gives for such a call. ``None``, with nothing consumed
+        or derived: anything else (the general path decides, and reports)."""
         if not self._same_calls:
             return None
-        matcher = self.matcher
-        if matcher.stopped:  # the general path raises ReplayStopped
+        completion = self.matcher.same_call(stored)
+        if completion is None:
             return None
-        expected = matcher.same_next_call(stored)
-        if expected is None:
-            return None
-        key = expected.idempotency_key
-        completion = self._completions.get(key) if key is not None else None
-        if completion is None or completion.type != _TOOL_COMPLETED:
-            return None
-        answer = completion.payload
-        if answer is None or answer.get("dry_run") is True:  # erased, or simulated
-            return None
-        # from here on, nothing refuses the call: its key is counted once
+        # the step is taken: the call's key is counted once, as begin_call counts it
         call_key = session.keys.fresh_key(name, args_jcs)
         if call_key is None:
             call_key = session.make_key(name, payload["args"], None, args_jcs=args_jcs)
-        matcher.take(expected)
-        matcher.served += 1  # its completion, as serve_call counts it
         ticket = CallTicket(session, TOOL_CALL, name, payload, call_key, effect, None, None)
         ticket.served = True
-        ticket.value = answer.get("result")
+        ticket.value = completion.payload.get("result")  # a plain result (same_call)
         ticket.completion = completion
         return ticket
 

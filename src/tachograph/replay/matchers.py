@@ -48,6 +48,7 @@ _RUN_STARTED = EventType.RUN_STARTED.value
 _RUN_FINISHED = EventType.RUN_FINISHED.value
 _MODEL_REQUEST = EventType.MODEL_REQUEST.value
 _TOOL_REQUESTED = EventType.TOOL_REQUESTED.value
+_TOOL_COMPLETED = EventType.TOOL_COMPLETED.value
 UNCOMPARED = frozenset({"meta"})
 """Payload fields recorded but never compared: the metadata a call carried (an MCP request's
 ``_meta``, a W3C ``traceparent``), which differs from run to run without changing the call."""
@@ -390,6 +391,29 @@ class Matcher:
         ):
             return None
         return expected
+
+    def same_call(self, mine: bytes) -> Event | None:
+        """A replay's common tool call, matched and taken in one call: the next recorded
+        step is a tool call stored as ``mine`` (see :meth:`same_next_call`) and its recorded
+        completion is a plain result (``tool.completed``, not erased, not a dry run). The
+        step is consumed, and counted served with its completion (as :meth:`expect` and the
+        engine's ``serve_call`` count them); the completion is returned. ``None``, with
+        nothing consumed: anything else, which the general path decides (and reports)."""
+        if self.stopped:  # the general path raises ReplayStopped
+            return None
+        expected = self.same_next_call(mine)
+        if expected is None:
+            return None
+        key = expected.idempotency_key
+        completion = self._completions.get(key) if key is not None else None
+        if completion is None or completion.type != _TOOL_COMPLETED:
+            return None
+        answer = completion.payload
+        if answer is None or answer.get("dry_run") is True:  # erased, or simulated
+            return None
+        self.take(expected)
+        self.served += 1  # its completion, as the engine's serve_call counts it
+        return completion
 
     def take(self, expected: Event) -> None:
         """Consume the step :meth:`same_next_call` found, as :meth:`expect` consumes a step
