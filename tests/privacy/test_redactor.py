@@ -27,6 +27,7 @@ from tachograph.privacy import (
 )
 from tachograph.privacy.redactor import _any_of
 from tachograph.record.compiled import NATIVE
+from tachograph.record.seal import trusts_untouched_unless
 
 from .planted import CARD, EMAIL, IBAN, IP, JWT, KEY, OPENAI, PHONE, PRIVATE_KEY, STRIPE
 
@@ -427,13 +428,27 @@ def test_the_pre_check_in_process_payload_answers_as_the_redactor_would(
         assert stored == orjson.dumps(payload)
 
 
-_PROCESSOR_TUPLES = (
+@trusts_untouched_unless
+class _EmptyWords:
+    """A trusted class whose words are an empty ``bytes``, not the 256 entries a processor
+    must name: never taken for "no processor" (it is asked, as stored_if_untouched asks it)."""
+
+    untouched_unless = b""
+
+    def __call__(self, event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+        return {**payload, "seen": True}
+
+
+_PROCESSOR_TUPLES: tuple[Any, ...] = (
     (),
+    [],  # a list, not a tuple: no processor either way
     (Redactor(),),
+    [Redactor()],  # a list, not a tuple: asked
     (Redactor(kinds=frozenset({"email"}), keyring=KEY),),
     (Redactor(rules=(Rule("$.args.note"),), keyring=KEY),),  # no words: asked
     (Redactor(), Redactor()),  # not a lone processor: asked
     (lambda type_, payload: payload,),  # not a trusted class: asked
+    (_EmptyWords(),),  # words of another shape: asked
 )
 
 
@@ -449,14 +464,21 @@ def test_the_test_found_once_per_run_answers_as_stored_if_untouched(
     """A session finds its processors' words once (untouched_words) and tests each request
     with them (stored_untouched): the same bytes, or the same refusal, as stored_if_untouched
     gives for any payload of a type other than run.started."""
-    from tachograph.record.seal import stored_if_untouched, stored_untouched, untouched_words
+    from tachograph.record.seal import (
+        NO_PROCESSOR,
+        stored_if_untouched,
+        stored_untouched,
+        untouched_words,
+    )
 
     processors = _PROCESSOR_TUPLES[which]
     words = untouched_words(processors)
     once = stored_untouched(words, payload) if words is not None else None
     assert once == stored_if_untouched(processors, event_type, payload)
     if not processors:
-        assert words is not None  # no processor: the bytes alone, never asked
+        assert words is NO_PROCESSOR  # the bytes alone, never asked
+    else:
+        assert words is not NO_PROCESSOR
 
 
 def test_a_secret_still_reaches_the_redactor_through_process_payload() -> None:

@@ -139,7 +139,7 @@ class Engine(Protocol):
     def serve_call(self, ticket: CallTicket, stored: bytes | None = None) -> None:
         """Serve ``ticket`` from the record (``ticket.served``), or leave it live; may raise
         :class:`ReplayStopped`. ``stored``, when known, is the request payload's bytes as
-        the recorder stores them (``seal.stored_if_untouched``)."""
+        the recorder stores them (``seal.stored_untouched``)."""
 
     def serve_same_call(
         self,

@@ -69,6 +69,7 @@ __all__ = [
     "KeyDeriver",
     "Processor",
     "Sealer",
+    "UntouchedWords",
     "default_key",
     "hide_key_secret",
     "key_args",
@@ -158,26 +159,47 @@ def hide_key_secret(type_: str, payload: dict[str, Any], *, mark: bool = False) 
     return shown
 
 
-NO_PROCESSOR: Final = b""
+class _NoProcessor:
+    """The type of :data:`NO_PROCESSOR`: one object, which no processor's words can be."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_PROCESSOR"
+
+
+NO_PROCESSOR: Final = _NoProcessor()
 """What :func:`untouched_words` gives for no processor at all: every plain payload is
-handed back untouched, no word to look for."""
+handed back untouched, no word to look for. An object of its own, so that no words a
+processor names (an empty ``bytes`` among them) can be taken for it."""
+
+UntouchedWords = tuple[tuple[bytes, ...] | None, ...]
+"""A processor's ``untouched_unless`` words, as ``native.contains_any`` reads them: 256
+entries, by first byte (see :data:`Processor`)."""
 
 
-def untouched_words(processors: Sequence[Processor]) -> Any:
+def untouched_words(processors: Sequence[Processor]) -> UntouchedWords | _NoProcessor | None:
     """The words :func:`stored_if_untouched` looks for in a payload of a run with these
     ``processors`` (other than ``run.started``), found once for a run's fixed tuple:
     :data:`NO_PROCESSOR` when there is none, the lone processor's ``untouched_unless``
-    words (see :data:`Processor`) when it names them, else ``None`` (the processors must
-    be asked). With :func:`stored_untouched`, the same test in one call per payload."""
+    words (see :data:`Processor`) when it names them, else ``None``: the processors must
+    be asked (several of them, one of another class, one that names no words, or no
+    compiled helpers to look for words with). With :func:`stored_untouched`, the same test
+    in one call per payload."""
     if not processors:
         return NO_PROCESSOR
     if type(processors) is not tuple or len(processors) != 1 or _contains_any is None:
         return None
     first = processors[0]
-    return first.untouched_unless if type(first) in _UNTOUCHED_TYPES else None  # type: ignore[attr-defined]
+    words: UntouchedWords | None = (
+        first.untouched_unless if type(first) in _UNTOUCHED_TYPES else None  # type: ignore[attr-defined]
+    )
+    return words
 
 
-def stored_untouched(words: Any, payload: dict[str, Any]) -> bytes | None:
+def stored_untouched(
+    words: UntouchedWords | _NoProcessor, payload: dict[str, Any]
+) -> bytes | None:
     """``payload``'s bytes as stored when processors whose :func:`untouched_words` are
     ``words`` (not ``None``) hand it back untouched; else ``None`` (it is not plain JSON,
     or one of the words occurs: the processors must be asked)."""
@@ -188,8 +210,8 @@ def stored_untouched(words: Any, payload: dict[str, Any]) -> bytes | None:
         low = blob.lower()  # untouched_bytes, inline: ASCII is most
         found = _contains_any(low if low.isascii() else _fold_cases(low), words)  # type: ignore[misc]
     except (TypeError, ValueError):
-        # outside the plain types (the processor's own walk decides), or a table of another
-        # shape: the processor is asked
+        # outside the plain types (the processor's own walk decides), or words of another
+        # shape (contains_any refuses them): the processor is asked
         return None
     return None if found else blob
 
