@@ -229,34 +229,14 @@ def stored_if_untouched(
     the same test again); one that gets bytes has the processed payload (the payload
     itself) and its stored form, which replay compares with the recorded one. A caller
     with one tuple of processors for many payloads finds their words once
-    (:func:`untouched_words`) and tests each with :func:`stored_untouched`: the same
-    answer for a ``dict`` payload of any other type than ``run.started``."""
-    if not processors:
-        try:
-            return _dumps(payload, option=AS_STORED)
-        except TypeError:  # orjson.JSONEncodeError is one
-            return None
-    # this function's own test, inline (it runs once per recorded event): the same as
-    # untouched_words, then stored_untouched
-    if (
-        type(processors) is not tuple
-        or len(processors) != 1
-        or type_ == _RUN_STARTED
-        or type(payload) is not dict
-        or _contains_any is None
+    (:func:`untouched_words`) and tests each with :func:`stored_untouched`, as this
+    function does for one."""
+    words = untouched_words(processors)
+    if words is None or (
+        words is not NO_PROCESSOR and (type_ == _RUN_STARTED or type(payload) is not dict)
     ):
         return None
-    first = processors[0]
-    words = first.untouched_unless if type(first) in _UNTOUCHED_TYPES else None  # type: ignore[attr-defined]
-    if words is None:
-        return None
-    try:
-        blob = _dumps(payload, option=AS_STORED)
-        low = blob.lower()  # untouched_bytes, inline: ASCII is most
-        found = _contains_any(low if low.isascii() else _fold_cases(low), words)
-    except (TypeError, ValueError):
-        return None
-    return None if found else blob
+    return stored_untouched(words, payload)
 
 
 def process_payload(
