@@ -495,6 +495,54 @@ def test_the_call_probe_refuses_bad_options_and_reports_a_failed_sample(
         callprobe._sample(tmp_path, 1)  # the child refuses its --calls
 
 
+def test_the_claim_probe_times_the_writer_s_part_of_each_version_s_intent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import claimprobe
+
+    src, older = _older_src(tmp_path)
+    args = ["--before", str(older), "--rounds", "2", "--calls", "20", "--json"]
+    assert claimprobe.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["before"]["tachograph"] == [str(older / "tachograph")]
+    assert result["after"]["tachograph"] == [str(src / "tachograph")]
+    for side in ("before", "after"):
+        row = result[side]
+        assert row["samples"] == 2
+        assert all(row[f"{part}_us"] > 0 for part in claimprobe.PARTS)
+        assert _number(row["ratio"])
+        assert row["ratio"] > 0
+        assert len(row["compiled"]) == 1
+    assert result["after_lower_in"] in (0, 1, 2)
+    assert result["settings"] == {"rounds": 2, "calls": 20, "seed": 1}
+
+
+def test_the_claim_probe_s_summary_pairs_its_rounds_and_refuses_bad_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import claimprobe
+
+    def row(ratio: float) -> dict[str, float]:
+        parts = dict.fromkeys(claimprobe.PARTS, 10.0)
+        return {**parts, "claim": ratio * 10.0, "ratio": ratio}
+
+    result = claimprobe.summary(
+        {"before": [row(0.8), row(0.6), row(0.7)], "after": [row(0.7), row(0.65), row(0.5)]}
+    )
+    assert result["before"]["ratio"] == 0.7
+    assert result["before"]["claim_us"] == 7.0
+    assert result["after"]["ratio"] == 0.65
+    # paired by round: 0.7 < 0.8, 0.65 > 0.6, 0.5 < 0.7 (sorted pairs would give 3)
+    assert result["after_lower_in"] == 2
+    assert "after_lower_in" not in claimprobe.summary({"after": [row(0.5)]})
+    for args, why in (
+        (["--rounds", "0"], "--rounds must be at least 1"),
+        (["--calls", "5"], "--calls at least 10"),
+        (["--before", str(tmp_path)], "no tachograph package in that directory"),
+    ):
+        _refused(claimprobe.main, args, why, capsys)
+
+
 def test_the_replay_parts_probe_splits_each_version_s_replay(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

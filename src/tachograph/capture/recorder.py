@@ -139,8 +139,9 @@ class Writer:
         """The same bound in bytes (payload bytes plus :data:`QUEUED_EVENT_BYTES` per event),
         so that large payloads (long model answers) cannot pile up by the gigabyte under the
         count. A single event larger than the bound still goes through, alone."""
-        # The condition's own lock, held directly where nothing waits or notifies (the
-        # per-event submit): ``with`` on the lock is C-level, on the condition a Python call.
+        # The condition's own lock, held directly where nothing waits on the condition (the
+        # per-event submit, a durable event's claim): ``with`` on the lock is C-level, on the
+        # condition a Python call. Notifying under it is the same as under the condition.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._queue: list[Event] = []
@@ -219,7 +220,7 @@ class Writer:
         events that were waiting.
         """
         run = (event.tenant, event.run_id)
-        with self._cond:
+        with self._lock:
             if run in self._failed:
                 raise self._failure(run)
             if self._closed:
@@ -233,7 +234,7 @@ class Writer:
     def write_claimed(self) -> None:
         """Append the claimed events on this thread; raise :class:`WriteFailed` if the last
         one (the caller's) was lost."""
-        with self._cond:
+        with self._lock:
             claimed = self._claimed
             if claimed is None:
                 raise WriteFailed("nothing was claimed")
@@ -252,7 +253,7 @@ class Writer:
         try:
             failed = self._append(live) if live else {}
         finally:
-            with self._cond:
+            with self._lock:
                 if ahead:
                     self._queued_bytes -= ahead_bytes
                     del self._queue[:ahead]
@@ -282,7 +283,7 @@ class Writer:
         event = claimed[-1]
         run = (event.tenant, event.run_id)
         if run in self._failed:
-            with self._cond:
+            with self._lock:
                 raise self._failure(run)
 
     def submit(self, event: Event) -> int:

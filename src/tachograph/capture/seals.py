@@ -260,8 +260,13 @@ class RunSeals:
     def plan(self, batch: Sequence[Event], now: float) -> SealPlan | None:
         """The seals due when ``batch`` is committed (``None``: no tracked run in it)."""
         runs = self._runs
-        # The last event of each run in the batch (a comprehension: the per-event cost).
-        last = {(e.tenant, e.run_id): e for e in batch}
+        # The last event of each run in the batch (a comprehension: the per-event cost; a
+        # batch of one, a durable event claimed with nothing queued, without its frame).
+        if len(batch) == 1:
+            only = batch[0]
+            last = {(only.tenant, only.run_id): only}
+        else:
+            last = {(e.tenant, e.run_id): e for e in batch}
         plan: SealPlan | None = None
         with self._lock:
             for run, event in last.items():
@@ -301,9 +306,16 @@ class RunSeals:
 
     def next_due(self) -> float | None:
         """When the earliest quiet run is due a seal of its pending events (monotonic time)."""
+        # A loop, not a comprehension and min(): no frame of its own (a durable event's claim
+        # asks twice, on the caller's thread).
+        due: float | None = None
         with self._lock:
-            times = [s.sealed_at + s.policy.every_seconds for s in self._runs.values() if s.pending]
-        return min(times) if times else None
+            for state in self._runs.values():
+                if state.pending is not None:
+                    at = state.sealed_at + state.policy.every_seconds
+                    if due is None or at < due:
+                        due = at
+        return due
 
     def quiet(self, now: float) -> SealPlan:
         """Seals for the runs whose stored events have waited ``every_seconds`` unsealed."""
