@@ -13,10 +13,13 @@ few microseconds. This probe times the writer's part alone, on an in-memory stor
   bookkeeping after it, the way back to the body);
 
 and, as the yardstick measured in the same process, a read tool's way from its call to the
-writer's queue (``Writer.submit``): building and handing over one event, the same work as a
-write tool's way to its claim. Each call comes after a flush and a short sleep (the writer
-idle, the caches cooled as after an fsync wait), a write and a read tool in turn. The figure
-is ``claim`` over that yardstick, so a sample on a slower moment of the machine moves both.
+writer's queue (``Writer.submit`` entered): building its event, the same work as a write
+tool's way to its claim (``Writer.claim`` entered), and the read tool's way from there to its
+body. Each call comes after a flush and a short sleep (the writer idle, the caches cooled as
+after an fsync wait), a write and a read tool in turn. The figure is ``claim`` over that
+yardstick, so a sample on a slower moment of the machine moves both. A sample fails if a
+write tool's claim was refused (its intent then goes through the writer thread, which is not
+what this probe times) or a read tool's event was claimed.
 
 Each sample is a new process (with ``DIR``, or this checkout's ``src``, first on
 ``PYTHONPATH``) that takes the medians over ``--calls`` calls of each tool; each round takes
@@ -60,7 +63,10 @@ def _child(calls: int) -> dict[str, Any]:
 
     def marked_claim(self: Any, event: Any) -> Any:
         marks.setdefault("claim", now())
-        return claim(self, event)
+        ticket = claim(self, event)
+        if ticket is not None:  # None: refused, the event goes to the writer thread instead
+            marks.setdefault("claimed", 1)
+        return ticket
 
     def marked_submit(self: Any, event: Any) -> Any:
         marks.setdefault("submit", now())
@@ -95,14 +101,21 @@ def _child(calls: int) -> dict[str, Any]:
                 tool(i)
                 if i < 50:
                     continue
+                never = float("inf")
                 if tool is write:
-                    if not start < marks["claim"] < marks["store"] < marks["body"]:
+                    claimed = marks.get("claimed") == 1
+                    if not claimed or not (
+                        start < marks.get("claim", never) < marks.get("store", never)
+                        and marks.get("store", never) < marks.get("body", never)
+                    ):
                         raise RuntimeError("the write tool's intent was not claimed and stored")
                     parts["write_to_claim"].append(marks["claim"] - start)
                     parts["claim"].append(marks["store"] - marks["claim"])
                     parts["after"].append(marks["body"] - marks["store"])
                 else:
-                    if not start < marks["submit"] < marks["body"] or "claim" in marks:
+                    if "claim" in marks or not (
+                        start < marks.get("submit", never) < marks.get("body", never)
+                    ):
                         raise RuntimeError("the read tool's request was not queued")
                     parts["read_to_submit"].append(marks["submit"] - start)
                     parts["read_after"].append(marks["body"] - marks["submit"])

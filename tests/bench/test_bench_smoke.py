@@ -541,6 +541,26 @@ def test_the_claim_probe_s_summary_pairs_its_rounds_and_refuses_bad_options(
         (["--before", str(tmp_path)], "no tachograph package in that directory"),
     ):
         _refused(claimprobe.main, args, why, capsys)
+    with pytest.raises(RuntimeError, match="a sample process failed"):
+        claimprobe._sample(tmp_path, 1)  # the child refuses its --calls
+
+
+def test_the_claim_probe_fails_a_sample_whose_intent_was_not_claimed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refused claim sends the intent through the writer thread, with its marks in the same
+    order: the probe must not time that as the claim."""
+    from bench import claimprobe
+    from tachograph.capture.recorder import Writer
+
+    def refuse(self: Writer, event: object) -> None:
+        return None
+
+    # the probe's child wraps both in place: monkeypatch puts the originals back after
+    monkeypatch.setattr(Writer, "submit", Writer.submit)
+    monkeypatch.setattr(Writer, "claim", refuse)
+    with pytest.raises(RuntimeError, match="was not claimed"):
+        claimprobe._child(10)
 
 
 def test_the_replay_parts_probe_splits_each_version_s_replay(

@@ -139,9 +139,10 @@ class Writer:
         """The same bound in bytes (payload bytes plus :data:`QUEUED_EVENT_BYTES` per event),
         so that large payloads (long model answers) cannot pile up by the gigabyte under the
         count. A single event larger than the bound still goes through, alone."""
-        # The condition's own lock, held directly where nothing waits on the condition (the
-        # per-event submit, a durable event's claim): ``with`` on the lock is C-level, on the
-        # condition a Python call. Notifying under it is the same as under the condition.
+        # The condition's own lock, held directly on the hot paths (the per-event submit, a
+        # durable event's claim): ``with`` on the lock is C-level, on the condition a Python
+        # call, and the condition's ``__enter__`` and ``__exit__`` only take and release this
+        # lock, so waiting and notifying under either is the same.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._queue: list[Event] = []
