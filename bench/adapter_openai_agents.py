@@ -34,7 +34,6 @@ LIMIT = 2.0
 MODEL = "gpt-5.6"
 
 
-
 def figures(settings: Settings) -> list[Figure]:
     try:
         from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled

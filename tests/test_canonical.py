@@ -45,6 +45,7 @@ def scan_mode(request: pytest.FixtureRequest) -> Any:
     yield request.param
     use_compiled(True)
 
+
 # -- the reference vectors ---------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from .conftest import Tacho
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
-AGENTS = '''
+AGENTS = """
 import os
 import sys
 
@@ -37,7 +37,7 @@ def noisy(task):
     print("printed by the agent")
     os.write(1, b"written to descriptor 1 by the agent\\n")
     return "done"
-'''
+"""
 
 
 @pytest.fixture
@@ -276,9 +276,7 @@ def test_diff_reads_for_a_purpose_and_is_audited(tmp_path: Path, runner: object)
     assert "hello" not in result.output  # metrics may not read the payloads: withheld
 
 
-def test_save_reads_for_a_purpose_and_is_audited(
-    tacho: Tacho, run_id: str, tmp_path: Path
-) -> None:
+def test_save_reads_for_a_purpose_and_is_audited(tacho: Tacho, run_id: str, tmp_path: Path) -> None:
     before = len(_reads(tacho.store))
     saved = tacho(
         "save", run_id, "--to", str(tmp_path / "c"), "--verdict", "good", "--purpose", "metrics"

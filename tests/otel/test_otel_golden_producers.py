@@ -66,9 +66,7 @@ def test_one_conversation_imports_as_one_verified_run(store: SQLiteStore, name: 
 
 
 @pytest.mark.parametrize("name", ["openai-v2.json", "openinference.json", "traceloop.json"])
-def test_imported_run_replays_an_sdk_agent_with_zero_requests(
-    tmp_path: Path, name: str
-) -> None:
+def test_imported_run_replays_an_sdk_agent_with_zero_requests(tmp_path: Path, name: str) -> None:
     db = SQLiteStore(tmp_path / "runs.db")
     (run,) = _import(db, name)
     client = instrument(openai.OpenAI(base_url=_closed_port(), api_key="test", max_retries=0))

@@ -338,7 +338,7 @@ def test_a_kept_error_keeps_no_frames_and_leaves_the_agents_exception_alone() ->
     assert tb.tb_frame.f_locals.get("marker") == "the agent's variable"
 
 
-_EXIT_SCRIPT = '''
+_EXIT_SCRIPT = """
 import atexit
 import gc
 import sys
@@ -386,7 +386,7 @@ def main():
 gc.disable()
 main()
 print("recorded", flush=True)
-'''
+"""
 
 
 def test_a_store_freed_as_the_interpreter_exits_does_not_hang_the_exit(tmp_path: Path) -> None:

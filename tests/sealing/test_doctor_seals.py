@@ -29,9 +29,7 @@ def test_unsealed_runs_are_a_warning_and_sealed_ones_pass(tmp_path: Path) -> Non
         seals = _of(run_checks(store), "seals")
     finally:
         store.close()
-    assert [(f.level, f.message) for f in seals] == [
-        ("warning", "1 run(s) not sealed: plain-run")
-    ]
+    assert [(f.level, f.message) for f in seals] == [("warning", "1 run(s) not sealed: plain-run")]
     assert "sealed by default" in seals[0].advice
 
 

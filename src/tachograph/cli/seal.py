@@ -389,9 +389,7 @@ def orphan_seal_problems(
     the store's owner removed every run of a tenant, its seals still name them."""
     seen = {r.tenant for r in reports}
     others = [t for t in store.seal_tenants() if t not in seen]
-    audits = tenant_audits(
-        store, others, keys=keys, witnesses=witnesses, witness_keys=witness_keys
-    )
+    audits = tenant_audits(store, others, keys=keys, witnesses=witnesses, witness_keys=witness_keys)
     return {t: a.problem for t, a in audits.items() if a.problem is not None}
 
 

@@ -197,9 +197,7 @@ def untouched_words(processors: Sequence[Processor]) -> UntouchedWords | _NoProc
     return words
 
 
-def stored_untouched(
-    words: UntouchedWords | _NoProcessor, payload: dict[str, Any]
-) -> bytes | None:
+def stored_untouched(words: UntouchedWords | _NoProcessor, payload: dict[str, Any]) -> bytes | None:
     """``payload``'s bytes as stored when processors whose :func:`untouched_words` are
     ``words`` (not ``None``) hand it back untouched; else ``None`` (it is not plain JSON,
     or one of the words occurs: the processors must be asked)."""

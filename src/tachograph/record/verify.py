@@ -565,9 +565,7 @@ class LineChecker:
                 self.feed_row(item)
             i += 1
 
-    def begin_many(
-        self, items: list[StoredRow | Event], after: _Begun | None = None
-    ) -> _Begun:
+    def begin_many(self, items: list[StoredRow | Event], after: _Begun | None = None) -> _Begun:
         """The first half of :meth:`feed_many` ``(items)``, for a caller with more to read:
         where a thread can be had (``native.verify_start``), the compiled checks of the common
         case start on it with the GIL released, and the caller reads its next page meanwhile.

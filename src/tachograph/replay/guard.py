@@ -216,9 +216,9 @@ def _host_probe(frame: FrameType | None) -> bool:
     its own host (SDKs put it in a request header on their first call), not the agent acting
     on the world; refusing it would make a replay diverge on whichever call comes first."""
     while frame is not None:
-        if _module_of(frame) == "platform" and os.path.abspath(
-            frame.f_code.co_filename
-        ).startswith(_STDLIB_DIRS):
+        if _module_of(frame) == "platform" and os.path.abspath(frame.f_code.co_filename).startswith(
+            _STDLIB_DIRS
+        ):
             return True
         frame = frame.f_back
     return False

@@ -237,9 +237,7 @@ def _held_against(
     hashes: dict[int, tuple[str, str]] = {}
     count = 0
     read: Iterable[Event] = (
-        events
-        if events is not None
-        else store.read(info.run_id, tenant=info.tenant, decode=False)
+        events if events is not None else store.read(info.run_id, tenant=info.tenant, decode=False)
     )
     for event in read:
         count += 1
