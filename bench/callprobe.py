@@ -20,15 +20,13 @@ short run's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-from .common import alternating, sample_process, versions
+from .common import alternating, sample_process, side_by_side_parser, versions, warn_uneven_helpers
 
 __all__ = ["main", "summary"]
 
@@ -115,16 +113,11 @@ def summary(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.callprobe", description=__doc__)
-    parser.add_argument("--before", default=None, help="src directory of the older version")
-    parser.add_argument("--rounds", type=int, default=20, help="samples a version (default 20)")
+    parser = side_by_side_parser("python -m bench.callprobe", __doc__, rounds=20)
     parser.add_argument("--calls", type=int, default=2000, help="calls a run (default 2000)")
     parser.add_argument(
         "--long", type=int, default=0, help="calls a long run, for the growth (default: none)"
     )
-    parser.add_argument("--seed", type=int, default=1, help="of the order in each round")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.calls < 100:
         parser.error("--rounds must be at least 1 and --calls at least 100")
@@ -172,9 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         if "after_growth_lower_in" in result:
             lower = result["after_growth_lower_in"]
             print(f"after's growth lower in {lower} of {args.rounds} rounds")
-    helpers = {side: result[side]["compiled"] for side in sides}
-    if len({tuple(v) for v in helpers.values()}) > 1 or any(len(v) > 1 for v in helpers.values()):
-        print(f"warning: the compiled helpers loaded unevenly: {helpers}", file=sys.stderr)
+    warn_uneven_helpers(result, sides)
     print(f"seed {args.seed}, runs of {args.calls} calls, load average at the end {load}")
     return 0
 

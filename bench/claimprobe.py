@@ -29,16 +29,20 @@ one sample of each version, in a new seeded order. It wraps ``Writer.claim`` and
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .common import alternating, sample_process, versions
+from .common import (
+    alternating,
+    load_average,
+    sample_process,
+    side_by_side_parser,
+    versions,
+    warn_uneven_helpers,
+)
 
 __all__ = ["main", "summary"]
 
@@ -151,13 +155,8 @@ def summary(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.claimprobe", description=__doc__)
-    parser.add_argument("--before", default=None, help="src directory of the older version")
-    parser.add_argument("--rounds", type=int, default=8, help="samples a version (default 8)")
+    parser = side_by_side_parser("python -m bench.claimprobe", __doc__, rounds=8)
     parser.add_argument("--calls", type=int, default=2000, help="calls of each tool a sample")
-    parser.add_argument("--seed", type=int, default=1, help="of the order in each round")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.calls < 10:
         parser.error("--rounds must be at least 1 and --calls at least 10")
@@ -172,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     samples = alternating(sides, args.rounds, args.seed, sample, quiet=args.json)
     result = summary(samples)
     result["settings"] = {"rounds": args.rounds, "calls": args.calls, "seed": args.seed}
-    result["load_average_at_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
+    result["load_average_at_end"] = load_average()
     if args.json:
         print(json.dumps(result))
         return 0
@@ -184,9 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{side:<8} {r['ratio']:6.3f}  {cells}")
     if "after_lower_in" in result:
         print(f"after's ratio lower in {result['after_lower_in']} of {args.rounds} rounds")
-    helpers = {side: result[side]["compiled"] for side in sides}
-    if len({tuple(v) for v in helpers.values()}) > 1 or any(len(v) > 1 for v in helpers.values()):
-        print(f"warning: the compiled helpers loaded unevenly: {helpers}", file=sys.stderr)
+    warn_uneven_helpers(result, sides)
     print(
         f"seed {args.seed}, {args.calls} calls of each tool a sample, "
         f"load average at the end {result['load_average_at_end']}"

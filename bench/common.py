@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -312,6 +312,33 @@ def versions(parser: argparse.ArgumentParser, before: str | None) -> dict[str, P
     if not (older / "tachograph" / "__init__.py").is_file():
         parser.error(f"--before {before}: no tachograph package in that directory")
     return {"before": older, **sides}
+
+
+def side_by_side_parser(
+    prog: str, description: str | None, *, rounds: int
+) -> argparse.ArgumentParser:
+    """The options of a probe that compares two versions of the library (see
+    :func:`versions` and :func:`alternating`): ``--before``, ``--rounds``, ``--seed``,
+    ``--json``, and the hidden ``--child`` its sample processes run with
+    (:func:`sample_process`). The probe adds its own."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--before", default=None, help="src directory of the older version")
+    parser.add_argument(
+        "--rounds", type=int, default=rounds, help=f"samples a version (default {rounds})"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="of the order in each round")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def warn_uneven_helpers(result: dict[str, Any], sides: Iterable[str]) -> None:
+    """Warn on stderr when the compiled helpers loaded in some samples and not in others
+    (each side's ``compiled``: the values its samples saw); build an older ``native.c``
+    alike."""
+    helpers = {side: result[side]["compiled"] for side in sides}
+    if len({tuple(v) for v in helpers.values()}) > 1 or any(len(v) > 1 for v in helpers.values()):
+        print(f"warning: the compiled helpers loaded unevenly: {helpers}", file=sys.stderr)
 
 
 def alternating(

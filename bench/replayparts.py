@@ -19,14 +19,13 @@ rise for nothing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from .common import alternating, sample_process, versions
+from .common import alternating, sample_process, side_by_side_parser, versions
 
 __all__ = ["PARTS", "main", "summary"]
 
@@ -119,18 +118,13 @@ def summary(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.replayparts", description=__doc__)
-    parser.add_argument("--before", default=None, help="src directory of the older version")
-    parser.add_argument("--rounds", type=int, default=6, help="samples a version (default 6)")
+    parser = side_by_side_parser("python -m bench.replayparts", __doc__, rounds=6)
     parser.add_argument(
         "--calls", type=int, default=2499, help="tool calls of the run (default 2499: 5,000 events)"
     )
     parser.add_argument(
         "--pairs", type=int, default=9, help="reads and replays a sample (default 9)"
     )
-    parser.add_argument("--seed", type=int, default=1, help="of the order in each round")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.pairs < 1 or args.calls < 1:
         parser.error("--rounds, --pairs and --calls must be at least 1")

@@ -57,6 +57,26 @@ def _older_src(tmp_path: Path) -> tuple[Path, Path]:
     return src, older
 
 
+def _side_by_side(
+    main: Callable[[list[str]], Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    *args: str,
+) -> dict[str, Any]:
+    """A side-by-side probe's ``main`` over two rounds against an "older" tree (see
+    :func:`_older_src`) with ``--json``: each side imported its own tree and took two
+    samples. Returns what it printed."""
+    src, older = _older_src(tmp_path)
+    assert main(["--before", str(older), "--rounds", "2", *args, "--json"]) == 0
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    # each side imported its own tree: the older one through the link, this one from src
+    assert result["before"]["tachograph"] == [str(older / "tachograph")]
+    assert result["after"]["tachograph"] == [str(src / "tachograph")]
+    for side in ("before", "after"):
+        assert result[side]["samples"] == 2
+    return result
+
+
 def _refused(
     main: Callable[[list[str]], Any], args: list[str], why: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -423,16 +443,9 @@ def test_the_call_probe_measures_the_older_src_it_is_given(
 ) -> None:
     from bench import callprobe
 
-    src, older = _older_src(tmp_path)
-    args = ["--before", str(older), "--rounds", "2", "--calls", "100", "--json"]
-    assert callprobe.main(args) == 0
-    result = json.loads(capsys.readouterr().out)
-    # each side imported its own tree: the older one through the link, this one from src
-    assert result["before"]["tachograph"] == [str(older / "tachograph")]
-    assert result["after"]["tachograph"] == [str(src / "tachograph")]
+    result = _side_by_side(callprobe.main, tmp_path, capsys, "--calls", "100")
     for side in ("before", "after"):
         row = result[side]
-        assert row["samples"] == 2
         low, high = row["ratio_quartiles"]
         assert _number(row["ratio"])
         assert low <= row["ratio"] <= high
@@ -500,15 +513,9 @@ def test_the_claim_probe_times_the_writer_s_part_of_each_version_s_intent(
 ) -> None:
     from bench import claimprobe
 
-    src, older = _older_src(tmp_path)
-    args = ["--before", str(older), "--rounds", "2", "--calls", "20", "--json"]
-    assert claimprobe.main(args) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert result["before"]["tachograph"] == [str(older / "tachograph")]
-    assert result["after"]["tachograph"] == [str(src / "tachograph")]
+    result = _side_by_side(claimprobe.main, tmp_path, capsys, "--calls", "20")
     for side in ("before", "after"):
         row = result[side]
-        assert row["samples"] == 2
         assert all(row[f"{part}_us"] > 0 for part in claimprobe.PARTS)
         assert _number(row["ratio"])
         assert row["ratio"] > 0
@@ -568,15 +575,9 @@ def test_the_replay_parts_probe_splits_each_version_s_replay(
 ) -> None:
     from bench import replayparts
 
-    src, older = _older_src(tmp_path)
-    args = ["--before", str(older), "--rounds", "2", "--calls", "20", "--pairs", "2", "--json"]
-    assert replayparts.main(args) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert result["before"]["tachograph"] == [str(older / "tachograph")]
-    assert result["after"]["tachograph"] == [str(src / "tachograph")]
+    result = _side_by_side(replayparts.main, tmp_path, capsys, "--calls", "20", "--pairs", "2")
     for side in ("before", "after"):
         row = result[side]
-        assert row["samples"] == 2
         assert all(_number(row[name]) and row[name] > 0 for name in replayparts.PARTS[:4])
         # the replay holds its two timed phases, and its read is the figure's floor's
         assert row["load_ms"] + row["agent_ms"] < row["replay_ms"]
