@@ -101,6 +101,26 @@ def _compiled_scan() -> bool:
     return bool(getattr(canonical, "COMPILED", False))  # an older src (bench.ab) has none
 
 
+def _bytecode_cached() -> bool:
+    import tachograph
+
+    source = tachograph.__file__
+    return source is not None and Path(importlib.util.cache_from_source(source)).is_file()
+
+
+def _command(scale: float, only: Sequence[str] | None, repeats: int) -> str:
+    """The command line that measures what a document holds (``--json``, ``--dir`` and
+    ``--no-profile`` change no figure)."""
+    words = ["python -m bench.run"]
+    if only:
+        words.append(f"--only {','.join(only)}")
+    if scale != 1.0:
+        words.append(f"--scale {scale:g}")
+    if repeats:
+        words.append(f"--repeats {repeats}")
+    return " ".join(words)
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     info: dict[str, Any] = {
@@ -111,6 +131,9 @@ def machine() -> dict[str, Any]:
         "sqlite": sqlite3.sqlite_version,
         # the C profile scan of the canonical encoder (hatch_build.py), or the Python walk
         "compiled_scan": _compiled_scan(),
+        # whether the library loads from bytecode; a spawned verification worker compiles
+        # it from source otherwise (PYTHONDONTWRITEBYTECODE with an editable install)
+        "bytecode_cached": _bytecode_cached(),
     }
     load = load_average()
     if load is not None:
@@ -251,7 +274,7 @@ def run_suite(
             shutil.rmtree(root, ignore_errors=True)
     load_at_end = load_average()
     document = {
-        "command": "python -m bench.run" + (f" --scale {scale:g}" if scale != 1.0 else ""),
+        "command": _command(scale, only, repeats),
         "scale": scale,
         "machine": {**machine_at_start, "load_average_at_end": load_at_end},
         "seconds": round(time.perf_counter() - started, 1),

@@ -133,10 +133,21 @@ def test_json_is_written_and_matches_the_returned_document(
     document, json_path, _ = suite
     assert json.loads(json_path.read_text(encoding="utf-8")) == document
     assert document["scale"] == 0.002
-    assert document["command"] == "python -m bench.run --scale 0.002"
+    assert document["command"] == "python -m bench.run --scale 0.002 --repeats 3"
     machine = document["machine"]
     assert machine["cpus"] >= 1
     assert machine["python"].startswith(sys.implementation.name)
+    assert isinstance(machine["bytecode_cached"], bool)
+
+
+def test_the_command_names_every_option_that_changes_a_figure() -> None:
+    from bench.run import _command
+
+    assert _command(0.5, ["record", "verify"], 0) == (
+        "python -m bench.run --only record,verify --scale 0.5"
+    )
+    assert _command(1.0, None, 3) == "python -m bench.run --repeats 3"
+    assert _command(1.0, [], 0) == "python -m bench.run"
 
 
 def test_every_figure_has_numeric_medians_ratio_and_verdicts(
