@@ -1,7 +1,7 @@
 """A tenant's seal-log audit is kept per store between verdicts in one process, and made again
 whenever the store may have changed: by another connection, this store object, or another
 process. Replay, fork, resume and ``tacho show`` of one run no longer pay for the whole store
-each time (docs/performance.md), and the memo must never hide a change."""
+each time (docs/performance-history.md), and the memo must never hide a change."""
 
 from __future__ import annotations
 
