@@ -225,7 +225,7 @@ def _seals(store: Store) -> Iterator[Finding]:
 @register_check("blobs")
 def _blobs(store: Store) -> Iterator[Finding]:
     """Blobs beside the store whose bytes no longer match their references."""
-    from .lifecycle.blobs import BlobStore, check_blobs
+    from .lifecycle.blobs import BlobStore, check_stored_blobs
 
     path = getattr(store, "path", None)
     if not path or path == ":memory:":
@@ -236,7 +236,7 @@ def _blobs(store: Store) -> Iterator[Finding]:
     checked = expired = 0
     bad = False
     for tenant, run_id in store.run_keys():
-        result = check_blobs(store.read(run_id, tenant=tenant), blobs)
+        result = check_stored_blobs(store, run_id, blobs, tenant=tenant)
         checked += len(result.verified)
         expired += len(result.expired)
         for seq, where, message in result.failures:

@@ -378,8 +378,8 @@ def test_a_recorded_substitution_accounts_for_the_call() -> None:
 
 
 def test_a_run_without_model_answers_is_judged_by_its_run_finished_alone() -> None:
-    # the ledger walk is skipped when no model.response exists; what run.finished lists is
-    # still reported, and one model.response brings the walk back
+    # with no model.response the ledger finds nothing; what run.finished lists is still
+    # reported, and one model.response opens a call to vouch for
     from types import SimpleNamespace as Ev
 
     listed = {"status": "ok", "unvouched": [{"tool": "escalate", "seq": 2, "call_id": None}]}
@@ -464,3 +464,75 @@ def test_the_ledger_counts_unmatched_tools_as_a_counter_under_its_lock_did(
         want = reference.observe(type_, asked, seq)
         assert [(c.tool, c.seq) for c in got] == want
     assert [(c.tool, c.seq) for c in ledger.unvouched] == reference.unvouched
+
+
+def _two_pass_unvouched(events: list[Any]) -> list[tuple[str, int]]:
+    """``unvouched_calls`` as it was written before it streamed: the whole run held, the
+    ledger walked only when a model answer exists (the reference for the one pass)."""
+    from tachograph.capture.vouch import ToolLedger, UnvouchedCall
+
+    ledger = ToolLedger()
+    listed: list[UnvouchedCall] = []
+    follow = "model.response" in [e.type for e in events]
+    if not follow:
+        events = [e for e in events if e.type == "run.finished"]
+    for e in events:
+        if e.payload is None:
+            continue
+        if follow:
+            ledger.observe(e.type, e.payload, e.seq)
+        if e.type == "run.finished":
+            for item in e.payload.get("unvouched") or ():
+                call = UnvouchedCall.from_dict(item) if isinstance(item, dict) else None
+                if call is not None:
+                    listed.append(call)
+    seen = {(c.tool, c.seq) for c in ledger.unvouched}
+    out = list(ledger.unvouched) + [c for c in listed if (c.tool, c.seq) not in seen]
+    out.sort(key=lambda c: c.seq)
+    return [(c.tool, c.seq) for c in out]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "model.response",
+                    "tool.requested",
+                    "decision",
+                    "plan.selected",
+                    "model.request",
+                    "tool.completed",
+                    "handoff",
+                    "run.finished",
+                ]
+            ),
+            st.sampled_from(["a", "b", "a,b", "transfer_to_x"]),
+            st.booleans(),  # the payload erased
+            st.booleans(),  # run.finished: aborted, and listing a call
+        ),
+        max_size=30,
+    )
+)
+def test_one_streamed_pass_finds_what_the_two_pass_reading_found(
+    steps: list[tuple[str, str, bool, bool]],
+) -> None:
+    from types import SimpleNamespace as Ev
+
+    events = []
+    for seq, (type_, tool, erased, flag) in enumerate(steps):
+        payload: dict[str, Any] | None
+        if type_ == "model.response":
+            calls = [{"name": t} for t in tool.split(",")]
+            payload = {"response": {"choices": [{"message": {"tool_calls": calls}}]}}
+        elif type_ == "run.finished":
+            payload = {"status": "aborted" if flag else "ok"}
+            if flag:
+                payload["unvouched"] = [{"tool": tool, "seq": max(0, seq - 1), "call_id": None}]
+        else:
+            payload = {"tool": tool.split(",")[0]}
+        events.append(Ev(type=type_, payload=None if erased else payload, seq=seq))
+    want = _two_pass_unvouched(list(events))
+    assert [(c.tool, c.seq) for c in unvouched_calls(iter(events))] == want
+    assert [(c.tool, c.seq) for c in unvouched_calls(events)] == want

@@ -225,19 +225,17 @@ def unvouched_calls(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
     is still known from there). A run without ``run.finished`` is judged up to its last model
     request.
     """
-    events = events if isinstance(events, (list, tuple)) else list(events)
     ledger = ToolLedger()
     listed: list[UnvouchedCall] = []
-    # Only a model answer opens a call to vouch for: a run without one (a tool-only agent)
-    # needs no ledger walk, just what its run.finished lists.
-    follow = _MODEL_RESPONSE in [event.type for event in events]
-    if not follow:  # then only run.finished counts: the loop below over it alone
-        events = [event for event in events if event.type == _RUN_FINISHED]
+    # One pass, in constant memory (a stored run is read as a stream): only a model answer
+    # opens a call to vouch for, so in a run without one (a tool-only agent) the ledger
+    # never holds an open call and finds nothing; what run.finished lists counts either way.
+    observe = ledger.observe
     for event in events:
         if event.payload is None:
             continue
-        if follow:
-            ledger.observe(event.type, event.payload, event.seq)
+        if event.type in FOLLOWED:
+            observe(event.type, event.payload, event.seq)
         if event.type == _RUN_FINISHED:
             for item in event.payload.get(FIELD) or ():
                 call = UnvouchedCall.from_dict(item) if isinstance(item, _MAPS) else None

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..lifecycle.blobs import BlobCheck, BlobStore, check_blobs
+from ..lifecycle.blobs import BlobCheck, BlobStore, check_blobs, check_stored_blobs
 from ..record.event import Event, event_from_line
 from ..record.verify import VerifyReport, iter_jsonl_runs
 from ..store import Store
@@ -26,8 +26,9 @@ def check_store(store: Store, reports: list[VerifyReport]) -> BlobChecks:
         if report.run_id is None:
             continue
         try:
-            events = store.read(report.run_id, tenant=report.tenant, decode=False)
-            out[report.tenant, report.run_id] = check_blobs(events, blobs)
+            out[report.tenant, report.run_id] = check_stored_blobs(
+                store, report.run_id, blobs, tenant=report.tenant
+            )
         except Exception:  # a run that cannot be read already fails its report
             continue
     return out

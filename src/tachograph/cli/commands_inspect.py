@@ -6,6 +6,7 @@ import datetime
 import os
 import platform
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ def unvouched_line(calls: list[dict[str, Any]]) -> str:
     )
 
 
-def _unvouched(events: list[Event]) -> list[dict[str, Any]]:
+def _unvouched(events: Iterable[Event]) -> list[dict[str, Any]]:
     return [c.to_dict() for c in unvouched_calls(events)]
 
 
@@ -426,8 +427,9 @@ def verify_cmd(
             if target is not None:  # one run: say what its record cannot vouch for
                 for r in reports:
                     if r.run_id is not None:
+                        # streamed: a long run is never held whole
                         unvouched[(r.tenant, r.run_id)] = _unvouched(
-                            store.events(r.run_id, tenant=r.tenant)
+                            store.read(r.run_id, tenant=r.tenant)
                         )
             blobs = blobcheck.check_store(store, reports)
     failed = [

@@ -14,7 +14,7 @@ See docs/privacy.md.
 from __future__ import annotations
 
 from .audit import AuditReport, current_actor, list_audit, verify_audit
-from .blobs import BlobCheck, BlobInfo, BlobRule, BlobStore, check_blobs
+from .blobs import BlobCheck, BlobInfo, BlobRule, BlobStore, check_blobs, check_stored_blobs
 from .erasure import ErasureReport, RunErasure, SubjectRule, erase, link_subject
 from .purpose import (
     DEFAULT_POLICY,
@@ -45,6 +45,7 @@ __all__ = [
     "SubjectRule",
     "apply",
     "check_blobs",
+    "check_stored_blobs",
     "current_actor",
     "erase",
     "link_subject",

@@ -23,6 +23,7 @@ from ..errors import RecordingError
 from ..record.canonical import canonical
 from ..record.event import Event, now_ts
 from ..record.files import make_private_dirs
+from ..store.base import Store, row_event
 from .times import shift
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "BlobStore",
     "blob_ref",
     "check_blobs",
+    "check_stored_blobs",
     "copy_blobs",
     "is_blob_ref",
     "refs_in",
@@ -315,11 +317,22 @@ class BlobCheck:
         )
 
 
-def check_blobs(events: Iterable[Event], blobs: BlobStore) -> BlobCheck:
+def check_stored_blobs(
+    store: Store, run_id: str, blobs: BlobStore, *, tenant: str | None = None
+) -> BlobCheck:
+    """:func:`check_blobs` of a stored run, reading only the rows whose payload bytes name a
+    blob (:meth:`~tachograph.store.Store.rows_containing`)."""
+    rows = store.rows_containing(run_id, BLOB_KEY.encode(), tenant=tenant)
+    return check_blobs((row_event(r, decode=False) for r in rows), blobs, run_id=run_id)
+
+
+def check_blobs(
+    events: Iterable[Event], blobs: BlobStore, *, run_id: str | None = None
+) -> BlobCheck:
     """Check the blobs a run references: a present blob's digest and size must match (SPEC
     section 6); a missing one is reported as expired. Events read with ``decode=False`` are
-    decoded only when their payload bytes name a blob."""
-    run_id = None
+    decoded only when their payload bytes name a blob. ``run_id`` names the run when no
+    event does (none given)."""
     verified: list[str] = []
     expired: list[tuple[int, str, str]] = []
     failures: list[tuple[int, str, str]] = []

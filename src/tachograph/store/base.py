@@ -376,6 +376,18 @@ class Store(abc.ABC):
         for r in self.read_rows(run_id, tenant=tenant, from_seq=from_seq):
             yield row_event(r, decode=decode)
 
+    def rows_containing(
+        self, run_id: str, needle: bytes, *, tenant: str | None = None
+    ) -> Iterator[StoredRow]:
+        """The rows of :meth:`read_rows` whose stored payload is bytes holding ``needle``, in
+        seq order: what a scan for one marker needs (``tacho verify`` looks for blob
+        references this way). An engine may filter in the database; this one filters the
+        rows it reads. Raises as :meth:`read_rows` does for a run that is not there."""
+        for row in self.read_rows(run_id, tenant=tenant):
+            body = row.payload_bytes
+            if type(body) is bytes and needle in body:
+                yield row
+
     def events(self, run_id: str, *, tenant: str | None = None) -> list[Event]:
         """All events of a run, decoded, as a list (use :meth:`read` for large runs)."""
         with collector_paused():  # the whole run is held: see record/bulk.py

@@ -1018,15 +1018,31 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         for page in self._pages(run_id, where, from_seq, _COLUMNS, 2):
             yield from map(_as_row, page)
 
+    def rows_containing(
+        self, run_id: str, needle: bytes, *, tenant: str | None = None
+    ) -> Iterator[StoredRow]:
+        """:meth:`Store.rows_containing`, filtered by SQLite (``instr`` over each stored BLOB):
+        the rows without ``needle`` never reach Python."""
+        where = self._resolve_tenant(run_id, tenant)
+        for page in self._pages(run_id, where, 0, _COLUMNS, 2, needle):
+            yield from map(_as_row, page)
+
     def _pages(
-        self, run_id: str, tenant: str, from_seq: int, columns: str, seq_at: int
+        self,
+        run_id: str,
+        tenant: str,
+        from_seq: int,
+        columns: str,
+        seq_at: int,
+        needle: bytes | None = None,
     ) -> Iterator[list[Any]]:
         # Pages of the driver's tuples of ``columns`` (_COLUMNS: StoredRow's fields in
-        # order), ``seq`` the one at ``seq_at``, for a tenant already resolved.
+        # order), ``seq`` the one at ``seq_at``, for a tenant already resolved; with
+        # ``needle``, only the rows whose payload is a BLOB holding it.
         seq = from_seq
         first = True
         while True:
-            rows = self._page(tenant, run_id, seq, columns)
+            rows = self._page(tenant, run_id, seq, columns, needle)
             if first and not rows and not self._exists(tenant, run_id):
                 # With an explicit tenant nothing was resolved: a missing run must not read
                 # (and verify) as an empty one.
@@ -1046,12 +1062,17 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             ).fetchone()
         return row is not None
 
-    def _page(self, tenant: str, run_id: str, seq: int, columns: str) -> list[Any]:
+    def _page(
+        self, tenant: str, run_id: str, seq: int, columns: str, needle: bytes | None = None
+    ) -> list[Any]:
+        match = "" if needle is None else "AND typeof(p.body)='blob' AND instr(p.body, ?) > 0 "
         sql = (
             f"SELECT {columns} FROM events e JOIN payloads p ON p.id = e.id "
-            "WHERE e.tenant=? AND e.run_id=? AND e.seq>=? ORDER BY e.seq LIMIT ?"
+            f"WHERE e.tenant=? AND e.run_id=? AND e.seq>=? {match}ORDER BY e.seq LIMIT ?"
         )
-        args = (tenant, run_id, seq, _PAGE)
+        args: tuple[Any, ...] = (tenant, run_id, seq, _PAGE)
+        if needle is not None:
+            args = (tenant, run_id, seq, needle, _PAGE)
         with self._using(f"reading run {run_id!r} from", run_id) as db:
             try:
                 return db.execute(sql, args).fetchall()
