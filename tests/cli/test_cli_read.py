@@ -215,6 +215,26 @@ def test_verify_catches_an_edited_store_naming_run_seq_and_check(
     assert (first["seq"], first["check"], first["check_name"]) == (9, 5, "payload")
 
 
+def test_verify_of_a_run_whose_payload_is_no_longer_json_reports_it(
+    tacho: Tacho, run_id: str, store_path: Path
+) -> None:
+    """A stored payload rewritten into bytes that are not JSON is a tampered event for the
+    report (check 5), not an error of the command: the unvouched-call check reads the run
+    undecoded and passes over what does not parse."""
+    db = sqlite3.connect(store_path)
+    db.execute("DROP TRIGGER payloads_erase_only")
+    (pid,) = db.execute("SELECT id FROM events WHERE run_id=? AND seq=9", (run_id,)).fetchone()
+    db.execute("UPDATE payloads SET body=? WHERE id=?", (b"{not json", pid))
+    db.commit()
+    db.close()
+    result = tacho("verify", run_id)
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert f"{run_id}: FAILED at seq 9, check 5 (payload digest)" in result.stdout
+    data = tacho.json("verify", run_id, code=EXIT_FAILED)
+    first = data["runs"][0]["first_failure"]
+    assert (first["seq"], first["check"]) == (9, 5)
+
+
 def test_verify_a_jsonl_file(tacho: Tacho, run_id: str, tmp_path: Path) -> None:
     exported = tmp_path / "run.jsonl"
     assert tacho("export", run_id, "-o", str(exported)).exit_code == EXIT_OK

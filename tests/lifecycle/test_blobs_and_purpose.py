@@ -281,3 +281,33 @@ def test_erasing_a_payload_deletes_the_blobs_it_references(store: SQLiteStore) -
     assert store.verify(run_id).ok  # the chain commits to the references, not the content
     again = erase(store, run_id, reason="subject request")
     assert again.runs[0].blobs == 0
+
+
+def test_a_blob_key_spelled_with_an_escape_is_still_checked(store: SQLiteStore) -> None:
+    """JSON may spell a key's letters as ``\\u`` escapes, and verification hashes the decoded
+    value: a body rewritten that way still verifies, so the blob check must still find its
+    references (it looks for the key as written, or for an escape)."""
+    import sqlite3
+
+    from tachograph.lifecycle.blobs import check_stored_blobs
+
+    run_id, blobs = _record_with_blobs(store)
+    note = store.events(run_id)[2]
+    db = sqlite3.connect(store.path, isolation_level=None)
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'"):
+        db.execute(f"DROP TRIGGER {name}")
+    body = db.execute(
+        "SELECT p.body FROM payloads p JOIN events e ON e.id = p.id WHERE e.run_id=? AND e.seq=2",
+        (run_id,),
+    ).fetchone()[0]
+    assert b'"$blob"' in body
+    db.execute(
+        "UPDATE payloads SET body=? WHERE id=(SELECT id FROM events WHERE run_id=? AND seq=2)",
+        (body.replace(b'"$blob"', b'"\\u0024blob"'), run_id),
+    )
+    db.close()
+    assert store.verify(run_id).ok  # the chain commits to the decoded value
+    blobs.path_for(note.payload["big"]["$blob"]).write_bytes(b"z" * 5000)
+    check = check_stored_blobs(store, run_id, blobs)
+    assert [(s, p) for s, p, _ in check.failures] == [(2, "$.big")]
+    assert check == check_blobs(store.read(run_id), blobs)  # as the decoded reading finds

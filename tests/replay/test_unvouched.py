@@ -17,6 +17,7 @@ from typing import Any
 
 import anthropic
 import openai
+import orjson
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -27,7 +28,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 import tachograph as tg
 from fakes.llm_server import FakeLLMServer
-from tachograph.capture.vouch import UnvouchedToolCall, unvouched_calls
+from tachograph.capture.vouch import UnvouchedToolCall, unvouched_calls, unvouched_in_stored
 from tachograph.cli.app import cli
 from tachograph.integrations.anthropic import instrument as instrument_anthropic
 from tachograph.integrations.openai import instrument
@@ -536,3 +537,28 @@ def test_one_streamed_pass_finds_what_the_two_pass_reading_found(
     want = _two_pass_unvouched(list(events))
     assert [(c.tool, c.seq) for c in unvouched_calls(iter(events))] == want
     assert [(c.tool, c.seq) for c in unvouched_calls(events)] == want
+    # read undecoded (as ``tacho verify RUN`` reads a stored run): the same calls
+    stored = [
+        Ev(
+            type=e.type,
+            payload=None,
+            payload_bytes=None if e.payload is None else orjson.dumps(e.payload),
+            seq=e.seq,
+        )
+        for e in events
+    ]
+    assert [(c.tool, c.seq) for c in unvouched_in_stored(iter(stored))] == want
+
+
+def test_a_payload_that_is_not_json_is_passed_over_by_the_stored_reading() -> None:
+    from types import SimpleNamespace as Ev
+
+    asked = orjson.dumps(
+        {"response": {"choices": [{"message": {"tool_calls": [{"name": "refund"}]}}]}}
+    )
+    events = [
+        Ev(type="model.response", payload=None, payload_bytes=asked, seq=0),
+        Ev(type="tool.requested", payload=None, payload_bytes=b"{not json", seq=1),
+        Ev(type="run.finished", payload=None, payload_bytes=b'{"status":"ok"}', seq=2),
+    ]
+    assert [(c.tool, c.seq) for c in unvouched_in_stored(events)] == [("refund", 0)]

@@ -17,9 +17,12 @@ from __future__ import annotations
 import itertools
 import threading
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
+
+import orjson
 
 from ..providers.toolcalls import requested_tool_calls
 from ..record.event import Event, EventType
@@ -44,6 +47,7 @@ __all__ = [
     "UnvouchedToolCall",
     "how_to_record",
     "unvouched_calls",
+    "unvouched_in_stored",
 ]
 
 _MAPS = (dict, Mapping)  # dict first: a recorded payload spares the ABC check
@@ -225,25 +229,61 @@ def unvouched_calls(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
     is still known from there). A run without ``run.finished`` is judged up to its last model
     request.
     """
+    return _unvouched((e.type, e.payload, e.seq) for e in events)
+
+
+_READS_PAYLOAD: Final = frozenset({_MODEL_RESPONSE, _TOOL_REQUESTED, _RUN_FINISHED})
+"""The followed types whose payload the ledger reads; the others only need to be there."""
+_UNREAD: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+def unvouched_in_stored(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
+    """:func:`unvouched_calls` of a run read with ``decode=False``: only the payloads the
+    ledger reads are decoded, one at a time. A payload that is not JSON (a tampered row,
+    which verification reports) is passed over as an erased one is."""
+
+    def seen() -> Iterator[tuple[str, Any, int]]:
+        loads = orjson.loads
+        for event in events:
+            kind = event.type
+            if kind not in FOLLOWED:
+                continue
+            body = event.payload_bytes if event.payload is None else event.payload
+            if body is None:
+                continue
+            if kind in _READS_PAYLOAD and event.payload is None:
+                try:
+                    body = loads(body)
+                except (orjson.JSONDecodeError, TypeError):
+                    continue
+            elif kind not in _READS_PAYLOAD:
+                body = _UNREAD
+            yield kind, body, event.seq
+
+    return _unvouched(seen())
+
+
+def _unvouched(seen: Iterable[tuple[str, Any, int]]) -> tuple[UnvouchedCall, ...]:
     ledger = ToolLedger()
     listed: list[UnvouchedCall] = []
     # One pass, in constant memory (a stored run is read as a stream): only a model answer
     # opens a call to vouch for, so in a run without one (a tool-only agent) the ledger
     # never holds an open call and finds nothing; what run.finished lists counts either way.
     observe = ledger.observe
-    for event in events:
-        if event.payload is None:
+    for kind, payload, seq in seen:
+        if payload is None:
             continue
-        if event.type in FOLLOWED:
-            observe(event.type, event.payload, event.seq)
-        if event.type == _RUN_FINISHED:
-            for item in event.payload.get(FIELD) or ():
+        if kind in FOLLOWED:
+            observe(kind, payload, seq)
+        if kind == _RUN_FINISHED:
+            items = payload.get(FIELD) if isinstance(payload, _MAPS) else None
+            for item in items or ():
                 call = UnvouchedCall.from_dict(item) if isinstance(item, _MAPS) else None
                 if call is not None:
                     listed.append(call)
     # Calls still open at the end of a run that never finished (a crash) are not judged:
     # a resume may yet record them.
-    seen = {(c.tool, c.seq) for c in ledger.unvouched}
-    out = list(ledger.unvouched) + [c for c in listed if (c.tool, c.seq) not in seen]
+    seen_calls = {(c.tool, c.seq) for c in ledger.unvouched}
+    out = list(ledger.unvouched) + [c for c in listed if (c.tool, c.seq) not in seen_calls]
     out.sort(key=lambda c: c.seq)
     return tuple(out)

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ..capture.vouch import HOW_TO_RECORD, unvouched_calls
+from ..capture.vouch import HOW_TO_RECORD, unvouched_calls, unvouched_in_stored
 from ..errors import FormatError, StoreError, TachographError
 from ..record.event import FORMAT_VERSION, Event
 from ..record.jsonl import read_jsonl, verify_jsonl
@@ -427,10 +427,12 @@ def verify_cmd(
             if target is not None:  # one run: say what its record cannot vouch for
                 for r in reports:
                     if r.run_id is not None:
-                        # streamed: a long run is never held whole
-                        unvouched[(r.tenant, r.run_id)] = _unvouched(
-                            store.read(r.run_id, tenant=r.tenant)
-                        )
+                        # streamed, undecoded but for what the check reads: a long run
+                        # is never held whole, and a tampered payload is the report's
+                        stream = store.read(r.run_id, tenant=r.tenant, decode=False)
+                        unvouched[(r.tenant, r.run_id)] = [
+                            c.to_dict() for c in unvouched_in_stored(stream)
+                        ]
             blobs = blobcheck.check_store(store, reports)
     failed = [
         r

@@ -377,15 +377,15 @@ class Store(abc.ABC):
             yield row_event(r, decode=decode)
 
     def rows_containing(
-        self, run_id: str, needle: bytes, *, tenant: str | None = None
+        self, run_id: str, needles: Sequence[bytes], *, tenant: str | None = None
     ) -> Iterator[StoredRow]:
-        """The rows of :meth:`read_rows` whose stored payload is bytes holding ``needle``, in
-        seq order: what a scan for one marker needs (``tacho verify`` looks for blob
-        references this way). An engine may filter in the database; this one filters the
-        rows it reads. Raises as :meth:`read_rows` does for a run that is not there."""
+        """The rows of :meth:`read_rows` whose stored payload is bytes holding any of
+        ``needles``, in seq order: what a scan for a marker needs (``tacho verify`` looks for
+        blob references this way). An engine may filter in the database; this one filters
+        the rows it reads. Raises as :meth:`read_rows` does for a run that is not there."""
         for row in self.read_rows(run_id, tenant=tenant):
             body = row.payload_bytes
-            if type(body) is bytes and needle in body:
+            if type(body) is bytes and any(n in body for n in needles):
                 yield row
 
     def events(self, run_id: str, *, tenant: str | None = None) -> list[Event]:

@@ -1019,12 +1019,14 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             yield from map(_as_row, page)
 
     def rows_containing(
-        self, run_id: str, needle: bytes, *, tenant: str | None = None
+        self, run_id: str, needles: Sequence[bytes], *, tenant: str | None = None
     ) -> Iterator[StoredRow]:
         """:meth:`Store.rows_containing`, filtered by SQLite (``instr`` over each stored BLOB):
-        the rows without ``needle`` never reach Python."""
+        the rows holding none of ``needles`` never reach Python."""
         where = self._resolve_tenant(run_id, tenant)
-        for page in self._pages(run_id, where, 0, _COLUMNS, 2, needle):
+        if not needles:
+            return
+        for page in self._pages(run_id, where, 0, _COLUMNS, 2, tuple(needles)):
             yield from map(_as_row, page)
 
     def _pages(
@@ -1034,15 +1036,15 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         from_seq: int,
         columns: str,
         seq_at: int,
-        needle: bytes | None = None,
+        needles: tuple[bytes, ...] = (),
     ) -> Iterator[list[Any]]:
         # Pages of the driver's tuples of ``columns`` (_COLUMNS: StoredRow's fields in
         # order), ``seq`` the one at ``seq_at``, for a tenant already resolved; with
-        # ``needle``, only the rows whose payload is a BLOB holding it.
+        # ``needles``, only the rows whose payload is a BLOB holding one of them.
         seq = from_seq
         first = True
         while True:
-            rows = self._page(tenant, run_id, seq, columns, needle)
+            rows = self._page(tenant, run_id, seq, columns, needles)
             if first and not rows and not self._exists(tenant, run_id):
                 # With an explicit tenant nothing was resolved: a missing run must not read
                 # (and verify) as an empty one.
@@ -1063,16 +1065,17 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         return row is not None
 
     def _page(
-        self, tenant: str, run_id: str, seq: int, columns: str, needle: bytes | None = None
+        self, tenant: str, run_id: str, seq: int, columns: str, needles: tuple[bytes, ...] = ()
     ) -> list[Any]:
-        match = "" if needle is None else "AND typeof(p.body)='blob' AND instr(p.body, ?) > 0 "
+        match = ""
+        if needles:
+            any_of = " OR ".join(["instr(p.body, ?) > 0"] * len(needles))
+            match = f"AND typeof(p.body)='blob' AND ({any_of}) "
         sql = (
             f"SELECT {columns} FROM events e JOIN payloads p ON p.id = e.id "
             f"WHERE e.tenant=? AND e.run_id=? AND e.seq>=? {match}ORDER BY e.seq LIMIT ?"
         )
-        args: tuple[Any, ...] = (tenant, run_id, seq, _PAGE)
-        if needle is not None:
-            args = (tenant, run_id, seq, needle, _PAGE)
+        args = (tenant, run_id, seq, *needles, _PAGE)
         with self._using(f"reading run {run_id!r} from", run_id) as db:
             try:
                 return db.execute(sql, args).fetchall()
