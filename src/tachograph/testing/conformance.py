@@ -394,6 +394,33 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         with pytest.raises(RunNotFound):
             list(store.read_rows("run-b"))
 
+    def test_rows_containing_is_read_rows_filtered_by_the_payload_bytes(self, store: Store) -> None:
+        def payload(seq: int) -> dict[str, object]:
+            if seq % 3 == 1:
+                return {"n": seq, "doc": {"$blob": f"sha256:{seq:064x}", "size": seq}}
+            return {"n": seq, "text": "caf\u00e9" if seq % 5 == 2 else "plain"}
+
+        events = build_run("run-a", 30, tenant="acme", payload=payload)
+        store.append(events + build_run("run-a", 7, tenant="other", payload=payload))
+        for needles in ((b"$blob",), (b"$blob", b"caf"), (b"absent",), ()):
+            got = list(store.rows_containing("run-a", needles, tenant="acme"))
+            want = [
+                r
+                for r in store.read_rows("run-a", tenant="acme")
+                if type(r.payload_bytes) is bytes and any(n in r.payload_bytes for n in needles)
+            ]
+            assert got == want, needles
+        assert [r.seq for r in store.rows_containing("run-a", (b"$blob",), tenant="acme")] == [
+            s for s in range(1, 29) if s % 3 == 1
+        ]
+        other = list(store.rows_containing("run-a", (b"$blob",), tenant="other"))
+        assert [(r.tenant, r.seq) for r in other] == [("other", 1), ("other", 4)]
+        with pytest.raises(StoreError) as info:
+            list(store.rows_containing("run-a", (b"$blob",)))  # ambiguous without a tenant
+        assert not isinstance(info.value, RunNotFound)
+        with pytest.raises(RunNotFound):
+            list(store.rows_containing("run-b", (b"$blob",), tenant="acme"))
+
     def test_a_read_during_appends_has_no_gap_and_no_repeat(self, store: Store) -> None:
         events = build_run("run-a", 6)
         store.append(events[:3])
