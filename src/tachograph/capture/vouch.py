@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -227,9 +227,20 @@ def unvouched_calls(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
     Computed from the model answers and tool events (so that a run recorded before the field
     existed is judged too), together with what ``run.finished`` lists (an answer erased since
     is still known from there). A run without ``run.finished`` is judged up to its last model
-    request.
+    request. A run held whole (a list or tuple, as replay holds it) is looked over first; any
+    other iterable is read in one pass, in constant memory.
     """
-    return _unvouched((e.type, e.payload, e.seq) for e in events)
+    if isinstance(events, (list, tuple)) and _MODEL_RESPONSE not in [e.type for e in events]:
+        # Only a model answer opens a call to vouch for: in a run without one (a tool-only
+        # agent) the ledger would find nothing, and only what run.finished lists counts.
+        events = [event for event in events if event.type == _RUN_FINISHED]
+    return _unvouched(events)
+
+
+class _Seen(NamedTuple):
+    type: str
+    payload: Any
+    seq: int
 
 
 _READS_PAYLOAD: Final = frozenset({_MODEL_RESPONSE, _TOOL_REQUESTED, _RUN_FINISHED})
@@ -238,11 +249,11 @@ _UNREAD: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 def unvouched_in_stored(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
-    """:func:`unvouched_calls` of a run read with ``decode=False``: only the payloads the
-    ledger reads are decoded, one at a time. A payload that is not JSON (a tampered row,
-    which verification reports) is passed over as an erased one is."""
+    """:func:`unvouched_calls` of a run read with ``decode=False``, in one pass: only the
+    payloads the ledger reads are decoded, one at a time. A payload that is not JSON (a
+    tampered row, which verification reports) is passed over as an erased one is."""
 
-    def seen() -> Iterator[tuple[str, Any, int]]:
+    def seen() -> Iterator[_Seen]:
         loads = orjson.loads
         for event in events:
             kind = event.type
@@ -258,23 +269,25 @@ def unvouched_in_stored(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
                     continue
             elif kind not in _READS_PAYLOAD:
                 body = _UNREAD
-            yield kind, body, event.seq
+            yield _Seen(kind, body, event.seq)
 
     return _unvouched(seen())
 
 
-def _unvouched(seen: Iterable[tuple[str, Any, int]]) -> tuple[UnvouchedCall, ...]:
+def _unvouched(events: Iterable[Event] | Iterable[_Seen]) -> tuple[UnvouchedCall, ...]:
     ledger = ToolLedger()
     listed: list[UnvouchedCall] = []
-    # One pass, in constant memory (a stored run is read as a stream): only a model answer
-    # opens a call to vouch for, so in a run without one (a tool-only agent) the ledger
-    # never holds an open call and finds nothing; what run.finished lists counts either way.
+    # One pass: only a model answer opens a call to vouch for, so in a run without one the
+    # ledger never holds an open call and finds nothing; what run.finished lists counts
+    # either way.
     observe = ledger.observe
-    for kind, payload, seq in seen:
+    for event in events:
+        payload = event.payload
         if payload is None:
             continue
+        kind = event.type
         if kind in FOLLOWED:
-            observe(kind, payload, seq)
+            observe(kind, payload, event.seq)
         if kind == _RUN_FINISHED:
             items = payload.get(FIELD) if isinstance(payload, _MAPS) else None
             for item in items or ():
