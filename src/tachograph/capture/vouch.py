@@ -259,17 +259,18 @@ def unvouched_in_stored(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
             kind = event.type
             if kind not in FOLLOWED:
                 continue
-            body = event.payload_bytes if event.payload is None else event.payload
-            if body is None:
-                continue
-            if kind in _READS_PAYLOAD and event.payload is None:
-                try:
-                    body = loads(body)
-                except (orjson.JSONDecodeError, TypeError):
-                    continue
-            elif kind not in _READS_PAYLOAD:
-                body = _UNREAD
-            yield _Seen(kind, body, event.seq)
+            payload = event.payload
+            if payload is None:
+                if event.payload_bytes is None:
+                    continue  # erased
+                if kind not in _READS_PAYLOAD:
+                    payload = _UNREAD
+                else:
+                    try:
+                        payload = loads(event.payload_bytes)
+                    except (orjson.JSONDecodeError, TypeError):
+                        continue
+            yield _Seen(kind, payload, event.seq)
 
     return _unvouched(seen())
 

@@ -1023,9 +1023,10 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
     ) -> Iterator[StoredRow]:
         """:meth:`Store.rows_containing`, filtered by SQLite (``instr`` over each stored BLOB):
         the rows holding none of ``needles`` never reach Python."""
-        where = self._resolve_tenant(run_id, tenant)
-        if not needles:
+        if not needles:  # no filter to give SQLite: nothing matches, a missing run raises
+            yield from super().rows_containing(run_id, needles, tenant=tenant)
             return
+        where = self._resolve_tenant(run_id, tenant)
         for page in self._pages(run_id, where, 0, _COLUMNS, 2, tuple(needles)):
             yield from map(_as_row, page)
 
