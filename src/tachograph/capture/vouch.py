@@ -17,14 +17,14 @@ from __future__ import annotations
 import itertools
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 import orjson
 
-from ..providers.toolcalls import requested_tool_calls
+from ..providers.toolcalls import RequestedCall, requested_tool_calls
 from ..record.event import Event, EventType
 
 # Plain-str event types: ``EventType.X.value`` is a Python-level property on 3.11, and
@@ -44,6 +44,7 @@ __all__ = [
     "HOW_TO_RECORD",
     "ToolLedger",
     "UnvouchedCall",
+    "UnvouchedScan",
     "UnvouchedToolCall",
     "how_to_record",
     "unvouched_calls",
@@ -145,8 +146,11 @@ class ToolLedger:
             next(self._unmatched)
             return []
         if type_ == _MODEL_RESPONSE:
-            response = payload.get("response") if isinstance(payload, _MAPS) else None
-            calls = requested_tool_calls(response)
+            if type(payload) is _Asked:  # read from a stored row beforehand (UnvouchedScan)
+                calls = payload.calls
+            else:
+                response = payload.get("response") if isinstance(payload, _MAPS) else None
+                calls = requested_tool_calls(response)
             if calls:
                 with self._lock:
                     self._open.extend(UnvouchedCall(c.tool, seq, c.call_id) for c in calls)
@@ -273,6 +277,79 @@ def unvouched_in_stored(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
             yield _Seen(kind, payload, event.seq)
 
     return _unvouched(seen())
+
+
+class _Asked(NamedTuple):
+    """The tool calls a model answer asks for, read from it where it was read (a worker
+    process): what the ledger reads of a ``model.response`` payload."""
+
+    calls: tuple[RequestedCall, ...]
+
+
+class _Steps:
+    """A part of an :class:`UnvouchedScan`: what the ledger will read of some stored rows.
+
+    Each followed event becomes a :class:`_Seen` whose payload holds only what the ledger and
+    ``run.finished``'s list read, decoded here; a model answer that asks for no tool call
+    changes nothing in the ledger and is left out, and so is what :func:`unvouched_in_stored`
+    passes over (an erased payload, one that is not JSON, one that is JSON ``null``)."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self) -> None:
+        self.steps: list[_Seen] = []
+
+    def feed(self, rows: Sequence[Any]) -> None:
+        append, loads = self.steps.append, orjson.loads
+        for row in rows:
+            kind = row[5]  # StoredRow.type
+            if kind not in FOLLOWED:
+                continue
+            body = row[15]  # StoredRow.payload_bytes
+            if body is None:
+                continue  # erased
+            if kind not in _READS_PAYLOAD:
+                append(_Seen(kind, {}, row[2]))
+                continue
+            try:
+                payload = loads(body)
+            except (orjson.JSONDecodeError, TypeError):
+                continue
+            if payload is None:
+                continue
+            is_map = isinstance(payload, _MAPS)
+            if kind == _MODEL_RESPONSE:
+                calls = requested_tool_calls(payload.get("response") if is_map else None)
+                if calls:
+                    append(_Seen(kind, _Asked(calls), row[2]))
+            elif kind == _TOOL_REQUESTED:
+                append(_Seen(kind, {"tool": payload.get("tool")} if is_map else {}, row[2]))
+            else:  # run.finished: its status and its list
+                kept = {"status": payload.get("status"), FIELD: payload.get(FIELD)}
+                append(_Seen(kind, kept if is_map else {}, row[2]))
+
+    def result(self) -> list[_Seen]:
+        return self.steps
+
+
+class UnvouchedScan:
+    """:func:`unvouched_in_stored` as a scan (:mod:`tachograph.record.scan`): handed to
+    ``verify_stored`` (``scans=[UnvouchedScan()]``), it reads a run's model answers and tool
+    events in the same read as its verification, decoding them in the verification's
+    workers where it has some; the report's ``scanned["unvouched"]`` is the run's tuple of
+    :class:`UnvouchedCall` (``None`` if the run could not be read whole)."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return FIELD
+
+    def begin(self) -> _Steps:
+        return _Steps()
+
+    def join(self, run_id: str | None, parts: Sequence[Any]) -> tuple[UnvouchedCall, ...]:
+        return _unvouched(itertools.chain.from_iterable(parts))
 
 
 def _unvouched(events: Iterable[Event] | Iterable[_Seen]) -> tuple[UnvouchedCall, ...]:

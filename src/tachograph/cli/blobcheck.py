@@ -7,30 +7,32 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..lifecycle.blobs import BlobCheck, BlobStore, check_blobs, check_stored_blobs
+from ..lifecycle.blobs import BlobCheck, BlobScan, BlobStore, check_blobs
 from ..record.event import Event, event_from_line
+from ..record.scan import RowScan
 from ..record.verify import VerifyReport, iter_jsonl_runs
 from ..store import Store
 
-__all__ = ["BlobChecks", "check_file", "check_store", "totals"]
+__all__ = ["BlobChecks", "check_file", "of_reports", "scans_of", "totals"]
 
 BlobChecks = dict[tuple[str | None, str | None], BlobCheck]
 """``(tenant, run_id)`` -> the blob check of that run."""
 
 
-def check_store(store: Store, reports: list[VerifyReport]) -> BlobChecks:
-    """The blobs of every run reported, against the store's blob folder (``<file>.blobs``)."""
-    blobs = BlobStore.beside(store)
+def scans_of(store: Store) -> list[RowScan]:
+    """The scan that checks each verified run's blobs against the store's blob folder
+    (``<file>.blobs``), in the same read as its verification (and in its workers)."""
+    return [BlobScan.beside(store)]
+
+
+def of_reports(reports: list[VerifyReport]) -> BlobChecks:
+    """The blob check of every run reported, from what its verification's scan found; a run
+    whose rows could not be read whole has none (its report already fails)."""
     out: BlobChecks = {}
     for report in reports:
-        if report.run_id is None:
-            continue
-        try:
-            out[report.tenant, report.run_id] = check_stored_blobs(
-                store, report.run_id, blobs, tenant=report.tenant
-            )
-        except Exception:  # a run that cannot be read already fails its report
-            continue
+        check = report.scanned.get("blobs")
+        if report.run_id is not None and isinstance(check, BlobCheck):
+            out[report.tenant, report.run_id] = check
     return out
 
 

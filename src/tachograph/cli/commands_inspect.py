@@ -6,20 +6,20 @@ import datetime
 import os
 import platform
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ..capture.vouch import HOW_TO_RECORD, unvouched_calls, unvouched_in_stored
+from ..capture.vouch import FIELD as UNVOUCHED
+from ..capture.vouch import HOW_TO_RECORD, UnvouchedScan, unvouched_calls
 from ..errors import FormatError, StoreError, TachographError
 from ..record.event import FORMAT_VERSION, Event
 from ..record.jsonl import read_jsonl, verify_jsonl
+from ..record.scan import RowScan
 from ..record.seal import hide_key_secret
 from ..record.verify import VerifyReport
-from ..replay.diff import RunDiff, diff_runs
-from ..replay.fold import fold
 from ..store import DEFAULT_STORE, RunInfo, Store, verify_all, verify_stored
 from ..store import open_store as open_store_raw
 from ..views.captured import NOT_CAPTURED, display_payload
@@ -294,6 +294,9 @@ def state_cmd(run_id: str, at: int | None, tenant: str | None, purpose: str, as_
                 f"--at {at} is outside run {run_id} (seq 0..{info.events - 1})",
                 exit_code=EXIT_USAGE,
             )
+        from ..replay.fold import fold  # here: the replay layer loads in 50 ms, and every
+        # command of this module (``tacho verify`` first) would pay it at its start
+
         result = fold(store.read(run_id, tenant=info.tenant), at)
     data = result.to_dict()
     if as_json:
@@ -305,21 +308,28 @@ def state_cmd(run_id: str, at: int | None, tenant: str | None, purpose: str, as_
 
 
 def _verify_reports(
-    store: Store, out: Output, run_id: str | None, workers: int = 1
+    store: Store,
+    out: Output,
+    run_id: str | None,
+    workers: int = 1,
+    scans: Sequence[RowScan] = (),
 ) -> list[VerifyReport]:
     if run_id is not None:
         info = resolve_run(store, run_id)
-        if workers < 2:
-            return [verify_stored(store, info.run_id, tenant=info.tenant)]
         with out.progress(info.events, f"verifying {info.run_id}") as advance:
             return [
                 verify_stored(
-                    store, info.run_id, tenant=info.tenant, progress=advance, workers=workers
+                    store,
+                    info.run_id,
+                    tenant=info.tenant,
+                    progress=advance,
+                    workers=workers,
+                    scans=scans,
                 )
             ]
     total = store.count_events()
     with out.progress(total, "verifying") as advance:
-        return list(verify_all(store, progress=advance, workers=workers))
+        return list(verify_all(store, progress=advance, workers=workers, scans=scans))
 
 
 def _verify_file(path: Path, out: Output) -> list[VerifyReport]:
@@ -402,11 +412,11 @@ def verify_cmd(
         # ``tacho verify store.db``: every run of that store, as ``--store store.db verify``.
         with _open_store_at(target) as store:
             source = store.url
-            reports = _verify_reports(store, out, None, workers)
+            reports = _verify_reports(store, out, None, workers, blobcheck.scans_of(store))
             verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
             orphans = orphan_seals_of(store, reports, keys, witnesses, witness_keys)
             unrecorded = erasures_without_record(store, reports)
-            blobs = blobcheck.check_store(store, reports)
+            blobs = blobcheck.of_reports(reports)
         target = None
     elif target is not None and (Path(target).is_file() or _looks_like_file(target)):
         path = Path(target)
@@ -419,21 +429,22 @@ def verify_cmd(
     else:
         with open_store() as store:
             source = store.url
-            reports = _verify_reports(store, out, target, workers)
+            # The blobs of every run and, for one run, the tool calls its record cannot vouch
+            # for are read from the rows as they are verified (in the workers, if any): one
+            # read of the run, streamed, and a tampered payload is the report's.
+            scans = blobcheck.scans_of(store)
+            if target is not None:
+                scans.append(UnvouchedScan())
+            reports = _verify_reports(store, out, target, workers, scans)
             verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
             if target is None:
                 orphans = orphan_seals_of(store, reports, keys, witnesses, witness_keys)
             unrecorded = erasures_without_record(store, reports)
-            if target is not None:  # one run: say what its record cannot vouch for
-                for r in reports:
-                    if r.run_id is not None:
-                        # streamed, undecoded but for what the check reads: a long run
-                        # is never held whole, and a tampered payload is the report's
-                        stream = store.read(r.run_id, tenant=r.tenant, decode=False)
-                        unvouched[(r.tenant, r.run_id)] = [
-                            c.to_dict() for c in unvouched_in_stored(stream)
-                        ]
-            blobs = blobcheck.check_store(store, reports)
+            for r in reports:
+                calls = r.scanned.get(UNVOUCHED)
+                if r.run_id is not None and calls is not None:
+                    unvouched[(r.tenant, r.run_id)] = [c.to_dict() for c in calls]
+            blobs = blobcheck.of_reports(reports)
     failed = [
         r
         for r in reports
@@ -644,11 +655,13 @@ def diff_cmd(run_a: str, run_b: str, purpose: str, as_json: bool) -> None:
 
     Payloads are read for --purpose (recorded in the store audit); what it may not read is
     compared as withheld."""
+    from ..replay.diff import diff_runs  # here: see state_cmd
+
     with open_store() as raw:
         store = scoped_store(raw, purpose)
         a = resolve_run(store, run_a)
         b = resolve_run(store, run_b)
-        result: RunDiff = diff_runs(
+        result = diff_runs(
             store.read(a.run_id, tenant=a.tenant),
             store.read(b.run_id, tenant=b.tenant),
             names=(a.run_id, b.run_id),

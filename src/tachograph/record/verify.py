@@ -11,11 +11,12 @@ those of SPEC section 8.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import hashlib
 import operator
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ from .canonical import (
 from .compiled import NATIVE
 from .event import ENVELOPE_KEYS, LINE_KEYS, PATTERNS, Event, EventType, envelope_bytes
 from .rows import RunSummary, StoredRow
+from .scan import RowScan, Scanning
 
 __all__ = [
     "Check",
@@ -108,6 +110,10 @@ class VerifyReport:
     sealed: bool = False
     source: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    scanned: dict[str, Any] = field(default_factory=dict)
+    """What the scans handed to the verification found, by scan name (``None`` for a scan
+    that did not see the whole run): see :mod:`tachograph.record.scan`. Not in
+    :meth:`to_dict`: each scan's caller says how its result reads."""
 
     @property
     def ok(self) -> bool:
@@ -958,6 +964,7 @@ def verify_run(
     decoded: bool = False,
     keep: list[Any] | None = None,
     overlap: bool = False,
+    scans: Sequence[RowScan] = (),
 ) -> VerifyReport:
     """Verify one stored run (SPEC section 8): the one meaning of "verified" everywhere.
 
@@ -982,14 +989,19 @@ def verify_run(
     are checked on a thread of their own while the next page is read, where the compiled
     helpers can (``native.verify_start``): the same report, sooner where a core is free. A
     process among parallel verifiers has none to spare, so it is not the default.
+
+    ``scans`` (:mod:`tachograph.record.scan`) read each page of ``rows`` too, which must then
+    be stored rows; their results are the report's ``scanned`` (each ``None`` if the read
+    failed part way).
     """
     if seals is not None:
         raise ValueError("verify_run: seals are not supported yet; pass seals=None")
     checker = LineChecker(source=source, max_failures=max_failures)
     checker.decoded = decoded
+    scanning = Scanning(scans) if scans else None
     try:
         expected = summary.events if summary is not None else None
-        _feed_rows(checker, rows, progress, keep, overlap, expected)
+        _feed_rows(checker, rows, progress, keep, overlap, expected, scanning)
     except (RunNotFound, PurposeDenied):  # not a damaged run: a read that may not be made
         raise
     except (TachographError, ValueError, TypeError, OverflowError) as exc:
@@ -997,9 +1009,14 @@ def verify_run(
         if checker.run_id is None:
             checker.run_id, checker.tenant = run_id, tenant
         checker.feed_malformed(f"the store could not read this run: {exc}")
-        return checker.report()
+        return _scanned(checker.report(), scanning.failed() if scanning else None)
     checker.hold_against(summary)
-    return checker.report()
+    report = checker.report()
+    return _scanned(report, scanning.joined(report.run_id) if scanning else None)
+
+
+def _scanned(report: VerifyReport, scanned: dict[str, Any] | None) -> VerifyReport:
+    return report if scanned is None else dataclasses.replace(report, scanned=scanned)
 
 
 _CHUNK = 1000
@@ -1032,9 +1049,12 @@ def _feed_rows(
     keep: list[Any] | None = None,
     overlap: bool = False,
     expected: int | None = None,
+    scanning: Scanning | None = None,
 ) -> None:
     if progress is None and isinstance(rows, list):
         checker.feed_many(rows)  # a run already loaded (replay)
+        if scanning is not None:
+            scanning.feed(rows)
         if keep is not None:
             keep.extend(rows)
         return
@@ -1074,10 +1094,14 @@ def _feed_rows(
                 keep.extend(chunk)
             if overlap:
                 begun.append(checker.begin_many(chunk, begun[-1] if begun else None))
+                if scanning is not None:  # while the compiled checks run on their thread
+                    scanning.feed(chunk)
                 while len(begun) > _IN_FLIGHT:
                     end_oldest()
             else:
                 checker.feed_many(chunk)
+                if scanning is not None:
+                    scanning.feed(chunk)
                 if progress is not None:
                     progress(len(chunk))
         read += len(chunk)

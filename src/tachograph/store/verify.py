@@ -7,11 +7,12 @@ check that the CLI, replay, fork, resume, the corpus and imports share.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from ..errors import RunNotFound
 from ..record.bulk import collector_paused
 from ..record.event import Event
+from ..record.scan import RowScan
 from ..record.verify import VerifyReport, verify_run
 from .base import RunInfo, Store
 
@@ -37,6 +38,7 @@ def verify_stored(
     tenant: str | None = None,
     progress: Callable[[int], None] | None = None,
     workers: int = 1,
+    scans: Sequence[RowScan] = (),
 ) -> VerifyReport:
     """Verify one stored run (SPEC section 8) against its summary, streaming its rows.
 
@@ -44,13 +46,15 @@ def verify_stored(
     matches); a run id under several tenants without ``tenant`` raises
     :class:`~tachograph.errors.StoreError`. With ``workers`` above 1, a large run of a SQLite
     file is verified in chunks by that many processes (:mod:`tachograph.store.parallel`),
-    with the same report.
+    with the same report. ``scans`` read the same rows as they are verified (in the workers
+    where there are some): their results are the report's ``scanned``
+    (:mod:`tachograph.record.scan`).
     """
     if workers > 1:
         from .parallel import verify_stored_parallel
 
         return verify_stored_parallel(
-            store, run_id, tenant=tenant, workers=workers, progress=progress
+            store, run_id, tenant=tenant, workers=workers, progress=progress, scans=scans
         )
     summary = run_summary(store, run_id, tenant=tenant)
     where = summary.tenant if summary is not None else tenant
@@ -61,6 +65,7 @@ def verify_stored(
         progress=progress,
         run_id=run_id,
         tenant=where,
+        scans=scans,
     )
 
 
@@ -103,6 +108,7 @@ def verify_all(
     tenant: str | None = None,
     progress: Callable[[int], None] | None = None,
     workers: int = 1,
+    scans: Sequence[RowScan] = (),
 ) -> Iterator[VerifyReport]:
     """Verify every run of ``store`` (of one ``tenant``), one at a time, in constant memory.
 
@@ -110,13 +116,16 @@ def verify_all(
     the number of events checked since its last call, at most every 1000 events. With
     ``workers`` above 1 the runs of a SQLite file are spread over that many processes (large
     runs in chunks, see :mod:`tachograph.store.parallel`): the same reports, in the same order.
+    ``scans`` read each run's rows as :func:`verify_stored` has them read.
     """
     if workers > 1:
         from .parallel import verify_all_parallel
 
-        yield from verify_all_parallel(store, tenant=tenant, workers=workers, progress=progress)
+        yield from verify_all_parallel(
+            store, tenant=tenant, workers=workers, progress=progress, scans=scans
+        )
         return
     for run_tenant, run_id in store.run_keys():
         if tenant is not None and run_tenant != tenant:
             continue
-        yield verify_stored(store, run_id, tenant=run_tenant, progress=progress)
+        yield verify_stored(store, run_id, tenant=run_tenant, progress=progress, scans=scans)
