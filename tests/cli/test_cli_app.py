@@ -194,9 +194,60 @@ def test_load_plugged_lets_a_broken_module_fail_loudly(plug_package: str) -> Non
 
 def test_the_plugged_modules_present_in_this_checkout_are_registered() -> None:
     here = Path(app.__file__).parent
+    ctx = click.Context(cli)
     for name in app.PLUGGED:
         if (here / f"{name}.py").is_file() or (here / name / "__init__.py").is_file():
             group = click.Group("t")
             assert load_plugged(group, (name,), "tachograph.cli") == [name]
             assert group.commands
-            assert set(group.commands) <= set(cli.commands)
+            assert set(group.commands) <= set(cli.list_commands(ctx))
+
+
+def test_the_table_of_commands_is_what_each_module_registers() -> None:
+    """``COMMANDS`` (which module to import for a command) against the modules themselves:
+    a command missing from it would be absent from ``tacho``, one named under the wrong
+    module would not be found."""
+    registered: dict[str, str] = {}
+    for module in sorted(set(app.COMMANDS.values())):
+        group = click.Group("t")
+        assert load_plugged(group, (module,), "tachograph.cli") == [module]
+        registered.update(dict.fromkeys(group.commands, module))
+    assert registered == app.COMMANDS
+    assert set(app.PLUGGED) <= set(app.COMMANDS.values())
+    ctx = click.Context(cli)
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        assert command is not None
+        assert command.name == name
+
+
+def test_a_command_imports_its_own_module_and_not_the_others() -> None:
+    """``tacho verify`` starts without the replay layer and the other commands' modules:
+    a new interpreter, as the console script starts one."""
+    code = (
+        "import sys\n"
+        "from tachograph.cli.app import main\n"
+        "try:\n"
+        "    main(['verify', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('tachograph.'))\n"
+        "print('\\n'.join(loaded), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = set(done.stderr.split())
+    assert "tachograph.cli.commands_inspect" in loaded
+    assert "Usage: " in done.stdout
+    for absent in (
+        "tachograph.replay.api",
+        "tachograph.cli.commands_replay",
+        "tachograph.cli.commands_io",
+        "tachograph.cli.demo",
+        "tachograph.cli.corpus",
+        "tachograph.cli.otel",
+        "tachograph.cli.migrate",
+        "tachograph.cli.doctor",
+    ):
+        assert absent not in loaded, absent

@@ -14,8 +14,11 @@ Conventions (for every command module, built in or plugged in):
   opened or read, or the run is not in it, or a read's ``--purpose`` is denied
   (:class:`~tachograph.errors.PurposeDenied`). A :class:`~tachograph.errors.TachographError` that
   escapes a command is mapped to one of these by :class:`TachoGroup`.
-- Optional command modules ``tachograph.cli.<name>`` for the names in :data:`PLUGGED` are
-  loaded at import time and their ``register(cli)`` is called, when the module exists.
+- A command module ``tachograph.cli.<name>`` defines ``register(group)``, which adds its
+  commands. :data:`COMMANDS` names the module of each command; a module is imported when one
+  of its commands is asked for (or all of them, for ``tacho --help``), so that a command
+  starts without importing the others. The modules named in :data:`PLUGGED` are optional:
+  when one does not exist, its commands are absent.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from ..store import open_store as _open_store
 from ..views.text import escape, escape_json
 
 __all__ = [
+    "COMMANDS",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -82,6 +86,23 @@ EXIT_INTERRUPTED = 130
 
 PLUGGED = ("corpus", "otel", "seal", "privacy", "migrate", "doctor")
 """Command modules loaded when present: each defines ``register(cli: click.Group)``."""
+
+COMMANDS: dict[str, str] = {
+    **dict.fromkeys(("runs", "show", "state", "verify", "diff", "version"), "commands_inspect"),
+    **dict.fromkeys(("replay", "fork", "resume"), "commands_replay"),
+    **dict.fromkeys(("export", "import"), "commands_io"),
+    "demo": "demo",
+    **dict.fromkeys(("save", "test"), "corpus"),
+    "otel": "otel",
+    **dict.fromkeys(("keys", "seal", "witness", "evidence"), "seal"),
+    **dict.fromkeys(("erase", "audit", "retention"), "privacy"),
+    "migrate": "migrate",
+    "doctor": "doctor",
+}
+"""Each ``tacho`` command and the module of this package whose ``register`` adds it. A
+module is imported when one of its commands is asked for: ``tacho verify`` does not import
+the replay layer (50 ms on its own), nor the other commands' dependencies
+(``tests/cli/test_cli_app.py`` holds this table to what the modules register)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -319,7 +340,20 @@ def _interrupt_code(interrupt: KeyboardInterrupt) -> int:
 
 
 class TachoGroup(click.Group):
-    """A group that turns tachograph errors into :class:`CliError` with the right exit code."""
+    """A group that turns tachograph errors into :class:`CliError` with the right exit code,
+    and imports the module of a command (:data:`COMMANDS`) when the command is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command, those of modules not imported yet included."""
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command ``cmd_name``, its module imported (and registered) first if need be;
+        ``None`` for an unknown command, or one of an optional module that is absent."""
+        module = COMMANDS.get(cmd_name)
+        if cmd_name not in self.commands and module is not None:
+            load_plugged(self, (module,), __package__ or "tachograph.cli")
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; map a :class:`TachographError` to its documented exit code."""
@@ -378,19 +412,6 @@ def load_plugged(group: click.Group, names: Sequence[str], package: str) -> list
         plugged.register(group)
         loaded.append(name)
     return loaded
-
-
-def _register(group: click.Group) -> None:
-    # Imported here, after everything above exists, because the command modules import
-    # the conventions from this module.
-    from . import commands_inspect, commands_io, commands_replay, demo
-
-    for module in (commands_inspect, commands_replay, commands_io, demo):
-        module.register(group)
-    load_plugged(group, PLUGGED, __package__ or "tachograph.cli")
-
-
-_register(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
