@@ -65,6 +65,7 @@ FIGURE_KEYS = (
     "verify",
     "verify_floats",
     "verify_workers",
+    "verify_command",
     "replay",
     "store_growth",
     "verify_memory",

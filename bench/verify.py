@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -91,7 +95,8 @@ def floor_rate(store: SQLiteStore, run_id: str, n: int) -> float:
 
 def figures(settings: Settings) -> list[Figure]:
     """The verification figures."""
-    return [_verify_figure(settings), _floats_figure(settings), _workers_figure(settings)]
+    workers = _workers_figure(settings)
+    return [_verify_figure(settings), _floats_figure(settings), workers, _command_figure(settings)]
 
 
 def _fresh(settings: Settings, name: str) -> SQLiteStore:
@@ -280,3 +285,97 @@ def _verify_figure(settings: Settings) -> Figure:
         },
         profile_fn=lambda: store.verify("bench-verify"),
     )
+
+
+def _tacho() -> list[str]:
+    """The ``tacho`` console script beside this interpreter, else the same entry point."""
+    script = Path(sys.executable).parent / "tacho"
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-c", "from tachograph.cli import main; main()"]
+
+
+def _command_figure(settings: Settings) -> Figure:
+    """``tacho verify`` end to end, two workers against one, on the stores of
+    ``verify_workers`` (built just before): each command a new process, as an auditor runs
+    it, its start, its blob and unvouched-call checks and its output included.
+
+    The commands read the library from bytecode, as an installed package does (``pip
+    install`` compiles it): compiled once, before the samples, into a cache of this run's own
+    (``PYTHONPYCACHEPREFIX``), so that an editable checkout on a machine that writes no
+    bytecode is not timed compiling every module at each start, in the parent and in each
+    worker."""
+    started = time.perf_counter()
+    workdir = Path(settings.workdir) / "verify"
+    repeats = settings.repeats or 3
+    with SQLiteStore(workdir / "long.db") as store:
+        (long_info,) = store.runs()
+    with SQLiteStore(workdir / "many.db") as store:
+        many_events = store.count_events()
+        many_runs = len(store.runs())
+    cache = tempfile.mkdtemp(prefix="bench-pycache-", dir=workdir)
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": cache}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+
+    def run(store: str, *args: str) -> float:
+        cmd = [*_tacho(), "--store", str(workdir / store), "verify", *args, "--json"]
+        t0 = time.perf_counter_ns()
+        done = subprocess.run(cmd, capture_output=True, env=env, check=False)
+        elapsed = (time.perf_counter_ns() - t0) / 1e9
+        report = json.loads(done.stdout) if done.stdout else {}
+        if done.returncode != 0 or not report.get("ok"):
+            raise RuntimeError(f"tacho verify failed: {done.stderr.decode()[-500:]}")
+        return elapsed
+
+    def one(workers: int) -> float:
+        return long_info.events / run("long.db", long_info.run_id, "--workers", str(workers))
+
+    def every(workers: int) -> float:
+        return many_events / run("many.db", "--all", "--workers", str(workers))
+
+    run("many.db", "--all", "--workers", "2")  # compiles the library into the cache
+    all2, all1 = interleaved(lambda: every(2), lambda: every(1), repeats=repeats, warmup=0)
+    one2, one1 = interleaved(lambda: one(2), lambda: one(1), repeats=repeats, warmup=0)
+    subject = measure_of(f"tacho verify --all ({many_runs} runs), 2 workers", all2, "events/s")
+    baseline = measure_of(f"tacho verify --all ({many_runs} runs), 1 worker", all1, "events/s")
+    one_2 = measure_of(f"tacho verify RUN ({long_info.events} events), 2 workers", one2, "events/s")
+    one_1 = measure_of(f"tacho verify RUN ({long_info.events} events), 1 worker", one1, "events/s")
+    ratio = subject.median / baseline.median
+    one_ratio = one_2.median / one_1.median
+    return Figure(
+        key="verify_command",
+        title=f"tacho verify with 2 worker processes: --all over {many_runs} runs, and one run",
+        subject=subject,
+        baseline=baseline,
+        ratio=ratio,
+        ratio_label="speedup of 2 workers over 1 (tacho verify --all)",
+        targets=[
+            Target("speedup of tacho verify --all", ratio, ">=", 1.6),
+            Target("speedup of tacho verify RUN", one_ratio, ">=", 1.6),
+        ],
+        extra={
+            "events": many_events,
+            "run_events": long_info.events,
+            "verify_run_2_workers": one_2.to_dict(),
+            "verify_run_1_worker": one_1.to_dict(),
+            "verify_run_speedup": one_ratio,
+            "seconds_all_1_worker": round(many_events / baseline.median, 3),
+            "seconds_run_1_worker": round(long_info.events / one_1.median, 3),
+            "cpus": os.cpu_count(),
+            "seconds": round(time.perf_counter() - started, 2),
+        },
+        # the command's own process, in this one: its serial parts (the workers are others)
+        profile_fn=lambda: _in_process("many.db", workdir, "--all", "--workers", "2"),
+    )
+
+
+def _in_process(store: str, workdir: Path, *args: str) -> None:
+    """``tacho verify`` in this process (for a profile), its output discarded."""
+    import contextlib
+    import io
+
+    from tachograph.cli import main
+
+    sink = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # emit_json writes bytes
+    with contextlib.redirect_stdout(sink), contextlib.suppress(SystemExit):
+        main(["--store", str(workdir / store), "verify", *args, "--json"])
