@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tachograph.errors import (
     DuplicateConflict,
@@ -656,3 +658,51 @@ def test_events_holds_a_run_with_the_collector_paused_and_leaves_it_as_found(
             assert not gc.isenabled()  # off before: left off
         finally:
             gc.enable()
+
+
+_KEY_VALUES = st.one_of(
+    st.sampled_from(["default", "acme", "a", "b", "run-1", "run-10", "run-2", "", "é", "Z"]),
+    st.integers(-3, 3),  # stored as text by the columns' affinity
+    st.binary(max_size=3),  # a forger's BLOB keeps its storage class
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(_KEY_VALUES, _KEY_VALUES, st.integers(0, 3)), max_size=30),
+    st.lists(st.tuples(_KEY_VALUES, _KEY_VALUES), max_size=5),
+)
+def test_run_keys_skip_through_the_index_to_what_a_distinct_scan_reads(
+    events: list[tuple[Any, Any, int]], summaries: list[tuple[Any, Any]]
+) -> None:
+    """``run_keys`` skips from run to run through the events index instead of reading every
+    entry: the same keys, in the same order, as the union of the summaries and a ``SELECT
+    DISTINCT`` over the events, whatever a forger stored in the key columns (orphaned
+    events, summaries without events, integers, blobs, the empty string)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "keys.db"
+        SQLiteStore(path).close()
+        db = sqlite3.connect(path, isolation_level=None)
+        for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'"):
+            db.execute(f"DROP TRIGGER {name}")
+        for i, (tenant, run_id, seq) in enumerate(events):
+            db.execute(
+                "INSERT OR IGNORE INTO events (tenant, run_id, seq, event_id, ts, type, actor, "
+                "payload_digest, hash) VALUES (?, ?, ?, ?, 't', 'x', 'a', 'd', 'h')",
+                (tenant, run_id, seq, f"e{i}"),
+            )
+        for tenant, run_id in summaries:
+            db.execute(
+                "INSERT OR IGNORE INTO runs (tenant, run_id, actor, started_at, last_at, events,"
+                " head_hash) VALUES (?, ?, 'a', 't', 't', 1, 'h')",
+                (tenant, run_id),
+            )
+        distinct = db.execute(
+            "SELECT tenant, run_id FROM runs UNION SELECT DISTINCT tenant, run_id FROM events "
+            "ORDER BY tenant, run_id"
+        ).fetchall()
+        db.close()
+        with SQLiteStore(path) as store:
+            assert store.run_keys() == [(str(t), str(r)) for t, r in distinct]
