@@ -251,3 +251,18 @@ def test_a_command_imports_its_own_module_and_not_the_others() -> None:
         "tachograph.cli.doctor",
     ):
         assert absent not in loaded, absent
+
+
+def test_a_mistyped_command_is_answered_with_the_commands_not_yet_imported() -> None:
+    """A new interpreter, in which no command module is imported yet (in this one, earlier
+    tests have imported them)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from tachograph.cli import main; main(['verif'])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "No such command 'verif'" in done.stderr
+    assert "'verify'" in done.stderr  # its module is imported only when asked for

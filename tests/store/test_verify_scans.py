@@ -378,3 +378,157 @@ def test_tacho_verify_with_workers_reads_blobs_and_unvouched_calls_alike(
     assert one["unvouched"] == [c.to_dict() for c in calls]
     assert one["blobs"] == {k: v for k, v in check.to_dict().items() if k != "run_id"}
     assert outputs["one"]["blobs"] == outputs["all"]["blobs"]
+
+
+def test_an_unvouched_scan_part_holds_what_it_must_and_no_more() -> None:
+    """A part keeps the followed events up to its first settling point and since its last
+    (tools and choices as counts), and folds the rest: its result does not grow with a
+    tool-only stretch, nor with the turns of an agent loop."""
+    store = MemoryStore()
+    kinds: list[tuple[str, dict[str, Any]]] = []
+    for i in range(3_000):  # a tool-only stretch: tools, choices, no model request
+        kinds.append((TOOL_REQUESTED, {"tool": "a" if i % 2 else "b"}))
+        kinds.append((DECISION, {"note": i}))
+    for i in range(1_000):  # then an agent loop whose every answer is acted on
+        kinds.append((MODEL_REQUEST, {"messages": []}))
+        kinds.append((MODEL_RESPONSE, _answer(i % 3, ["a"])))
+        kinds.append((TOOL_REQUESTED, {"tool": "a"}))
+    kinds.append((MODEL_RESPONSE, _answer(0, ["b"])))  # left open at the end of the part
+    events, prev = [], None
+    for seq, (kind, payload) in enumerate([(EventType.RUN_STARTED.value, {}), *kinds]):
+        event = new_event(
+            run_id="r", seq=seq, type=kind, actor="t", payload=payload, prev_hash=prev
+        )
+        prev = event.hash
+        events.append(event)
+    store.append(events)
+    rows = list(store.read_rows("r"))
+    part = UnvouchedScan().begin()
+    for at in range(0, len(rows), 1000):
+        part.feed(rows[at : at + 1000])
+    head, middle, tail, listed = part.result()
+    # the stretch is one item of two tool names; the head ends at the first model request
+    assert len(head) == 2
+    assert head[0].tools == {"a": 3_000 // 2, "b": 3_000 // 2}
+    assert head[0].decided
+    assert middle == ()  # every answer's call was made
+    # since the last model request: its answer, the tool, and the answer left open, whose
+    # call the next part may yet make
+    assert len(tail) == 3
+    assert listed == []
+    whole = UnvouchedScan().join("r", [part.result()])
+    assert whole == unvouched_in_stored(store.read("r", decode=False))
+    assert [c.tool for c in whole] == []  # open at the end of an unfinished run: not judged
+
+
+def test_a_forged_payload_nested_deep_is_read_by_workers_as_by_this_process(
+    scanned_store: tuple[Path, str],
+) -> None:
+    """What a part keeps is plain values: a tool name or a status nested hundreds of levels
+    deep (a forger's bytes; recording refuses past 64) must not make a worker's result
+    unpicklable, which would end the verification with an error instead of a report."""
+    path, run_id = scanned_store
+    deep = b"[" * 600 + b"1" + b"]" * 600
+    db = sqlite3.connect(path, isolation_level=None)
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'"):
+        db.execute(f"DROP TRIGGER {name}")
+    for seq, body in (
+        (302, b'{"tool":' + deep + b"}"),
+        (N - 1, b'{"status":' + deep + b',"unvouched":[{"tool":' + deep + b',"seq":1}]}'),
+    ):
+        db.execute(
+            "UPDATE payloads SET body=? WHERE id=(SELECT id FROM events WHERE run_id=? AND seq=?)",
+            (body, run_id, seq),
+        )
+        db.execute(
+            "UPDATE events SET type=? WHERE run_id=? AND seq=?",
+            (TOOL_REQUESTED if seq == 302 else RUN_FINISHED, run_id, seq),
+        )
+    db.close()
+    with SQLiteStore(path) as store:
+        scans = [BlobScan.beside(store), UnvouchedScan()]
+        chunked = verify_stored_parallel(store, run_id, workers=2, chunk=CHUNK, scans=scans)
+        serial = verify_stored(store, run_id, scans=scans)
+        assert chunked.to_dict() == serial.to_dict()
+        assert chunked.scanned == serial.scanned
+        assert chunked.scanned["unvouched"] == unvouched_in_stored(store.read(run_id, decode=False))
+
+
+def _refuse_to_load() -> None:
+    raise RuntimeError("this scan cannot be unpickled here")
+
+
+class _PicklesButWontLoad(UnvouchedScan):
+    __slots__ = ()
+
+    def __reduce__(self) -> Any:
+        return (_refuse_to_load, ())
+
+
+class _Main(UnvouchedScan):
+    __slots__ = ()
+
+
+_Main.__module__ = "__main__"  # as a scan defined in a script or a notebook
+
+
+def test_scans_that_cannot_reach_the_workers_are_run_in_this_process(
+    scanned_store: tuple[Path, str],
+) -> None:
+    """A scan whose type lives in ``__main__`` (which spawned workers do not import), or one
+    that a worker cannot unpickle, must not leave the pool starting workers for ever: the
+    run is verified and scanned in this process, with the same results."""
+    import signal
+
+    path, run_id = scanned_store
+
+    def too_long(*_: object) -> None:
+        raise TimeoutError("the verification hung")
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(120)
+    try:
+        with SQLiteStore(path) as store:
+            expected = verify_stored(store, run_id, scans=[UnvouchedScan()])
+            for scan in (_Main(), _PicklesButWontLoad()):
+                got = verify_stored_parallel(store, run_id, workers=2, chunk=CHUNK, scans=[scan])
+                assert got.to_dict() == expected.to_dict()
+                assert got.scanned == expected.scanned
+                every = list(verify_all_parallel(store, workers=2, scans=[scan]))
+                assert {r.run_id: r.scanned for r in every}[run_id] == expected.scanned
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_run_read_only_in_part_still_has_its_blobs_checked_by_tacho_verify(
+    tmp_path: Path,
+) -> None:
+    """A run whose read fails part way (its report fails) gives its scans nothing; ``tacho
+    verify`` then checks its blobs on their own, reading only the rows that may name one,
+    as it did before the blob check joined the verification's read."""
+    path = tmp_path / "partial.db"
+    blobs = BlobStore.beside(str(path))
+    ref = blobs.put(b"hello", media_type="text/plain")
+    with SQLiteStore(path) as store:
+        store.append(
+            build_run(
+                "bad", 2000, status="ok", payload=lambda s: {"files": [ref]} if s == 2 else {}
+            )
+        )
+    db = sqlite3.connect(path, isolation_level=None)
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'"):
+        db.execute(f"DROP TRIGGER {name}")
+    db.execute("UPDATE events SET seq='z' WHERE run_id='bad' AND seq=1999")
+    db.close()
+    with SQLiteStore(path) as store:
+        report = verify_stored(store, "bad", scans=[BlobScan.beside(store)])
+        assert not report.ok
+        assert report.scanned == {"blobs": None}
+    for workers in ("1", "2"):
+        result = CliRunner().invoke(
+            cli, ["--store", str(path), "verify", "--all", "--workers", workers, "--json"]
+        )
+        assert result.exit_code == 1, result.output
+        (run,) = json.loads(result.stdout)["runs"]
+        assert run["blobs"]["verified"] == [ref["$blob"]]

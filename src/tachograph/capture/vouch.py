@@ -286,50 +286,137 @@ class _Asked(NamedTuple):
     calls: tuple[RequestedCall, ...]
 
 
-class _Steps:
-    """A part of an :class:`UnvouchedScan`: what the ledger will read of some stored rows.
+class _Stretch:
+    """Tool events and recorded choices between two other followed events, as the ledger
+    reads them: how many ``tool.requested`` of each tool name, and whether a choice was
+    recorded. Within such a stretch their order changes nothing (each takes the earliest
+    open call of its own name, or counts as another tool; a choice only sets a flag that the
+    next settling reads), so a run of tools and choices of any length is held in the space
+    of its tool names."""
 
-    Each followed event becomes a :class:`_Seen` whose payload holds only what the ledger and
-    ``run.finished``'s list read, decoded here; a model answer that asks for no tool call
-    changes nothing in the ledger and is left out, and so is what :func:`unvouched_in_stored`
-    passes over (an erased payload, one that is not JSON, one that is JSON ``null``)."""
-
-    __slots__ = ("steps",)
+    __slots__ = ("decided", "tools")
 
     def __init__(self) -> None:
-        self.steps: list[_Seen] = []
+        self.tools: dict[str | None, int] = {}
+        self.decided = False
+
+
+def _apply(ledger: ToolLedger, item: _Seen | _Stretch) -> None:
+    if type(item) is _Stretch:
+        if item.decided:
+            ledger.observe(_DECISION, _UNREAD, 0)
+        for name, count in item.tools.items():
+            payload = {"tool": name}
+            for _ in range(count):
+                ledger.observe(_TOOL_REQUESTED, payload, 0)
+    else:
+        assert type(item) is _Seen
+        ledger.observe(item.type, item.payload, item.seq)
+
+
+def _stretch(items: list[_Seen | _Stretch]) -> _Stretch:
+    last = items[-1] if items else None
+    if type(last) is _Stretch:
+        return last
+    made = _Stretch()
+    items.append(made)
+    return made
+
+
+class _Steps:
+    """A part of an :class:`UnvouchedScan`: what the ledger reads of some consecutive stored
+    rows, in constant space where it can.
+
+    The ledger's state on entering the part is not known here (an earlier chunk may have
+    left calls open), so the followed events up to the part's first settling point (a model
+    request, or a run's end that was not an abort: each closes every open call) are kept,
+    tools and choices as :class:`_Stretch` values. From there the state is known, that of a
+    new ledger: a ledger of the part's own follows the rest, and only what it found and the
+    events since its last settling point (which may leave calls open for the next part) are
+    kept. Everything kept is plain values (tool names, seqs, the calls a model answer asks
+    for), whatever the stored payloads hold. What :func:`unvouched_in_stored` passes over (an
+    erased payload, one that is not JSON, one that is JSON ``null``) is passed over here."""
+
+    __slots__ = ("head", "ledger", "listed", "tail")
+
+    def __init__(self) -> None:
+        self.head: list[_Seen | _Stretch] = []
+        self.ledger: ToolLedger | None = None
+        self.tail: list[_Seen | _Stretch] = []
+        self.listed: list[UnvouchedCall] = []
+
+    def _tool(self, name: str | None = None, decided: bool = False) -> None:
+        if self.ledger is not None:
+            if decided:
+                self.ledger.observe(_DECISION, _UNREAD, 0)
+            else:
+                self.ledger.observe(_TOOL_REQUESTED, {"tool": name}, 0)
+        stretch = _stretch(self.head if self.ledger is None else self.tail)
+        if decided:
+            stretch.decided = True
+        else:
+            stretch.tools[name] = stretch.tools.get(name, 0) + 1
+
+    def _step(self, step: _Seen, settles: bool) -> None:
+        if self.ledger is None:
+            self.head.append(step)
+            if settles:
+                self.ledger = ToolLedger()
+            return
+        self.ledger.observe(step.type, step.payload, step.seq)
+        if settles:
+            self.tail = []
+        else:
+            self.tail.append(step)
 
     def feed(self, rows: Sequence[Any]) -> None:
-        append, loads = self.steps.append, orjson.loads
+        loads = orjson.loads
         for row in rows:
             kind = row[5]  # StoredRow.type
             if kind not in FOLLOWED:
                 continue
-            body = row[15]  # StoredRow.payload_bytes
-            if body is None:
+            if row[15] is None:  # StoredRow.payload_bytes
                 continue  # erased
-            if kind not in _READS_PAYLOAD:
-                append(_Seen(kind, {}, row[2]))
+            if kind in (_DECISION, _PLAN_SELECTED):
+                self._tool(decided=True)
+                continue
+            if kind == _MODEL_REQUEST:
+                self._step(_Seen(kind, _UNREAD_DICT, row[2]), True)
+                continue
+            if kind == _HANDOFF:
+                self._step(_Seen(kind, _UNREAD_DICT, row[2]), False)
                 continue
             try:
-                payload = loads(body)
+                payload = loads(row[15])
             except (orjson.JSONDecodeError, TypeError):
                 continue
             if payload is None:
                 continue
             is_map = isinstance(payload, _MAPS)
-            if kind == _MODEL_RESPONSE:
+            if kind == _TOOL_REQUESTED:
+                name = payload.get("tool") if is_map else None
+                self._tool(name if isinstance(name, str) else None)  # never equals a tool
+            elif kind == _MODEL_RESPONSE:
                 calls = requested_tool_calls(payload.get("response") if is_map else None)
-                if calls:
-                    append(_Seen(kind, _Asked(calls), row[2]))
-            elif kind == _TOOL_REQUESTED:
-                append(_Seen(kind, {"tool": payload.get("tool")} if is_map else {}, row[2]))
-            else:  # run.finished: its status and its list
-                kept = {"status": payload.get("status"), FIELD: payload.get(FIELD)}
-                append(_Seen(kind, kept if is_map else {}, row[2]))
+                if calls:  # an answer that asks for nothing changes nothing in the ledger
+                    self._step(_Seen(kind, _Asked(calls), row[2]), False)
+            else:  # run.finished: the calls it lists, and whether it ended in an abort
+                for item in (payload.get(FIELD) if is_map else None) or ():
+                    call = UnvouchedCall.from_dict(item) if isinstance(item, _MAPS) else None
+                    if call is not None:
+                        self.listed.append(call)
+                aborted = is_map and payload.get("status") == "aborted"
+                self._step(_Seen(kind, _ABORTED if aborted else _UNREAD_DICT, row[2]), not aborted)
 
-    def result(self) -> list[_Seen]:
-        return self.steps
+    def result(self) -> tuple[Any, ...]:
+        middle = None if self.ledger is None else tuple(self.ledger.unvouched)
+        return (self.head, middle, self.tail if middle is not None else [], self.listed)
+
+
+_UNREAD_DICT: Final[dict[str, Any]] = {}
+"""The payload of a followed event whose payload the ledger does not read (a plain dict,
+which pickles); never written to."""
+_ABORTED: Final[dict[str, Any]] = {"status": "aborted"}
 
 
 class UnvouchedScan:
@@ -349,7 +436,19 @@ class UnvouchedScan:
         return _Steps()
 
     def join(self, run_id: str | None, parts: Sequence[Any]) -> tuple[UnvouchedCall, ...]:
-        return _unvouched(itertools.chain.from_iterable(parts))
+        ledger = ToolLedger()
+        listed: list[UnvouchedCall] = []
+        for head, middle, tail, part_listed in parts:
+            for item in head:
+                _apply(ledger, item)
+            if middle is not None:
+                # the head ended in a settling point, where the part's own ledger began:
+                # what it found stands, and the ledger here is where it was after its last
+                ledger.unvouched.extend(middle)
+                for item in tail:
+                    _apply(ledger, item)
+            listed.extend(part_listed)
+        return _finish(ledger, listed)
 
 
 def _unvouched(events: Iterable[Event] | Iterable[_Seen]) -> tuple[UnvouchedCall, ...]:
@@ -372,6 +471,10 @@ def _unvouched(events: Iterable[Event] | Iterable[_Seen]) -> tuple[UnvouchedCall
                 call = UnvouchedCall.from_dict(item) if isinstance(item, _MAPS) else None
                 if call is not None:
                     listed.append(call)
+    return _finish(ledger, listed)
+
+
+def _finish(ledger: ToolLedger, listed: list[UnvouchedCall]) -> tuple[UnvouchedCall, ...]:
     # Calls still open at the end of a run that never finished (a crash) are not judged:
     # a resume may yet record them.
     seen_calls = {(c.tool, c.seq) for c in ledger.unvouched}

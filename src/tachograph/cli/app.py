@@ -355,6 +355,19 @@ class TachoGroup(click.Group):
             load_plugged(self, (module,), __package__ or "tachograph.cli")
         return self.commands.get(cmd_name)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click's, with "Did you mean" drawn from every command, not only those imported."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            no_such: Any = getattr(click.exceptions, "NoSuchCommand", None)  # click >= 8.4
+            name = getattr(exc, "command_name", None)
+            if no_such is None or not isinstance(exc, no_such) or name is None:
+                raise
+            raise no_such(name, possibilities=self.list_commands(ctx), ctx=ctx) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; map a :class:`TachographError` to its documented exit code."""
         _stop_waits_on_ctrl_c()

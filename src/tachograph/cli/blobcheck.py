@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..lifecycle.blobs import BlobCheck, BlobScan, BlobStore, check_blobs
+from ..lifecycle.blobs import BlobCheck, BlobScan, BlobStore, check_blobs, check_stored_blobs
 from ..record.event import Event, event_from_line
 from ..record.scan import RowScan
 from ..record.verify import VerifyReport, iter_jsonl_runs
@@ -25,14 +25,24 @@ def scans_of(store: Store) -> list[RowScan]:
     return [BlobScan.beside(store)]
 
 
-def of_reports(reports: list[VerifyReport]) -> BlobChecks:
-    """The blob check of every run reported, from what its verification's scan found; a run
-    whose rows could not be read whole has none (its report already fails)."""
+def of_reports(store: Store, reports: list[VerifyReport]) -> BlobChecks:
+    """The blob check of every run reported, from what its verification's scan found. A run
+    whose rows could not all be read (its report already fails) is checked again on its own
+    (:func:`check_stored_blobs`, which reads only the rows that may name a blob), and left
+    out if that cannot be read either."""
     out: BlobChecks = {}
     for report in reports:
+        if report.run_id is None:
+            continue
         check = report.scanned.get("blobs")
-        if report.run_id is not None and isinstance(check, BlobCheck):
-            out[report.tenant, report.run_id] = check
+        if not isinstance(check, BlobCheck):
+            try:
+                check = check_stored_blobs(
+                    store, report.run_id, BlobStore.beside(store), tenant=report.tenant
+                )
+            except Exception:
+                continue
+        out[report.tenant, report.run_id] = check
     return out
 
 

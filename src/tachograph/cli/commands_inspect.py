@@ -416,7 +416,7 @@ def verify_cmd(
             verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
             orphans = orphan_seals_of(store, reports, keys, witnesses, witness_keys)
             unrecorded = erasures_without_record(store, reports)
-            blobs = blobcheck.of_reports(reports)
+            blobs = blobcheck.of_reports(store, reports)
         target = None
     elif target is not None and (Path(target).is_file() or _looks_like_file(target)):
         path = Path(target)
@@ -444,7 +444,7 @@ def verify_cmd(
                 calls = r.scanned.get(UNVOUCHED)
                 if r.run_id is not None and calls is not None:
                     unvouched[(r.tenant, r.run_id)] = [c.to_dict() for c in calls]
-            blobs = blobcheck.of_reports(reports)
+            blobs = blobcheck.of_reports(store, reports)
     failed = [
         r
         for r in reports

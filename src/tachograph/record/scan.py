@@ -67,7 +67,12 @@ class Scanning:
 
     def __init__(self, scans: Sequence[RowScan]) -> None:
         self.scans = tuple(scans)
-        self._parts: list[ScanPart | None] = [scan.begin() for scan in self.scans]
+        self._parts: list[ScanPart | None] = []
+        for scan in self.scans:
+            try:
+                self._parts.append(scan.begin())
+            except Exception:
+                self._parts.append(None)  # as a part that raised
 
     def feed(self, rows: Sequence[Any]) -> None:
         """Hand ``rows`` (stored rows, in seq order) to every part still standing."""

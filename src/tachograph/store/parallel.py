@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import multiprocessing
+import pickle
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from ..record.verify import Failure, LineChecker, VerifyReport
 from .base import Store
 from .sqlite import SQLiteStore
 
-__all__ = ["parallel_url", "verify_all_parallel", "verify_stored_parallel"]
+__all__ = ["parallel_url", "sendable", "verify_all_parallel", "verify_stored_parallel"]
 
 CHUNK_MIN = 25_000
 """The default smallest chunk: a run shorter than twice this is verified whole by one worker
@@ -45,7 +46,9 @@ _MAX_FAILURES = 100
 
 _worker_store: Store | None = None
 _worker_progress: Any = None
-_worker_scans: tuple[RowScan, ...] = ()
+_worker_scans: tuple[RowScan, ...] | None = ()
+"""The scans, as unpickled in this worker; ``None`` if they could not be (every task then
+fails, and the parent verifies and scans serially)."""
 
 
 def parallel_url(store: Store) -> str | None:
@@ -59,13 +62,31 @@ def parallel_url(store: Store) -> str | None:
 # -- in the workers --------------------------------------------------------------------------
 
 
-def _init_worker(url: str, progress: Any, scans: tuple[RowScan, ...]) -> None:
+def _init_worker(url: str, progress: Any, scans: bytes) -> None:
     global _worker_store, _worker_progress, _worker_scans
     from .registry import open_store
 
     _worker_store = open_store(url, create=False)
     _worker_progress = progress
-    _worker_scans = scans
+    try:
+        # Unpickled here, not by the pool: an initializer that raises makes the pool start
+        # another worker, for ever.
+        _worker_scans = pickle.loads(scans)
+    except Exception:
+        _worker_scans = None
+
+
+def sendable(scans: Sequence[RowScan]) -> bool:
+    """Whether ``scans`` can be sent to a spawned worker: they pickle, and their types are
+    not defined in ``__main__`` (which the workers do not import: see ``_Pool``). Otherwise
+    the verification with workers is made in the calling process."""
+    if any(type(scan).__module__ == "__main__" for scan in scans):
+        return False
+    try:
+        pickle.dumps(tuple(scans))
+    except Exception:
+        return False
+    return True
 
 
 def _report_progress(task: int, n: int) -> None:
@@ -99,12 +120,15 @@ def _verify_chunk(
     assert _worker_store is not None
     checker = LineChecker(max_failures=_MAX_FAILURES)
     checker.run_id, checker.tenant = first
-    scanning = Scanning(_worker_scans) if _worker_scans else None
     boundary: str | None = None
     done = pending = 0
 
     def broken() -> _Chunk:
         return _Chunk(start, done, False, None, (), (), None, None)
+
+    if _worker_scans is None:
+        return broken()  # the scans did not reach this worker: the parent decides
+    scanning = Scanning(_worker_scans) if _worker_scans else None
 
     try:
         rows = _worker_store.read_rows(run_id, tenant=tenant, from_seq=max(0, start - 1))
@@ -178,6 +202,8 @@ def _verify_runs(task: int, keys: Sequence[tuple[str, str]]) -> list[VerifyRepor
     from .verify import verify_stored
 
     assert _worker_store is not None
+    if _worker_scans is None:
+        raise RuntimeError("the scans could not be unpickled in this worker")
     reports = []
     pending = [0]
 
@@ -218,7 +244,9 @@ class _Pool:
             # The scans go with the start: each worker unpickles them (importing their
             # modules) once, while this process lists the runs.
             self.pool = ctx.Pool(
-                workers, initializer=_init_worker, initargs=(url, self.progress, tuple(scans))
+                workers,
+                initializer=_init_worker,
+                initargs=(url, self.progress, pickle.dumps(tuple(scans))),
             )
         finally:
             for attr, value in hidden.items():
@@ -245,7 +273,13 @@ class _Pool:
             for i, handle in enumerate(handles):
                 if finished[i] or not handle.ready():
                     continue
-                results[i] = handle.get()
+                try:
+                    results[i] = handle.get()
+                except Exception:
+                    # a task that failed, or whose result would not pickle (a forged payload
+                    # nested past the recursion limit): None, and the caller verifies its
+                    # runs in this process
+                    results[i] = None
                 finished[i] = True
                 left -= 1
                 if progress is not None:
@@ -301,7 +335,7 @@ def _plan(events: int, workers: int, chunk: int) -> list[tuple[int, int | None]]
 
 
 def _merge(
-    chunks: Sequence[_Chunk],
+    chunks: Sequence[_Chunk | None],
     first: tuple[Any, Any],
     summary: Any,
     source: str | None,
@@ -312,7 +346,7 @@ def _merge(
     checker.run_id, checker.tenant = first
     previous: _Chunk | None = None
     for chunk in chunks:
-        if not chunk.consistent:
+        if chunk is None or not chunk.consistent:
             return None
         # The link between chunks: the boundary hash a worker derived from the previous
         # chunk's last row is the hash the previous worker ended on.
@@ -332,7 +366,7 @@ def _merge(
     report = checker.report()
     if not scans:
         return report
-    scanned = join_parts(scans, report.run_id, [chunk.scanned for chunk in chunks])
+    scanned = join_parts(scans, report.run_id, [c.scanned for c in chunks if c is not None])
     return dataclasses.replace(report, scanned=scanned)
 
 
@@ -394,7 +428,13 @@ def verify_stored_parallel(
 
     url = parallel_url(store)
     summary = run_summary(store, run_id, tenant=tenant)
-    if url is None or workers < 2 or summary is None or summary.events < 2 * chunk:
+    if (
+        url is None
+        or workers < 2
+        or summary is None
+        or summary.events < 2 * chunk
+        or not sendable(scans)
+    ):
         return verify_stored(store, run_id, tenant=tenant, progress=progress, scans=scans)
     with _Pool(url, workers, scans) as pool:
         return _chunked(
@@ -433,7 +473,7 @@ def verify_all_parallel(
     from .verify import run_summary, verify_all, verify_stored
 
     url = parallel_url(store)
-    if url is None or workers < 2:
+    if url is None or workers < 2 or not sendable(scans):
         yield from verify_all(store, tenant=tenant, progress=progress, scans=scans)
         return
     reports: dict[tuple[str, str], VerifyReport] = {}
@@ -460,6 +500,8 @@ def verify_all_parallel(
             progress,
         )
         for group, found in zip(groups, results, strict=True):
+            if found is None:  # the group's task failed: its runs are verified here
+                found = [verify_stored(store, r, tenant=t, scans=scans) for t, r in group]
             reports.update(zip(group, found, strict=True))
         for run_tenant, run_id in large:
             summary = run_summary(store, run_id, tenant=run_tenant)
