@@ -532,3 +532,57 @@ def test_a_run_read_only_in_part_still_has_its_blobs_checked_by_tacho_verify(
         assert result.exit_code == 1, result.output
         (run,) = json.loads(result.stdout)["runs"]
         assert run["blobs"]["verified"] == [ref["$blob"]]
+
+
+def test_a_worker_that_cannot_open_the_store_fails_its_tasks_instead_of_restarting(
+    tmp_path: Path,
+) -> None:
+    """The store's file moved away after this process opened it: each spawned worker fails
+    to open it, and must fail the tasks it is given (the runs are then verified here) rather
+    than raise in its initializer, which makes the pool start workers for ever."""
+    import signal
+
+    path = tmp_path / "moved.db"
+    with SQLiteStore(path) as store:
+        for i in range(6):
+            store.append(build_run(f"run-{i}", 30, status="ok"))
+    store = SQLiteStore(path)
+    try:
+        expected = [r.to_dict() for r in verify_all(store)]
+        path.rename(tmp_path / "elsewhere.db")  # this process keeps its open file
+
+        def too_long(*_: object) -> None:
+            raise TimeoutError("the verification hung")
+
+        previous = signal.signal(signal.SIGALRM, too_long)
+        signal.alarm(120)
+        try:
+            got = [r.to_dict() for r in verify_all_parallel(store, workers=2)]
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+        assert got == expected
+    finally:
+        store.close()
+
+
+def test_a_run_finished_listing_a_number_lists_nothing() -> None:
+    """A forged ``"unvouched": 5`` is not a list of calls: nothing is listed, nothing fails."""
+    store = MemoryStore()
+    events, prev = [], None
+    for seq, (kind, payload) in enumerate(
+        [
+            (EventType.RUN_STARTED.value, {}),
+            (MODEL_RESPONSE, _answer(0, ["a"])),
+            (RUN_FINISHED, {"status": "ok", "unvouched": 5}),
+        ]
+    ):
+        event = new_event(
+            run_id="r", seq=seq, type=kind, actor="t", payload=payload, prev_hash=prev
+        )
+        prev = event.hash
+        events.append(event)
+    store.append(events)
+    expected = unvouched_in_stored(store.read("r", decode=False))
+    assert [(c.tool, c.seq) for c in expected] == [("a", 1)]  # the answer's call, unmade
+    assert verify_stored(store, "r", scans=[UnvouchedScan()]).scanned == {"unvouched": expected}

@@ -401,7 +401,8 @@ class _Steps:
                 if calls:  # an answer that asks for nothing changes nothing in the ledger
                     self._step(_Seen(kind, _Asked(calls), row[2]), False)
             else:  # run.finished: the calls it lists, and whether it ended in an abort
-                for item in (payload.get(FIELD) if is_map else None) or ():
+                listed = payload.get(FIELD) if is_map else None
+                for item in listed if isinstance(listed, list) else ():
                     call = UnvouchedCall.from_dict(item) if isinstance(item, _MAPS) else None
                     if call is not None:
                         self.listed.append(call)
@@ -467,7 +468,7 @@ def _unvouched(events: Iterable[Event] | Iterable[_Seen]) -> tuple[UnvouchedCall
             observe(kind, payload, event.seq)
         if kind == _RUN_FINISHED:
             items = payload.get(FIELD) if isinstance(payload, _MAPS) else None
-            for item in items or ():
+            for item in items if isinstance(items, list) else ():  # a forged 5 lists nothing
                 call = UnvouchedCall.from_dict(item) if isinstance(item, _MAPS) else None
                 if call is not None:
                     listed.append(call)

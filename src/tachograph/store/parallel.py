@@ -64,13 +64,17 @@ def parallel_url(store: Store) -> str | None:
 
 def _init_worker(url: str, progress: Any, scans: bytes) -> None:
     global _worker_store, _worker_progress, _worker_scans
-    from .registry import open_store
-
-    _worker_store = open_store(url, create=False)
     _worker_progress = progress
+    # Nothing may raise here: an initializer that raises makes the pool start another worker,
+    # for ever. A worker that could not open the store or unpickle the scans fails each task
+    # it is given, and the parent verifies those runs itself.
     try:
-        # Unpickled here, not by the pool: an initializer that raises makes the pool start
-        # another worker, for ever.
+        from .registry import open_store
+
+        _worker_store = open_store(url, create=False)
+    except Exception:
+        _worker_store = None
+    try:
         _worker_scans = pickle.loads(scans)
     except Exception:
         _worker_scans = None
@@ -117,7 +121,6 @@ def _verify_chunk(
     task: int, tenant: str, run_id: str, first: tuple[Any, Any], start: int, end: int | None
 ) -> _Chunk:
     """Check rows ``start`` to ``end`` (exclusive; ``None``: to the end) of one run."""
-    assert _worker_store is not None
     checker = LineChecker(max_failures=_MAX_FAILURES)
     checker.run_id, checker.tenant = first
     boundary: str | None = None
@@ -126,8 +129,8 @@ def _verify_chunk(
     def broken() -> _Chunk:
         return _Chunk(start, done, False, None, (), (), None, None)
 
-    if _worker_scans is None:
-        return broken()  # the scans did not reach this worker: the parent decides
+    if _worker_store is None or _worker_scans is None:
+        return broken()  # the store or the scans did not reach this worker: the parent decides
     scanning = Scanning(_worker_scans) if _worker_scans else None
 
     try:
@@ -201,9 +204,8 @@ def _verify_runs(task: int, keys: Sequence[tuple[str, str]]) -> list[VerifyRepor
     """Verify whole runs, serially, in this worker."""
     from .verify import verify_stored
 
-    assert _worker_store is not None
-    if _worker_scans is None:
-        raise RuntimeError("the scans could not be unpickled in this worker")
+    if _worker_store is None or _worker_scans is None:
+        raise RuntimeError("this worker could not open the store or unpickle the scans")
     reports = []
     pending = [0]
 
