@@ -98,6 +98,15 @@ _STEP = st.fixed_dictionaries(
 )
 
 
+def _forger(path: Path) -> sqlite3.Connection:
+    """A connection to the store at ``path`` with its guarding triggers dropped: what a
+    forger with write access to the file can do."""
+    db = sqlite3.connect(path, isolation_level=None)
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'"):
+        db.execute(f"DROP TRIGGER {name}")
+    return db
+
+
 def _record(path: Path, steps: list[dict[str, Any]]) -> tuple[str, BlobStore]:
     """A run of ``steps`` in a new store at ``path``, its stored bytes then altered as each
     step says (as a forger with write access would: the chain may no longer verify)."""
@@ -119,10 +128,8 @@ def _record(path: Path, steps: list[dict[str, Any]]) -> tuple[str, BlobStore]:
         events.append(event)
     with SQLiteStore(path) as store:
         store.append(events)
-    db = sqlite3.connect(path, isolation_level=None)
+    db = _forger(path)
     try:
-        for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'"):
-            db.execute(f"DROP TRIGGER {name}")
         for seq, step in enumerate(steps):
             of_seq = f"id=(SELECT id FROM events WHERE run_id='{run_id}' AND seq={seq})"
             (body,) = db.execute(f"SELECT body FROM payloads WHERE {of_seq}").fetchone()
@@ -275,9 +282,7 @@ def test_a_chunked_run_that_reads_apart_is_scanned_serially_with_the_same_result
     """A seq gap makes the chunks disagree with the serial reading: the serial verifier gives
     the report, and the scans run again with it."""
     path, run_id = scanned_store
-    db = sqlite3.connect(path, isolation_level=None)
-    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'"):
-        db.execute(f"DROP TRIGGER {name}")
+    db = _forger(path)
     db.execute(f"UPDATE events SET seq=seq+1000 WHERE run_id='{run_id}' AND seq=300")
     db.close()
     with SQLiteStore(path) as store:
@@ -429,9 +434,7 @@ def test_a_forged_payload_nested_deep_is_read_by_workers_as_by_this_process(
     unpicklable, which would end the verification with an error instead of a report."""
     path, run_id = scanned_store
     deep = b"[" * 600 + b"1" + b"]" * 600
-    db = sqlite3.connect(path, isolation_level=None)
-    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'"):
-        db.execute(f"DROP TRIGGER {name}")
+    db = _forger(path)
     for seq, body in (
         (302, b'{"tool":' + deep + b"}"),
         (N - 1, b'{"status":' + deep + b',"unvouched":[{"tool":' + deep + b',"seq":1}]}'),
@@ -516,9 +519,7 @@ def test_a_run_read_only_in_part_still_has_its_blobs_checked_by_tacho_verify(
                 "bad", 2000, status="ok", payload=lambda s: {"files": [ref]} if s == 2 else {}
             )
         )
-    db = sqlite3.connect(path, isolation_level=None)
-    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'"):
-        db.execute(f"DROP TRIGGER {name}")
+    db = _forger(path)
     db.execute("UPDATE events SET seq='z' WHERE run_id='bad' AND seq=1999")
     db.close()
     with SQLiteStore(path) as store:

@@ -19,7 +19,6 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 import orjson
@@ -249,7 +248,9 @@ class _Seen(NamedTuple):
 
 _READS_PAYLOAD: Final = frozenset({_MODEL_RESPONSE, _TOOL_REQUESTED, _RUN_FINISHED})
 """The followed types whose payload the ledger reads; the others only need to be there."""
-_UNREAD: Final[Mapping[str, Any]] = MappingProxyType({})
+_UNREAD: Final[dict[str, Any]] = {}
+"""The payload of a followed event whose payload the ledger does not read: a plain dict,
+which pickles (an :class:`UnvouchedScan` part sends it to the parent); never written to."""
 
 
 def unvouched_in_stored(events: Iterable[Event]) -> tuple[UnvouchedCall, ...]:
@@ -381,10 +382,10 @@ class _Steps:
                 self._tool(decided=True)
                 continue
             if kind == _MODEL_REQUEST:
-                self._step(_Seen(kind, _UNREAD_DICT, row[2]), True)
+                self._step(_Seen(kind, _UNREAD, row[2]), True)
                 continue
             if kind == _HANDOFF:
-                self._step(_Seen(kind, _UNREAD_DICT, row[2]), False)
+                self._step(_Seen(kind, _UNREAD, row[2]), False)
                 continue
             try:
                 payload = loads(row[15])
@@ -407,16 +408,13 @@ class _Steps:
                     if call is not None:
                         self.listed.append(call)
                 aborted = is_map and payload.get("status") == "aborted"
-                self._step(_Seen(kind, _ABORTED if aborted else _UNREAD_DICT, row[2]), not aborted)
+                self._step(_Seen(kind, _ABORTED if aborted else _UNREAD, row[2]), not aborted)
 
     def result(self) -> tuple[Any, ...]:
         middle = None if self.ledger is None else tuple(self.ledger.unvouched)
         return (self.head, middle, self.tail if middle is not None else [], self.listed)
 
 
-_UNREAD_DICT: Final[dict[str, Any]] = {}
-"""The payload of a followed event whose payload the ledger does not read (a plain dict,
-which pickles); never written to."""
 _ABORTED: Final[dict[str, Any]] = {"status": "aborted"}
 
 

@@ -380,9 +380,10 @@ class Store(abc.ABC):
         self, run_id: str, needles: Sequence[bytes], *, tenant: str | None = None
     ) -> Iterator[StoredRow]:
         """The rows of :meth:`read_rows` whose stored payload is bytes holding any of
-        ``needles``, in seq order: what a scan for a marker needs (``tacho verify`` looks for
-        blob references this way). An engine may filter in the database; this one filters
-        the rows it reads. Raises as :meth:`read_rows` does for a run that is not there."""
+        ``needles``, in seq order: what a scan for a marker needs (``check_stored_blobs`` and
+        ``tacho doctor`` look for blob references this way). An engine may filter in the
+        database; this one filters the rows it reads. Raises as :meth:`read_rows` does for a
+        run that is not there."""
         for row in self.read_rows(run_id, tenant=tenant):
             body = row.payload_bytes
             if type(body) is bytes and any(n in body for n in needles):
