@@ -587,3 +587,109 @@ def test_a_run_finished_listing_a_number_lists_nothing() -> None:
     expected = unvouched_in_stored(store.read("r", decode=False))
     assert [(c.tool, c.seq) for c in expected] == [("a", 1)]  # the answer's call, unmade
     assert verify_stored(store, "r", scans=[UnvouchedScan()]).scanned == {"unvouched": expected}
+
+
+class _DiesInAWorker(UnvouchedScan):
+    """A scan whose worker process dies as it starts reading (as one the kernel's
+    out-of-memory killer ends would): in this process it is an unvouched-calls scan."""
+
+    __slots__ = ()
+
+    def begin(self) -> Any:
+        import multiprocessing
+        import os
+
+        if multiprocessing.parent_process() is not None:
+            os._exit(3)
+        return super().begin()
+
+
+def test_a_worker_that_dies_mid_task_leaves_its_runs_to_this_process(
+    scanned_store: tuple[Path, str],
+) -> None:
+    """A worker process that dies while it holds a task (killed, out of memory) must not leave
+    the verification waiting for ever on a result that will never come: the pool is broken,
+    every run it held is verified and scanned here, with the serial results. In
+    ``verify_all_parallel`` the small runs' groups break the pool and the large run's chunks
+    then find it broken."""
+    import signal
+
+    path, run_id = scanned_store
+
+    def too_long(*_: object) -> None:
+        raise TimeoutError("the verification hung")
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(120)
+    try:
+        with SQLiteStore(path) as store:
+            expected = verify_stored(store, run_id, scans=[UnvouchedScan()])
+            assert expected.scanned["unvouched"]
+            counted: list[int] = []
+            got = verify_stored_parallel(
+                store,
+                run_id,
+                workers=2,
+                chunk=CHUNK,
+                scans=[_DiesInAWorker()],
+                progress=counted.append,
+            )
+            assert got.to_dict() == expected.to_dict()
+            assert got.scanned == expected.scanned
+            assert sum(counted) == expected.events
+            dying = [_DiesInAWorker()]
+            every = list(verify_all_parallel(store, workers=2, chunk=CHUNK, scans=dying))
+            assert [r.to_dict() for r in every] == [r.to_dict() for r in verify_all(store)]
+            assert {r.run_id: r.scanned for r in every}[run_id] == expected.scanned
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class _SleepsInAWorker(UnvouchedScan):
+    """A scan that holds its worker for two minutes (a task far longer than the caller
+    waits for): in this process it is an unvouched-calls scan."""
+
+    __slots__ = ()
+
+    def begin(self) -> Any:
+        import multiprocessing
+        import time
+
+        if multiprocessing.parent_process() is not None:
+            time.sleep(120)
+        return super().begin()
+
+
+def test_an_interrupted_verification_ends_its_workers_at_once(
+    scanned_store: tuple[Path, str],
+) -> None:
+    """An exception in this process while workers hold tasks (Ctrl-C, a timeout) ends the
+    workers then and there: none is left running its task after the call has returned."""
+    import multiprocessing
+    import signal
+    import time
+
+    path, run_id = scanned_store
+    before = set(multiprocessing.active_children())
+    workers: set[Any] = set()
+
+    def interrupt(*_: object) -> None:
+        workers.update(set(multiprocessing.active_children()) - before)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.alarm(2)
+    try:
+        with SQLiteStore(path) as store, pytest.raises(KeyboardInterrupt):
+            verify_stored_parallel(
+                store, run_id, workers=2, chunk=CHUNK, scans=[_SleepsInAWorker()]
+            )
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(workers) == 2  # both at work when the interrupt came
+    deadline = time.monotonic() + 20
+    while any(w.is_alive() for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [w for w in workers if w.is_alive()]

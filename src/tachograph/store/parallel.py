@@ -11,18 +11,23 @@ failures in position order and holds the chain against the run's summary.
 The result is the serial verifier's, report for report: whenever a chunk sees anything that
 would make its positions differ from the serial reading (a seq that is missing, repeated,
 out of order or not an integer, a row the store cannot read, chunks that do not join), the
-run is verified again serially and that report is returned. Only SQLite files are opened in
-workers (each worker opens the file itself); any other store is verified serially.
+run is verified again serially and that report is returned; so is every run whose task
+failed, or never ran because a worker died (killed, out of memory) and broke the pool. Only
+SQLite files are opened in workers (each worker opens the file itself); any other store is
+verified serially.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing
 import pickle
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,9 +70,9 @@ def parallel_url(store: Store) -> str | None:
 def _init_worker(url: str, progress: Any, scans: bytes) -> None:
     global _worker_store, _worker_progress, _worker_scans
     _worker_progress = progress
-    # Nothing may raise here: an initializer that raises makes the pool start another worker,
-    # for ever. A worker that could not open the store or unpickle the scans fails each task
-    # it is given, and the parent verifies those runs itself.
+    # Nothing may raise here: an initializer that raises breaks the pool. A worker that could
+    # not open the store or unpickle the scans fails each task it is given, and the parent
+    # verifies those runs itself.
     try:
         from .registry import open_store
 
@@ -228,31 +233,56 @@ def _verify_runs(task: int, keys: Sequence[tuple[str, str]]) -> list[VerifyRepor
 # -- in the parent ---------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Hide the caller's main module from workers spawned in the block.
+
+    A spawned worker re-imports the caller's main module unless it has no spec and no file:
+    a script without an ``if __name__ == "__main__"`` guard would run again in every worker.
+    The workers need nothing from it."""
+    main = sys.modules.get("__main__")
+    hidden = {a: getattr(main, a) for a in ("__spec__", "__file__") if hasattr(main, a)}
+    for attr in hidden:
+        setattr(main, attr, None)
+    try:
+        yield
+    finally:
+        for attr, value in hidden.items():
+            setattr(main, attr, value)
+
+
+def _started() -> None:
+    """A task that does nothing: one per worker makes the pool start them all at once."""
+
+
 class _Pool:
-    """A pool of spawned workers that have the store open, with a progress channel."""
+    """A pool of spawned workers that have the store open, with a progress channel.
+
+    A :class:`~concurrent.futures.ProcessPoolExecutor`: a worker that dies holding a task
+    (killed, out of memory) breaks the pool, and every task not done fails (``None``, and
+    the caller verifies those runs itself) instead of waiting for ever."""
 
     def __init__(self, url: str, workers: int, scans: Sequence[RowScan] = ()) -> None:
         # spawn, not fork: the parent may hold SQLite connections and threads (a progress bar).
         ctx = multiprocessing.get_context("spawn")
         self.progress: Any = ctx.SimpleQueue()
-        # A spawned worker re-imports the caller's main module unless it has no spec and no
-        # file: a script without an ``if __name__ == "__main__"`` guard would run again in
-        # every worker. The workers need nothing from it, so it is hidden while they start.
-        main = sys.modules.get("__main__")
-        hidden = {a: getattr(main, a) for a in ("__spec__", "__file__") if hasattr(main, a)}
-        for attr in hidden:
-            setattr(main, attr, None)
+        # The scans go with the start: each worker unpickles them (importing their modules)
+        # once, while this process lists the runs.
+        self.pool = ProcessPoolExecutor(
+            workers,
+            mp_context=ctx,
+            initializer=_init_worker,
+            initargs=(url, self.progress, pickle.dumps(tuple(scans))),
+        )
+        # The executor starts a worker when a task finds none idle: the workers start now,
+        # and import while this process lists the runs.
         try:
-            # The scans go with the start: each worker unpickles them (importing their
-            # modules) once, while this process lists the runs.
-            self.pool = ctx.Pool(
-                workers,
-                initializer=_init_worker,
-                initargs=(url, self.progress, pickle.dumps(tuple(scans))),
-            )
-        finally:
-            for attr, value in hidden.items():
-                setattr(main, attr, value)
+            with _main_hidden():
+                for _ in range(workers):
+                    self.pool.submit(_started)
+        except BaseException:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
     def run(
         self,
@@ -260,37 +290,46 @@ class _Pool:
         sizes: Sequence[int],
         progress: Callable[[int], None] | None,
     ) -> list[Any]:
-        """Run ``calls`` (each ``fn(task, *args)``) in the workers; results in call order.
+        """Run ``calls`` (each ``fn(task, *args)``) in the workers; results in call order,
+        ``None`` for a task that failed (or never ran: the pool broke).
 
         Progress comes from the workers as they go; a finished task is topped up to its size
         (its ``done`` count), so the total is exact however the messages interleave.
         """
-        handles = [self.pool.apply_async(fn, (i, *args)) for i, (fn, args) in enumerate(calls)]
+        handles: list[Future[Any] | None] = []
+        with _main_hidden():
+            for i, (fn, args) in enumerate(calls):
+                try:
+                    handles.append(self.pool.submit(fn, i, *args))
+                except BrokenProcessPool:
+                    handles.append(None)  # a worker died earlier: this task fails
         reported = [0] * len(calls)
         finished = [False] * len(calls)
         results: list[Any] = [None] * len(calls)
-        left = len(calls)
-        while left:
+        waiting = {h for h in handles if h is not None}
+        while True:
             self._drain(reported, finished, progress)
             for i, handle in enumerate(handles):
-                if finished[i] or not handle.ready():
+                if finished[i] or (handle is not None and not handle.done()):
                     continue
                 try:
-                    results[i] = handle.get()
+                    results[i] = None if handle is None else handle.result()
                 except Exception:
-                    # a task that failed, or whose result would not pickle (a forged payload
-                    # nested past the recursion limit): None, and the caller verifies its
-                    # runs in this process
+                    # a task that failed, whose result would not pickle (a forged payload
+                    # nested past the recursion limit), or that a dead worker held: None,
+                    # and the caller verifies its runs in this process
                     results[i] = None
                 finished[i] = True
-                left -= 1
+                if handle is not None:
+                    waiting.discard(handle)
                 if progress is not None:
                     done = _done_of(results[i], sizes[i])
                     if done > reported[i]:
                         progress(done - reported[i])
                     reported[i] = done
-            if left:
-                handles[finished.index(False)].wait(0.05)
+            if not waiting:
+                break
+            wait(waiting, timeout=0.05, return_when=FIRST_COMPLETED)
         return results
 
     def _drain(
@@ -306,16 +345,29 @@ class _Pool:
                 progress(n)
 
     def close(self) -> None:
-        self.pool.close()
-        self.pool.join()
+        self.pool.shutdown(wait=True)
+
+    def terminate(self) -> None:
+        """Stop now (an error or an interrupt in this process): pending tasks are cancelled
+        and the workers ended, not waited for."""
+        stop = getattr(self.pool, "terminate_workers", None)  # Python 3.14
+        if stop is not None:
+            stop()
+            return
+        # Before 3.14 the executor has no public way to end running workers; its process
+        # table goes with the shutdown, so it is read first.
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
 
     def __enter__(self) -> _Pool:
         return self
 
     def __exit__(self, *exc: object) -> None:
         if exc[0] is not None:
-            self.pool.terminate()
-            self.pool.join()
+            self.terminate()
         else:
             self.close()
 
