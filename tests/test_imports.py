@@ -152,3 +152,56 @@ def test_the_facade_names_that_are_also_subpackages_stay_the_facade_names(
         timeout=120,
     ).stdout.split()
     assert out == ["type", "function", "True", "True"]
+
+
+def test_reading_a_seal_verdict_loads_no_witness_or_web_client(
+    python: str, child_env: dict[str, str]
+) -> None:
+    # tacho verify, tacho show and replay read a run's seal verdict: the sealing package
+    # loads its witness (urllib.request, http.server, email, ssl) only when a name of it is
+    # read, and every name of the package is still there.
+    verdict = set(_probe(_PROBE, "tachograph.sealing.verdict", python, child_env))
+    assert "tachograph.sealing.verdict" in verdict  # the probe sees what it imports
+    assert {
+        "tachograph.sealing.witness",
+        "tachograph.sealing.policy",
+        "tachograph.sealing.evidence",
+        "http.server",
+        "urllib.request",
+    } & verdict == set()
+    every = set(
+        _probe(
+            _PROBE,
+            "",
+            python,
+            child_env,
+            statement="import tachograph.sealing as s\n"
+            "assert all(getattr(s, n) is not None for n in s.__all__)\n"
+            "assert sorted(s._LAZY) == sorted(s.__all__)",
+        )
+    )
+    assert {"tachograph.sealing.witness", "http.server"} <= every
+
+
+def test_a_worker_checking_blobs_loads_no_other_lifecycle_module(
+    python: str, child_env: dict[str, str]
+) -> None:
+    # A verification worker unpickles a BlobScan: tachograph.lifecycle.blobs, not the
+    # package's erasure, retention, purpose and audit modules; every name of the package is
+    # still there.
+    blobs = set(_probe(_PROBE, "tachograph.lifecycle.blobs", python, child_env))
+    assert "tachograph.lifecycle.blobs" in blobs  # the probe sees what it imports
+    others = {f"tachograph.lifecycle.{m}" for m in ("erasure", "retention", "purpose", "audit")}
+    assert others & blobs == set()
+    every = set(
+        _probe(
+            _PROBE,
+            "",
+            python,
+            child_env,
+            statement="import tachograph.lifecycle as s\n"
+            "assert all(getattr(s, n) is not None for n in s.__all__)\n"
+            "assert sorted(s._LAZY) == sorted(s.__all__)",
+        )
+    )
+    assert others <= every
