@@ -98,3 +98,15 @@ def mask_emails(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
         return value
 
     return walk(payload)  # type: ignore[no-any-return]
+
+
+def dies_on_order_c0007(task: str) -> str:
+    """``billing_agent_v2``, except that replaying a task about order C-0007 in a worker
+    process ends that process at once (as a crash in a native library or the kernel's
+    out-of-memory killer would)."""
+    import multiprocessing
+    import os
+
+    if "C-0007" in task and multiprocessing.parent_process() is not None:
+        os._exit(9)
+    return demo.billing_agent_v2(task)

@@ -236,3 +236,42 @@ def test_help_documents_outcomes_and_exit_codes() -> None:
     code, out, _ = invoke("save", "--help")
     assert code == 0
     assert "--wrong-at" in out
+
+
+def test_a_run_whose_replay_ends_its_worker_is_reported_and_the_rest_still_run(
+    corpus_master: Path,
+) -> None:
+    """An agent that ends the process replaying it (on the two C-0007 runs) broke the pool
+    and ``tacho test`` ended in a traceback with no report. Those two runs are reported
+    unreplayable, with how their process ended; every other run has its usual outcome."""
+    proc = tacho(
+        "test",
+        str(corpus_master),
+        "--agent",
+        "tests.regression.agents:dies_on_order_c0007",
+        "--json",
+        "--workers",
+        "2",
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    data = json.loads(proc.stdout)
+    got = {r["name"]: (r["outcome"], r["seq"]) for r in data["results"]}
+    assert list(got) == sorted(EXPECTED)  # every run, in the corpus order (by name)
+    dying = {"good-refund-c0007", "bad-in-transit-c0007"}
+    assert {n: o for n, o in got.items() if n not in dying} == {
+        n: o for n, o in EXPECTED.items() if n not in dying
+    }
+    for result in data["results"]:
+        if result["name"] in dying:
+            assert result["outcome"] == "unreplayable"
+            assert "ended with exit code 9" in result["reason"]
+
+
+def test_how_a_replaying_process_ended_is_said_in_words() -> None:
+    from tachograph.regression.runner import _how_ended
+
+    assert _how_ended(9) == "with exit code 9"
+    assert _how_ended(-9) == "on signal SIGKILL"
+    assert _how_ended(-11) == "on signal SIGSEGV"
+    assert _how_ended(None) == "with exit code None"

@@ -15,10 +15,12 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -464,11 +466,7 @@ def test_corpus(
         count = 1
         results = [check_run(e, loaded, **options) for e in entries]
     else:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=count, mp_context=ctx) as pool:
-            results = list(
-                pool.map(_worker, entries, [spec] * len(entries), [options] * len(entries))
-            )
+        results = _in_workers(entries, spec, options, count)
     if wanted:
         results = [
             _accept(entry, result, spec or _agent_name(loaded))
@@ -504,6 +502,91 @@ def _worker(entry: CorpusRun, spec: str, options: dict[str, Any]) -> CaseResult:
     if agent is None:
         agent = _LOADED[spec] = load_agent(spec)
     return check_run(entry, agent, **options)
+
+
+def _in_workers(
+    entries: Sequence[CorpusRun], spec: str, options: dict[str, Any], count: int
+) -> list[CaseResult]:
+    """Replay ``entries`` in a pool of ``count`` spawned workers; results in corpus order.
+
+    An agent can end the process that replays it (a crash in a native library, the kernel's
+    out-of-memory killer, ``os._exit``). A worker's death breaks the pool; the runs it did not
+    finish are then replayed each in a process of its own, so that the run whose replay ends
+    its process is reported as unreplayable, saying how the process ended, and every other
+    run gets its outcome.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    results: list[CaseResult | None] = [None] * len(entries)
+    with ProcessPoolExecutor(max_workers=count, mp_context=ctx) as pool:
+        futures = [pool.submit(_worker, entry, spec, options) for entry in entries]
+        for i, future in enumerate(futures):
+            try:
+                results[i] = future.result()
+            except BrokenProcessPool:
+                pass  # replayed alone below
+    left = [i for i, result in enumerate(results) if result is None]
+    if left:
+        alone = _each_alone([entries[i] for i in left], spec, options, count, ctx)
+        for i, result in zip(left, alone, strict=True):
+            results[i] = result
+    return [result for result in results if result is not None]
+
+
+def _alone(entry: CorpusRun, spec: str, options: dict[str, Any], conn: Any) -> None:
+    conn.send(_worker(entry, spec, options))
+    conn.close()
+
+
+def _each_alone(
+    entries: Sequence[CorpusRun], spec: str, options: dict[str, Any], count: int, ctx: Any
+) -> list[CaseResult]:
+    """Replay each of ``entries`` in a spawned process of its own, ``count`` at a time."""
+    from multiprocessing.connection import wait
+
+    results: list[CaseResult | None] = [None] * len(entries)
+    waiting = list(range(len(entries)))
+    running: dict[Any, tuple[int, Any, float]] = {}
+    try:
+        while waiting or running:
+            while waiting and len(running) < count:
+                i = waiting.pop(0)
+                ours, theirs = ctx.Pipe(duplex=False)
+                process = ctx.Process(
+                    target=_alone, args=(entries[i], spec, options, theirs), daemon=True
+                )
+                process.start()
+                theirs.close()  # the child's end: EOF here once the child is gone
+                running[ours] = (i, process, time.perf_counter())
+            for ready in wait(list(running)):
+                reader: Any = ready
+                i, process, started = running.pop(reader)
+                try:
+                    result: CaseResult | None = reader.recv()
+                except EOFError:
+                    result = None  # the process ended without sending its result
+                reader.close()
+                process.join()
+                if result is None:
+                    result = _unreplayable(
+                        entries[i],
+                        f"the process replaying this run ended {_how_ended(process.exitcode)} "
+                        "before the replay finished",
+                        seconds=time.perf_counter() - started,
+                    )
+                results[i] = result
+    finally:
+        for _, process, _ in running.values():
+            process.terminate()
+    return [result for result in results if result is not None]
+
+
+def _how_ended(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"on signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"on signal {-code}"
+    return f"with exit code {code}"
 
 
 def _agent_name(agent: Callable[..., Any] | Agent) -> str:
