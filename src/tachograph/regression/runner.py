@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import time
@@ -562,8 +563,8 @@ def _each_alone(
                 i, process, started = running.pop(reader)
                 try:
                     result: CaseResult | None = reader.recv()
-                except EOFError:
-                    result = None  # the process ended without sending its result
+                except (EOFError, OSError, pickle.UnpicklingError):
+                    result = None  # the process ended without sending its result, or in it
                 reader.close()
                 process.join()
                 if result is None:

@@ -76,8 +76,10 @@ def _init_worker(url: str, progress: Any, scans: bytes) -> None:
     # (on a pipe written synchronously: nothing of it waits in a thread) and multiprocessing
     # ran its own exit functions. Python's finalization after that frees every object and
     # module one by one, 25-45 ms for which the caller's close waits: the worker leaves
-    # before it. Its read-only store connection needs no closing (the caller's outlives it).
-    atexit.register(os._exit, 0)
+    # before it. Its read-only store connection needs no closing (the caller's outlives it);
+    # the exit functions registered before this one (logging's shutdown) do not run, and the
+    # exit code is 0: the executor reads neither.
+    atexit.register(_leave)
     # Nothing may raise here: an initializer that raises breaks the pool. A worker that could
     # not open the store or unpickle the scans fails each task it is given, and the parent
     # verifies those runs itself.
@@ -91,6 +93,14 @@ def _init_worker(url: str, progress: Any, scans: bytes) -> None:
         _worker_scans = pickle.loads(scans)
     except Exception:
         _worker_scans = None
+
+
+def _leave() -> None:
+    """A worker's last exit function (see ``_init_worker``): its output flushed, it ends."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 def sendable(scans: Sequence[RowScan]) -> bool:
@@ -274,6 +284,7 @@ class _Pool:
         # spawn, not fork: the parent may hold SQLite connections and threads (a progress bar).
         ctx = multiprocessing.get_context("spawn")
         self.progress: Any = ctx.SimpleQueue()
+        self.broken = False
         # The scans go with the start: each worker unpickles them (importing their modules)
         # once, while this process lists the runs.
         self.pool = ProcessPoolExecutor(
@@ -311,6 +322,7 @@ class _Pool:
                     handles.append(self.pool.submit(fn, i, *args))
                 except BrokenProcessPool:
                     handles.append(None)  # a worker died earlier: this task fails
+                    self.broken = True
         reported = [0] * len(calls)
         finished = [False] * len(calls)
         results: list[Any] = [None] * len(calls)
@@ -338,6 +350,11 @@ class _Pool:
             if not waiting:
                 break
             wait(waiting, timeout=0.05, return_when=FIRST_COMPLETED)
+        # A worker sends a task's progress before its result: every message of these tasks
+        # is in the channel now. Read them, or the next call (whose task numbers start at 0
+        # again) would count them as its own.
+        self._drain(reported, [True] * len(calls), progress)
+        self.broken = self.broken or _is_broken(handles)
         return results
 
     def _drain(
@@ -353,7 +370,26 @@ class _Pool:
                 progress(n)
 
     def close(self) -> None:
+        if self.broken:
+            self._unblock_feeder()()
         self.pool.shutdown(wait=True)
+
+    def _unblock_feeder(self) -> Callable[[], None]:
+        """What unblocks the executor's shutdown once its workers are gone, before Python
+        3.11: the thread that writes tasks to the workers' pipe can block on a full pipe (a
+        task of a group of many small runs can be larger than the pipe holds), and this
+        process keeps the pipe's reading end open, so the write never fails. 3.11 closes that
+        end when the pool breaks (CPython gh-94777); here it is closed for it."""
+        queue = getattr(self.pool, "_call_queue", None)
+        reader = getattr(queue, "_reader", None)
+        if sys.version_info >= (3, 11) or reader is None:
+            return lambda: None
+
+        def close() -> None:
+            with contextlib.suppress(OSError):
+                reader.close()
+
+        return close
 
     def terminate(self) -> None:
         """Stop now (an error or an interrupt in this process): pending tasks are cancelled
@@ -365,10 +401,14 @@ class _Pool:
         # Before 3.14 the executor has no public way to end running workers; its process
         # table goes with the shutdown, so it is read first.
         processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        unblock = self._unblock_feeder()  # the shutdown drops the executor's queues too
         self.pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             if process.is_alive():
                 process.terminate()
+        for process in processes:
+            process.join()
+        unblock()
 
     def __enter__(self) -> _Pool:
         return self
@@ -378,6 +418,16 @@ class _Pool:
             self.terminate()
         else:
             self.close()
+
+
+def _is_broken(handles: Sequence[Future[Any] | None]) -> bool:
+    """Whether a task failed because the pool broke (``handles`` all done)."""
+    for handle in handles:
+        if handle is None:
+            return True
+        if not handle.cancelled() and isinstance(handle.exception(), BrokenProcessPool):
+            return True
+    return False
 
 
 def _done_of(result: Any, size: int) -> int:
