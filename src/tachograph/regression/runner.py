@@ -511,24 +511,30 @@ def _in_workers(
     """Replay ``entries`` in a pool of ``count`` spawned workers; results in corpus order.
 
     An agent can end the process that replays it (a crash in a native library, the kernel's
-    out-of-memory killer, ``os._exit``). A worker's death breaks the pool; the runs it did not
-    finish are then replayed each in a process of its own, so that the run whose replay ends
-    its process is reported as unreplayable, saying how the process ended, and every other
-    run gets its outcome.
+    out-of-memory killer, ``os._exit``). A worker's death breaks the pool. The runs that were
+    in flight then (the pool hands runs out in order, so they are the first unfinished
+    ones: at most ``2 * count + 1``, those running and those queued for the workers) are
+    replayed each in a process of its own, so that the run whose replay ends its process is
+    reported as unreplayable, saying how the process ended; the rest go to a new pool.
     """
     ctx = multiprocessing.get_context("spawn")
     results: list[CaseResult | None] = [None] * len(entries)
-    with ProcessPoolExecutor(max_workers=count, mp_context=ctx) as pool:
-        futures = [pool.submit(_worker, entry, spec, options) for entry in entries]
-        for i, future in enumerate(futures):
-            try:
-                results[i] = future.result()
-            except BrokenProcessPool:
-                pass  # replayed alone below
-    left = [i for i, result in enumerate(results) if result is None]
-    if left:
-        alone = _each_alone([entries[i] for i in left], spec, options, count, ctx)
-        for i, result in zip(left, alone, strict=True):
+    pending = list(range(len(entries)))
+    while pending:
+        broke = False
+        with ProcessPoolExecutor(max_workers=count, mp_context=ctx) as pool:
+            futures = {i: pool.submit(_worker, entries[i], spec, options) for i in pending}
+            for i, future in futures.items():
+                try:
+                    results[i] = future.result()
+                except BrokenProcessPool:
+                    broke = True
+        left = [i for i in pending if results[i] is None]
+        if not broke:
+            break
+        suspects, pending = left[: 2 * count + 1], left[2 * count + 1 :]
+        alone = _each_alone([entries[i] for i in suspects], spec, options, count, ctx)
+        for i, result in zip(suspects, alone, strict=True):
             results[i] = result
     return [result for result in results if result is not None]
 
