@@ -154,6 +154,17 @@ def test_the_facade_names_that_are_also_subpackages_stay_the_facade_names(
     assert out == ["type", "function", "True", "True"]
 
 
+def _loaded_by_every_name(package: str, python: str, env: dict[str, str]) -> set[str]:
+    """The modules that reading every name of a lazy ``package`` loads, once the probe has
+    checked that each name is there and that its lazy table names exactly ``__all__``."""
+    statement = (
+        f"import {package} as s\n"
+        "assert all(getattr(s, n) is not None for n in s.__all__)\n"
+        "assert sorted(s._LAZY) == sorted(s.__all__)"
+    )
+    return set(_probe(_PROBE, "", python, env, statement=statement))
+
+
 def test_reading_a_seal_verdict_loads_no_witness_or_web_client(
     python: str, child_env: dict[str, str]
 ) -> None:
@@ -169,17 +180,7 @@ def test_reading_a_seal_verdict_loads_no_witness_or_web_client(
         "http.server",
         "urllib.request",
     } & verdict == set()
-    every = set(
-        _probe(
-            _PROBE,
-            "",
-            python,
-            child_env,
-            statement="import tachograph.sealing as s\n"
-            "assert all(getattr(s, n) is not None for n in s.__all__)\n"
-            "assert sorted(s._LAZY) == sorted(s.__all__)",
-        )
-    )
+    every = _loaded_by_every_name("tachograph.sealing", python, child_env)
     assert {"tachograph.sealing.witness", "http.server"} <= every
 
 
@@ -193,15 +194,5 @@ def test_a_worker_checking_blobs_loads_no_other_lifecycle_module(
     assert "tachograph.lifecycle.blobs" in blobs  # the probe sees what it imports
     others = {f"tachograph.lifecycle.{m}" for m in ("erasure", "retention", "purpose", "audit")}
     assert others & blobs == set()
-    every = set(
-        _probe(
-            _PROBE,
-            "",
-            python,
-            child_env,
-            statement="import tachograph.lifecycle as s\n"
-            "assert all(getattr(s, n) is not None for n in s.__all__)\n"
-            "assert sorted(s._LAZY) == sorted(s.__all__)",
-        )
-    )
+    every = _loaded_by_every_name("tachograph.lifecycle", python, child_env)
     assert others <= every

@@ -6,12 +6,14 @@ worker processes (a long run in chunks, small runs in groups), and through ``tac
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import random
+import signal
 import sqlite3
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +210,23 @@ def test_a_scan_in_any_chunks_reads_what_the_stored_readings_read(
 
 N = 600
 CHUNK = 40  # two workers: 8 chunks of 75 events
+
+
+@contextlib.contextmanager
+def _alarm(seconds: int, handler: Any = None) -> Iterator[None]:
+    """Run the block with SIGALRM due in ``seconds``; ``handler`` (by default: raise
+    ``TimeoutError``, the call hung) runs when it comes. The old handler is put back."""
+
+    def too_long(*_: object) -> None:
+        raise TimeoutError("the verification hung")
+
+    previous = signal.signal(signal.SIGALRM, handler or too_long)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _long_steps(seed: int) -> list[dict[str, Any]]:
@@ -481,27 +500,15 @@ def test_scans_that_cannot_reach_the_workers_are_run_in_this_process(
     """A scan whose type lives in ``__main__`` (which spawned workers do not import), or one
     that a worker cannot unpickle, must not leave the pool starting workers for ever: the
     run is verified and scanned in this process, with the same results."""
-    import signal
-
     path, run_id = scanned_store
-
-    def too_long(*_: object) -> None:
-        raise TimeoutError("the verification hung")
-
-    previous = signal.signal(signal.SIGALRM, too_long)
-    signal.alarm(120)
-    try:
-        with SQLiteStore(path) as store:
-            expected = verify_stored(store, run_id, scans=[UnvouchedScan()])
-            for scan in (_Main(), _PicklesButWontLoad()):
-                got = verify_stored_parallel(store, run_id, workers=2, chunk=CHUNK, scans=[scan])
-                assert got.to_dict() == expected.to_dict()
-                assert got.scanned == expected.scanned
-                every = list(verify_all_parallel(store, workers=2, scans=[scan]))
-                assert {r.run_id: r.scanned for r in every}[run_id] == expected.scanned
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    with _alarm(120), SQLiteStore(path) as store:
+        expected = verify_stored(store, run_id, scans=[UnvouchedScan()])
+        for scan in (_Main(), _PicklesButWontLoad()):
+            got = verify_stored_parallel(store, run_id, workers=2, chunk=CHUNK, scans=[scan])
+            assert got.to_dict() == expected.to_dict()
+            assert got.scanned == expected.scanned
+            every = list(verify_all_parallel(store, workers=2, scans=[scan]))
+            assert {r.run_id: r.scanned for r in every}[run_id] == expected.scanned
 
 
 def test_a_run_read_only_in_part_still_has_its_blobs_checked_by_tacho_verify(
@@ -541,8 +548,6 @@ def test_a_worker_that_cannot_open_the_store_fails_its_tasks_instead_of_restarti
     """The store's file moved away after this process opened it: each spawned worker fails
     to open it, and must fail the tasks it is given (the runs are then verified here) rather
     than raise in its initializer, which makes the pool start workers for ever."""
-    import signal
-
     path = tmp_path / "moved.db"
     with SQLiteStore(path) as store:
         for i in range(6):
@@ -551,17 +556,8 @@ def test_a_worker_that_cannot_open_the_store_fails_its_tasks_instead_of_restarti
     try:
         expected = [r.to_dict() for r in verify_all(store)]
         path.rename(tmp_path / "elsewhere.db")  # this process keeps its open file
-
-        def too_long(*_: object) -> None:
-            raise TimeoutError("the verification hung")
-
-        previous = signal.signal(signal.SIGALRM, too_long)
-        signal.alarm(120)
-        try:
+        with _alarm(120):
             got = [r.to_dict() for r in verify_all_parallel(store, workers=2)]
-        finally:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, previous)
         assert got == expected
     finally:
         store.close()
@@ -589,19 +585,33 @@ def test_a_run_finished_listing_a_number_lists_nothing() -> None:
     assert verify_stored(store, "r", scans=[UnvouchedScan()]).scanned == {"unvouched": expected}
 
 
-class _DiesInAWorker(UnvouchedScan):
-    """A scan whose worker process dies as it starts reading (as one the kernel's
-    out-of-memory killer ends would): in this process it is an unvouched-calls scan."""
+class _InAWorker(UnvouchedScan):
+    """An unvouched-calls scan that does :meth:`in_worker` first when it runs in a worker
+    process (in this process it is the plain scan)."""
 
     __slots__ = ()
 
+    def in_worker(self) -> None:
+        raise NotImplementedError
+
     def begin(self) -> Any:
         import multiprocessing
-        import os
 
         if multiprocessing.parent_process() is not None:
-            os._exit(3)
+            self.in_worker()
         return super().begin()
+
+
+class _DiesInAWorker(_InAWorker):
+    """Its worker process dies as it starts reading (as one the kernel's out-of-memory
+    killer ends would)."""
+
+    __slots__ = ()
+
+    def in_worker(self) -> None:
+        import os
+
+        os._exit(3)
 
 
 def test_a_worker_that_dies_mid_task_leaves_its_runs_to_this_process(
@@ -612,53 +622,37 @@ def test_a_worker_that_dies_mid_task_leaves_its_runs_to_this_process(
     every run it held is verified and scanned here, with the serial results. In
     ``verify_all_parallel`` the small runs' groups break the pool and the large run's chunks
     then find it broken."""
-    import signal
-
     path, run_id = scanned_store
-
-    def too_long(*_: object) -> None:
-        raise TimeoutError("the verification hung")
-
-    previous = signal.signal(signal.SIGALRM, too_long)
-    signal.alarm(120)
-    try:
-        with SQLiteStore(path) as store:
-            expected = verify_stored(store, run_id, scans=[UnvouchedScan()])
-            assert expected.scanned["unvouched"]
-            counted: list[int] = []
-            got = verify_stored_parallel(
-                store,
-                run_id,
-                workers=2,
-                chunk=CHUNK,
-                scans=[_DiesInAWorker()],
-                progress=counted.append,
-            )
-            assert got.to_dict() == expected.to_dict()
-            assert got.scanned == expected.scanned
-            assert sum(counted) == expected.events
-            dying = [_DiesInAWorker()]
-            every = list(verify_all_parallel(store, workers=2, chunk=CHUNK, scans=dying))
-            assert [r.to_dict() for r in every] == [r.to_dict() for r in verify_all(store)]
-            assert {r.run_id: r.scanned for r in every}[run_id] == expected.scanned
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    with _alarm(120), SQLiteStore(path) as store:
+        expected = verify_stored(store, run_id, scans=[UnvouchedScan()])
+        assert expected.scanned["unvouched"]
+        counted: list[int] = []
+        got = verify_stored_parallel(
+            store,
+            run_id,
+            workers=2,
+            chunk=CHUNK,
+            scans=[_DiesInAWorker()],
+            progress=counted.append,
+        )
+        assert got.to_dict() == expected.to_dict()
+        assert got.scanned == expected.scanned
+        assert sum(counted) == expected.events
+        dying = [_DiesInAWorker()]
+        every = list(verify_all_parallel(store, workers=2, chunk=CHUNK, scans=dying))
+        assert [r.to_dict() for r in every] == [r.to_dict() for r in verify_all(store)]
+        assert {r.run_id: r.scanned for r in every}[run_id] == expected.scanned
 
 
-class _SleepsInAWorker(UnvouchedScan):
-    """A scan that holds its worker for two minutes (a task far longer than the caller
-    waits for): in this process it is an unvouched-calls scan."""
+class _SleepsInAWorker(_InAWorker):
+    """It holds its worker for two minutes (a task far longer than the caller waits for)."""
 
     __slots__ = ()
 
-    def begin(self) -> Any:
-        import multiprocessing
+    def in_worker(self) -> None:
         import time
 
-        if multiprocessing.parent_process() is not None:
-            time.sleep(120)
-        return super().begin()
+        time.sleep(120)
 
 
 def test_an_interrupted_verification_ends_its_workers_at_once(
@@ -667,7 +661,6 @@ def test_an_interrupted_verification_ends_its_workers_at_once(
     """An exception in this process while workers hold tasks (Ctrl-C, a timeout) ends the
     workers then and there: none is left running its task after the call has returned."""
     import multiprocessing
-    import signal
     import time
 
     path, run_id = scanned_store
@@ -678,16 +671,8 @@ def test_an_interrupted_verification_ends_its_workers_at_once(
         workers.update(set(multiprocessing.active_children()) - before)
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.alarm(2)
-    try:
-        with SQLiteStore(path) as store, pytest.raises(KeyboardInterrupt):
-            verify_stored_parallel(
-                store, run_id, workers=2, chunk=CHUNK, scans=[_SleepsInAWorker()]
-            )
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    with _alarm(2, interrupt), SQLiteStore(path) as store, pytest.raises(KeyboardInterrupt):
+        verify_stored_parallel(store, run_id, workers=2, chunk=CHUNK, scans=[_SleepsInAWorker()])
     assert len(workers) == 2  # both at work when the interrupt came
     deadline = time.monotonic() + 20
     while any(w.is_alive() for w in workers) and time.monotonic() < deadline:

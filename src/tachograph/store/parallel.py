@@ -322,7 +322,6 @@ class _Pool:
                     handles.append(self.pool.submit(fn, i, *args))
                 except BrokenProcessPool:
                     handles.append(None)  # a worker died earlier: this task fails
-                    self.broken = True
         reported = [0] * len(calls)
         finished = [False] * len(calls)
         results: list[Any] = [None] * len(calls)
@@ -371,25 +370,19 @@ class _Pool:
 
     def close(self) -> None:
         if self.broken:
-            self._unblock_feeder()()
+            _close(self._feeder_reader())
         self.pool.shutdown(wait=True)
 
-    def _unblock_feeder(self) -> Callable[[], None]:
-        """What unblocks the executor's shutdown once its workers are gone, before Python
-        3.11: the thread that writes tasks to the workers' pipe can block on a full pipe (a
-        task of a group of many small runs can be larger than the pipe holds), and this
-        process keeps the pipe's reading end open, so the write never fails. 3.11 closes that
-        end when the pool breaks (CPython gh-94777); here it is closed for it."""
-        queue = getattr(self.pool, "_call_queue", None)
-        reader = getattr(queue, "_reader", None)
-        if sys.version_info >= (3, 11) or reader is None:
-            return lambda: None
-
-        def close() -> None:
-            with contextlib.suppress(OSError):
-                reader.close()
-
-        return close
+    def _feeder_reader(self) -> Any:
+        """The end to close, before Python 3.11, for the executor's shutdown to finish once
+        its workers are gone (``None`` from 3.11). The thread that writes tasks to the
+        workers' pipe can block on a full pipe (a task of a group of many small runs can be
+        larger than the pipe holds), and this process keeps the pipe's reading end open, so
+        the write never fails. 3.11 closes that end when the pool breaks (CPython
+        gh-94777); here it is closed for it."""
+        if sys.version_info >= (3, 11):
+            return None
+        return getattr(getattr(self.pool, "_call_queue", None), "_reader", None)
 
     def terminate(self) -> None:
         """Stop now (an error or an interrupt in this process): pending tasks are cancelled
@@ -401,14 +394,14 @@ class _Pool:
         # Before 3.14 the executor has no public way to end running workers; its process
         # table goes with the shutdown, so it is read first.
         processes = list((getattr(self.pool, "_processes", None) or {}).values())
-        unblock = self._unblock_feeder()  # the shutdown drops the executor's queues too
+        reader = self._feeder_reader()  # the shutdown drops the executor's queues too
         self.pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             if process.is_alive():
                 process.terminate()
         for process in processes:
             process.join()
-        unblock()
+        _close(reader)
 
     def __enter__(self) -> _Pool:
         return self
@@ -418,6 +411,12 @@ class _Pool:
             self.terminate()
         else:
             self.close()
+
+
+def _close(reader: Any) -> None:
+    if reader is not None:
+        with contextlib.suppress(OSError):
+            reader.close()
 
 
 def _is_broken(handles: Sequence[Future[Any] | None]) -> bool:
