@@ -678,6 +678,8 @@ def test_an_interrupted_verification_ends_its_workers_at_once(
     while any(w.is_alive() for w in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [w for w in workers if w.is_alive()]
+    # ended by this process, not left to finish their two-minute tasks
+    assert [w.exitcode for w in workers] == [-signal.SIGTERM] * 2
 
 
 def _reports_progress(task: int, n: int) -> None:
