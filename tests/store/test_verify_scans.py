@@ -13,6 +13,7 @@ import random
 import signal
 import sqlite3
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -672,21 +673,77 @@ def test_an_interrupted_verification_ends_its_workers_at_once(
         raise KeyboardInterrupt
 
     with _alarm(2, interrupt), SQLiteStore(path) as store, pytest.raises(KeyboardInterrupt):
-        verify_stored_parallel(store, run_id, workers=2, chunk=CHUNK, scans=[_SleepsInAWorker()])
-    assert len(workers) == 2  # both at work when the interrupt came
+        verify_stored_parallel(store, run_id, workers=3, chunk=CHUNK, scans=[_SleepsInAWorker()])
+    assert len(workers) == 2  # both spawned workers at work when the interrupt came
+
+    def feeders() -> list[threading.Thread]:
+        return [
+            t
+            for t in threading.enumerate()
+            if t.name == "tachograph-verify-feeder" and t.is_alive()
+        ]
+
     deadline = time.monotonic() + 20
-    while any(w.is_alive() for w in workers) and time.monotonic() < deadline:
+    while (any(w.is_alive() for w in workers) or feeders()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [w for w in workers if w.is_alive()]
+    assert not feeders()  # the thread that handed out the tasks ended with them
     # ended by this process, not left to finish their two-minute tasks
     assert [w.exitcode for w in workers] == [-signal.SIGTERM] * 2
 
 
-def _reports_progress(task: int, n: int) -> None:
-    """A task that reports ``n`` events of progress and fails (its size is then topped up)."""
-    from tachograph.store import parallel
+_BEGUN_HERE: list[int] = []
+"""For each chunk :class:`_SlowHere` began in this process: the processes this one had
+started and that were alive."""
 
-    parallel._report_progress(task, n)
+
+class _SlowHere(UnvouchedScan):
+    """The unvouched-calls scan, a tenth of a second slower a chunk in this process (so that
+    the worker has started and taken chunks before this process can take them all); it
+    notes each chunk it begins here in :data:`_BEGUN_HERE`."""
+
+    __slots__ = ()
+
+    def begin(self) -> Any:
+        import multiprocessing
+        import time
+
+        if multiprocessing.parent_process() is None:
+            _BEGUN_HERE.append(len(multiprocessing.active_children()))
+            time.sleep(0.1)
+        return super().begin()
+
+
+def test_this_process_verifies_its_share_beside_its_workers(
+    scanned_store: tuple[Path, str],
+) -> None:
+    """``workers=2`` is two processes at work: this one and one spawned worker. The worker
+    takes the chunks from the first on, this process from the last back, and the report and
+    the scans are the serial ones."""
+    import multiprocessing
+
+    path, run_id = scanned_store
+    before = len(multiprocessing.active_children())
+    with _alarm(120), SQLiteStore(path) as store:
+        expected = verify_stored(store, run_id, scans=[UnvouchedScan()])
+        assert expected.scanned["unvouched"]
+        _BEGUN_HERE.clear()
+        counted: list[int] = []
+        got = verify_stored_parallel(
+            store, run_id, workers=2, chunk=CHUNK, scans=[_SlowHere()], progress=counted.append
+        )
+    assert got.to_dict() == expected.to_dict()
+    assert got.scanned == expected.scanned
+    assert sum(counted) == expected.events
+    # eight chunks: some here (the worker needs a tenth of a second to start), not all (it
+    # was handed the first two as this process began the last)
+    assert 1 <= len(_BEGUN_HERE) <= 6
+    assert set(_BEGUN_HERE) == {before + 1}  # one worker beside this process
+
+
+def _reports_progress(source: Any, task: int, n: int) -> None:
+    """A task that reports ``n`` events of progress and fails (its size is then topped up)."""
+    source.report(task, n)
 
 
 def test_progress_sent_late_is_not_counted_by_the_next_call_on_the_pool(tmp_path: Path) -> None:
@@ -697,9 +754,8 @@ def test_progress_sent_late_is_not_counted_by_the_next_call_on_the_pool(tmp_path
     from tachograph.store.parallel import _Pool
 
     path = tmp_path / "empty.db"
-    SQLiteStore(path).close()
     wrong = []
-    with _Pool("sqlite:///" + str(path), 2) as pool:
+    with SQLiteStore(path) as store, _Pool(store, "sqlite:///" + str(path), 3) as pool:
         for call in range(500):
             got: list[int] = []
             pool.run([(_reports_progress, (7,)) for _ in range(8)], [7] * 8, got.append)

@@ -376,7 +376,7 @@ def _open_store_at(path: str) -> Store:
     default=1,
     type=click.IntRange(min=1),
     show_default=True,
-    help="Worker processes for a store's runs (large runs are split in chunks).",
+    help="Processes that verify a store's runs, this one included (large runs in chunks).",
 )
 @json_option
 def verify_cmd(

@@ -1,12 +1,18 @@
-"""Verification in worker processes: runs spread over workers, and one large run in chunks.
+"""Verification in several processes: runs spread over them, and one large run in chunks.
+
+``workers=N`` is N processes at work: the calling process and N - 1 spawned workers. The
+calling process takes its share of the tasks (groups of small runs, chunks of a large one)
+from the last back while the workers take theirs from the first on, so that it does not sit
+idle while they start and work, and one process fewer is started.
 
 Every check of SPEC section 8 except the link (check 4) looks at one row alone, and the link
 of a row needs only the recomputed hash of the row before it. So a run is cut into chunks of
-consecutive seqs; a worker re-hashes the last row of the previous chunk (the boundary hash),
-checks its own rows exactly as :class:`~tachograph.record.verify.LineChecker` checks a whole
-run, and returns its failures, erased seqs and last hash. The parent then checks the links
-between chunks (each worker's boundary hash is the previous chunk's last hash), merges the
-failures in position order and holds the chain against the run's summary.
+consecutive seqs; the process that checks a chunk re-hashes the last row of the previous
+chunk (the boundary hash), checks its own rows exactly as
+:class:`~tachograph.record.verify.LineChecker` checks a whole run, and returns its failures,
+erased seqs and last hash. The calling process then checks the links between chunks (each
+chunk's boundary hash is the previous chunk's last hash), merges the failures in position
+order and holds the chain against the run's summary.
 
 The result is the serial verifier's, report for report: whenever a chunk sees anything that
 would make its positions differ from the serial reading (a seq that is missing, repeated,
@@ -22,11 +28,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import functools
 import math
 import multiprocessing
 import os
 import pickle
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -51,11 +59,25 @@ GROUP_EVENTS = 20_000
 _PROGRESS_EVERY = 5_000
 _MAX_FAILURES = 100
 
-_worker_store: Store | None = None
-_worker_progress: Any = None
-_worker_scans: tuple[RowScan, ...] | None = ()
-"""The scans, as unpickled in this worker; ``None`` if they could not be (every task then
-fails, and the parent verifies and scans serially)."""
+
+def _nowhere(task: int, n: int) -> None:
+    """Progress that goes nowhere (a process that is not a worker of a pool)."""
+
+
+@dataclass(slots=True)
+class _Source:
+    """What a task reads with: the store, the scans and where its progress goes (``report(
+    task, n)``: ``n`` more rows of task ``task`` checked)."""
+
+    store: Store | None
+    """``None`` in a worker that could not open the store (its tasks fail)."""
+    scans: tuple[RowScan, ...] | None
+    """``None`` in a worker that could not unpickle them (its tasks fail too)."""
+    report: Callable[[int, int], None]
+
+
+_worker = _Source(None, (), _nowhere)
+"""In a worker process: what its tasks read with (set by ``_init_worker``)."""
 
 
 def parallel_url(store: Store) -> str | None:
@@ -70,8 +92,7 @@ def parallel_url(store: Store) -> str | None:
 
 
 def _init_worker(url: str, progress: Any, scans: bytes) -> None:
-    global _worker_store, _worker_progress, _worker_scans
-    _worker_progress = progress
+    _worker.report = functools.partial(_put, progress)
     # A worker ends when the pool sends it the sign to stop, after its last result went out
     # (on a pipe written synchronously: nothing of it waits in a thread) and multiprocessing
     # ran its own exit functions. Python's finalization after that frees every object and
@@ -86,13 +107,23 @@ def _init_worker(url: str, progress: Any, scans: bytes) -> None:
     try:
         from .registry import open_store
 
-        _worker_store = open_store(url, create=False)
+        _worker.store = open_store(url, create=False)
     except Exception:
-        _worker_store = None
+        _worker.store = None
     try:
-        _worker_scans = pickle.loads(scans)
+        _worker.scans = pickle.loads(scans)
     except Exception:
-        _worker_scans = None
+        _worker.scans = None
+
+
+def _put(channel: Any, task: int, n: int) -> None:
+    if n:
+        channel.put((task, n))
+
+
+def _in_worker(fn: Callable[..., Any], task: int, *args: Any) -> Any:
+    """A task as a worker runs it: ``fn(source, task, *args)`` with the worker's source."""
+    return fn(_worker, task, *args)
 
 
 def _leave() -> None:
@@ -116,11 +147,6 @@ def sendable(scans: Sequence[RowScan]) -> bool:
     return True
 
 
-def _report_progress(task: int, n: int) -> None:
-    if _worker_progress is not None and n:
-        _worker_progress.put((task, n))
-
-
 @dataclass(frozen=True, slots=True)
 class _Chunk:
     """What a worker found in one chunk of a run."""
@@ -141,7 +167,13 @@ _PAGE = 1_000
 
 
 def _verify_chunk(
-    task: int, tenant: str, run_id: str, first: tuple[Any, Any], start: int, end: int | None
+    source: _Source,
+    task: int,
+    tenant: str,
+    run_id: str,
+    first: tuple[Any, Any],
+    start: int,
+    end: int | None,
 ) -> _Chunk:
     """Check rows ``start`` to ``end`` (exclusive; ``None``: to the end) of one run."""
     checker = LineChecker(max_failures=_MAX_FAILURES)
@@ -152,12 +184,13 @@ def _verify_chunk(
     def broken() -> _Chunk:
         return _Chunk(start, done, False, None, (), (), None, None)
 
-    if _worker_store is None or _worker_scans is None:
+    store, scans = source.store, source.scans
+    if store is None or scans is None:
         return broken()  # the store or the scans did not reach this worker: the parent decides
-    scanning = Scanning(_worker_scans) if _worker_scans else None
+    scanning = Scanning(scans) if scans else None
 
     try:
-        rows = _worker_store.read_rows(run_id, tenant=tenant, from_seq=max(0, start - 1))
+        rows = store.read_rows(run_id, tenant=tenant, from_seq=max(0, start - 1))
         try:
             it = iter(rows)
             if start > 0:
@@ -196,7 +229,7 @@ def _verify_chunk(
                 done += len(page)
                 pending += len(page)
                 if pending >= _PROGRESS_EVERY:
-                    _report_progress(task, pending)
+                    source.report(task, pending)
                     pending = 0
                 if len(page) < _PAGE or expected == end:
                     break
@@ -207,7 +240,7 @@ def _verify_chunk(
     except Exception:
         # Whatever went wrong, the serial verifier decides how it reads in the report.
         return broken()
-    _report_progress(task, pending)
+    source.report(task, pending)
     if end is not None and checker.position != end:
         return broken()
     return _Chunk(
@@ -223,11 +256,12 @@ def _verify_chunk(
     )
 
 
-def _verify_runs(task: int, keys: Sequence[tuple[str, str]]) -> list[VerifyReport]:
-    """Verify whole runs, serially, in this worker."""
+def _verify_runs(source: _Source, task: int, keys: Sequence[tuple[str, str]]) -> list[VerifyReport]:
+    """Verify whole runs, serially, one after the other."""
     from .verify import verify_stored
 
-    if _worker_store is None or _worker_scans is None:
+    store, scans = source.store, source.scans
+    if store is None or scans is None:
         raise RuntimeError("this worker could not open the store or unpickle the scans")
     reports = []
     pending = [0]
@@ -235,16 +269,12 @@ def _verify_runs(task: int, keys: Sequence[tuple[str, str]]) -> list[VerifyRepor
     def advance(n: int) -> None:
         pending[0] += n
         if pending[0] >= _PROGRESS_EVERY:
-            _report_progress(task, pending[0])
+            source.report(task, pending[0])
             pending[0] = 0
 
     for tenant, run_id in keys:
-        reports.append(
-            verify_stored(
-                _worker_store, run_id, tenant=tenant, progress=advance, scans=_worker_scans
-            )
-        )
-    _report_progress(task, pending[0])
+        reports.append(verify_stored(store, run_id, tenant=tenant, progress=advance, scans=scans))
+    source.report(task, pending[0])
     return reports
 
 
@@ -274,13 +304,23 @@ def _started() -> None:
 
 
 class _Pool:
-    """A pool of spawned workers that have the store open, with a progress channel.
+    """``workers`` processes that verify: this one and ``workers - 1`` spawned workers that
+    have the store open, with a progress channel.
 
-    A :class:`~concurrent.futures.ProcessPoolExecutor`: a worker that dies holding a task
-    (killed, out of memory) breaks the pool, and every task not done fails (``None``, and
-    the caller verifies those runs itself) instead of waiting for ever."""
+    This process takes its share of each call's tasks (:meth:`run`): it would otherwise wait
+    while the workers work, and one worker fewer is one start fewer (about a tenth of a
+    second of importing, time in which this process already verifies).
 
-    def __init__(self, url: str, workers: int, scans: Sequence[RowScan] = ()) -> None:
+    The workers are a :class:`~concurrent.futures.ProcessPoolExecutor`: a worker that dies
+    holding a task (killed, out of memory) breaks the pool, and every task not done fails
+    (``None``, and the caller verifies those runs itself) instead of waiting for ever."""
+
+    def __init__(self, store: Store, url: str, workers: int, scans: Sequence[RowScan] = ()) -> None:
+        if workers < 2:
+            raise ValueError("a pool needs two processes or more (this one and a worker)")
+        self.store = store
+        self.scans = tuple(scans)
+        self.spawned = workers - 1
         # spawn, not fork: the parent may hold SQLite connections and threads (a progress bar).
         ctx = multiprocessing.get_context("spawn")
         self.progress: Any = ctx.SimpleQueue()
@@ -288,16 +328,16 @@ class _Pool:
         # The scans go with the start: each worker unpickles them (importing their modules)
         # once, while this process lists the runs.
         self.pool = ProcessPoolExecutor(
-            workers,
+            self.spawned,
             mp_context=ctx,
             initializer=_init_worker,
-            initargs=(url, self.progress, pickle.dumps(tuple(scans))),
+            initargs=(url, self.progress, pickle.dumps(self.scans)),
         )
         # The executor starts a worker when a task finds none idle: the workers start now,
         # and import while this process lists the runs.
         try:
             with _main_hidden():
-                for _ in range(workers):
+                for _ in range(self.spawned):
                     self.pool.submit(_started)
         except BaseException:
             self.pool.shutdown(wait=False, cancel_futures=True)
@@ -309,52 +349,134 @@ class _Pool:
         sizes: Sequence[int],
         progress: Callable[[int], None] | None,
     ) -> list[Any]:
-        """Run ``calls`` (each ``fn(task, *args)``) in the workers; results in call order,
-        ``None`` for a task that failed (or never ran: the pool broke).
+        """Run ``calls`` (each ``fn(source, task, *args)``) in the workers and in this
+        process; results in call order, ``None`` for a task that failed (or that a worker
+        held when it died).
+
+        The workers take the tasks from the first on, this process from the last back,
+        until the two meet. A thread of this process hands a worker its next task as one
+        ends, and never more than one waiting behind the task it runs (none near the end):
+        a task queued for a worker is one this process can no longer take. Once the pool is
+        broken (a worker died), this process runs every task not yet handed out.
 
         Progress comes from the workers as they go; a finished task is topped up to its size
         (its ``done`` count), so the total is exact however the messages interleave.
         """
-        handles: list[Future[Any] | None] = []
-        with _main_hidden():
-            for i, (fn, args) in enumerate(calls):
+        count = len(calls)
+        handles: list[Future[Any] | None] = [None] * count
+        reported = [0] * count
+        finished = [False] * count
+        results: list[Any] = [None] * count
+        claims = _Claims(count)
+        feeder = threading.Thread(
+            target=self._feed,
+            args=(calls, claims, handles),
+            name="tachograph-verify-feeder",
+            daemon=True,
+        )
+
+        def finish(i: int, result: Any) -> None:
+            results[i] = result
+            finished[i] = True
+            if progress is not None:
+                done = _done_of(result, sizes[i])
+                if done > reported[i]:
+                    progress(done - reported[i])
+                reported[i] = done
+
+        def report_here(task: int, n: int) -> None:
+            if progress is not None and n:
+                reported[task] += n
+                progress(n)
+            self._drain(reported, finished, progress)  # and the workers' progress meanwhile
+
+        here = _Source(self.store, self.scans, report_here)
+        feeder.start()
+        try:
+            while True:
+                i = claims.last()
+                if i is None:
+                    # (an Event, not the thread's join: before Python 3.12 an interrupted
+                    # join could mark a running thread as ended)
+                    if claims.fed.is_set():
+                        i = claims.last()  # a task the feeder gave back as it stopped
+                        if i is None:
+                            break
+                    else:
+                        self._drain(reported, finished, progress)
+                        claims.fed.wait(0.05)
+                        continue
+                fn, args = calls[i]
                 try:
-                    handles.append(self.pool.submit(fn, i, *args))
-                except BrokenProcessPool:
-                    handles.append(None)  # a worker died earlier: this task fails
-        reported = [0] * len(calls)
-        finished = [False] * len(calls)
-        results: list[Any] = [None] * len(calls)
-        waiting = {h for h in handles if h is not None}
-        while True:
-            self._drain(reported, finished, progress)
-            for i, handle in enumerate(handles):
-                if finished[i] or (handle is not None and not handle.done()):
-                    continue
-                try:
-                    results[i] = None if handle is None else handle.result()
+                    result = fn(here, i, *args)
                 except Exception:
-                    # a task that failed, whose result would not pickle (a forged payload
-                    # nested past the recursion limit), or that a dead worker held: None,
-                    # and the caller verifies its runs in this process
-                    results[i] = None
-                finished[i] = True
-                if handle is not None:
-                    waiting.discard(handle)
-                if progress is not None:
-                    done = _done_of(results[i], sizes[i])
-                    if done > reported[i]:
-                        progress(done - reported[i])
-                    reported[i] = done
-            if not waiting:
-                break
-            wait(waiting, timeout=0.05, return_when=FIRST_COMPLETED)
-        # A worker sends a task's progress before its result: every message of these tasks
-        # is in the channel now. Read them, or the next call (whose task numbers start at 0
-        # again) would count them as its own.
-        self._drain(reported, [True] * len(calls), progress)
-        self.broken = self.broken or _is_broken(handles)
+                    result = None  # as for a worker's task that fails: the caller decides
+                finish(i, result)
+        finally:
+            claims.close()  # on an error or an interrupt: the feeder hands out nothing more
+        # The feeder ends once every task it handed out is done. A worker sends a task's
+        # progress before its result: every message of these tasks is in the channel now.
+        # Read them, or the next call (whose task numbers start at 0 again) would count them
+        # as its own.
+        self._drain(reported, finished, progress)
+        for i, handle in enumerate(handles):
+            if handle is None:
+                continue
+            try:
+                result = handle.result()
+            except Exception:
+                # a task that failed, whose result would not pickle (a forged payload
+                # nested past the recursion limit), or that a dead worker held: None, and
+                # the caller verifies its runs in this process
+                result = None
+            finish(i, result)
+        self.broken = self.broken or claims.broken or _is_broken(handles)
         return results
+
+    def _feed(
+        self,
+        calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
+        claims: _Claims,
+        handles: list[Future[Any] | None],
+    ) -> None:
+        """The feeder thread of :meth:`run`: tasks from the first on to the workers."""
+        running: set[Future[Any]] = set()
+        try:
+            while True:
+                # Two tasks a worker (the one it runs, the next one waiting) while there are
+                # many left, one near the end.
+                left = claims.left()
+                while len(running) < self.spawned * (2 if left > 2 * self.spawned else 1):
+                    i = claims.first()
+                    if i is None:
+                        break
+                    fn, args = calls[i]
+                    try:
+                        handle = self.pool.submit(_in_worker, fn, i, *args)
+                    except (BrokenProcessPool, RuntimeError):  # broken, or shut down
+                        claims.give_back(i)
+                        claims.broken = True
+                        return
+                    handles[i] = handle
+                    running.add(handle)
+                    left = claims.left()
+                if not running:
+                    return
+                wait(running, timeout=0.25, return_when=FIRST_COMPLETED)
+                done = _done(running)
+                running -= done
+                if _is_broken(list(done)):
+                    claims.broken = True
+                    claims.stop_first()  # the rest is this process's
+        finally:
+            # Return only once every task handed out is done (the pool fails a broken
+            # pool's tasks; an interrupted call's workers are ended by the caller).
+            try:
+                while running:
+                    wait(running, timeout=0.25)
+                    running -= _done(running)
+            finally:
+                claims.fed.set()
 
     def _drain(
         self,
@@ -420,13 +542,74 @@ def _close(reader: Any) -> None:
 
 
 def _is_broken(handles: Sequence[Future[Any] | None]) -> bool:
-    """Whether a task failed because the pool broke (``handles`` all done)."""
+    """Whether a task failed because the pool broke (the tasks handed out all done)."""
     for handle in handles:
-        if handle is None:
-            return True
-        if not handle.cancelled() and isinstance(handle.exception(), BrokenProcessPool):
+        if handle is None or handle.cancelled():
+            continue
+        if isinstance(handle.exception(), BrokenProcessPool):
             return True
     return False
+
+
+def _done(handles: set[Future[Any]]) -> set[Future[Any]]:
+    """The futures of ``handles`` that are done. Not what ``wait`` returns as done: a task the
+    executor cancels as it shuts down (``cancel_futures``) is done, but never in ``wait``'s
+    done set (it is never "notified")."""
+    return {handle for handle in handles if handle.done()}
+
+
+class _Claims:
+    """The tasks of one :meth:`_Pool.run` not yet taken: the feeder takes them from the
+    first on for the workers, the calling process from the last back."""
+
+    def __init__(self, count: int) -> None:
+        self._lock = threading.Lock()
+        self._head = 0
+        self._tail = count
+        self._back: list[int] = []
+        self._feeding = True
+        self.broken = False
+        self.fed = threading.Event()
+        """Set by the feeder as it ends, every task it handed out done."""
+
+    def left(self) -> int:
+        with self._lock:
+            return self._tail - self._head + len(self._back)
+
+    def first(self) -> int | None:
+        """The next task for a worker, ``None`` once there is none (or no more feeding)."""
+        with self._lock:
+            if not self._feeding or self._head >= self._tail:
+                return None
+            self._head += 1
+            return self._head - 1
+
+    def last(self) -> int | None:
+        """The next task for the calling process, ``None`` once there is none."""
+        with self._lock:
+            if self._back:
+                return self._back.pop()
+            if self._head >= self._tail:
+                return None
+            self._tail -= 1
+            return self._tail
+
+    def give_back(self, task: int) -> None:
+        """A task the feeder took but could not hand out: the calling process runs it."""
+        with self._lock:
+            self._back.append(task)
+
+    def stop_first(self) -> None:
+        """The feeder takes nothing more; the calling process takes the rest."""
+        with self._lock:
+            self._feeding = False
+
+    def close(self) -> None:
+        """Nobody takes anything more (the call ended, or stopped on an error)."""
+        with self._lock:
+            self._feeding = False
+            self._head = self._tail
+            self._back.clear()
 
 
 def _done_of(result: Any, size: int) -> int:
@@ -547,7 +730,7 @@ def verify_stored_parallel(
         or not sendable(scans)
     ):
         return verify_stored(store, run_id, tenant=tenant, progress=progress, scans=scans)
-    with _Pool(url, workers, scans) as pool:
+    with _Pool(store, url, workers, scans) as pool:
         return _chunked(
             pool, store, summary.tenant, summary.run_id, summary, workers, chunk, progress, scans
         )
@@ -591,7 +774,7 @@ def verify_all_parallel(
     # The workers start first: each spends about a tenth of a second importing, time in
     # which this process lists the runs (the listing of every run with events reads the
     # whole events index: 81 ms of a 1 s verification of 250,000 events).
-    with _Pool(url, workers, scans) as pool:
+    with _Pool(store, url, workers, scans) as pool:
         keys = [k for k in store.run_keys() if tenant is None or k[0] == tenant]
         sizes = {(i.tenant, i.run_id): i.events for i in store.runs(tenant=tenant)}
         large = [k for k in keys if sizes.get(k, 0) >= 2 * chunk]
