@@ -21,3 +21,39 @@ class TestPostgresStore(StoreConformance):
 
     def make_store(self, tmp_path: Path) -> Store:
         return open_store(self.cluster.url(database_for(self.cluster, tmp_path), APP))
+
+
+def test_runs_are_listed_in_byte_order_whatever_the_database_collation(
+    pg_cluster: PgCluster,
+) -> None:
+    """In a database whose collation is a language's (ICU ``en-US``: case and punctuation
+    weigh last), the runs are still listed, and verified, in the byte order of the other
+    engines and of Python's ``sorted``."""
+    import random
+    import uuid
+
+    import psycopg
+
+    from tachograph.store import verify_all
+    from tachograph.store.postgres import PostgresStore
+    from tachograph.testing import build_run
+
+    name = f"tacho_icu_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_cluster.admin, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' "
+            "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.utf8'"
+        )
+    pg_cluster.created.append(name)
+    url = pg_cluster.url(name)
+    PostgresStore.install_schema(url, partitions=2)
+    ids = ["r-10", "r-9", "R-1", "r.2", "r:3", "a-b"]
+    keys = [(tenant, run_id) for tenant in ("t-b", "T-a") for run_id in ids]
+    with psycopg.connect(url) as conn:  # the database's own order is not byte order
+        listed = [k for (k,) in conn.execute("SELECT unnest(%s::text[]) AS k ORDER BY k", [ids])]
+    assert listed != sorted(ids)
+    with PostgresStore(url) as store:
+        for tenant, run_id in random.Random(5).sample(keys, len(keys)):
+            store.append(build_run(run_id, 2, tenant=tenant))
+        assert store.run_keys() == sorted(keys)
+        assert [(r.tenant, r.run_id) for r in verify_all(store)] == sorted(keys)

@@ -321,8 +321,10 @@ class Store(abc.ABC):
         """``(run_id, seq)`` of every event linked to ``subject`` in ``tenant``, in order."""
 
     def run_keys(self) -> list[tuple[str, str]]:
-        """Every ``(tenant, run_id)`` in the store; engines also list orphaned events' runs."""
-        return [(info.tenant, info.run_id) for info in self.runs()]
+        """Every ``(tenant, run_id)`` in the store, in that order (code point by code point, as
+        Python sorts them); engines also list orphaned events' runs. ``verify_all`` reports
+        in this order, so that two verifications of a store list their runs alike."""
+        return sorted((info.tenant, info.run_id) for info in self.runs())
 
     def seal_tenants(self) -> list[str]:
         """The tenants whose seal log holds a seal (within the store's tenant, if scoped).

@@ -275,10 +275,10 @@ class MemoryStore(Store):
             return data.summaries[(self._tenant_of(data, run_id, tenant), run_id)]
 
     def run_keys(self) -> list[tuple[str, str]]:
-        """Every ``(tenant, run_id)``."""
+        """Every ``(tenant, run_id)``, in that order."""
         data = self._open()
         with data.lock:
-            return list(data.rows)
+            return sorted(data.rows)
 
     def count_events(self) -> int:
         """How many events the store holds."""

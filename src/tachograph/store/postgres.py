@@ -732,11 +732,14 @@ class PostgresStore(Store):
         return RunInfo(*rows[0])
 
     def run_keys(self) -> list[tuple[str, str]]:
-        """Every ``(tenant, run_id)`` that has events or a summary row."""
+        """Every ``(tenant, run_id)`` that has events or a summary row, in that order (byte
+        order, the ``C`` collation: the order of the other engines, whatever the database's
+        collation)."""
         rows = self._query(
             None,
-            "SELECT tenant, run_id FROM tachograph.runs "
-            "UNION SELECT DISTINCT tenant, run_id FROM tachograph.events",
+            "SELECT tenant, run_id FROM (SELECT tenant, run_id FROM tachograph.runs "
+            "UNION SELECT DISTINCT tenant, run_id FROM tachograph.events) AS k "
+            'ORDER BY tenant COLLATE "C", run_id COLLATE "C"',
         )
         return [(str(t), str(r)) for t, r in rows if self.tenant in (None, t)]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import io
+import random
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -372,6 +373,27 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         only = list(verify_all(store, tenant="t-short"))
         assert [(r.run_id, r.events) for r in store.verify_all(tenant="t-short")] == [("short", 3)]
         assert [(r.run_id, r.events) for r in only] == [("short", 3)]
+
+    def test_run_keys_and_verify_all_list_runs_in_tenant_and_run_id_order(
+        self, store: Store
+    ) -> None:
+        """Whatever the order of their appends (or the engine's storage), every engine lists
+        its runs, and ``verify_all`` reports them, in ``(tenant, run_id)`` order, code point
+        by code point (not a locale's order, which would put ``R-1`` after ``r-10``, or
+        ``r:3`` after ``r-9``): two verifications of one store, or of a store and its copy in
+        another engine, list their runs alike."""
+        keys = [
+            (tenant, run_id)
+            for tenant in ("t-b", "t-a", "T-c", "t_a")
+            for run_id in ("r-10", "r-9", "R-1", "r.2", "r:3", "r_4", "r-z", "a-b")
+        ]
+        shuffled = list(keys)
+        random.Random(20).shuffle(shuffled)
+        for tenant, run_id in shuffled:
+            store.append(build_run(run_id, 2, tenant=tenant))
+        expected = sorted(keys)
+        assert store.run_keys() == expected
+        assert [(r.tenant, r.run_id) for r in verify_all(store)] == expected
 
     def test_read_rows_streams_the_stored_rows(self, store: Store) -> None:
         events = build_run("run-a", 5, tenant="acme")
