@@ -762,3 +762,129 @@ def test_progress_sent_late_is_not_counted_by_the_next_call_on_the_pool(tmp_path
             if sum(got) != 56:
                 wrong.append((call, sum(got)))
     assert wrong == []
+
+
+def _exits_in_a_worker(source: Any, task: int) -> int:
+    """A task whose worker process dies (in this process it takes a twentieth of a second,
+    time for the feeder to hand tasks out, and answers its number)."""
+    import multiprocessing
+    import os
+    import time
+
+    if multiprocessing.parent_process() is not None:
+        os._exit(3)
+    time.sleep(0.05)
+    return task
+
+
+def test_a_task_the_broken_pool_forgot_is_not_waited_for(tmp_path: Path) -> None:
+    """Before Python 3.12 the executor fails and forgets its tasks when a worker dies without
+    the lock ``submit`` holds: a task handed out at that moment is never done (a future that
+    stays pending, as the one made here). The call still returns: once the pool is broken
+    and its manager gone, the tasks it did not finish fail (``None``), and the tasks not
+    handed out are run in this process."""
+    from concurrent.futures import Future
+
+    from tachograph.store.parallel import _Pool
+
+    path = tmp_path / "empty.db"
+    forgotten: list[Future[Any]] = []
+    with _alarm(60), SQLiteStore(path) as store, _Pool(store, "sqlite:///" + str(path), 2) as pool:
+        submit = pool.pool.submit
+
+        def loses_all_but_the_first(fn: Any, *args: Any) -> Future[Any]:
+            if not forgotten and not getattr(pool, "_first_sent", False):
+                pool._first_sent = True  # type: ignore[attr-defined]
+                return submit(fn, *args)  # the worker dies on it: the pool breaks
+            forgotten.append(Future())
+            return forgotten[-1]
+
+        pool.pool.submit = loses_all_but_the_first  # type: ignore[method-assign]
+        got = pool.run([(_exits_in_a_worker, ()) for _ in range(12)], [1] * 12, None)
+        assert pool.broken
+    assert forgotten  # the feeder handed one out as the pool broke
+    assert all(f.cancelled() for f in forgotten)
+    assert got[0] is None  # the task its worker died on
+    assert all(got[i] is None for i in range(1, 1 + len(forgotten)))  # forgotten: failed
+    assert got[1 + len(forgotten) :] == list(range(1 + len(forgotten), 12))  # run here
+
+
+def _raises_on_call(k: int) -> Any:
+    calls = [0]
+
+    def progress(n: int) -> None:
+        calls[0] += 1
+        if calls[0] == k:
+            raise RuntimeError(f"progress call {k}")
+
+    return progress
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_an_error_of_the_progress_callback_reaches_the_caller(
+    scanned_store: tuple[Path, str], k: int
+) -> None:
+    """The progress callback runs in this process, also inside the tasks this process runs
+    itself: its error is the caller's, not a task's failure (which would have been verified
+    again serially and the error lost)."""
+    path, run_id = scanned_store
+    with (
+        _alarm(120),
+        SQLiteStore(path) as store,
+        pytest.raises(RuntimeError, match=f"progress call {k}"),
+    ):
+        verify_stored_parallel(
+            store,
+            run_id,
+            workers=2,
+            chunk=CHUNK,
+            scans=[_SlowHere()],
+            progress=_raises_on_call(k),
+        )
+
+
+def test_reports_name_the_store_as_the_caller_opened_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store opened by a relative path: a worker opens it by its absolute URL, but every
+    report names it as the caller's store does, as in one process (``tacho verify --json``
+    is the same with workers or without)."""
+    monkeypatch.chdir(tmp_path)
+    with SQLiteStore("rel.db") as store:
+        for i in range(40):
+            store.append(build_run(f"r{i:02d}", 3))
+        serial = [r.to_dict() for r in verify_all(store)]
+        assert {r["source"] for r in serial} == {store.url}
+        assert [r.to_dict() for r in verify_all_parallel(store, workers=3)] == serial
+
+
+def test_a_pool_that_breaks_while_its_workers_start_leaves_the_work_to_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that dies while the pool still starts the others (its ``submit`` raises
+    ``BrokenProcessPool``, as here for the second start): the call does not fail, this
+    process verifies everything."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from tachograph.store import parallel
+
+    class BreaksAtTheSecondStart(ProcessPoolExecutor):
+        starts = 0
+
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            if fn is parallel._started:
+                type(self).starts += 1
+                if type(self).starts == 2:
+                    raise BrokenProcessPool("a worker died as the pool started")
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", BreaksAtTheSecondStart)
+    with _alarm(60), SQLiteStore(tmp_path / "s.db") as store:
+        for i in range(30):
+            store.append(build_run(f"r{i:02d}", 3))
+        counted: list[int] = []
+        got = [r.to_dict() for r in verify_all_parallel(store, workers=3, progress=counted.append)]
+        assert got == [r.to_dict() for r in verify_all(store)]
+        assert sum(counted) == 90
+    assert BreaksAtTheSecondStart.starts == 2

@@ -35,6 +35,7 @@ import os
 import pickle
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -312,8 +313,9 @@ class _Pool:
     second of importing, time in which this process already verifies).
 
     The workers are a :class:`~concurrent.futures.ProcessPoolExecutor`: a worker that dies
-    holding a task (killed, out of memory) breaks the pool, and every task not done fails
-    (``None``, and the caller verifies those runs itself) instead of waiting for ever."""
+    holding a task (killed, out of memory) breaks the pool, and every task handed out to the
+    workers and not done fails (``None``, and the caller verifies those runs itself) instead
+    of waiting for ever; this process runs the tasks not yet handed out."""
 
     def __init__(self, store: Store, url: str, workers: int, scans: Sequence[RowScan] = ()) -> None:
         if workers < 2:
@@ -339,6 +341,8 @@ class _Pool:
             with _main_hidden():
                 for _ in range(self.spawned):
                     self.pool.submit(_started)
+        except BrokenProcessPool:
+            self.broken = True  # a worker died as the others started: this process does it all
         except BaseException:
             self.pool.shutdown(wait=False, cancel_futures=True)
             raise
@@ -350,14 +354,14 @@ class _Pool:
         progress: Callable[[int], None] | None,
     ) -> list[Any]:
         """Run ``calls`` (each ``fn(source, task, *args)``) in the workers and in this
-        process; results in call order, ``None`` for a task that failed (or that a worker
-        held when it died).
+        process; results in call order, ``None`` for a task that failed (or that was handed
+        out to the workers and not done when one died).
 
         The workers take the tasks from the first on, this process from the last back,
-        until the two meet. A thread of this process hands a worker its next task as one
-        ends, and never more than one waiting behind the task it runs (none near the end):
-        a task queued for a worker is one this process can no longer take. Once the pool is
-        broken (a worker died), this process runs every task not yet handed out.
+        until the two meet. A thread of this process hands the workers a task as one ends,
+        with at most two a worker handed out at a time (one near the end): a task handed
+        out is one this process can no longer take. Once the pool is broken (a worker
+        died), this process runs every task not yet handed out.
 
         Progress comes from the workers as they go; a finished task is topped up to its size
         (its ``done`` count), so the total is exact however the messages interleave.
@@ -384,11 +388,17 @@ class _Pool:
                     progress(done - reported[i])
                 reported[i] = done
 
+        raised: list[BaseException] = []
+
         def report_here(task: int, n: int) -> None:
-            if progress is not None and n:
-                reported[task] += n
-                progress(n)
-            self._drain(reported, finished, progress)  # and the workers' progress meanwhile
+            try:
+                if progress is not None and n:
+                    reported[task] += n
+                    progress(n)
+                self._drain(reported, finished, progress)  # and the workers' progress meanwhile
+            except BaseException as exc:
+                raised.append(exc)  # the caller's, not the task's: raised after the task
+                raise
 
         here = _Source(self.store, self.scans, report_here)
         feeder.start()
@@ -411,6 +421,8 @@ class _Pool:
                     result = fn(here, i, *args)
                 except Exception:
                     result = None  # as for a worker's task that fails: the caller decides
+                if raised:  # the progress callback's error, which the task may have caught
+                    raise raised[0]
                 finish(i, result)
         finally:
             claims.close()  # on an error or an interrupt: the feeder hands out nothing more
@@ -421,6 +433,9 @@ class _Pool:
         self._drain(reported, finished, progress)
         for i, handle in enumerate(handles):
             if handle is None:
+                continue
+            if not handle.done():  # the pool broke and forgot it (see _abandoned)
+                finish(i, None)
                 continue
             try:
                 result = handle.result()
@@ -441,6 +456,7 @@ class _Pool:
     ) -> None:
         """The feeder thread of :meth:`run`: tasks from the first on to the workers."""
         running: set[Future[Any]] = set()
+        broken_since = 0.0
         try:
             while True:
                 # Two tasks a worker (the one it runs, the next one waiting) while there are
@@ -456,6 +472,7 @@ class _Pool:
                     except (BrokenProcessPool, RuntimeError):  # broken, or shut down
                         claims.give_back(i)
                         claims.broken = True
+                        broken_since = time.monotonic()
                         return
                     handles[i] = handle
                     running.add(handle)
@@ -465,9 +482,12 @@ class _Pool:
                 wait(running, timeout=0.25, return_when=FIRST_COMPLETED)
                 done = _done(running)
                 running -= done
-                if _is_broken(list(done)):
+                if _is_broken(list(done)) and not claims.broken:
                     claims.broken = True
+                    broken_since = time.monotonic()
                     claims.stop_first()  # the rest is this process's
+                if claims.broken:
+                    running -= self._abandoned(running, broken_since)
         finally:
             # Return only once every task handed out is done (the pool fails a broken
             # pool's tasks; an interrupted call's workers are ended by the caller).
@@ -475,8 +495,29 @@ class _Pool:
                 while running:
                     wait(running, timeout=0.25)
                     running -= _done(running)
+                    if claims.broken:
+                        running -= self._abandoned(running, broken_since)
             finally:
                 claims.fed.set()
+
+    def _abandoned(self, running: set[Future[Any]], broken_since: float) -> set[Future[Any]]:
+        """The tasks of ``running`` to stop waiting for, the pool being broken: none while
+        the executor may still fail them (its manager thread alive; where it cannot be seen,
+        for a second after the break was), then all of them, cancelled where they can be.
+        Before Python 3.12 the executor fails and forgets its tasks without the lock that
+        ``submit`` holds, so a task handed out as the pool broke can be left pending for
+        ever; the caller verifies its runs itself, as for any task that failed."""
+        if not running:
+            return set()
+        manager = getattr(self.pool, "_executor_manager_thread", None)
+        if manager is not None:
+            if manager.is_alive():
+                return set()
+        elif time.monotonic() - broken_since < 1.0:
+            return set()
+        for handle in running:
+            handle.cancel()
+        return set(running)
 
     def _drain(
         self,
@@ -492,7 +533,10 @@ class _Pool:
 
     def close(self) -> None:
         if self.broken:
-            _close(self._feeder_reader())
+            # Its workers are of no more use, and one started as it broke may have been left
+            # running by the executor (before Python 3.12): ended, not waited for.
+            self.terminate()
+            return
         self.pool.shutdown(wait=True)
 
     def _feeder_reader(self) -> Any:
@@ -610,6 +654,10 @@ class _Claims:
             self._feeding = False
             self._head = self._tail
             self._back.clear()
+
+
+def _named(report: VerifyReport, source: str | None) -> VerifyReport:
+    return report if report.source == source else dataclasses.replace(report, source=source)
 
 
 def _done_of(result: Any, size: int) -> int:
@@ -796,6 +844,9 @@ def verify_all_parallel(
         for group, found in zip(groups, results, strict=True):
             if found is None:  # the group's task failed: its runs are verified here
                 found = [verify_stored(store, r, tenant=t, scans=scans) for t, r in group]
+            # A worker opened the store by its absolute URL: the reports name it as the
+            # caller does, as one process would have.
+            found = [_named(report, store.url) for report in found]
             reports.update(zip(group, found, strict=True))
         for run_tenant, run_id in large:
             summary = run_summary(store, run_id, tenant=run_tenant)
