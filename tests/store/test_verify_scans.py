@@ -788,13 +788,14 @@ def test_a_task_the_broken_pool_forgot_is_not_waited_for(tmp_path: Path) -> None
     from tachograph.store.parallel import _Pool
 
     path = tmp_path / "empty.db"
+    sent: list[Any] = []
     forgotten: list[Future[Any]] = []
     with _alarm(60), SQLiteStore(path) as store, _Pool(store, "sqlite:///" + str(path), 2) as pool:
         submit = pool.pool.submit
 
         def loses_all_but_the_first(fn: Any, *args: Any) -> Future[Any]:
-            if not forgotten and not getattr(pool, "_first_sent", False):
-                pool._first_sent = True  # type: ignore[attr-defined]
+            if not sent:
+                sent.append(fn)
                 return submit(fn, *args)  # the worker dies on it: the pool breaks
             forgotten.append(Future())
             return forgotten[-1]

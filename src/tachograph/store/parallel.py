@@ -405,17 +405,16 @@ class _Pool:
         try:
             while True:
                 i = claims.last()
+                # (an Event, not the thread's join: before Python 3.12 an interrupted join
+                # could mark a running thread as ended)
+                if i is None and not claims.fed.is_set():
+                    self._drain(reported, finished, progress)
+                    claims.fed.wait(0.05)
+                    continue
                 if i is None:
-                    # (an Event, not the thread's join: before Python 3.12 an interrupted
-                    # join could mark a running thread as ended)
-                    if claims.fed.is_set():
-                        i = claims.last()  # a task the feeder gave back as it stopped
-                        if i is None:
-                            break
-                    else:
-                        self._drain(reported, finished, progress)
-                        claims.fed.wait(0.05)
-                        continue
+                    i = claims.last()  # a task the feeder gave back as it stopped
+                    if i is None:
+                        break
                 fn, args = calls[i]
                 try:
                     result = fn(here, i, *args)
@@ -456,7 +455,6 @@ class _Pool:
     ) -> None:
         """The feeder thread of :meth:`run`: tasks from the first on to the workers."""
         running: set[Future[Any]] = set()
-        broken_since = 0.0
         try:
             while True:
                 # Two tasks a worker (the one it runs, the next one waiting) while there are
@@ -470,9 +468,8 @@ class _Pool:
                     try:
                         handle = self.pool.submit(_in_worker, fn, i, *args)
                     except (BrokenProcessPool, RuntimeError):  # broken, or shut down
-                        claims.give_back(i)
-                        claims.broken = True
-                        broken_since = time.monotonic()
+                        claims.give_back()
+                        claims.mark_broken()
                         return
                     handles[i] = handle
                     running.add(handle)
@@ -482,12 +479,9 @@ class _Pool:
                 wait(running, timeout=0.25, return_when=FIRST_COMPLETED)
                 done = _done(running)
                 running -= done
-                if _is_broken(list(done)) and not claims.broken:
-                    claims.broken = True
-                    broken_since = time.monotonic()
-                    claims.stop_first()  # the rest is this process's
-                if claims.broken:
-                    running -= self._abandoned(running, broken_since)
+                if _is_broken(list(done)):
+                    claims.mark_broken()
+                running -= self._abandoned(running, claims)
         finally:
             # Return only once every task handed out is done (the pool fails a broken
             # pool's tasks; an interrupted call's workers are ended by the caller).
@@ -495,25 +489,25 @@ class _Pool:
                 while running:
                     wait(running, timeout=0.25)
                     running -= _done(running)
-                    if claims.broken:
-                        running -= self._abandoned(running, broken_since)
+                    running -= self._abandoned(running, claims)
             finally:
                 claims.fed.set()
 
-    def _abandoned(self, running: set[Future[Any]], broken_since: float) -> set[Future[Any]]:
-        """The tasks of ``running`` to stop waiting for, the pool being broken: none while
-        the executor may still fail them (its manager thread alive; where it cannot be seen,
-        for a second after the break was), then all of them, cancelled where they can be.
+    def _abandoned(self, running: set[Future[Any]], claims: _Claims) -> set[Future[Any]]:
+        """The tasks of ``running`` to stop waiting for: none until the pool is broken, nor
+        while the executor may still fail them (its manager thread alive; where it cannot be
+        seen, for a second after the break was), then all of them, cancelled where they can
+        be.
         Before Python 3.12 the executor fails and forgets its tasks without the lock that
         ``submit`` holds, so a task handed out as the pool broke can be left pending for
         ever; the caller verifies its runs itself, as for any task that failed."""
-        if not running:
+        if not running or claims.broken_since is None:
             return set()
         manager = getattr(self.pool, "_executor_manager_thread", None)
         if manager is not None:
             if manager.is_alive():
                 return set()
-        elif time.monotonic() - broken_since < 1.0:
+        elif time.monotonic() - claims.broken_since < 1.0:
             return set()
         for handle in running:
             handle.cancel()
@@ -610,15 +604,19 @@ class _Claims:
         self._lock = threading.Lock()
         self._head = 0
         self._tail = count
-        self._back: list[int] = []
         self._feeding = True
-        self.broken = False
+        self.broken_since: float | None = None
+        """When the feeder saw the pool broken (``time.monotonic``), or ``None``."""
         self.fed = threading.Event()
         """Set by the feeder as it ends, every task it handed out done."""
 
+    @property
+    def broken(self) -> bool:
+        return self.broken_since is not None
+
     def left(self) -> int:
         with self._lock:
-            return self._tail - self._head + len(self._back)
+            return self._tail - self._head
 
     def first(self) -> int | None:
         """The next task for a worker, ``None`` once there is none (or no more feeding)."""
@@ -631,29 +629,29 @@ class _Claims:
     def last(self) -> int | None:
         """The next task for the calling process, ``None`` once there is none."""
         with self._lock:
-            if self._back:
-                return self._back.pop()
             if self._head >= self._tail:
                 return None
             self._tail -= 1
             return self._tail
 
-    def give_back(self, task: int) -> None:
-        """A task the feeder took but could not hand out: the calling process runs it."""
+    def give_back(self) -> None:
+        """The task :meth:`first` gave last could not be handed out: the calling process
+        runs it (the feeder, the only one to call :meth:`first`, stops after it)."""
         with self._lock:
-            self._back.append(task)
+            self._head -= 1
 
-    def stop_first(self) -> None:
-        """The feeder takes nothing more; the calling process takes the rest."""
+    def mark_broken(self) -> None:
+        """The pool is broken: the feeder takes nothing more, the calling process the rest."""
         with self._lock:
             self._feeding = False
+            if self.broken_since is None:
+                self.broken_since = time.monotonic()
 
     def close(self) -> None:
         """Nobody takes anything more (the call ended, or stopped on an error)."""
         with self._lock:
             self._feeding = False
             self._head = self._tail
-            self._back.clear()
 
 
 def _named(report: VerifyReport, source: str | None) -> VerifyReport:
