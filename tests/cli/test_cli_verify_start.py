@@ -6,6 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tachograph as tg
+from tachograph.cli import verify_workers
+from tachograph.record.jsonl import write_events
+from tachograph.testing import build_run
 
 _PROBE = """
 import contextlib, io, json, sys
@@ -60,3 +68,116 @@ def test_verify_loads_the_witness_client_only_when_a_witness_is_named(
     )
     assert named["code"] == 2  # a mistyped witness folder is a usage error ...
     assert "tachograph.sealing.witness" in set(named["modules"])  # type: ignore[call-overload]
+
+
+_WATCHED_PROBE = """
+import contextlib, io, json, os, sys
+from tachograph.store import parallel
+started = []
+
+class Watched(parallel._Spawned):
+    def __init__(self, count, setup):
+        ahead = "tachograph.cli.app" not in sys.modules  # before the command line loaded
+        super().__init__(count, setup)
+        started.append({"count": count, "ahead": ahead, "pids": list(self.pool._processes)})
+
+parallel._Spawned = Watched
+from tachograph.cli import main
+out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+code = 0
+with contextlib.redirect_stdout(out):
+    try:
+        main(sys.argv[1:])
+    except SystemExit as exc:
+        code = exc.code
+out.flush()
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+for s in started:
+    s["alive"] = [p for p in s["pids"] if alive(p)]
+print(json.dumps({"code": code, "out": out.buffer.getvalue().decode(), "started": started}))
+"""
+
+
+def _watched(python: str, env: dict[str, str], *argv: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [python, "-c", _WATCHED_PROBE, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_verify_with_workers_starts_them_before_the_command_line_loads(
+    tmp_path: Path, python: str, child_env: dict[str, str]
+) -> None:
+    path = tmp_path / "s.db"
+    with tg.open_store(path, create=True) as store:
+        for i in range(60):
+            store.append(build_run(f"r{i:02d}", 40))
+    one = _watched(python, child_env, "--store", str(path), "verify", "--all", "--json")
+    assert one["code"] == 0
+    assert one["started"] == []
+    three = _watched(
+        python, child_env, "--store", str(path), "verify", "--all", "--workers=3", "--json"
+    )
+    assert three["code"] == 0
+    # the two workers started once, first thing, and no others: the verification took them
+    assert [(s["count"], s["ahead"]) for s in three["started"]] == [(2, True)]
+    assert len(three["started"][0]["pids"]) == 2
+    assert three["started"][0]["alive"] == []  # and they are gone with the command
+    assert json.loads(three["out"]) == json.loads(one["out"])
+
+
+def test_workers_started_for_a_verification_that_needs_none_are_ended(
+    tmp_path: Path, store_path: Path, python: str, child_env: dict[str, str]
+) -> None:
+    # A JSONL file is verified in this process: the worker started ahead is not used, and
+    # does not outlive the command.
+    exported = tmp_path / "run.jsonl"
+    with tg.open_store(store_path) as store, exported.open("wb") as out:
+        (run,) = store.runs()
+        write_events(store.read(run.run_id, tenant=run.tenant), out)
+    got = _watched(python, child_env, "verify", str(exported), "--workers", "2", "--json")
+    assert got["code"] == 0
+    assert json.loads(got["out"])["ok"] is True
+    assert [(s["count"], s["ahead"]) for s in got["started"]] == [(1, True)]
+    assert got["started"][0]["alive"] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "workers"),
+    [
+        (["verify", "--workers", "4"], 4),
+        (["verify", "--all", "--workers=3", "--json"], 3),
+        (["--store", "x.db", "verify", "RUN", "--workers", "2"], 2),
+        (["--store=verify", "verify", "--workers", "2"], 2),
+        (["verify", "--workers", "2", "--workers", "5"], 5),  # click takes the last
+        (["verify"], 1),
+        (["verify", "--workers", "1"], 1),
+        (["verify", "--workers", "two"], 1),  # click will refuse it
+        (["verify", "--workers"], 1),
+        (["verify", "--help", "--workers", "2"], 1),
+        (["verify", "--workers", "2", "-h"], 1),
+        (["verify", "--", "--workers", "2"], 1),
+        (["--store", "verify", "show", "--workers", "2"], 1),  # verify is the store
+        (["show", "verify", "--workers", "2"], 1),
+        (["test", "corpus", "--workers", "2"], 1),
+        (["--version", "verify", "--workers", "2"], 1),
+        ([], 1),
+    ],
+)
+def test_the_workers_of_a_verify_command_line_are_read_ahead_of_click(
+    argv: list[str], workers: int
+) -> None:
+    assert verify_workers(argv) == workers

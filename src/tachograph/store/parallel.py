@@ -21,6 +21,12 @@ run is verified again serially and that report is returned; so is every run whos
 failed, or never ran because a worker died (killed, out of memory) and broke the pool. Only
 SQLite files are opened in workers (each worker opens the file itself); any other store is
 verified serially.
+
+A spawned worker imports the library before it can check anything (about a tenth of a
+second). :func:`prestart` starts a verification's workers ahead of it, while the program
+does its own work (``tacho verify --workers N`` calls it before it loads the command line);
+the next verification with as many processes takes them, and each task tells a worker the
+store and scans it is for. :func:`stop_prestarted` ends workers no verification took.
 """
 
 from __future__ import annotations
@@ -48,7 +54,14 @@ from ..record.verify import Failure, LineChecker, VerifyReport
 from .base import Store
 from .sqlite import SQLiteStore
 
-__all__ = ["parallel_url", "sendable", "verify_all_parallel", "verify_stored_parallel"]
+__all__ = [
+    "parallel_url",
+    "prestart",
+    "sendable",
+    "stop_prestarted",
+    "verify_all_parallel",
+    "verify_stored_parallel",
+]
 
 CHUNK_MIN = 25_000
 """The default smallest chunk: a run shorter than twice this is verified whole by one worker
@@ -78,7 +91,9 @@ class _Source:
 
 
 _worker = _Source(None, (), _nowhere)
-"""In a worker process: what its tasks read with (set by ``_init_worker``)."""
+"""In a worker process: what its tasks read with (set by ``_init_worker`` and ``_set_up``)."""
+_worker_setup: tuple[str, bytes] | None = None
+"""In a worker process: the store URL and pickled scans ``_worker`` was set up with."""
 
 
 def parallel_url(store: Store) -> str | None:
@@ -92,7 +107,7 @@ def parallel_url(store: Store) -> str | None:
 # -- in the workers --------------------------------------------------------------------------
 
 
-def _init_worker(url: str, progress: Any, scans: bytes) -> None:
+def _init_worker(progress: Any, setup: tuple[str, bytes] | None) -> None:
     _worker.report = functools.partial(_put, progress)
     # A worker ends when the pool sends it the sign to stop, after its last result went out
     # (on a pipe written synchronously: nothing of it waits in a thread) and multiprocessing
@@ -102,9 +117,25 @@ def _init_worker(url: str, progress: Any, scans: bytes) -> None:
     # the exit functions registered before this one (logging's shutdown) do not run, and the
     # exit code is 0: the executor reads neither.
     atexit.register(_leave)
-    # Nothing may raise here: an initializer that raises breaks the pool. A worker that could
-    # not open the store or unpickle the scans fails each task it is given, and the parent
-    # verifies those runs itself.
+    # A worker started ahead of its pool (``prestart``) has no store yet: its first task
+    # brings it.
+    if setup is not None:
+        _set_up(setup)
+
+
+def _set_up(setup: tuple[str, bytes]) -> None:
+    """Open the store at ``setup``'s URL and unpickle its scans (importing their modules).
+
+    Nothing may raise here: an initializer that raises breaks the pool. A worker that could
+    not open the store or unpickle the scans fails each task it is given, and the parent
+    verifies those runs itself."""
+    global _worker_setup
+    url, scans = setup
+    _worker_setup = setup
+    old, _worker.store = _worker.store, None
+    if old is not None:
+        with contextlib.suppress(Exception):
+            old.close()
     try:
         from .registry import open_store
 
@@ -122,8 +153,11 @@ def _put(channel: Any, task: int, n: int) -> None:
         channel.put((task, n))
 
 
-def _in_worker(fn: Callable[..., Any], task: int, *args: Any) -> Any:
-    """A task as a worker runs it: ``fn(source, task, *args)`` with the worker's source."""
+def _in_worker(setup: tuple[str, bytes], fn: Callable[..., Any], task: int, *args: Any) -> Any:
+    """A task as a worker runs it: ``fn(source, task, *args)`` with the worker's source, set
+    up first for the task's store and scans if it is not (a worker started ahead)."""
+    if setup != _worker_setup:
+        _set_up(setup)
     return fn(_worker, task, *args)
 
 
@@ -304,6 +338,111 @@ def _started() -> None:
     """A task that does nothing: one per worker makes the pool start them all at once."""
 
 
+class _Spawned:
+    """``count`` spawned worker processes (a
+    :class:`~concurrent.futures.ProcessPoolExecutor`) and their progress channel, started
+    as soon as this is made: each worker imports the library, and with ``setup`` (a store
+    URL and pickled scans) opens the store and unpickles the scans, while this process goes
+    on with its own work."""
+
+    def __init__(self, count: int, setup: tuple[str, bytes] | None) -> None:
+        self.count = count
+        # spawn, not fork: the parent may hold SQLite connections and threads (a progress bar).
+        ctx = multiprocessing.get_context("spawn")
+        self.progress: Any = ctx.SimpleQueue()
+        self.broken = False
+        self.pool = ProcessPoolExecutor(
+            count, mp_context=ctx, initializer=_init_worker, initargs=(self.progress, setup)
+        )
+        # The executor starts a worker when a task finds none idle: the workers start now.
+        try:
+            with _main_hidden():
+                for _ in range(count):
+                    self.pool.submit(_started)
+        except BrokenProcessPool:
+            self.broken = True  # a worker died as the others started: the caller does it all
+        except BaseException:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+    def feeder_reader(self) -> Any:
+        """The end to close, before Python 3.11, for the executor's shutdown to finish once
+        its workers are gone (``None`` from 3.11). The thread that writes tasks to the
+        workers' pipe can block on a full pipe (a task of a group of many small runs can be
+        larger than the pipe holds), and this process keeps the pipe's reading end open, so
+        the write never fails. 3.11 closes that end when the pool breaks (CPython
+        gh-94777); here it is closed for it."""
+        if sys.version_info >= (3, 11):
+            return None
+        return getattr(getattr(self.pool, "_call_queue", None), "_reader", None)
+
+    def terminate(self) -> None:
+        """Stop now: pending tasks are cancelled and the workers ended, not waited for."""
+        stop = getattr(self.pool, "terminate_workers", None)  # Python 3.14
+        if stop is not None:
+            stop()
+            return
+        # Before 3.14 the executor has no public way to end running workers; its process
+        # table goes with the shutdown, so it is read first.
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        reader = self.feeder_reader()  # the shutdown drops the executor's queues too
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join()
+        _close(reader)
+
+
+_prestarted: _Spawned | None = None
+_prestart_lock = threading.Lock()
+
+
+def prestart(workers: int) -> None:
+    """Start the ``workers - 1`` worker processes of a verification with ``workers`` processes
+    (:func:`verify_all_parallel`, :func:`verify_stored_parallel`) now, ahead of it.
+
+    A spawned worker spends about a tenth of a second importing the library before it can
+    check anything; started ahead (``tacho verify --workers N`` starts them first thing, before
+    it parses its options and opens the store), they import while this process does its own
+    work. The next verification in this process with ``workers`` processes takes them, and
+    sets them up for its store with its first task. Workers that no verification took are
+    ended by :func:`stop_prestarted` (else they end with this process, once started). Does
+    nothing for ``workers`` below 2, or if workers
+    started ahead are already waiting."""
+    global _prestarted
+    if workers < 2:
+        return
+    with _prestart_lock:
+        if _prestarted is None:
+            _prestarted = _Spawned(workers - 1, None)
+
+
+def stop_prestarted() -> None:
+    """End the workers :func:`prestart` started that no verification took (at once: they
+    may still be importing)."""
+    global _prestarted
+    with _prestart_lock:
+        spawned, _prestarted = _prestarted, None
+    if spawned is not None:
+        spawned.terminate()
+
+
+def _take_prestarted(count: int) -> _Spawned | None:
+    """The workers started ahead, if they are ``count`` and whole; those that are not are
+    ended (they would only wait)."""
+    global _prestarted
+    with _prestart_lock:
+        spawned, _prestarted = _prestarted, None
+    if spawned is None:
+        return None
+    if spawned.count != count or spawned.broken:
+        spawned.terminate()
+        return None
+    return spawned
+
+
 class _Pool:
     """``workers`` processes that verify: this one and ``workers - 1`` spawned workers that
     have the store open, with a progress channel.
@@ -323,29 +462,16 @@ class _Pool:
         self.store = store
         self.scans = tuple(scans)
         self.spawned = workers - 1
-        # spawn, not fork: the parent may hold SQLite connections and threads (a progress bar).
-        ctx = multiprocessing.get_context("spawn")
-        self.progress: Any = ctx.SimpleQueue()
-        self.broken = False
-        # The scans go with the start: each worker unpickles them (importing their modules)
-        # once, while this process lists the runs.
-        self.pool = ProcessPoolExecutor(
-            self.spawned,
-            mp_context=ctx,
-            initializer=_init_worker,
-            initargs=(url, self.progress, pickle.dumps(self.scans)),
-        )
-        # The executor starts a worker when a task finds none idle: the workers start now,
-        # and import while this process lists the runs.
-        try:
-            with _main_hidden():
-                for _ in range(self.spawned):
-                    self.pool.submit(_started)
-        except BrokenProcessPool:
-            self.broken = True  # a worker died as the others started: this process does it all
-        except BaseException:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            raise
+        # Each task carries the store's URL and the pickled scans, for a worker started ahead
+        # (``prestart``) to set itself up with; one started here gets them with its start and
+        # opens the store and unpickles the scans (importing their modules) while this
+        # process lists the runs.
+        self.setup = (url, pickle.dumps(self.scans))
+        workers_ = _take_prestarted(self.spawned) or _Spawned(self.spawned, self.setup)
+        self.workers = workers_
+        self.pool = workers_.pool
+        self.progress: Any = workers_.progress
+        self.broken = workers_.broken
 
     def run(
         self,
@@ -466,7 +592,7 @@ class _Pool:
                         break
                     fn, args = calls[i]
                     try:
-                        handle = self.pool.submit(_in_worker, fn, i, *args)
+                        handle = self.pool.submit(_in_worker, self.setup, fn, i, *args)
                     except (BrokenProcessPool, RuntimeError):  # broken, or shut down
                         claims.give_back()
                         claims.mark_broken()
@@ -533,35 +659,10 @@ class _Pool:
             return
         self.pool.shutdown(wait=True)
 
-    def _feeder_reader(self) -> Any:
-        """The end to close, before Python 3.11, for the executor's shutdown to finish once
-        its workers are gone (``None`` from 3.11). The thread that writes tasks to the
-        workers' pipe can block on a full pipe (a task of a group of many small runs can be
-        larger than the pipe holds), and this process keeps the pipe's reading end open, so
-        the write never fails. 3.11 closes that end when the pool breaks (CPython
-        gh-94777); here it is closed for it."""
-        if sys.version_info >= (3, 11):
-            return None
-        return getattr(getattr(self.pool, "_call_queue", None), "_reader", None)
-
     def terminate(self) -> None:
         """Stop now (an error or an interrupt in this process): pending tasks are cancelled
         and the workers ended, not waited for."""
-        stop = getattr(self.pool, "terminate_workers", None)  # Python 3.14
-        if stop is not None:
-            stop()
-            return
-        # Before 3.14 the executor has no public way to end running workers; its process
-        # table goes with the shutdown, so it is read first.
-        processes = list((getattr(self.pool, "_processes", None) or {}).values())
-        reader = self._feeder_reader()  # the shutdown drops the executor's queues too
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join()
-        _close(reader)
+        self.workers.terminate()
 
     def __enter__(self) -> _Pool:
         return self

@@ -1,0 +1,183 @@
+"""Workers started ahead of a verification (``prestart``): real spawned processes, taken by
+the next verification that needs as many, set up for its store by its tasks, and ended when
+none takes them."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tachograph.capture.vouch import UnvouchedScan
+from tachograph.store import SQLiteStore, parallel, verify_all
+from tachograph.store.parallel import (
+    prestart,
+    stop_prestarted,
+    verify_all_parallel,
+    verify_stored_parallel,
+)
+from tachograph.testing import build_run
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_started() -> Iterator[None]:
+    yield
+    stop_prestarted()
+
+
+def _pids(spawned: Any) -> list[int]:
+    return list(spawned.pool._processes or {})
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _no_spawning_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on a pool that starts its own workers fails the test."""
+
+    def refuses(*_: object) -> None:
+        raise AssertionError("the verification started workers of its own")
+
+    monkeypatch.setattr(parallel, "_Spawned", refuses)
+
+
+_SLEPT: list[bool] = []
+
+
+class _SlowStartHere(UnvouchedScan):
+    """The unvouched-calls scan, its first run or chunk in this process a third of a second
+    slower: time for the pool's feeder to hand the workers their first tasks, which they
+    then run (a task handed out is no longer this process's to take)."""
+
+    __slots__ = ()
+
+    def begin(self) -> Any:
+        import multiprocessing
+        import time
+
+        if multiprocessing.parent_process() is None and not _SLEPT:
+            _SLEPT.append(True)
+            time.sleep(0.3)
+        return super().begin()
+
+
+def _task_results(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every task result of the pools from here on: ``None`` is a task that failed (as every
+    task of a worker that could not open the store fails), whose runs the caller verified
+    again serially."""
+    results: list[Any] = []
+    run = parallel._Pool.run
+
+    def recorded(self: Any, *args: Any) -> list[Any]:
+        got = run(self, *args)
+        results.extend(got)
+        return got
+
+    monkeypatch.setattr(parallel._Pool, "run", recorded)
+    return results
+
+
+def _store(path: Path, runs: int, events: int) -> SQLiteStore:
+    store = SQLiteStore(path)
+    for i in range(runs):
+        store.append(build_run(f"r{i:03d}", events))
+    return store
+
+
+def test_a_store_is_verified_by_the_workers_started_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prestart(3)
+    ahead = parallel._prestarted
+    assert ahead is not None
+    assert ahead.count == 2
+    pids = _pids(ahead)
+    assert len(pids) == 2
+    _no_spawning_now(monkeypatch)
+    with _store(tmp_path / "s.db", 200, 30) as store:
+        serial = [r.to_dict() for r in verify_all(store, scans=[UnvouchedScan()])]
+        results = _task_results(monkeypatch)
+        counted: list[int] = []
+        _SLEPT.clear()
+        reports = list(
+            verify_all_parallel(store, workers=3, progress=counted.append, scans=[_SlowStartHere()])
+        )
+        assert [r.to_dict() for r in reports] == serial
+        assert len(reports) == 200
+        assert all(r.ok for r in reports)
+        assert sum(counted) == 200 * 30
+    # the workers ran tasks (this process was busy) and none failed: none was verified again
+    assert len(results) == 6
+    assert None not in results
+    assert parallel._prestarted is None  # taken, and closed with the call's pool
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_workers_started_ahead_set_themselves_up_for_the_store_of_their_first_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tampered run, verified in chunks by a worker that had no store when it started: its
+    # report is the serial verifier's (the worker read the store and its scans).
+    prestart(2)
+    _no_spawning_now(monkeypatch)
+    path = tmp_path / "s.db"
+    _store(path, 1, 120).close()
+    db = sqlite3.connect(path, isolation_level=None)  # a forger's: the guards dropped
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchall():
+        db.execute(f"DROP TRIGGER {name}")
+    db.execute("UPDATE events SET type = 'tool.result' WHERE seq = 77")
+    db.close()
+    with SQLiteStore(path) as store:
+        run_id = store.run_keys()[0][1]
+        serial = list(verify_all(store, scans=[UnvouchedScan()]))
+        results = _task_results(monkeypatch)
+        _SLEPT.clear()
+        parallel_report = verify_stored_parallel(
+            store, run_id, workers=2, chunk=20, scans=[_SlowStartHere()]
+        )
+    # every chunk read as the serial reading would (one that could not be, as in a worker
+    # without its store, sends the run to the serial verifier)
+    assert len(results) > 2
+    assert all(r is not None and r.consistent for r in results)
+    assert not parallel_report.ok
+    assert parallel_report.to_dict() == serial[0].to_dict()
+
+
+def test_workers_started_ahead_in_another_number_are_ended_not_used(tmp_path: Path) -> None:
+    prestart(3)
+    ahead = parallel._prestarted
+    assert ahead is not None
+    pids = _pids(ahead)
+    with _store(tmp_path / "s.db", 30, 10) as store:
+        got = [r.to_dict() for r in verify_all_parallel(store, workers=2)]
+        assert got == [r.to_dict() for r in verify_all(store)]
+    assert parallel._prestarted is None
+    assert pids
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_workers_no_verification_took_are_ended_at_once() -> None:
+    prestart(2)
+    prestart(2)  # one set waits at a time: the second call starts nothing
+    ahead = parallel._prestarted
+    assert ahead is not None
+    pids = _pids(ahead)
+    assert len(pids) == 1
+    stop_prestarted()
+    assert parallel._prestarted is None
+    assert all(_gone(pid) for pid in pids)
+    stop_prestarted()  # nothing left: nothing to do
+
+
+def test_prestart_of_one_process_starts_nothing() -> None:
+    prestart(1)
+    assert parallel._prestarted is None
