@@ -1,5 +1,6 @@
-"""What ``tacho verify`` loads and starts before it verifies: each is time in front of the
-work, in a fresh process (the modules a command imports can only be seen there)."""
+"""What ``tacho verify`` (and a command at all) loads and starts before it works: each is
+time in front of the work, seen in a fresh process (the modules a command imports can only
+be seen there)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,26 @@ def test_verify_loads_the_witness_client_only_when_a_witness_is_named(
     )
     assert named["code"] == 2  # a mistyped witness folder is a usage error ...
     assert "tachograph.sealing.witness" in set(named["modules"])  # type: ignore[call-overload]
+
+
+def test_a_command_that_shows_nothing_on_a_terminal_runs_without_rich(
+    store_path: Path, python: str, child_env: dict[str, str]
+) -> None:
+    # rich is a quarter of a command's imports: output to a pipe or a file, and --json, are
+    # written without it (no progress bar either: stderr is no terminal here) ...
+    env = {k: v for k, v in child_env.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    for argv in (("verify", "--json"), ("runs",), ("runs", "--json")):
+        got = _tacho_in_probe(python, env, "--store", str(store_path), *argv)
+        assert got["code"] == 0
+        assert not any(m == "rich" or m.startswith("rich.") for m in got["modules"])  # type: ignore[union-attr]
+    plain = _tacho_in_probe(python, env, "--store", str(store_path), "runs")
+    assert "\x1b[" not in str(plain["out"])
+    # ... and rich still decides where it is asked to (FORCE_COLOR: the terminal form)
+    forced = _tacho_in_probe(
+        python, {**env, "FORCE_COLOR": "1"}, "--store", str(store_path), "runs"
+    )
+    assert "rich.console" in set(forced["modules"])  # type: ignore[call-overload]
+    assert "\x1b[" in str(forced["out"])
 
 
 _WATCHED_PROBE = """

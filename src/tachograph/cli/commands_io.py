@@ -274,7 +274,7 @@ def import_cmd(file: str, no_redact: bool, as_json: bool) -> None:
         # with the JSON report under --json
         _refuse([], path, as_json, refused=[Refusal("store", str(exc))], exit_code=EXIT_STORE)
     with store:
-        total = _count_lines(path) if out.err.is_terminal else None
+        total = _count_lines(path) if out.err_is_terminal else None
         try:
             with out.progress(total, f"importing {path.name}") as advance:
                 chain = () if no_redact else default_processors()

@@ -4,28 +4,30 @@ Every text output goes through :class:`Output`: on a terminal it uses rich (colo
 tables, pretty JSON, progress bars on stderr); when stdout is a pipe or a file it prints plain,
 aligned text with no escape codes and no box drawing, so ``grep`` and ``diff`` work. rich's
 usual switches apply: ``NO_COLOR`` turns colour off, ``FORCE_COLOR`` forces the terminal form.
+
+rich is imported only when something is to be shown on a terminal (about 25 ms of a
+command's start): a command whose output goes to a pipe, a file or ``--json``, with no
+terminal for a progress bar, runs without it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
-from rich import box
-from rich.console import Console
-from rich.highlighter import JSONHighlighter
-from rich.padding import Padding
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
-from rich.text import Text
 
 from ..record.event import Event, EventType
 from ..views.text import escape, escape_json
 from ..views.timeline import is_dry_run, short, summarize
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["Output", "event_style", "is_dry_run", "short", "summarize", "type_style"]
 
@@ -60,18 +62,53 @@ def event_style(event: Event) -> str:
     return type_style(event.type)
 
 
+def _surely_not_a_terminal(stream: IO[str]) -> bool:
+    """Whether rich's ``Console(file=stream).is_terminal`` is certainly ``False``, told
+    without importing rich: no ``TTY_COMPATIBLE`` or ``FORCE_COLOR`` (which rich obeys
+    first), and a stream that says it is no terminal. Anything else is for rich to decide."""
+    if "TTY_COMPATIBLE" in os.environ or "FORCE_COLOR" in os.environ:
+        return False
+    isatty = getattr(stream, "isatty", None)
+    if isatty is None:
+        return True  # rich: no isatty, no terminal
+    try:
+        return not isatty()
+    except ValueError:
+        return False  # a closed stream: rich decides (it says no terminal)
+
+
 class Output:
     """Where a command writes: rich on a terminal, plain text otherwise."""
 
     def __init__(self) -> None:
-        self.console = Console(highlight=False, soft_wrap=False)
-        self.err = Console(stderr=True, highlight=False)
-        self.rich = self.console.is_terminal
+        self.rich = not _surely_not_a_terminal(sys.stdout) and self.console.is_terminal
+
+    @functools.cached_property
+    def console(self) -> Console:
+        """rich's console on stdout (rich is imported here, at the first use)."""
+        from rich.console import Console
+
+        return Console(highlight=False, soft_wrap=False)
+
+    @functools.cached_property
+    def err(self) -> Console:
+        """rich's console on stderr (for progress bars)."""
+        from rich.console import Console
+
+        return Console(stderr=True, highlight=False)
+
+    @property
+    def err_is_terminal(self) -> bool:
+        """Whether stderr is a terminal, as rich tells it (without rich when it is surely
+        not)."""
+        return not _surely_not_a_terminal(sys.stderr) and self.err.is_terminal
 
     def line(self, text: str = "", style: str | None = None) -> None:
         """Print one line (styled on a terminal); control and bidi characters are escaped."""
         text = escape(text)
         if self.rich:
+            from rich.text import Text
+
             self.console.print(Text(text, style=style or ""))
         else:
             _write(text)
@@ -80,6 +117,8 @@ class Output:
         """A section heading."""
         text = escape(text)
         if self.rich:
+            from rich.text import Text
+
             self.console.rule(Text(text, style="bold"), align="left")
         else:
             _write(f"== {text}")
@@ -90,6 +129,10 @@ class Output:
         if self.rich:
             # Highlight the escaped text itself: rich.json.JSON would parse it again and print
             # the decoded strings, control characters included.
+            from rich.highlighter import JSONHighlighter
+            from rich.padding import Padding
+            from rich.text import Text
+
             self.console.print(Padding(JSONHighlighter()(Text(raw)), (0, 0, 0, indent)))
         else:
             _write(textwrap.indent(raw, " " * indent))
@@ -111,6 +154,10 @@ class Output:
         """
         rows = [[escape(cell) for cell in row] for row in rows]
         if self.rich:
+            from rich import box
+            from rich.table import Table
+            from rich.text import Text
+
             table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
             natural = [max([len(h), *(len(row[c]) for row in rows)]) for c, h in enumerate(headers)]
             limits = _fit(natural, [h in keep for h in headers], self.console.width)
@@ -141,9 +188,17 @@ class Output:
     @contextlib.contextmanager
     def progress(self, total: int | None, description: str) -> Iterator[Callable[[int], None]]:
         """A progress bar on stderr while the block runs (only when stderr is a terminal)."""
-        if not self.err.is_terminal:
+        if not self.err_is_terminal:
             yield lambda _n: None
             return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
         bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
