@@ -160,11 +160,10 @@ def test_verify_with_workers_starts_them_before_the_command_line_loads(
     assert json.loads(three["out"]) == json.loads(one["out"])
 
 
-def test_workers_started_for_a_verification_that_needs_none_are_ended(
+def test_verify_of_a_file_starts_no_workers_ahead(
     tmp_path: Path, store_path: Path, python: str, child_env: dict[str, str]
 ) -> None:
-    # A JSONL file is verified in this process: the worker started ahead is not used, and
-    # does not outlive the command.
+    # A JSONL file is verified in this process: no worker is started for it.
     exported = tmp_path / "run.jsonl"
     with tg.open_store(store_path) as store, exported.open("wb") as out:
         (run,) = store.runs()
@@ -172,8 +171,94 @@ def test_workers_started_for_a_verification_that_needs_none_are_ended(
     got = _watched(python, child_env, "verify", str(exported), "--workers", "2", "--json")
     assert got["code"] == 0
     assert json.loads(got["out"])["ok"] is True
+    assert got["started"] == []
+
+
+def test_workers_started_ahead_for_a_command_that_then_fails_are_ended(
+    store_path: Path, python: str, child_env: dict[str, str]
+) -> None:
+    # The estimate starts a worker; click then refuses an option: the worker, never taken,
+    # does not outlive the command.
+    got = _watched(
+        python,
+        child_env,
+        "--store",
+        str(store_path),
+        "verify",
+        "--all",
+        "--workers",
+        "2",
+        "--min-witnesses",
+        "many",
+    )
+    assert got["code"] == 2
     assert [(s["count"], s["ahead"]) for s in got["started"]] == [(1, True)]
     assert got["started"][0]["alive"] == []
+
+
+_FAILING_AHEAD = """
+from tachograph.store import parallel
+real = parallel._Spawned
+calls = []
+
+def first_fails(count, setup):
+    calls.append(count)
+    if len(calls) == 1:
+        raise OSError(24, "Too many open files")
+    return real(count, setup)
+
+parallel._Spawned = first_fails
+"""
+
+
+def test_workers_that_cannot_start_ahead_leave_the_command_to_start_its_own(
+    store_path: Path, python: str, child_env: dict[str, str]
+) -> None:
+    # Starting ahead is only ahead of time: when it fails, the verification starts its own
+    # workers (or says why it cannot) and the command's result is the same.
+    probe = _PROBE.replace(
+        "from tachograph.cli import main", _FAILING_AHEAD + "from tachograph.cli import main"
+    )
+    done = subprocess.run(
+        [
+            python,
+            "-c",
+            probe,
+            "--store",
+            str(store_path),
+            "verify",
+            "--all",
+            "--workers",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=child_env,
+        timeout=120,
+        check=True,
+    )
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["code"] == 0, done.stderr
+    assert json.loads(got["out"])["ok"] is True
+
+
+def test_only_a_verification_of_a_sqlite_stores_runs_starts_workers_ahead(
+    tmp_path: Path, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TACHOGRAPH_STORE", raising=False)
+    jsonl = tmp_path / "run.jsonl"
+    jsonl.write_bytes(b"{}\n")
+    assert verify_workers(["verify", str(store_path), "--workers", "3"]) == 3  # a store file
+    assert verify_workers(["verify", "--workers", "3", "--", str(store_path)]) == 3
+    assert verify_workers(["verify", str(jsonl), "--workers", "3"]) == 1
+    assert verify_workers(["verify", str(tmp_path), "--workers", "3"]) == 1  # evidence folder
+    assert verify_workers(["verify", "no-such.jsonl", "--workers", "3"]) == 1
+    assert verify_workers(["--store", "postgresql://db/x", "verify", "--workers", "3"]) == 1
+    assert verify_workers(["--store", "sqlite:///x.db", "verify", "--workers", "3"]) == 3
+    monkeypatch.setenv("TACHOGRAPH_STORE", "postgresql://db/x")
+    assert verify_workers(["verify", "--all", "--workers", "3"]) == 1
+    assert verify_workers(["--store", str(store_path), "verify", "--workers", "3"]) == 3
 
 
 @pytest.mark.parametrize(
@@ -181,8 +266,12 @@ def test_workers_started_for_a_verification_that_needs_none_are_ended(
     [
         (["verify", "--workers", "4"], 4),
         (["verify", "--all", "--workers=3", "--json"], 3),
-        (["--store", "x.db", "verify", "RUN", "--workers", "2"], 2),
+        (["--store", "x.db", "verify", "--workers", "2"], 2),
+        (["--store", "x.db", "verify", "RUN", "--workers", "2"], 1),  # one run: none ahead
         (["--store=verify", "verify", "--workers", "2"], 2),
+        (["verify", "--key", "k", "--witness", "w", "--workers", "2", "--json"], 2),
+        (["verify", "--key", "--workers", "3"], 1),  # click: key "--workers", RUN "3"
+        (["verify", "--min-witnesses", "1", "--all", "--workers", "2"], 2),
         (["verify", "--workers", "2", "--workers", "5"], 5),  # click takes the last
         (["verify"], 1),
         (["verify", "--workers", "1"], 1),
@@ -190,7 +279,7 @@ def test_workers_started_for_a_verification_that_needs_none_are_ended(
         (["verify", "--workers"], 1),
         (["verify", "--help", "--workers", "2"], 1),
         (["verify", "--workers", "2", "-h"], 1),
-        (["verify", "--", "--workers", "2"], 1),
+        (["verify", "--", "--workers", "2"], 1),  # a RUN named "--workers"
         (["--store", "verify", "show", "--workers", "2"], 1),  # verify is the store
         (["show", "verify", "--workers", "2"], 1),
         (["test", "corpus", "--workers", "2"], 1),
@@ -199,6 +288,7 @@ def test_workers_started_for_a_verification_that_needs_none_are_ended(
     ],
 )
 def test_the_workers_of_a_verify_command_line_are_read_ahead_of_click(
-    argv: list[str], workers: int
+    argv: list[str], workers: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("TACHOGRAPH_STORE", raising=False)
     assert verify_workers(argv) == workers

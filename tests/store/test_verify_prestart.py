@@ -4,6 +4,7 @@ none takes them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -34,11 +35,22 @@ def _pids(spawned: Any) -> list[int]:
 
 
 def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie waiting to be reaped has ended)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def _ready(spawned: Any) -> None:
+    """Wait until every worker of ``spawned`` has started (run its initializer)."""
+    for _ in range(spawned.count):
+        spawned.pool.submit(parallel._started).result(timeout=120)
 
 
 def _no_spawning_now(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,7 +127,8 @@ def test_a_store_is_verified_by_the_workers_started_ahead(
         assert len(reports) == 200
         assert all(r.ok for r in reports)
         assert sum(counted) == 200 * 30
-    # the workers ran tasks (this process was busy) and none failed: none was verified again
+    # no task failed (the workers held tasks while this process was slow in its first one):
+    # no run was verified again serially
     assert len(results) == 6
     assert None not in results
     assert parallel._prestarted is None  # taken, and closed with the call's pool
@@ -180,4 +193,108 @@ def test_workers_no_verification_took_are_ended_at_once() -> None:
 
 def test_prestart_of_one_process_starts_nothing() -> None:
     prestart(1)
+    assert parallel._prestarted is None
+
+
+def test_a_worker_started_ahead_leaves_ctrl_c_to_its_caller() -> None:
+    # Ctrl-C at a terminal reaches every process of the group: the caller ends its workers;
+    # a worker that took it would die printing its own traceback.
+    import signal
+
+    prestart(2)
+    ahead = parallel._prestarted
+    assert ahead is not None
+    _ready(ahead)
+    (pid,) = _pids(ahead)
+    os.kill(pid, signal.SIGINT)
+    ahead.pool.submit(parallel._started).result(timeout=120)  # it still answers
+    assert ahead.alive()
+
+
+_ORPHANED = """
+import sys, time
+from tachograph.store import parallel
+parallel.prestart(3)
+ahead = parallel._prestarted
+for _ in range(ahead.count):
+    ahead.pool.submit(parallel._started).result(timeout=120)
+print(" ".join(str(pid) for pid in ahead.pool._processes), flush=True)
+time.sleep(120)
+"""
+
+
+def test_workers_started_ahead_end_when_their_parent_is_killed(
+    python: str, child_env: dict[str, str]
+) -> None:
+    # A parent killed before it could end them (SIGKILL; SIGTERM before the command line
+    # handles it) would leave its workers waiting on the pool's pipe for ever.
+    import signal
+    import subprocess
+    import time
+
+    parent = subprocess.Popen(
+        [python, "-c", _ORPHANED], stdout=subprocess.PIPE, text=True, env=child_env
+    )
+    pids: list[int] = []
+    try:
+        assert parent.stdout is not None
+        pids = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(pids) == 2
+        parent.kill()
+        parent.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(_gone(pid) for pid in pids)
+    finally:
+        parent.kill()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork with threads (3.12+)
+def test_a_process_forked_after_prestart_does_not_take_its_parents_workers() -> None:
+    # The executor's threads do not cross a fork: a task the child gave those workers would
+    # never be done.
+    prestart(2)
+    assert parallel._prestarted is not None
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        os._exit(0 if parallel._prestarted is None else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert parallel._prestarted is not None  # the parent's are still its own
+
+
+def test_workers_started_ahead_with_one_dead_are_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Taken with a dead worker, the pool would be broken at its first task and this process
+    # would verify everything alone.
+    import signal
+    import time
+
+    prestart(2)
+    ahead = parallel._prestarted
+    assert ahead is not None
+    _ready(ahead)
+    (pid,) = _pids(ahead)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while ahead.alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not ahead.alive()
+    started: list[int] = []
+    real = parallel._Spawned
+
+    def counted(count: int, setup: Any) -> Any:
+        started.append(count)
+        return real(count, setup)
+
+    monkeypatch.setattr(parallel, "_Spawned", counted)
+    with _store(tmp_path / "s.db", 30, 10) as store:
+        got = [r.to_dict() for r in verify_all_parallel(store, workers=2)]
+        assert got == [r.to_dict() for r in verify_all(store)]
+    assert started == [1]  # a new worker, not the broken pool
     assert parallel._prestarted is None

@@ -37,8 +37,10 @@ import dataclasses
 import functools
 import math
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
+import signal
 import sys
 import threading
 import time
@@ -108,6 +110,10 @@ def parallel_url(store: Store) -> str | None:
 
 
 def _init_worker(progress: Any, setup: tuple[str, bytes] | None) -> None:
+    # Ctrl-C at a terminal reaches the whole process group: the caller decides what ends
+    # (it ends its workers), and a worker that took it would print its own traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_parent()
     _worker.report = functools.partial(_put, progress)
     # A worker ends when the pool sends it the sign to stop, after its last result went out
     # (on a pipe written synchronously: nothing of it waits in a thread) and multiprocessing
@@ -121,6 +127,22 @@ def _init_worker(progress: Any, setup: tuple[str, bytes] | None) -> None:
     # brings it.
     if setup is not None:
         _set_up(setup)
+
+
+def _watch_parent() -> None:
+    """End this worker when its parent ends. A parent killed before it could end its workers
+    (SIGKILL; SIGTERM before the command line handles it; a worker started ahead and waiting
+    for its first task) would leave it waiting on the pool's pipe for ever."""
+    parent = multiprocessing.parent_process()
+    sentinel = getattr(parent, "sentinel", None)
+    if sentinel is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="tachograph-parent-watch", daemon=True).start()
 
 
 def _set_up(setup: tuple[str, bytes]) -> None:
@@ -376,27 +398,48 @@ class _Spawned:
             return None
         return getattr(getattr(self.pool, "_call_queue", None), "_reader", None)
 
+    def alive(self) -> bool:
+        """Whether every worker is still there and the pool not broken (a worker that died
+        breaks it, a moment later)."""
+        if self.broken or getattr(self.pool, "_broken", False):
+            return False
+        processes = getattr(self.pool, "_processes", None) or {}
+        return all(process.is_alive() for process in processes.values())
+
     def terminate(self) -> None:
-        """Stop now: pending tasks are cancelled and the workers ended, not waited for."""
+        """Stop now: pending tasks are cancelled and the workers ended (not waited for in
+        what they do; their processes are joined)."""
+        # Read first: the process table goes with the shutdown.
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())
         stop = getattr(self.pool, "terminate_workers", None)  # Python 3.14
         if stop is not None:
             stop()
-            return
-        # Before 3.14 the executor has no public way to end running workers; its process
-        # table goes with the shutdown, so it is read first.
-        processes = list((getattr(self.pool, "_processes", None) or {}).values())
-        reader = self.feeder_reader()  # the shutdown drops the executor's queues too
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
+        else:
+            # Before 3.14 the executor has no public way to end running workers.
+            reader = self.feeder_reader()  # the shutdown drops the executor's queues too
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                if process.is_alive():
+                    process.terminate()
+            _close(reader)
         for process in processes:
             process.join()
-        _close(reader)
 
 
 _prestarted: _Spawned | None = None
 _prestart_lock = threading.Lock()
+
+
+def _forget_prestarted() -> None:
+    """In a child forked from this process: the workers are the parent's, and the executor's
+    threads did not cross the fork (a task given to them would never be done)."""
+    global _prestarted, _prestart_lock
+    _prestarted = None
+    _prestart_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_prestarted)
 
 
 def prestart(workers: int) -> None:
@@ -404,13 +447,13 @@ def prestart(workers: int) -> None:
     (:func:`verify_all_parallel`, :func:`verify_stored_parallel`) now, ahead of it.
 
     A spawned worker spends about a tenth of a second importing the library before it can
-    check anything; started ahead (``tacho verify --workers N`` starts them first thing, before
-    it parses its options and opens the store), they import while this process does its own
-    work. The next verification in this process with ``workers`` processes takes them, and
-    sets them up for its store with its first task. Workers that no verification took are
-    ended by :func:`stop_prestarted` (else they end with this process, once started). Does
-    nothing for ``workers`` below 2, or if workers
-    started ahead are already waiting."""
+    check anything; started ahead (``tacho verify --workers N`` over a store's runs starts
+    them first thing, before it parses its options and opens the store), they import while
+    this process does its own work. The next verification in this process with ``workers``
+    processes takes them if all are alive, and sets them up for its store with its first
+    task. Workers that no verification took are ended by :func:`stop_prestarted` (else they
+    end with this process). Does nothing for ``workers`` below 2, or if workers started
+    ahead are already waiting."""
     global _prestarted
     if workers < 2:
         return
@@ -430,14 +473,14 @@ def stop_prestarted() -> None:
 
 
 def _take_prestarted(count: int) -> _Spawned | None:
-    """The workers started ahead, if they are ``count`` and whole; those that are not are
-    ended (they would only wait)."""
+    """The workers started ahead, if they are ``count`` and all alive; others are ended
+    (they would only wait, or a dead one would leave this process all the work)."""
     global _prestarted
     with _prestart_lock:
         spawned, _prestarted = _prestarted, None
     if spawned is None:
         return None
-    if spawned.count != count or spawned.broken:
+    if spawned.count != count or not spawned.alive():
         spawned.terminate()
         return None
     return spawned
