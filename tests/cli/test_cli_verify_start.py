@@ -16,7 +16,7 @@ from tachograph.cli import verify_workers
 from tachograph.record.jsonl import write_events
 from tachograph.testing import build_run
 
-_PROBE = """
+_RUN_MAIN = """
 import contextlib, io, json, sys
 from tachograph.cli import main
 out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
@@ -27,22 +27,30 @@ with contextlib.redirect_stdout(out):
     except SystemExit as exc:
         code = exc.code
 out.flush()
-text = out.buffer.getvalue().decode()
-print(json.dumps({"code": code, "out": text, "modules": sorted(sys.modules)}))
+result = {"code": code, "out": out.buffer.getvalue().decode(), "modules": sorted(sys.modules)}
 """
+"""``tacho`` with the probe's arguments, in the probe's process: its exit code, its stdout
+and the modules loaded, in ``result``."""
+
+_PROBE = _RUN_MAIN + "print(json.dumps(result))\n"
 
 
-def _tacho_in_probe(python: str, env: dict[str, str], *argv: str) -> dict[str, object]:
+def _run_probe(probe: str, python: str, env: dict[str, str], *argv: str) -> dict[str, Any]:
+    """Run ``probe`` in a fresh interpreter with ``argv``; the JSON of its last line."""
     done = subprocess.run(
-        [python, "-c", _PROBE, *argv],
+        [python, "-c", probe, *argv],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
         check=True,
     )
-    result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return result
+
+
+def _tacho_in_probe(python: str, env: dict[str, str], *argv: str) -> dict[str, Any]:
+    return _run_probe(_PROBE, python, env, *argv)
 
 
 def test_verify_loads_the_witness_client_only_when_a_witness_is_named(
@@ -53,7 +61,7 @@ def test_verify_loads_the_witness_client_only_when_a_witness_is_named(
     plain = _tacho_in_probe(python, child_env, "--store", str(store_path), "verify", "--json")
     assert plain["code"] == 0, plain["out"]
     assert json.loads(str(plain["out"]))["ok"] is True
-    modules = set(plain["modules"])  # type: ignore[call-overload]
+    modules = set(plain["modules"])
     assert "tachograph.sealing.log" in modules  # the seal verdicts were read
     assert {"tachograph.sealing.witness", "http.server", "urllib.request"} & modules == set()
 
@@ -68,7 +76,7 @@ def test_verify_loads_the_witness_client_only_when_a_witness_is_named(
         "--json",
     )
     assert named["code"] == 2  # a mistyped witness folder is a usage error ...
-    assert "tachograph.sealing.witness" in set(named["modules"])  # type: ignore[call-overload]
+    assert "tachograph.sealing.witness" in set(named["modules"])
 
 
 def test_a_command_that_shows_nothing_on_a_terminal_runs_without_rich(
@@ -80,19 +88,20 @@ def test_a_command_that_shows_nothing_on_a_terminal_runs_without_rich(
     for argv in (("verify", "--json"), ("runs",), ("runs", "--json")):
         got = _tacho_in_probe(python, env, "--store", str(store_path), *argv)
         assert got["code"] == 0
-        assert not any(m == "rich" or m.startswith("rich.") for m in got["modules"])  # type: ignore[union-attr]
+        assert not any(m == "rich" or m.startswith("rich.") for m in got["modules"])
     plain = _tacho_in_probe(python, env, "--store", str(store_path), "runs")
     assert "\x1b[" not in str(plain["out"])
     # ... and rich still decides where it is asked to (FORCE_COLOR: the terminal form)
     forced = _tacho_in_probe(
         python, {**env, "FORCE_COLOR": "1"}, "--store", str(store_path), "runs"
     )
-    assert "rich.console" in set(forced["modules"])  # type: ignore[call-overload]
+    assert "rich.console" in set(forced["modules"])
     assert "\x1b[" in str(forced["out"])
 
 
-_WATCHED_PROBE = """
-import contextlib, io, json, os, sys
+_WATCHED_PROBE = (
+    """
+import os, sys
 from tachograph.store import parallel
 started = []
 
@@ -103,16 +112,9 @@ class Watched(parallel._Spawned):
         started.append({"count": count, "ahead": ahead, "pids": list(self.pool._processes)})
 
 parallel._Spawned = Watched
-from tachograph.cli import main
-out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-code = 0
-with contextlib.redirect_stdout(out):
-    try:
-        main(sys.argv[1:])
-    except SystemExit as exc:
-        code = exc.code
-out.flush()
-
+"""
+    + _RUN_MAIN
+    + """
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -122,21 +124,14 @@ def alive(pid):
 
 for s in started:
     s["alive"] = [p for p in s["pids"] if alive(p)]
-print(json.dumps({"code": code, "out": out.buffer.getvalue().decode(), "started": started}))
+result["started"] = started
+print(json.dumps(result))
 """
+)
 
 
 def _watched(python: str, env: dict[str, str], *argv: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [python, "-c", _WATCHED_PROBE, *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=True,
-    )
-    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    return result
+    return _run_probe(_WATCHED_PROBE, python, env, *argv)
 
 
 def test_verify_with_workers_starts_them_before_the_command_line_loads(
@@ -216,30 +211,19 @@ def test_workers_that_cannot_start_ahead_leave_the_command_to_start_its_own(
 ) -> None:
     # Starting ahead is only ahead of time: when it fails, the verification starts its own
     # workers (or says why it cannot) and the command's result is the same.
-    probe = _PROBE.replace(
-        "from tachograph.cli import main", _FAILING_AHEAD + "from tachograph.cli import main"
+    got = _run_probe(
+        _FAILING_AHEAD + _PROBE,
+        python,
+        child_env,
+        "--store",
+        str(store_path),
+        "verify",
+        "--all",
+        "--workers",
+        "2",
+        "--json",
     )
-    done = subprocess.run(
-        [
-            python,
-            "-c",
-            probe,
-            "--store",
-            str(store_path),
-            "verify",
-            "--all",
-            "--workers",
-            "2",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        env=child_env,
-        timeout=120,
-        check=True,
-    )
-    got = json.loads(done.stdout.splitlines()[-1])
-    assert got["code"] == 0, done.stderr
+    assert got["code"] == 0, got["out"]
     assert json.loads(got["out"])["ok"] is True
 
 

@@ -98,6 +98,24 @@ def _task_results(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return results
 
 
+def _ahead(workers: int) -> Any:
+    """``prestart(workers)``, and the workers it started."""
+    prestart(workers)
+    ahead = parallel._prestarted
+    assert ahead is not None
+    return ahead
+
+
+def _until(done: Any, seconds: float = 60) -> bool:
+    """Whether ``done()`` became true within ``seconds`` (polled)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return bool(done())
+
+
 def _store(path: Path, runs: int, events: int) -> SQLiteStore:
     store = SQLiteStore(path)
     for i in range(runs):
@@ -108,9 +126,7 @@ def _store(path: Path, runs: int, events: int) -> SQLiteStore:
 def test_a_store_is_verified_by_the_workers_started_ahead(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    prestart(3)
-    ahead = parallel._prestarted
-    assert ahead is not None
+    ahead = _ahead(3)
     assert ahead.count == 2
     pids = _pids(ahead)
     assert len(pids) == 2
@@ -166,9 +182,7 @@ def test_workers_started_ahead_set_themselves_up_for_the_store_of_their_first_ta
 
 
 def test_workers_started_ahead_in_another_number_are_ended_not_used(tmp_path: Path) -> None:
-    prestart(3)
-    ahead = parallel._prestarted
-    assert ahead is not None
+    ahead = _ahead(3)
     pids = _pids(ahead)
     with _store(tmp_path / "s.db", 30, 10) as store:
         got = [r.to_dict() for r in verify_all_parallel(store, workers=2)]
@@ -201,9 +215,7 @@ def test_a_worker_started_ahead_leaves_ctrl_c_to_its_caller() -> None:
     # a worker that took it would die printing its own traceback.
     import signal
 
-    prestart(2)
-    ahead = parallel._prestarted
-    assert ahead is not None
+    ahead = _ahead(2)
     _ready(ahead)
     (pid,) = _pids(ahead)
     os.kill(pid, signal.SIGINT)
@@ -230,7 +242,6 @@ def test_workers_started_ahead_end_when_their_parent_is_killed(
     # handles it) would leave its workers waiting on the pool's pipe for ever.
     import signal
     import subprocess
-    import time
 
     parent = subprocess.Popen(
         [python, "-c", _ORPHANED], stdout=subprocess.PIPE, text=True, env=child_env
@@ -242,10 +253,7 @@ def test_workers_started_ahead_end_when_their_parent_is_killed(
         assert len(pids) == 2
         parent.kill()
         parent.wait(timeout=60)
-        deadline = time.monotonic() + 60
-        while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert all(_gone(pid) for pid in pids)
+        assert _until(lambda: all(_gone(pid) for pid in pids))
     finally:
         parent.kill()
         for pid in pids:
@@ -257,8 +265,7 @@ def test_workers_started_ahead_end_when_their_parent_is_killed(
 def test_a_process_forked_after_prestart_does_not_take_its_parents_workers() -> None:
     # The executor's threads do not cross a fork: a task the child gave those workers would
     # never be done.
-    prestart(2)
-    assert parallel._prestarted is not None
+    _ahead(2)
     child = os.fork()
     if child == 0:  # pragma: no cover - the child
         os._exit(0 if parallel._prestarted is None else 1)
@@ -273,18 +280,12 @@ def test_workers_started_ahead_with_one_dead_are_replaced(
     # Taken with a dead worker, the pool would be broken at its first task and this process
     # would verify everything alone.
     import signal
-    import time
 
-    prestart(2)
-    ahead = parallel._prestarted
-    assert ahead is not None
+    ahead = _ahead(2)
     _ready(ahead)
     (pid,) = _pids(ahead)
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    while ahead.alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not ahead.alive()
+    assert _until(lambda: not ahead.alive())
     started: list[int] = []
     real = parallel._Spawned
 

@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main", "verify_workers"]
+__all__ = ["is_sqlite_file", "main", "verify_workers"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -26,10 +27,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     # whatever it did not take is ended.
     from ..store.parallel import prestart, stop_prestarted
 
-    try:
+    # Only ahead of time: if they cannot start now, the verification starts its own, or says
+    # why it cannot.
+    with contextlib.suppress(Exception):
         prestart(workers)
-    except Exception:  # ahead of time only: the verification starts its own, or says why not
-        pass
     try:
         from .app import main as run
 
@@ -96,7 +97,7 @@ def verify_workers(argv: Sequence[str]) -> int:
         if store is not None and "://" in store and not store.startswith("sqlite:"):
             return 1  # another engine: verified in this process
         return workers
-    return workers if _is_sqlite_file(target) else 1
+    return workers if is_sqlite_file(target) else 1
 
 
 def _count(value: str) -> int:
@@ -106,9 +107,9 @@ def _count(value: str) -> int:
         return 1
 
 
-def _is_sqlite_file(path: str) -> bool:
-    """``tacho verify store.db``: a SQLite file, recognised by its header as the command
-    does."""
+def is_sqlite_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a SQLite file (``tacho verify store.db``): a store is recognised
+    by its content (the SQLite header), not by its extension."""
     try:
         with open(path, "rb") as handle:
             return handle.read(16) == b"SQLite format 3\x00"

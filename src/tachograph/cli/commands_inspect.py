@@ -24,7 +24,7 @@ from ..store import DEFAULT_STORE, RunInfo, Store, verify_all, verify_stored
 from ..store import open_store as open_store_raw
 from ..views.captured import NOT_CAPTURED, display_payload
 from ..views.timeline import event_row, is_dry_run, run_rows, time_of, timeline_rows
-from . import blobcheck
+from . import blobcheck, is_sqlite_file
 from .app import (
     EXIT_FAILED,
     EXIT_STORE,
@@ -348,15 +348,6 @@ def _looks_like_file(target: str) -> bool:
     return os.sep in target or "/" in target or target.endswith((".jsonl", ".json"))
 
 
-def _is_sqlite_file(path: Path) -> bool:
-    """A store is recognised by its content (the SQLite header), not by its extension."""
-    try:
-        with path.open("rb") as handle:
-            return handle.read(16) == b"SQLite format 3\x00"
-    except OSError:
-        return False
-
-
 def _open_store_at(path: str) -> Store:
     try:
         return open_store_raw(path, create=False)
@@ -408,7 +399,7 @@ def verify_cmd(
     unvouched: dict[tuple[str | None, str | None], list[dict[str, Any]]] = {}
     orphans: dict[str, str] = {}  # tenant -> what its seal log shows with no run left
     unrecorded: dict[tuple[str | None, str | None], list[int]] = {}  # erased, no audit record
-    if target is not None and Path(target).is_file() and _is_sqlite_file(Path(target)):
+    if target is not None and Path(target).is_file() and is_sqlite_file(target):
         # ``tacho verify store.db``: every run of that store, as ``--store store.db verify``.
         with _open_store_at(target) as store:
             source = store.url

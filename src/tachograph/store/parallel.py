@@ -510,11 +510,10 @@ class _Pool:
         # opens the store and unpickles the scans (importing their modules) while this
         # process lists the runs.
         self.setup = (url, pickle.dumps(self.scans))
-        workers_ = _take_prestarted(self.spawned) or _Spawned(self.spawned, self.setup)
-        self.workers = workers_
-        self.pool = workers_.pool
-        self.progress: Any = workers_.progress
-        self.broken = workers_.broken
+        self.workers = _take_prestarted(self.spawned) or _Spawned(self.spawned, self.setup)
+        self.pool = self.workers.pool
+        self.progress: Any = self.workers.progress
+        self.broken = self.workers.broken
 
     def run(
         self,
