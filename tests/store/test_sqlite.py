@@ -259,7 +259,7 @@ def _event_inserts(store: SQLiteStore) -> list[int]:
 def test_a_batch_goes_in_many_rows_to_a_statement_and_reads_back_whole(
     store: SQLiteStore, limit: int | None, lower_only: bool
 ) -> None:
-    """A batch is inserted in statements of up to 256 rows (32 where SQLite allows only 999
+    """A batch is inserted in statements of up to 512 rows (32 where SQLite allows only 999
     parameters, as before 3.32), the rest in halving sizes; two runs interleaved in one batch
     come back whole, each payload beside its own event. A limit lower than the store assumed
     (a SQLite built so, on Python 3.10, which cannot ask) is found on the first refusal."""
@@ -269,7 +269,7 @@ def test_a_batch_goes_in_many_rows_to_a_statement_and_reads_back_whole(
         store._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
         if not lower_only:
             store._rows_per_insert = sqlite_module._rows_per_insert(store._db)
-    widest = 256 if sqlite3.sqlite_version_info >= (3, 32, 0) else 32
+    widest = 512 if sqlite3.sqlite_version_info >= (3, 32, 0) else 32
     assert store._rows_per_insert == (widest if limit is None or lower_only else 32)
     a, b = _chain("run-a", 300), _chain("run-b", 301)
     batch = [e for pair in zip(a, b, strict=False) for e in pair] + b[300:]
@@ -283,7 +283,7 @@ def test_a_batch_goes_in_many_rows_to_a_statement_and_reads_back_whole(
         size = 1 << (left.bit_length() - 1)
         halving.append(size)
         left -= size
-    assert inserts == halving  # 601 = 2x256 + 64 + 16 + 8 + 1, or 18x32 + 16 + 8 + 1
+    assert inserts == halving  # 601 = 512 + 64 + 16 + 8 + 1, or 18x32 + 16 + 8 + 1
     assert store._rows_per_insert == step
     assert [(r.run_id, r.seq) for r in receipts] == [(e.run_id, e.seq) for e in batch]
     assert list(store.read("run-a")) == a
@@ -294,6 +294,67 @@ def test_a_batch_goes_in_many_rows_to_a_statement_and_reads_back_whole(
     assert joined == 601
     assert verify_stored(store, "run-a").ok
     assert verify_stored(store, "run-b").ok
+
+
+def _statements(store: SQLiteStore) -> list[str]:
+    """Start listing the statements the store's connection runs, each once (SQLite traces
+    an INSERT again at each row's trigger, with the same text), cut to their first words."""
+    seen: list[str] = []
+    last: list[str] = [""]
+
+    def traced(sql: str) -> None:
+        if sql != last[0]:
+            seen.append(" ".join(sql.split()[:3]))
+        last[0] = sql
+
+    store._db.set_trace_callback(traced)
+    return seen
+
+
+@pytest.mark.skipif(sqlite3.sqlite_version_info < (3, 32, 0), reason="999 parameters at most")
+def test_a_writer_batch_takes_six_statements(store: SQLiteStore) -> None:
+    """A batch of the writer's size (512 events) into a run already stored is six statements:
+    the lock, the run's summary with the largest event id, the events, their payloads, the
+    summary's update and the commit. Python's sqlite3 lets go of the GIL for each and must
+    win it back, up to the switch interval (5 ms) when another thread is busy in Python: the
+    fewer, the faster the writer beside a busy agent. A new run's first batch adds the check
+    for a deleted run of its id; the store's other runs change nothing."""
+    other = _chain("run-b", 3)
+    store.append(other)
+    events = _chain("run-a", 1 + 2 * 512)
+    statements = _statements(store)
+    store.append(events[:1])  # one event: SQLite picks its id
+    first = list(statements)
+    statements.clear()
+    store.append(events[1:513])
+    second = list(statements)
+    statements.clear()
+    store.append(events[513:])
+    store._db.set_trace_callback(None)
+    assert first == [
+        "BEGIN IMMEDIATE",
+        "SELECT events, head_hash,",
+        "SELECT deleted_at FROM",
+        "INSERT INTO events",
+        "INSERT INTO payloads",
+        "INSERT INTO runs",
+        "COMMIT",
+    ]
+    batch = [
+        "BEGIN IMMEDIATE",
+        "SELECT r.events, r.head_hash,",
+        "INSERT INTO events",
+        "INSERT INTO payloads",
+        "UPDATE runs SET",
+        "COMMIT",
+    ]
+    assert second == batch
+    assert statements == batch
+    assert list(store.read("run-a")) == events
+    assert list(store.read("run-b")) == other
+    ids = [r[0] for r in store._db.execute("SELECT id FROM events ORDER BY id")]
+    assert ids == list(range(1, len(events) + len(other) + 1))
+    assert verify_stored(store, "run-a").ok
 
 
 def test_a_batch_reports_its_first_refused_event_as_the_memory_store_does(

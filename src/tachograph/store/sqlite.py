@@ -143,15 +143,26 @@ def _insert_sql(table: str, columns: str, rows: int) -> str:
     return f"INSERT INTO {table} ({columns}) VALUES " + ",".join([one] * rows)
 
 
+_HEAD = "SELECT events, head_hash, actor, started_at, status FROM runs WHERE tenant=? AND run_id=?"
+_HEAD_AND_LAST_ID = (
+    "SELECT r.events, r.head_hash, r.actor, r.started_at, r.status, "
+    "(SELECT max(id) FROM events) FROM (SELECT 1) LEFT JOIN runs r "
+    "ON r.tenant=? AND r.run_id=?"
+)
+"""A run's summary (no row for a new run), and with it the largest event id: the first query
+of a batch of more than one event, whose ids count on from there (NULL summary columns for a
+new run)."""
+
+
 def _rows_per_insert(db: sqlite3.Connection) -> int:
     """The rows one INSERT of events carries (16 parameters each): the largest power of two
-    up to 256 within the connection's limit on parameters (999 before SQLite 3.32)."""
+    up to 512 within the connection's limit on parameters (999 before SQLite 3.32)."""
     getlimit = getattr(db, "getlimit", None)  # Python 3.11+
     if getlimit is not None:
         limit = int(getlimit(getattr(sqlite3, "SQLITE_LIMIT_VARIABLE_NUMBER", 9)))
     else:
         limit = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
-    rows = 256
+    rows = 512
     while rows > 1 and rows * 16 > limit:
         rows //= 2
     return rows
@@ -775,7 +786,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         # lock, so no other writer takes them. A batch of one (an intent) lets SQLite pick.
         pending: list[tuple[Any, ...]] = []
         bodies: list[tuple[Any, ...]] = []
-        next_id: int | None = None  # read at the first new row of a batch of more than one
+        next_id: int | None = None  # read with the first run's summary, in a batch of several
         try:
             for ev in events:
                 key = (ev.tenant, ev.run_id)
@@ -783,11 +794,14 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 if state is None:
                     if self.tenant is not None:
                         self.scoped_tenant(ev.tenant, run_id=ev.run_id)  # the whole batch refused
-                    row = db.execute(
-                        "SELECT events, head_hash, actor, started_at, status FROM runs "
-                        "WHERE tenant=? AND run_id=?",
-                        key,
-                    ).fetchone()
+                    if next_id is None and len(events) > 1:
+                        # the batch's first run: the largest id comes with its summary
+                        row = db.execute(_HEAD_AND_LAST_ID, key).fetchone()
+                        next_id = (row[5] or 0) + 1
+                        if row[0] is None:
+                            row = None
+                    else:
+                        row = db.execute(_HEAD, key).fetchone()
                     if row is None:
                         self._refuse_deleted(db, ev.tenant, ev.run_id)
                         state = [0, None, ev.actor, ev.ts, None, False]
@@ -823,9 +837,6 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                         expected={"seq": count, "prev_hash": head_hash},
                         actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
                     )
-                if next_id is None and len(events) > 1:
-                    (largest,) = db.execute("SELECT max(id) FROM events").fetchone()
-                    next_id = (largest or 0) + 1
                 pending.append(
                     (
                         next_id,
