@@ -7,6 +7,7 @@ a numeric median for subject and baseline, a ratio, and a verdict per target.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import io
 import itertools
@@ -628,3 +629,55 @@ def test_the_replay_parts_probe_refuses_bad_options_and_reports_a_failed_sample(
         _refused(replayparts.main, args, why, capsys)
     with pytest.raises(RuntimeError, match="a sample process failed"):
         replayparts._sample(tmp_path, 0, 1)  # the child refuses its --calls
+
+
+def test_the_writer_probe_records_runs_that_verify_both_ways(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import writerprobe
+
+    result = _probe(writerprobe.main, ["--events", "600", "--rounds", "1"], tmp_path, capsys)
+    variants = result["variants"]
+    assert set(variants) == set(writerprobe.VARIANTS)
+    for row in variants.values():
+        assert row["verified"] is True
+        assert row["events_read"] == 600
+        for key in ("recorded", "alone", "beside", "store", "writer_cpu_us", "agent_cpu_us"):
+            assert _number(row[key])
+            assert row[key] > 0
+
+
+def test_the_writer_probes_one_statement_stores_what_the_store_stores(tmp_path: Path) -> None:
+    """The probe's one-statement batch stores the rows the store's six statements store (read
+    back equal, verifying), appends its seal rows after the tenant's last, and refuses a
+    batch that does not continue the stored head, storing nothing of it."""
+    from bench import writerprobe
+    from tachograph.errors import StoreUnavailable
+    from tachograph.store import SQLiteStore
+    from tachograph.store.base import SealRow
+
+    events = list(writerprobe.build_run("probe-one", 1_201, payload_bytes=100))
+    stores = [writerprobe.OneStatementStore(tmp_path / "one.db"), SQLiteStore(tmp_path / "six.db")]
+    try:
+        for store in stores:
+            store.append(events[:1])
+            seals = {
+                "default": [SealRow("probe-one", 600, b"leaf-a"), SealRow("probe-one", 9, b"b")]
+            }
+            store.append(events[1:601], seals=seals)
+            store.append(events[601:])
+        one, six = stores
+        assert list(one.read("probe-one")) == list(six.read("probe-one")) == events
+        assert one.verify("probe-one").ok
+        leaves = "SELECT idx, run_id, seq, leaf FROM seals ORDER BY idx"
+        assert one._db.execute(leaves).fetchall() == six._db.execute(leaves).fetchall()
+        assert [r[0] for r in one._db.execute(leaves)] == [0, 1]
+        more = list(writerprobe.build_run("probe-one", 1_210, payload_bytes=100))
+        stale = [dataclasses.replace(e, prev_hash="sha256:" + "0" * 64) for e in more[1201:1203]]
+        with pytest.raises(StoreUnavailable, match="stale head"):
+            one.append(stale)
+        assert one.head("probe-one") == (1_200, events[-1].hash)
+        assert sum(1 for _ in one.read("probe-one")) == 1_201
+    finally:
+        for store in stores:
+            store.close()
