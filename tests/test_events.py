@@ -513,6 +513,27 @@ def test_stored_event_is_the_dataclass_constructor_field_for_field() -> None:
     assert stored_event(*values[:-1]).payload_bytes is None  # the default, as in Event
 
 
+def test_receipt_is_the_dataclass_constructor_field_for_field() -> None:
+    """The stores' receipt constructor builds what ``Receipt(...)`` builds, and covers every
+    field (a field added to Receipt without it fails here)."""
+    import dataclasses
+
+    from tachograph.store.base import Receipt, receipt
+
+    names = [f.name for f in dataclasses.fields(Receipt)]
+    for values in (["e", "t", "r", 3, "sha256:h", True], ["e2", "t", "r", 4, "sha256:i", False]):
+        fast, slow = receipt(*values), Receipt(*values)
+        assert type(fast) is Receipt
+        assert [getattr(fast, n) for n in names] == [getattr(slow, n) for n in names] == values
+        assert fast == slow
+        assert hash(fast) == hash(slow)
+        assert repr(fast) == repr(slow)
+        assert pickle.loads(pickle.dumps(fast)) == fast
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            fast.seq = 9  # type: ignore[misc]
+    assert receipt(*values[:-1]).duplicate is False  # the default, as in Receipt
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_does_not_mint_its_parents_next_ulid() -> None:
     # parent and child ask for an id in the same millisecond right after the fork: counting

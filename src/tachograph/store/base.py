@@ -56,6 +56,40 @@ class Receipt:
     duplicate: bool = False
 
 
+class _ReceiptDraft:
+    """A :class:`Receipt` being filled in by :func:`receipt`: the same slots, not frozen (the
+    layout ``__class__`` assignment requires)."""
+
+    __slots__ = Receipt.__slots__
+
+
+def receipt(
+    event_id: str,
+    tenant: str,
+    run_id: str,
+    seq: int,
+    hash: str,
+    duplicate: bool = False,
+    *,
+    _new: Any = object.__new__,
+    _draft: type[_ReceiptDraft] = _ReceiptDraft,
+    _cls: type[Receipt] = Receipt,
+) -> Receipt:
+    """``Receipt(...)`` with the same arguments, for an append's every event: the frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__`` (0.7 us here);
+    this fills an unfrozen draft of the same layout and assigns its class (0.2 us), as
+    ``record.event.stored_event`` does for events. A test holds the two equal."""
+    r: Any = _new(_draft)
+    r.event_id = event_id
+    r.tenant = tenant
+    r.run_id = run_id
+    r.seq = seq
+    r.hash = hash
+    r.duplicate = duplicate
+    r.__class__ = _cls
+    return r  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True, slots=True)
 class RunInfo:
     """A summary row for one run."""

@@ -27,7 +27,7 @@ from ..errors import (
 from ..record.event import Event, EventType
 from ..record.rows import StoredRow
 from .audit import AuditEntry, AuditRecord, chain_audit
-from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found
+from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found, receipt
 
 __all__ = ["MemoryStore"]
 
@@ -136,7 +136,7 @@ class MemoryStore(Store):
                     there = stored[ev.seq] if ev.seq < len(stored) else staged[ev.seq - len(stored)]
                     if there.event_id == ev.event_id and there.hash == ev.hash:
                         receipts.append(
-                            Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True)
+                            receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True)
                         )
                         continue
                     raise DuplicateConflict(
@@ -172,7 +172,7 @@ class MemoryStore(Store):
                 row = StoredRow.of(ev, body)
                 staged.append(row)
                 new_ids[ev.event_id] = row
-                receipts.append(Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash))
+                receipts.append(receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash))
             # Nothing above raised: apply the whole batch.
             finished = {e.event_id: e for e in events if e.type == _RUN_FINISHED}
             for key, staged in pending.items():

@@ -45,7 +45,7 @@ from . import forks
 from . import postgres_migrations as migrations
 from . import postgres_schema as schema
 from .audit import AuditEntry, AuditRecord, chain_audit
-from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found
+from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found, receipt
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -421,7 +421,7 @@ class PostgresStore(Store):
                     conn.rollback()  # declined or interrupted: never leave a transaction open
         if not clear:
             return None
-        return [Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash) for ev in events]
+        return [receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash) for ev in events]
 
     def _append_txn(self, events: Sequence[Event], durable: bool) -> list[Receipt]:
         cur = self._conn.cursor()
@@ -473,7 +473,7 @@ class PostgresStore(Store):
                     twin = in_batch[(ev.run_id, ev.seq)]
                     have = (twin.event_id, twin.hash)
                 if have is not None and have == (ev.event_id, ev.hash):
-                    receipts[index] = Receipt(
+                    receipts[index] = receipt(
                         ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True
                     )
                     continue
@@ -496,7 +496,7 @@ class PostgresStore(Store):
             heads[ev.run_id] = [count + 1, ev.hash]
             in_batch[(ev.run_id, ev.seq)] = ev
             fresh.append(ev)
-            receipts[index] = Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash)
+            receipts[index] = receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash)
         if not fresh:
             return
         self._check_event_ids(cur, tenant, fresh)

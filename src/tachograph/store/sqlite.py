@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
 import random
 import sqlite3
@@ -36,7 +37,7 @@ from ..errors import (
 from ..record.event import Event, EventType, stored_event
 from ..record.rows import StoredRow
 from . import forks
-from .base import Receipt, RunInfo, SealRow, Store, not_found
+from .base import Receipt, RunInfo, SealRow, Store, not_found, receipt
 from .sqlite_lifecycle import DELETED_RUN_REFUSAL, LIFECYCLE_MIGRATION, SQLiteLifecycle
 from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
 
@@ -143,6 +144,9 @@ def _insert_sql(table: str, columns: str, rows: int) -> str:
     return f"INSERT INTO {table} ({columns}) VALUES " + ",".join([one] * rows)
 
 
+_flat = itertools.chain.from_iterable
+"""The rows of a many-row INSERT as its one list of parameters (twice as fast as a nested
+comprehension)."""
 _HEAD = "SELECT events, head_hash, actor, started_at, status FROM runs WHERE tenant=? AND run_id=?"
 _HEAD_AND_LAST_ID = (
     "SELECT r.events, r.head_hash, r.actor, r.started_at, r.status, "
@@ -818,7 +822,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     ).fetchone()
                     if stored is not None and stored[0] == ev.event_id and stored[1] == ev.hash:
                         receipts.append(
-                            Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True)
+                            receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True)
                         )
                         continue
                     raise DuplicateConflict(
@@ -869,7 +873,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                     status = ev.payload.get("status")
                     state[4] = status if isinstance(status, str) else None
                 state.append(ev.ts)  # last_at, read below
-                receipts.append(Receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash))
+                receipts.append(receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash))
         except Exception:
             # A refusal found in Python (a gap, a wrong head, a deleted run, another tenant)
             # comes after any the table has for the rows before it, as row by row.
@@ -926,9 +930,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 size //= 2
             part = rows[done : done + size]
             try:
-                db.execute(
-                    _insert_sql("events", _EVENT_COLUMNS, size), [v for row in part for v in row]
-                )
+                db.execute(_insert_sql("events", _EVENT_COLUMNS, size), list(_flat(part)))
             except sqlite3.OperationalError as exc:
                 # A SQLite built with a lower limit than its version suggests (Python 3.10
                 # cannot ask): refused before any row went in; take half as many.
@@ -946,7 +948,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 raise
             db.execute(
                 _insert_sql("payloads", _PAYLOAD_COLUMNS, size),
-                [v for body in bodies[done : done + size] for v in body],
+                list(_flat(bodies[done : done + size])),
             )
             done += size
         rows.clear()
