@@ -378,6 +378,31 @@ def test_a_batch_reports_its_first_refused_event_as_the_memory_store_does(
         assert store.count_events() == 3
 
 
+@pytest.mark.parametrize("pending", [3, 600])
+def test_a_refusal_met_when_a_duplicate_flushes_the_batch_is_the_one_reported(
+    tmp_path: Path, pending: int
+) -> None:
+    """A duplicate later in a batch makes the store insert the rows waiting before it; when
+    one of those is refused (its event id stored in another run), that refusal is reported,
+    as by the memory store, and nothing is stored. (The rows were inserted a second time on
+    the way out, and their clash with themselves was reported instead.)"""
+    errors = []
+    for engine in (SQLiteStore(tmp_path / "s.db"), MemoryStore()):
+        stored = _chain("run-a", 1)
+        engine.append(stored)
+        run = _chain("run-h", pending + 1, event_id_at={pending: stored[0].event_id})
+        with pytest.raises(TachographError) as info:
+            engine.append([*run, run[0]])  # run[0] again: a duplicate, after the clash
+        error = info.value
+        errors.append(
+            (type(error), error.run_id, error.seq, "stored at 'run-a' seq 0" in str(error))
+        )
+        assert engine.count_events() == 1
+        assert engine.head("run-h") is None
+        engine.close()
+    assert errors[0] == errors[1] == (DuplicateConflict, "run-h", pending, True)
+
+
 def test_an_event_id_stored_elsewhere_is_named_from_inside_a_many_row_statement(
     store: SQLiteStore,
 ) -> None:

@@ -166,7 +166,9 @@ def _rows_per_insert(db: sqlite3.Connection) -> int:
         limit = int(getlimit(getattr(sqlite3, "SQLITE_LIMIT_VARIABLE_NUMBER", 9)))
     else:
         limit = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
-    rows = 512
+    # Before SQLite 3.8.8 the rows of a VALUES clause counted against the 500 terms of a
+    # compound SELECT.
+    rows = 512 if sqlite3.sqlite_version_info >= (3, 8, 8) else 256
     while rows > 1 and rows * 16 > limit:
         rows //= 2
     return rows
@@ -904,13 +906,24 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         self, db: sqlite3.Connection, rows: list[tuple[Any, ...]], bodies: list[tuple[Any, ...]]
     ) -> None:
         """Insert the event rows and their payload rows (each led by its id), then empty both
-        lists.
+        lists, inserted or refused: a refusal ends the append (its transaction is rolled
+        back), and the caller's insert of what is pending on its way out must not insert the
+        same rows again and report their clash with themselves instead of the refusal.
 
         Many rows to a statement: Python's sqlite3 lets go of the GIL for every statement it
         steps and must take it back after, which costs up to the interpreter's switch interval
         (5 ms) whenever another thread is busy in Python: one statement per row let an agent
         busy in Python slow this thread a hundredfold (measured).
         """
+        try:
+            self._insert_rows_now(db, rows, bodies)
+        finally:
+            rows.clear()
+            bodies.clear()
+
+    def _insert_rows_now(
+        self, db: sqlite3.Connection, rows: list[tuple[Any, ...]], bodies: list[tuple[Any, ...]]
+    ) -> None:
         if rows[0][0] is None:  # one row, its id picked by SQLite
             try:
                 cur = db.execute(_insert_sql("events", _EVENT_COLUMNS, 1), rows[0])
@@ -919,8 +932,6 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             db.execute(
                 _insert_sql("payloads", _PAYLOAD_COLUMNS, 1), (cur.lastrowid, *bodies[0][1:])
             )
-            rows.clear()
-            bodies.clear()
             return
         step = self._rows_per_insert
         done = 0
@@ -951,8 +962,6 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 list(_flat(bodies[done : done + size])),
             )
             done += size
-        rows.clear()
-        bodies.clear()
 
     # -- reading ---------------------------------------------------------------------------
 
