@@ -378,7 +378,9 @@ class PostgresStore(Store):
                             run_id=events[0].run_id,
                             location=self.url,
                         ) from exc
-                    raise self._translate(exc, events[0].run_id) from exc
+                    # the run the database refused, where the batch has only one
+                    one_run = len({(ev.tenant, ev.run_id) for ev in events}) == 1
+                    raise self._translate(exc, events[0].run_id if one_run else None) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _append_optimistic(self, events: Sequence[Event], durable: bool) -> list[Receipt] | None:
@@ -452,6 +454,18 @@ class PostgresStore(Store):
         )
         heads: dict[str, list[Any]] = {r[0]: [r[1], r[2]] for r in cur.fetchall()}
         stored_counts = {run_id: head[0] for run_id, head in heads.items()}
+        # A run without a summary may be one retention deleted: refused in its own words (a
+        # gap "expected at seq 0" would send its writer to start it again, refused anyway).
+        deleted: dict[str, Any] = {}
+        unknown = [run_id for run_id in run_ids if run_id not in heads]
+        if unknown:
+            cur.execute(
+                "SELECT run_id, to_char(deleted_at AT TIME ZONE 'UTC', "
+                '\'YYYY-MM-DD"T"HH24:MI:SS.US"Z"\') FROM tachograph.deleted_runs '
+                "WHERE tenant = %s AND run_id = ANY(%s)",
+                (tenant, unknown),
+            )
+            deleted = {r[0]: r[1] for r in cur.fetchall()}
         # Events at a seq the store already holds: fetch what is there, to dedupe or refuse.
         old = [ev for ev in events if ev.seq < stored_counts.get(ev.run_id, 0)]
         stored: dict[tuple[str, int], tuple[str, str]] = {}
@@ -466,6 +480,13 @@ class PostgresStore(Store):
         fresh: list[Event] = []
         in_batch: dict[tuple[str, int], Event] = {}
         for ev, index in zip(events, indexes, strict=True):
+            if ev.run_id in deleted:
+                raise AppendRefused(
+                    f"run {ev.run_id!r} of tenant {tenant!r} was deleted by retention at "
+                    f"{deleted[ev.run_id]}; its id cannot be used again",
+                    run_id=ev.run_id,
+                    location=self.url,
+                )
             count, head_hash = heads.get(ev.run_id, [0, None])
             if ev.seq < count:
                 have = stored.get((ev.run_id, ev.seq))

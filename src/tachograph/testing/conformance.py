@@ -703,6 +703,26 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         assert list(store.audit_of("retention.delete", tenant="other")) == []
         assert list(store.audit_of("erase")) == []
 
+    def test_a_deleted_run_is_refused_as_deleted_wherever_a_batch_meets_it(
+        self, store: Store
+    ) -> None:
+        """Appending to a run retention deleted is refused as such, naming that run: its next
+        event (not a gap "expected at seq 0", which would send its writer to start it again),
+        a new first event behind another run's good one, or ahead of another run's gap; and
+        nothing of the batch is stored."""
+        gone = build_run("run-r", 4)
+        other = build_run("run-a", 6)
+        store.append(gone[:3])
+        store.append(other[:1])
+        store.delete_run("default", "run-r", audit=self._entry("retention.delete"))
+        again = build_run("run-r", 1)
+        for batch in ([gone[3]], [other[1], *again], [*again, other[5]]):
+            with pytest.raises(AppendRefused, match="deleted by retention") as info:
+                store.append(batch)
+            assert info.value.run_id == "run-r"
+            assert store.count_events() == 1
+            assert store.head("run-a") == (0, other[0].hash)
+
     def test_audit_of_is_the_audit_filtered_by_action_and_tenant(self, store: Store) -> None:
         store.append(build_run("run-a", 3))
         for action in ("read", "erase", "read", "retention.note", "read"):
