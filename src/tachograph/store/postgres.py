@@ -96,6 +96,14 @@ EVENT_ID_LOOKUP = (
 )
 
 
+_EVENT_IDS_STORED = (
+    "SELECT event_id, run_id, seq, hash FROM tachograph.events "
+    "WHERE event_id = ANY(%s::text[]) AND tenant = %s"
+)
+"""Every stored event holding one of the ids (the precise path's check: it reports the
+batch's first clash, where the optimistic path only needs to know of one)."""
+
+
 class _Declined(Exception):
     """The optimistic append found a stored event id: roll back, take the precise path."""
 
@@ -426,6 +434,9 @@ class PostgresStore(Store):
         return [receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash) for ev in events]
 
     def _append_txn(self, events: Sequence[Event], durable: bool) -> list[Receipt]:
+        """The precise path: every tenant's events checked (under its own scope), and the
+        batch's first refused event reported, as the other engines report it; only then
+        the rows inserted."""
         cur = self._conn.cursor()
         if not durable:
             cur.execute("SET LOCAL synchronous_commit = off")
@@ -433,19 +444,36 @@ class PostgresStore(Store):
         for index, ev in enumerate(events):
             by_tenant.setdefault(ev.tenant, []).append(index)
         receipts: list[Receipt | None] = [None] * len(events)
+        faults: list[tuple[int, TachographError]] = []
+        accepted: dict[str, list[Event]] = {}
         for tenant, indexes in by_tenant.items():
             self._scope(cur, tenant)
-            self._append_tenant(cur, tenant, [events[i] for i in indexes], indexes, receipts)
+            fresh, fault = self._check_tenant(
+                cur, tenant, [events[i] for i in indexes], indexes, receipts
+            )
+            if fault is not None:
+                faults.append(fault)
+            accepted[tenant] = fresh
+        if faults:
+            raise min(faults, key=lambda fault: fault[0])[1]
+        for tenant, fresh in accepted.items():
+            if fresh:
+                self._scope(cur, tenant)
+                self._insert(cur, fresh)
         return [r for r in receipts if r is not None]
 
-    def _append_tenant(
+    def _check_tenant(
         self,
         cur: psycopg.Cursor[Any],
         tenant: str,
         events: list[Event],
         indexes: list[int],
         receipts: list[Receipt | None],
-    ) -> None:
+    ) -> tuple[list[Event], tuple[int, TachographError] | None]:
+        """One tenant's events (at ``indexes`` in the batch), in order, against the store:
+        the new ones to insert, and the first refused one with its refusal (its index in
+        the batch), as the memory store checks them one by one: a deleted run, a stored seq
+        (a re-sent event is a duplicate), the run's head, then its event id."""
         run_ids = sorted({ev.run_id for ev in events})
         cur.execute(
             "SELECT run_id, events, head_hash FROM tachograph.runs "
@@ -478,15 +506,21 @@ class PostgresStore(Store):
             )
             stored = {(r[0], r[1]): (r[2], r[3]) for r in cur.fetchall()}
         fresh: list[Event] = []
+        fresh_at: list[int] = []
         in_batch: dict[tuple[str, int], Event] = {}
+        fault: tuple[int, TachographError] | None = None
         for ev, index in zip(events, indexes, strict=True):
             if ev.run_id in deleted:
-                raise AppendRefused(
-                    f"run {ev.run_id!r} of tenant {tenant!r} was deleted by retention at "
-                    f"{deleted[ev.run_id]}; its id cannot be used again",
-                    run_id=ev.run_id,
-                    location=self.url,
+                fault = (
+                    index,
+                    AppendRefused(
+                        f"run {ev.run_id!r} of tenant {tenant!r} was deleted by retention at "
+                        f"{deleted[ev.run_id]}; its id cannot be used again",
+                        run_id=ev.run_id,
+                        location=self.url,
+                    ),
                 )
+                break
             count, head_hash = heads.get(ev.run_id, [0, None])
             if ev.seq < count:
                 have = stored.get((ev.run_id, ev.seq))
@@ -498,58 +532,84 @@ class PostgresStore(Store):
                         ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True
                     )
                     continue
-                raise DuplicateConflict(
-                    f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
-                    run_id=ev.run_id,
-                    seq=ev.seq,
-                    expected=have[1] if have else None,
-                    actual=ev.hash,
+                fault = (
+                    index,
+                    DuplicateConflict(
+                        f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
+                        run_id=ev.run_id,
+                        seq=ev.seq,
+                        expected=have[1] if have else None,
+                        actual=ev.hash,
+                    ),
                 )
+                break
             if ev.seq != count or ev.prev_hash != head_hash:
-                raise SequenceConflict(
-                    f"run {ev.run_id!r}: event expected at seq {count} after head "
-                    f"{head_hash}, got seq {ev.seq} after {ev.prev_hash}",
-                    run_id=ev.run_id,
-                    seq=ev.seq,
-                    expected={"seq": count, "prev_hash": head_hash},
-                    actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
+                fault = (
+                    index,
+                    SequenceConflict(
+                        f"run {ev.run_id!r}: event expected at seq {count} after head "
+                        f"{head_hash}, got seq {ev.seq} after {ev.prev_hash}",
+                        run_id=ev.run_id,
+                        seq=ev.seq,
+                        expected={"seq": count, "prev_hash": head_hash},
+                        actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
+                    ),
                 )
+                break
             heads[ev.run_id] = [count + 1, ev.hash]
             in_batch[(ev.run_id, ev.seq)] = ev
             fresh.append(ev)
+            fresh_at.append(index)
             receipts[index] = receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash)
-        if not fresh:
-            return
-        self._check_event_ids(cur, tenant, fresh)
-        self._insert(cur, fresh)
+        # The events before a refusal went in, as the other engines check them: an event id
+        # among them stored elsewhere, or used twice, may be the batch's first refusal.
+        clash = self._first_id_clash(cur, tenant, fresh, fresh_at)
+        if clash is not None and (fault is None or clash[0] < fault[0]):
+            fault = clash
+        return fresh, fault
 
-    def _check_event_ids(self, cur: psycopg.Cursor[Any], tenant: str, fresh: list[Event]) -> None:
-        """An event id stored elsewhere (another run or seq) is a conflict.
+    def _first_id_clash(
+        self, cur: psycopg.Cursor[Any], tenant: str, fresh: list[Event], fresh_at: list[int]
+    ) -> tuple[int, DuplicateConflict] | None:
+        """The first of ``fresh`` (at ``fresh_at`` in the batch) whose event id is stored
+        elsewhere in the tenant or taken by an earlier event of the batch, with its conflict.
 
         Unique keys include ``run_id`` (so that the schema distributes); across runs this is a
         lookup, exact for one writer, and under concurrency the per-run unique key holds.
         """
-        seen: dict[str, Event] = {}
-        for ev in fresh:
-            twin = seen.setdefault(ev.event_id, ev)
-            if twin is not ev:
-                raise DuplicateConflict(
-                    f"event_id {ev.event_id} appears twice in the batch with other content",
-                    run_id=ev.run_id,
-                    seq=ev.seq,
-                    expected=twin.hash,
-                    actual=ev.hash,
+        first: dict[str, tuple[int, Event]] = {}
+        found: tuple[int, DuplicateConflict] | None = None
+        for ev, index in zip(fresh, fresh_at, strict=True):
+            taken = first.setdefault(ev.event_id, (index, ev))[1]
+            if taken is not ev and found is None:  # the batch's order: the first repeat
+                found = (
+                    index,
+                    DuplicateConflict(
+                        f"event_id {ev.event_id} is already stored at {taken.run_id!r} "
+                        f"seq {taken.seq}",
+                        run_id=ev.run_id,
+                        seq=ev.seq,
+                        expected=taken.hash,
+                        actual=ev.hash,
+                    ),
                 )
-        cur.execute(EVENT_ID_LOOKUP, ([ev.event_id for ev in fresh], tenant))
+        if not first:
+            return found
+        cur.execute(_EVENT_IDS_STORED, (list(first), tenant))
         for event_id, run_id, seq, digest in cur.fetchall():
-            ev = seen[event_id]
-            raise DuplicateConflict(
-                f"event_id {event_id} is already stored at {run_id!r} seq {seq}",
-                run_id=ev.run_id,
-                seq=ev.seq,
-                expected=digest,
-                actual=ev.hash,
-            )
+            index, ev = first[event_id]
+            if found is None or index < found[0]:
+                found = (
+                    index,
+                    DuplicateConflict(
+                        f"event_id {event_id} is already stored at {run_id!r} seq {seq}",
+                        run_id=ev.run_id,
+                        seq=ev.seq,
+                        expected=digest,
+                        actual=ev.hash,
+                    ),
+                )
+        return found
 
     @staticmethod
     def _insert(cur: psycopg.Cursor[Any], fresh: Sequence[Event]) -> None:

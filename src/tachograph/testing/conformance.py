@@ -32,6 +32,7 @@ from ..errors import (
     RunNotFound,
     SequenceConflict,
     StoreError,
+    TachographError,
 )
 from ..record.event import Event, EventType, new_event
 from ..record.jsonl import export_run, import_jsonl
@@ -265,6 +266,55 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         assert info.value.actual == clash.hash
         assert store.count_events() == 3
         assert _ids(store.runs()) == ["run-a"]
+
+    def test_a_refused_batch_reports_its_first_refused_event(self, store: Store) -> None:
+        """Whatever an engine checks first, a refused batch reports the event the one-by-one
+        check refuses first (a stored seq, the run's head, then its event id), in the batch's
+        order across runs and tenants; nothing of the batch is stored."""
+        stored = build_run("run-a", 2)
+        store.append(stored)
+
+        def started(run_id: str, *, event_id: str | None = None, tenant: str = "default") -> Event:
+            return new_event(
+                run_id=run_id,
+                seq=0,
+                type=EventType.RUN_STARTED.value,
+                actor="agent",
+                payload={"input": run_id},
+                prev_hash=None,
+                event_id=event_id,
+                tenant=tenant,
+            )
+
+        gap = build_run("run-c", 2)[1]
+        other_gap = build_run("run-e", 2, tenant="t2")[1]
+        twin = started("run-g")
+        cases: list[tuple[list[Event], type[TachographError], str]] = [
+            # an event id stored elsewhere, then a gap: the id
+            ([started("run-b", event_id=stored[0].event_id), gap], DuplicateConflict, "run-b"),
+            # a gap of the second tenant between the first tenant's good event and its gap
+            ([started("run-d"), other_gap, gap], SequenceConflict, "run-e"),
+            # two ids stored elsewhere: the first in the batch, whatever their order as ids
+            (
+                [
+                    started("run-x", event_id=stored[1].event_id),
+                    started("run-y", event_id=stored[0].event_id),
+                ],
+                DuplicateConflict,
+                "run-x",
+            ),
+            # an id used twice in the batch: the second use
+            ([twin, started("run-h", event_id=twin.event_id)], DuplicateConflict, "run-h"),
+        ]
+        for batch, kind, refused in cases:
+            with pytest.raises(TachographError) as info:
+                store.append(batch)
+            assert type(info.value) is kind
+            assert info.value.run_id == refused
+            assert info.value.seq == next(e.seq for e in batch if e.run_id == refused)
+            assert store.count_events() == 2
+        with pytest.raises(DuplicateConflict, match="already stored at 'run-g' seq 0"):
+            store.append([twin, started("run-h", event_id=twin.event_id)])
 
     # -- queries ----------------------------------------------------------------------------
 
