@@ -18,6 +18,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -203,6 +204,26 @@ def loop_sample(fn: Callable[[], object], inner: int) -> Callable[[], float]:
         return (time.perf_counter_ns() - t0) / inner
 
     return sample
+
+
+def beside_busy_thread(fn: Callable[[], float]) -> float:
+    """``fn()`` while another thread of the process computes in Python (an agent busy between
+    its calls), the thread stopped after."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        x = 0
+        while not stop.is_set():
+            for i in range(1000):
+                x += i
+
+    spinner = threading.Thread(target=spin, name="bench-busy", daemon=True)
+    spinner.start()
+    try:
+        return fn()
+    finally:
+        stop.set()
+        spinner.join()
 
 
 def remove_sqlite(path: str | os.PathLike[str]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import statistics
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from .common import (
     Measure,
     Settings,
     Target,
+    beside_busy_thread,
     build_run,
     interleaved,
     measure_of,
@@ -149,26 +149,11 @@ def _busy_thread_share(store: SQLiteStore, payloads: list[dict[str, Any]]) -> fl
     def sample() -> float:
         return _recorder_rate(store, f"bench-busy-{next(counter)}", payloads)
 
-    stop = threading.Event()
-
-    def spin() -> None:
-        x = 0
-        while not stop.is_set():
-            for i in range(1000):
-                x += i
-
     alone: list[float] = []
     beside: list[float] = []
     for _ in range(3):
         alone.append(sample())
-        spinner = threading.Thread(target=spin, name="bench-busy", daemon=True)
-        spinner.start()
-        try:
-            beside.append(sample())
-        finally:
-            stop.set()
-            spinner.join()
-            stop.clear()
+        beside.append(beside_busy_thread(sample))
     return statistics.median(beside) / statistics.median(alone)
 
 

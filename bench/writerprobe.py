@@ -38,19 +38,24 @@ import json
 import logging
 import statistics
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tachograph.capture.recorder import Recorder
 from tachograph.record.event import Event
 from tachograph.store import Receipt, SQLiteStore
 from tachograph.store.base import SealRow
 from tachograph.store.sqlite import _EVENT_COLUMNS
 
-from .common import build_run, load_average, payload_of_size, remove_sqlite
+from .common import (
+    beside_busy_thread,
+    build_run,
+    load_average,
+    payload_of_size,
+    remove_sqlite,
+)
+from .durable import _recorder_rate
 
 __all__ = ["main"]
 
@@ -161,46 +166,18 @@ class _Timed:
         store.append = append  # type: ignore[method-assign]
 
 
-def _record(store: SQLiteStore, run_id: str, payloads: Sequence[dict[str, Any]]) -> float:
-    """Seconds recording ``payloads`` as model responses into a new run, to the flush."""
-    recorder = Recorder(store, run_id=run_id, actor="bench")
-    t0 = time.perf_counter_ns()
-    for payload in payloads:
-        recorder.append("model.response", payload)
-    recorder.flush()
-    return (time.perf_counter_ns() - t0) / 1e9
-
-
-def _beside_busy_thread(fn: Callable[[], float]) -> float:
-    stop = threading.Event()
-
-    def spin() -> None:
-        x = 0
-        while not stop.is_set():
-            for i in range(1000):
-                x += i
-
-    spinner = threading.Thread(target=spin, name="bench-busy", daemon=True)
-    spinner.start()
-    try:
-        return fn()
-    finally:
-        stop.set()
-        spinner.join()
-
-
 def _round(
     name: str, store: SQLiteStore, timed: _Timed, payloads: Sequence[dict[str, Any]], r: int
 ) -> dict[str, float]:
     n = len(payloads)
     timed.wall = timed.cpu = 0
     agent0 = time.thread_time_ns()
-    seconds = _record(store, f"{name}-recorded-{r}", payloads)
+    recorded = _recorder_rate(store, f"{name}-recorded-{r}", payloads)
     agent_cpu = time.thread_time_ns() - agent0
     writer_wall, writer_cpu = timed.wall, timed.cpu
     few = payloads[: max(2, int(n / 2.5))]
-    alone = len(few) / _record(store, f"{name}-alone-{r}", few)
-    beside = len(few) / _beside_busy_thread(lambda: _record(store, f"{name}-beside-{r}", few))
+    alone = _recorder_rate(store, f"{name}-alone-{r}", few)
+    beside = beside_busy_thread(lambda: _recorder_rate(store, f"{name}-beside-{r}", few))
     events = list(build_run(f"{name}-store-{r}", n, payload_bytes=PAYLOAD_BYTES))
     store.append(events[:1])  # a new run's first event: the batches after it continue it
     t0 = time.perf_counter_ns()
@@ -208,7 +185,7 @@ def _round(
         store.append(events[start : start + STORE_BATCH])
     store_rate = (n - 1) / ((time.perf_counter_ns() - t0) / 1e9)
     return {
-        "recorded": n / seconds,
+        "recorded": recorded,
         "writer_wall_us": writer_wall / n / 1000,
         "writer_cpu_us": writer_cpu / n / 1000,
         "agent_cpu_us": agent_cpu / n / 1000,
@@ -230,7 +207,7 @@ def probe(workdir: Path, events: int, rounds: int) -> dict[str, dict[str, Any]]:
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in VARIANTS}
     try:
         for name, store in stores.items():  # warm: imports, statement caches, the files
-            _record(store, f"{name}-warm", payloads[: min(events, 1000)])
+            _recorder_rate(store, f"{name}-warm", payloads[: min(events, 1000)])
         for r in range(rounds):
             order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
             for name in order:

@@ -48,7 +48,7 @@ def _declared(cls: type) -> dict[str, str]:
 def test_the_scan_finds_the_raises() -> None:
     found = _keywords_passed()
     assert ("suggestions", "store/base.py") in found["RunNotFound"]
-    assert ("expected", "store/sqlite.py") in found["SequenceConflict"]
+    assert ("expected", "store/base.py") in found["SequenceConflict"]
 
 
 @pytest.mark.parametrize("name", sorted(ERRORS))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..errors import RunNotFound, StoreError
+from ..errors import AppendRefused, DuplicateConflict, RunNotFound, SequenceConflict, StoreError
 from ..record.bulk import collector_paused
 from ..record.event import Event
 from ..record.rows import StoredRow
@@ -88,6 +88,59 @@ def receipt(
     r.duplicate = duplicate
     r.__class__ = _cls
     return r  # type: ignore[no-any-return]
+
+
+# -- an append's refusals, in the same words on every engine ------------------------------
+
+
+def seq_taken(ev: Event, expected: str | None) -> DuplicateConflict:
+    """``ev``'s run already holds another event at its seq (``expected``: that one's hash)."""
+    return DuplicateConflict(
+        f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
+        run_id=ev.run_id,
+        seq=ev.seq,
+        expected=expected,
+        actual=ev.hash,
+    )
+
+
+def out_of_sequence(ev: Event, count: int, head: str | None) -> SequenceConflict:
+    """``ev`` is not its run's next event (``count`` events, ``head`` the last one's hash)."""
+    return SequenceConflict(
+        f"run {ev.run_id!r}: event expected at seq {count} after head "
+        f"{head}, got seq {ev.seq} after {ev.prev_hash}",
+        run_id=ev.run_id,
+        seq=ev.seq,
+        expected={"seq": count, "prev_hash": head},
+        actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
+    )
+
+
+def id_taken(
+    event_id: str, run_id: str, seq: int, actual: str, at: tuple[str, int], expected: str | None
+) -> DuplicateConflict:
+    """The event ``event_id`` of ``run_id`` at ``seq`` (hash ``actual``) has an id the event
+    stored ``at`` (run, seq), of hash ``expected``, already holds."""
+    return DuplicateConflict(
+        f"event_id {event_id} is already stored at {at[0]!r} seq {at[1]}",
+        run_id=run_id,
+        seq=seq,
+        expected=expected,
+        actual=actual,
+    )
+
+
+def run_deleted(
+    tenant: str, run_id: str, at: str | None = None, *, location: str | None = None
+) -> AppendRefused:
+    """``run_id`` of ``tenant`` was deleted by retention (``at``, when known)."""
+    return AppendRefused(
+        f"run {run_id!r} of tenant {tenant!r} was deleted by retention"
+        + (f" at {at}" if at else "")
+        + "; its id cannot be used again",
+        run_id=run_id,
+        **({"location": location} if location is not None else {}),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,6 @@ from dataclasses import dataclass, field
 import orjson
 
 from ..errors import (
-    AppendRefused,
-    DuplicateConflict,
-    SequenceConflict,
     StoreError,
     StoreNotFound,
     StoreUnavailable,
@@ -27,7 +24,19 @@ from ..errors import (
 from ..record.event import Event, EventType
 from ..record.rows import StoredRow
 from .audit import AuditEntry, AuditRecord, chain_audit
-from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found, receipt
+from .base import (
+    CheckpointRow,
+    Receipt,
+    RunInfo,
+    SealRow,
+    Store,
+    id_taken,
+    not_found,
+    out_of_sequence,
+    receipt,
+    run_deleted,
+    seq_taken,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -124,11 +133,7 @@ class MemoryStore(Store):
             for ev in events:
                 key = (ev.tenant, ev.run_id)
                 if key in data.deleted:
-                    raise AppendRefused(
-                        f"run {ev.run_id!r} of tenant {ev.tenant!r} was deleted by retention; "
-                        "its id cannot be used again",
-                        run_id=ev.run_id,
-                    )
+                    raise run_deleted(ev.tenant, ev.run_id)
                 stored = data.rows.get(key, [])
                 staged = pending.setdefault(key, [])
                 count = len(stored) + len(staged)
@@ -139,33 +144,14 @@ class MemoryStore(Store):
                             receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True)
                         )
                         continue
-                    raise DuplicateConflict(
-                        f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
-                        run_id=ev.run_id,
-                        seq=ev.seq,
-                        expected=there.hash,
-                        actual=ev.hash,
-                    )
+                    raise seq_taken(ev, there.hash)
                 head = (staged or stored)[-1].hash if count else None
                 if ev.seq != count or ev.prev_hash != head:
-                    raise SequenceConflict(
-                        f"run {ev.run_id!r}: event expected at seq {count} after head "
-                        f"{head}, got seq {ev.seq} after {ev.prev_hash}",
-                        run_id=ev.run_id,
-                        seq=ev.seq,
-                        expected={"seq": count, "prev_hash": head},
-                        actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
-                    )
+                    raise out_of_sequence(ev, count, head)
                 other = data.by_event_id.get(ev.event_id) or new_ids.get(ev.event_id)
                 if other is not None:
-                    raise DuplicateConflict(
-                        f"event_id {ev.event_id} is already stored at {other.run_id!r} "
-                        f"seq {other.seq}",
-                        run_id=ev.run_id,
-                        seq=ev.seq,
-                        expected=other.hash,
-                        actual=ev.hash,
-                    )
+                    at = (other.run_id, other.seq)
+                    raise id_taken(ev.event_id, ev.run_id, ev.seq, ev.hash, at, other.hash)
                 body = ev.payload_bytes
                 if body is None and ev.payload is not None:
                     body = orjson.dumps(ev.payload)

@@ -45,7 +45,19 @@ from . import forks
 from . import postgres_migrations as migrations
 from . import postgres_schema as schema
 from .audit import AuditEntry, AuditRecord, chain_audit
-from .base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found, receipt
+from .base import (
+    CheckpointRow,
+    Receipt,
+    RunInfo,
+    SealRow,
+    Store,
+    id_taken,
+    not_found,
+    out_of_sequence,
+    receipt,
+    run_deleted,
+    seq_taken,
+)
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -511,15 +523,7 @@ class PostgresStore(Store):
         fault: tuple[int, TachographError] | None = None
         for ev, index in zip(events, indexes, strict=True):
             if ev.run_id in deleted:
-                fault = (
-                    index,
-                    AppendRefused(
-                        f"run {ev.run_id!r} of tenant {tenant!r} was deleted by retention at "
-                        f"{deleted[ev.run_id]}; its id cannot be used again",
-                        run_id=ev.run_id,
-                        location=self.url,
-                    ),
-                )
+                fault = index, run_deleted(tenant, ev.run_id, deleted[ev.run_id], location=self.url)
                 break
             count, head_hash = heads.get(ev.run_id, [0, None])
             if ev.seq < count:
@@ -532,29 +536,10 @@ class PostgresStore(Store):
                         ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True
                     )
                     continue
-                fault = (
-                    index,
-                    DuplicateConflict(
-                        f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
-                        run_id=ev.run_id,
-                        seq=ev.seq,
-                        expected=have[1] if have else None,
-                        actual=ev.hash,
-                    ),
-                )
+                fault = index, seq_taken(ev, have[1] if have else None)
                 break
             if ev.seq != count or ev.prev_hash != head_hash:
-                fault = (
-                    index,
-                    SequenceConflict(
-                        f"run {ev.run_id!r}: event expected at seq {count} after head "
-                        f"{head_hash}, got seq {ev.seq} after {ev.prev_hash}",
-                        run_id=ev.run_id,
-                        seq=ev.seq,
-                        expected={"seq": count, "prev_hash": head_hash},
-                        actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
-                    ),
-                )
+                fault = index, out_of_sequence(ev, count, head_hash)
                 break
             heads[ev.run_id] = [count + 1, ev.hash]
             in_batch[(ev.run_id, ev.seq)] = ev
@@ -582,33 +567,15 @@ class PostgresStore(Store):
         for ev, index in zip(fresh, fresh_at, strict=True):
             taken = first.setdefault(ev.event_id, (index, ev))[1]
             if taken is not ev and found is None:  # the batch's order: the first repeat
-                found = (
-                    index,
-                    DuplicateConflict(
-                        f"event_id {ev.event_id} is already stored at {taken.run_id!r} "
-                        f"seq {taken.seq}",
-                        run_id=ev.run_id,
-                        seq=ev.seq,
-                        expected=taken.hash,
-                        actual=ev.hash,
-                    ),
-                )
+                at = (taken.run_id, taken.seq)
+                found = index, id_taken(ev.event_id, ev.run_id, ev.seq, ev.hash, at, taken.hash)
         if not first:
             return found
         cur.execute(_EVENT_IDS_STORED, (list(first), tenant))
         for event_id, run_id, seq, digest in cur.fetchall():
             index, ev = first[event_id]
             if found is None or index < found[0]:
-                found = (
-                    index,
-                    DuplicateConflict(
-                        f"event_id {event_id} is already stored at {run_id!r} seq {seq}",
-                        run_id=ev.run_id,
-                        seq=ev.seq,
-                        expected=digest,
-                        actual=ev.hash,
-                    ),
-                )
+                found = index, id_taken(event_id, ev.run_id, ev.seq, ev.hash, (run_id, seq), digest)
         return found
 
     @staticmethod

@@ -29,7 +29,6 @@ from ..errors import (
     DuplicateConflict,
     FormatError,
     SchemaVersionError,
-    SequenceConflict,
     StoreError,
     StoreNotFound,
     StoreUnavailable,
@@ -37,7 +36,18 @@ from ..errors import (
 from ..record.event import Event, EventType, stored_event
 from ..record.rows import StoredRow
 from . import forks
-from .base import Receipt, RunInfo, SealRow, Store, not_found, receipt
+from .base import (
+    Receipt,
+    RunInfo,
+    SealRow,
+    Store,
+    id_taken,
+    not_found,
+    out_of_sequence,
+    receipt,
+    run_deleted,
+    seq_taken,
+)
 from .sqlite_lifecycle import DELETED_RUN_REFUSAL, LIFECYCLE_MIGRATION, SQLiteLifecycle
 from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
 
@@ -189,18 +199,14 @@ def _id_conflict(
         gone = db.execute(
             "SELECT deleted_at FROM deleted_runs WHERE tenant=? AND run_id=?", (row[1], row[2])
         ).fetchone()
-        return AppendRefused(
-            f"run {row[2]!r} of tenant {row[1]!r} was deleted by retention"
-            + (f" at {gone[0]}" if gone else "")
-            + "; its id cannot be used again",
-            run_id=row[2],
-        )
+        return run_deleted(row[1], row[2], gone[0] if gone else None)
+    if other is not None:
+        return id_taken(row[4], row[2], row[3], row[15], (other[1], other[2]), other[3])
     return DuplicateConflict(
-        f"event_id {row[4]} is already stored"
-        + (f" at {other[1]!r} seq {other[2]}" if other else f": {exc}"),
+        f"event_id {row[4]} is already stored: {exc}",
         run_id=row[2],
         seq=row[3],
-        expected=other[3] if other else None,
+        expected=None,
         actual=row[15],
     )
 
@@ -827,22 +833,9 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                             receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash, True)
                         )
                         continue
-                    raise DuplicateConflict(
-                        f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
-                        run_id=ev.run_id,
-                        seq=ev.seq,
-                        expected=stored[1] if stored else None,
-                        actual=ev.hash,
-                    )
+                    raise seq_taken(ev, stored[1] if stored else None)
                 if ev.seq != count or ev.prev_hash != head_hash:
-                    raise SequenceConflict(
-                        f"run {ev.run_id!r}: event expected at seq {count} after head "
-                        f"{head_hash}, got seq {ev.seq} after {ev.prev_hash}",
-                        run_id=ev.run_id,
-                        seq=ev.seq,
-                        expected={"seq": count, "prev_hash": head_hash},
-                        actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
-                    )
+                    raise out_of_sequence(ev, count, head_hash)
                 pending.append(
                     (
                         next_id,

@@ -19,8 +19,9 @@ from typing import Any
 
 import orjson
 
-from ..errors import AppendRefused, StoreUnavailable
+from ..errors import StoreUnavailable
 from .audit import READ_ACTIONS, AuditEntry, AuditRecord, chain_audit
+from .base import run_deleted
 
 __all__ = ["DELETED_RUN_REFUSAL", "LIFECYCLE_MIGRATION", "SQLiteLifecycle"]
 
@@ -261,11 +262,7 @@ class SQLiteLifecycle:
             "SELECT deleted_at FROM deleted_runs WHERE tenant=? AND run_id=?", (tenant, run_id)
         ).fetchone()
         if gone is not None:
-            raise AppendRefused(
-                f"run {run_id!r} of tenant {tenant!r} was deleted by retention at {gone[0]}; "
-                "its id cannot be used again",
-                run_id=run_id,
-            )
+            raise run_deleted(tenant, run_id, gone[0])
 
     def scrub(self) -> None:
         """Copy every committed page into the database file and cut the ``-wal`` to zero
