@@ -73,6 +73,10 @@ CHUNKS_PER_WORKER = 4
 GROUP_EVENTS = 20_000
 """Small runs are handed to workers in groups of about this many events."""
 _PROGRESS_EVERY = 5_000
+_STUCK_AFTER = 2.0
+"""Seconds a worker may lie dead with the pool not broken before the feeder ends the pool
+(:meth:`_Pool._unstick`): the executor breaks it within milliseconds of a death, unless its
+thread is reading a result the dead worker had begun to send."""
 _MAX_FAILURES = 100
 
 
@@ -514,6 +518,10 @@ class _Pool:
         self.pool = self.workers.pool
         self.progress: Any = self.workers.progress
         self.broken = self.workers.broken
+        self.dead_since: float | None = None
+        """When the feeder first saw a worker dead and the pool not broken (see _unstick)."""
+        self.unstuck = False
+        """Whether the feeder ended the workers of a pool a half-sent result held."""
 
     def run(
         self,
@@ -649,6 +657,7 @@ class _Pool:
                 running -= done
                 if _is_broken(list(done)):
                     claims.mark_broken()
+                self._unstick(claims)
                 running -= self._abandoned(running, claims)
         finally:
             # Return only once every task handed out is done (the pool fails a broken
@@ -657,9 +666,45 @@ class _Pool:
                 while running:
                     wait(running, timeout=0.25)
                     running -= _done(running)
+                    self._unstick(claims)
                     running -= self._abandoned(running, claims)
             finally:
                 claims.fed.set()
+
+    def _unstick(self, claims: _Claims) -> None:
+        """A worker that died while it wrote a result leaves the executor's thread reading
+        the rest of it, for ever (it reads a result whole, and this process holds the pipe's
+        writing end too, so the read never ends): the pool is never broken, and its tasks
+        never done. Once a worker has been dead for :data:`_STUCK_AFTER` seconds and the
+        pool is still not broken, every worker is ended and this process's writing end of
+        the result pipe closed: the executor's read then ends, and it breaks the pool as for
+        any death (its tasks fail; the calling process verifies their runs itself)."""
+        if claims.broken or self.unstuck:
+            return
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        try:
+            # a sentinel is ready once its process has ended (without reaping it)
+            dead = multiprocessing.connection.wait([p.sentinel for p in processes], timeout=0)
+        except (OSError, ValueError):  # a process closed under us: the pool is ending
+            return
+        now = time.monotonic()
+        if not dead:
+            self.dead_since = None
+            return
+        if self.dead_since is None:
+            self.dead_since = now
+            return
+        if now - self.dead_since < _STUCK_AFTER:
+            return
+        writer = getattr(getattr(self.pool, "_result_queue", None), "_writer", None)
+        if writer is None:  # not CPython's executor as known: nothing to close
+            return
+        self.unstuck = True
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.kill()
+        with contextlib.suppress(Exception):
+            writer.close()
 
     def _abandoned(self, running: set[Future[Any]], claims: _Claims) -> set[Future[Any]]:
         """The tasks of ``running`` to stop waiting for: none until the pool is broken, nor
