@@ -51,6 +51,15 @@ def half_sent(source, task):
 
 def quick(source, task):
     return task
+
+
+def interrupts_here(source, task):
+    """In the calling process (which takes the last task first): a Ctrl-C a second in,
+    before the pool is found stuck."""
+    import time
+
+    time.sleep(1.0)
+    raise KeyboardInterrupt
 '''
 
 SCENARIO = """
@@ -64,12 +73,30 @@ store = SQLiteStore(sys.argv[2])
 with _Pool(store, "sqlite:///" + sys.argv[2], int(sys.argv[3])) as pool:
     t0 = time.monotonic()
     got = pool.run([(tasks.half_sent, ())] + [(tasks.quick, ())] * 11, [1] * 12, None)
-    broken = pool.broken
-print(json.dumps({"got": got, "broken": broken, "seconds": time.monotonic() - t0}))
+    broken, unstuck = pool.broken, pool.unstuck
+print(json.dumps({"got": got, "broken": broken, "unstuck": unstuck,
+                  "seconds": time.monotonic() - t0}))
 """
 
 
-def _run(tmp_path: Path, workers: int) -> dict[str, object]:
+INTERRUPTED = """
+import json, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import half_sent_tasks as tasks
+from tachograph.store import SQLiteStore
+from tachograph.store.parallel import _Pool
+
+store = SQLiteStore(sys.argv[2])
+calls = [(tasks.half_sent, ())] + [(tasks.quick, ())] * 3 + [(tasks.interrupts_here, ())]
+try:
+    with _Pool(store, "sqlite:///" + sys.argv[2], int(sys.argv[3])) as pool:
+        pool.run(calls, [1] * len(calls), None)
+except KeyboardInterrupt:
+    print(json.dumps({"interrupted": True, "unstuck": pool.unstuck}), flush=True)
+"""
+
+
+def _run(tmp_path: Path, workers: int, scenario: str = SCENARIO) -> dict[str, object]:
     (tmp_path / "half_sent_tasks.py").write_text(textwrap.dedent(HELPER))
     store = tmp_path / "s.db"
     mark = tmp_path / "half-sent"
@@ -80,7 +107,7 @@ def _run(tmp_path: Path, workers: int) -> dict[str, object]:
     }
     try:
         done = subprocess.run(
-            [sys.executable, "-c", SCENARIO, str(tmp_path), str(store), str(workers)],
+            [sys.executable, "-c", scenario, str(tmp_path), str(store), str(workers)],
             capture_output=True,
             text=True,
             env=env,
@@ -104,6 +131,10 @@ def test_a_worker_dying_half_way_through_a_result_breaks_the_pool(
     with its own result."""
     result = _run(tmp_path, workers)
     assert result["broken"] is True
+    assert result["unstuck"] is True  # the feeder ended the pool, as the executor could not
+    seconds = result["seconds"]
+    assert isinstance(seconds, float)
+    assert seconds < 30  # two seconds after the death, not a timeout of some other kind
     got = result["got"]
     assert isinstance(got, list)
     assert len(got) == 12
@@ -113,3 +144,14 @@ def test_a_worker_dying_half_way_through_a_result_breaks_the_pool(
     # the tasks a worker held when the pool broke fail (at most two a worker); the calling
     # process runs every other one
     assert len(done) >= 12 - 2 * (workers - 1)
+
+
+def test_an_interrupt_while_a_result_is_half_sent_still_lets_the_process_end(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C in the calling process before the pool is found stuck ends the pool there
+    and then: ending the workers closes this process's end of the result pipe too, so the
+    executor's thread, still reading the half-sent result, ends and the interpreter's exit
+    (which joins that thread) does not wait for ever."""
+    result = _run(tmp_path, 2, INTERRUPTED)
+    assert result == {"interrupted": True, "unstuck": False}

@@ -274,6 +274,35 @@ def test_a_process_forked_after_prestart_does_not_take_its_parents_workers() -> 
     assert parallel._prestarted is not None  # the parent's are still its own
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork with threads (3.12+)
+def test_a_child_forked_while_the_pool_holds_its_lock_does_not_wait_for_it() -> None:
+    # A thread of the parent may hold the executor's lock at the fork (its own thread does,
+    # now and then): a child that let the parent's pool be collected would take that lock in
+    # the executor's callback and wait for ever. Held here for the fork, every time.
+    import signal
+    import time
+
+    _ahead(2)
+    assert parallel._prestarted is not None
+    lock = parallel._prestarted.pool._shutdown_lock
+    with lock:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child
+            os._exit(0 if parallel._prestarted is None else 1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the forked child waited for the lock its parent held at the fork")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert parallel._prestarted is not None  # the parent's are still its own
+
+
 def test_workers_started_ahead_with_one_dead_are_replaced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

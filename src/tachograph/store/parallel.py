@@ -413,8 +413,9 @@ class _Spawned:
     def terminate(self) -> None:
         """Stop now: pending tasks are cancelled and the workers ended (not waited for in
         what they do; their processes are joined)."""
-        # Read first: the process table goes with the shutdown.
+        # Read first: the process table and the result pipe go with the shutdown.
         processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        writer = _result_writer(self.pool)
         stop = getattr(self.pool, "terminate_workers", None)  # Python 3.14
         if stop is not None:
             stop()
@@ -428,16 +429,40 @@ class _Spawned:
             _close(reader)
         for process in processes:
             process.join()
+        # The executor's thread may be reading a result a worker began to send before it
+        # died (see _Pool._unstick): with the workers gone, this process's writing end of
+        # the pipe is the last one, and closing it ends that read (else the interpreter's
+        # exit, which joins that thread, would wait for ever).
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+
+def _result_writer(pool: ProcessPoolExecutor) -> Any:
+    """This process's writing end of the executor's result pipe (``None`` where the
+    executor has none as known, or no longer has it)."""
+    return getattr(getattr(pool, "_result_queue", None), "_writer", None)
 
 
 _prestarted: _Spawned | None = None
 _prestart_lock = threading.Lock()
 
 
+_forked_off: list[_Spawned] = []
+"""In a forked child: the parent's workers started ahead, kept and never used (see
+:func:`_forget_prestarted`)."""
+
+
 def _forget_prestarted() -> None:
     """In a child forked from this process: the workers are the parent's, and the executor's
-    threads did not cross the fork (a task given to them would never be done)."""
+    threads did not cross the fork (a task given to them would never be done).
+
+    The parent's pool is set aside, not let go: collected here, the executor would wake its
+    thread under a lock that a thread of the parent may have held at the fork, and the child
+    would wait for that lock for ever."""
     global _prestarted, _prestart_lock
+    if _prestarted is not None:
+        _forked_off.append(_prestarted)
     _prestarted = None
     _prestart_lock = threading.Lock()
 
@@ -696,10 +721,13 @@ class _Pool:
             return
         if now - self.dead_since < _STUCK_AFTER:
             return
-        writer = getattr(getattr(self.pool, "_result_queue", None), "_writer", None)
+        writer = _result_writer(self.pool)
         if writer is None:  # not CPython's executor as known: nothing to close
             return
         self.unstuck = True
+        # The pool is broken from here on: the tasks handed out are no longer waited for
+        # once the executor's thread has ended (_abandoned), which the close below brings.
+        claims.mark_broken()
         for process in processes:
             with contextlib.suppress(Exception):
                 process.kill()
