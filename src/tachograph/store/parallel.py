@@ -407,14 +407,13 @@ class _Spawned:
         breaks it, a moment later)."""
         if self.broken or getattr(self.pool, "_broken", False):
             return False
-        processes = getattr(self.pool, "_processes", None) or {}
-        return all(process.is_alive() for process in processes.values())
+        return all(process.is_alive() for process in _worker_processes(self.pool))
 
     def terminate(self) -> None:
         """Stop now: pending tasks are cancelled and the workers ended (not waited for in
         what they do; their processes are joined)."""
         # Read first: the process table and the result pipe go with the shutdown.
-        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        processes = _worker_processes(self.pool)
         writer = _result_writer(self.pool)
         stop = getattr(self.pool, "terminate_workers", None)  # Python 3.14
         if stop is not None:
@@ -436,6 +435,12 @@ class _Spawned:
         if writer is not None:
             with contextlib.suppress(Exception):
                 writer.close()
+
+
+def _worker_processes(pool: ProcessPoolExecutor) -> list[Any]:
+    """The executor's worker processes as it holds them now (none once it has dropped its
+    table, at its shutdown; the executor has no public way to list them)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
 
 
 def _result_writer(pool: ProcessPoolExecutor) -> Any:
@@ -706,7 +711,7 @@ class _Pool:
         any death (its tasks fail; the calling process verifies their runs itself)."""
         if claims.broken or self.unstuck:
             return
-        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        processes = _worker_processes(self.pool)
         try:
             # a sentinel is ready once its process has ended (without reaping it)
             dead = multiprocessing.connection.wait([p.sentinel for p in processes], timeout=0)
