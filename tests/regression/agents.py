@@ -110,3 +110,20 @@ def dies_on_order_c0007(task: str) -> str:
     if "C-0007" in task and multiprocessing.parent_process() is not None:
         os._exit(9)
     return demo.billing_agent_v2(task)
+
+
+def waits_in_workers(task: str) -> str:
+    """``billing_agent_v2``, except that a replay in a worker process first writes its
+    process id as a line of the file ``TACHOGRAPH_TEST_REPLAY_LOG`` names, then waits there
+    for ten minutes (a replay that takes long): for tests that stop ``tacho test`` while its
+    workers replay."""
+    import multiprocessing
+    import os
+    import time
+
+    log = os.environ.get("TACHOGRAPH_TEST_REPLAY_LOG")
+    if log and multiprocessing.parent_process() is not None:
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"{os.getpid()}\n")
+        time.sleep(600)
+    return demo.billing_agent_v2(task)

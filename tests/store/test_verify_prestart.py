@@ -223,6 +223,48 @@ def test_a_worker_started_ahead_leaves_ctrl_c_to_its_caller() -> None:
     assert ahead.alive()
 
 
+def test_a_worker_given_ctrl_c_as_it_starts_leaves_it_to_its_caller(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # The worker ignores SIGINT once its initializer runs, a tenth of a second or more
+    # after its start: a Ctrl-C before that ended it with a traceback of whatever it was
+    # importing, and broke the pool. Workers start with SIGINT held (ctrl_c_held).
+    import signal
+
+    ahead = _ahead(3)
+    pids = _pids(ahead)
+    assert len(pids) == 2
+    for pid in pids:  # at once: each is still starting its interpreter
+        os.kill(pid, signal.SIGINT)
+    _ready(ahead)  # every worker still answers
+    assert ahead.alive()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_ctrl_c_held_holds_sigint_back_from_the_processes_started_in_it() -> None:
+    import multiprocessing
+    import signal
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tachograph.store.parallel import ctrl_c_held, end_pool, leave_ctrl_c_to_caller
+
+    pool = ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("spawn"), initializer=leave_ctrl_c_to_caller
+    )
+    try:
+        with ctrl_c_held():
+            started = pool.submit(os.getpid)
+        for pid in list(pool._processes or {}):  # at once, as it starts
+            os.kill(pid, signal.SIGINT)
+        worker = started.result(timeout=120)
+        assert pool.submit(os.getpid).result(timeout=120) == worker  # the same one, alive
+    finally:
+        end_pool(pool)
+    assert _until(lambda: _gone(worker))
+    # and this thread has SIGINT back
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
 _ORPHANED = """
 import sys, time
 from tachograph.store import parallel

@@ -16,11 +16,12 @@ import hashlib
 import multiprocessing
 import os
 import pickle
+import queue
 import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -34,6 +35,7 @@ from ..record.canonical import canonical
 from ..record.event import Event, now_ts
 from ..record.jsonl import read_jsonl
 from ..replay.report import DivergenceKind, Drift, ReplayReport
+from ..store.parallel import ctrl_c_held, end_pool, leave_ctrl_c_to_caller
 from .corpus import (
     FIXTURE_VERSION,
     SIDECAR_SUFFIX,
@@ -522,13 +524,30 @@ def _in_workers(
     pending = list(range(len(entries)))
     while pending:
         broke = False
-        with ProcessPoolExecutor(max_workers=count, mp_context=ctx) as pool:
-            futures = {i: pool.submit(_worker, entries[i], spec, options) for i in pending}
+        # The workers leave Ctrl-C to this process (from their first instant: ctrl_c_held),
+        # which ends them: else each printed its own traceback, and the pool broke.
+        pool = ProcessPoolExecutor(count, mp_context=ctx, initializer=leave_ctrl_c_to_caller)
+        try:
+            with ctrl_c_held():  # the executor starts its workers as the first tasks come
+                futures = {i: pool.submit(_worker, entries[i], spec, options) for i in pending}
+            # Waited for on a queue, not in Future.result: a Ctrl-C that lands while this
+            # thread waits inside a future's lock can leave the lock held, and the executor's
+            # thread, which takes it to cancel the future, then keeps the exit waiting for ever.
+            done: queue.SimpleQueue[int] = queue.SimpleQueue()
             for i, future in futures.items():
+                future.add_done_callback(_telling(done, i))
+            for _ in futures:
+                i = done.get()
                 try:
-                    results[i] = future.result()
+                    results[i] = futures[i].result()
                 except BrokenProcessPool:
                     broke = True
+        except BaseException:
+            # Ctrl-C, or anything else: end the workers now (a shutdown would wait for every
+            # replay already handed to the pool)
+            end_pool(pool)
+            raise
+        pool.shutdown()
         left = [i for i in pending if results[i] is None]
         if not broke:
             break
@@ -539,7 +558,13 @@ def _in_workers(
     return [result for result in results if result is not None]
 
 
+def _telling(done: queue.SimpleQueue[int], i: int) -> Callable[[Future[Any]], None]:
+    """A future's done-callback that puts ``i`` on ``done``."""
+    return lambda _: done.put(i)
+
+
 def _alone(entry: CorpusRun, spec: str, options: dict[str, Any], conn: Any) -> None:
+    leave_ctrl_c_to_caller()  # its caller ends it (see _in_workers)
     conn.send(_worker(entry, spec, options))
     conn.close()
 
@@ -561,7 +586,8 @@ def _each_alone(
                 process = ctx.Process(
                     target=_alone, args=(entries[i], spec, options, theirs), daemon=True
                 )
-                process.start()
+                with ctrl_c_held():
+                    process.start()
                 theirs.close()  # the child's end: EOF here once the child is gone
                 running[ours] = (i, process, time.perf_counter())
             for ready in wait(list(running)):

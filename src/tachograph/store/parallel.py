@@ -57,6 +57,9 @@ from .base import Store
 from .sqlite import SQLiteStore
 
 __all__ = [
+    "ctrl_c_held",
+    "end_pool",
+    "leave_ctrl_c_to_caller",
     "parallel_url",
     "prestart",
     "sendable",
@@ -113,10 +116,43 @@ def parallel_url(store: Store) -> str | None:
 # -- in the workers --------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Start worker processes in this block: Ctrl-C (SIGINT) is held back from them until
+    they call :func:`leave_ctrl_c_to_caller`.
+
+    Ctrl-C at a terminal reaches the whole process group, workers included. A spawned
+    process starts with the signal mask of the thread that started it, so with SIGINT
+    blocked in this thread for the block, a Ctrl-C in a worker's first tenth of a second
+    (the interpreter's start, its imports: before it can say how it takes SIGINT) waits
+    instead of ending the worker with a traceback of whatever it was importing. CPython
+    starts its resource tracker so. This process still takes the Ctrl-C: another of its
+    threads receives it and the main thread raises KeyboardInterrupt as usual; threads
+    started in the block keep SIGINT blocked, as a thread inherits its starter's mask.
+    Nothing is held where threads have no signal mask (Windows)."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None:
+        yield
+        return
+    before = mask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, before)
+
+
+def leave_ctrl_c_to_caller() -> None:
+    """In a worker started in :func:`ctrl_c_held`: Ctrl-C from now on is ignored, and one
+    held since the start dropped. The caller decides what ends (it ends its workers); a
+    worker that took Ctrl-C would print its own traceback and break its pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a pending SIGINT ignored is discarded
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is not None:
+        mask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _init_worker(progress: Any, setup: tuple[str, bytes] | None) -> None:
-    # Ctrl-C at a terminal reaches the whole process group: the caller decides what ends
-    # (it ends its workers), and a worker that took it would print its own traceback.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    leave_ctrl_c_to_caller()
     _watch_parent()
     _worker.report = functools.partial(_put, progress)
     # A worker ends when the pool sends it the sign to stop, after its last result went out
@@ -382,13 +418,16 @@ class _Spawned:
         )
         # The executor starts a worker when a task finds none idle: the workers start now.
         try:
-            with _main_hidden():
+            with _main_hidden(), ctrl_c_held():
                 for _ in range(count):
                     self.pool.submit(_started)
         except BrokenProcessPool:
             self.broken = True  # a worker died as the others started: the caller does it all
         except BaseException:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            # (a Ctrl-C held in ctrl_c_held is raised as it ends) the workers are ended, not
+            # left starting: each would find the pool's semaphores gone with this process
+            # and print a traceback of its own
+            end_pool(self.pool)
             raise
 
     def feeder_reader(self) -> Any:
@@ -398,9 +437,7 @@ class _Spawned:
         larger than the pipe holds), and this process keeps the pipe's reading end open, so
         the write never fails. 3.11 closes that end when the pool breaks (CPython
         gh-94777); here it is closed for it."""
-        if sys.version_info >= (3, 11):
-            return None
-        return getattr(getattr(self.pool, "_call_queue", None), "_reader", None)
+        return _feeder_reader(self.pool)
 
     def alive(self) -> bool:
         """Whether every worker is still there and the pool not broken (a worker that died
@@ -412,29 +449,45 @@ class _Spawned:
     def terminate(self) -> None:
         """Stop now: pending tasks are cancelled and the workers ended (not waited for in
         what they do; their processes are joined)."""
-        # Read first: the process table and the result pipe go with the shutdown.
-        processes = _worker_processes(self.pool)
-        writer = _result_writer(self.pool)
-        stop = getattr(self.pool, "terminate_workers", None)  # Python 3.14
-        if stop is not None:
-            stop()
-        else:
-            # Before 3.14 the executor has no public way to end running workers.
-            reader = self.feeder_reader()  # the shutdown drops the executor's queues too
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            for process in processes:
-                if process.is_alive():
-                    process.terminate()
-            _close(reader)
+        end_pool(self.pool)
+
+
+def end_pool(pool: ProcessPoolExecutor) -> None:
+    """End ``pool`` now: its pending tasks cancelled, its workers ended (not waited for in
+    what they do; their processes are joined), and nothing of it left for the interpreter's
+    exit to wait on. ``shutdown`` waits for the tasks that are running, and for every task
+    already handed to the pool unless told to cancel them; a caller interrupted (Ctrl-C,
+    with workers that leave it to their caller) ends its workers with this instead."""
+    # Read first: the process table and the result pipe go with the shutdown.
+    processes = _worker_processes(pool)
+    writer = _result_writer(pool)
+    stop = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if stop is not None:
+        stop()
+    else:
+        # Before 3.14 the executor has no public way to end running workers.
+        reader = _feeder_reader(pool)  # the shutdown drops the executor's queues too
+        pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
-            process.join()
-        # The executor's thread may be reading a result a worker began to send before it
-        # died (see _Pool._unstick): with the workers gone, this process's writing end of
-        # the pipe is the last one, and closing it ends that read (else the interpreter's
-        # exit, which joins that thread, would wait for ever).
-        if writer is not None:
-            with contextlib.suppress(Exception):
-                writer.close()
+            if process.is_alive():
+                process.terminate()
+        _close(reader)
+    for process in processes:
+        process.join()
+    # The executor's thread may be reading a result a worker began to send before it
+    # died (see _Pool._unstick): with the workers gone, this process's writing end of
+    # the pipe is the last one, and closing it ends that read (else the interpreter's
+    # exit, which joins that thread, would wait for ever).
+    if writer is not None:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+def _feeder_reader(pool: ProcessPoolExecutor) -> Any:
+    """See :meth:`_Spawned.feeder_reader`."""
+    if sys.version_info >= (3, 11):
+        return None
+    return getattr(getattr(pool, "_call_queue", None), "_reader", None)
 
 
 def _worker_processes(pool: ProcessPoolExecutor) -> list[Any]:
