@@ -254,3 +254,46 @@ def test_ctrl_c_while_orjson_initialises_is_aborted_not_a_crash() -> None:
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert done.stderr.strip() == "Aborted!"
     assert done.stdout == ""
+
+
+_CTRL_C_IN_SET_NAME = """
+import dataclasses, sys
+
+set_name = dataclasses.Field.__set_name__
+owner_name = sys.argv[1]
+
+def interrupted(self, owner, name):
+    if owner.__name__ == owner_name:  # as a Ctrl-C landing while the class is defined
+        dataclasses.Field.__set_name__ = set_name
+        raise KeyboardInterrupt
+    return set_name(self, owner, name)
+
+dataclasses.Field.__set_name__ = interrupted
+from tachograph.cli import main
+main(sys.argv[2:])
+"""
+
+
+@pytest.mark.parametrize(
+    ("owner", "argv"),
+    [
+        ("KeyRing", ["test", "--help"]),  # a command's module, loaded by the command
+        ("VerifyReport", ["--version"]),  # the command line's own, loaded before it
+    ],
+)
+def test_an_interrupt_python_wraps_in_a_runtime_error_is_still_an_interrupt(
+    tmp_path: Path, owner: str, argv: list[str]
+) -> None:
+    # Python 3.10 and 3.11 wrap an exception raised in a class's __set_name__ in a
+    # RuntimeError: a Ctrl-C (or SIGTERM) that landed while a module defined a dataclass
+    # ended the command in that RuntimeError's traceback, exit 1.
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_IN_SET_NAME, owner, *argv],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert done.stderr.strip() == "Aborted!"

@@ -23,8 +23,16 @@ from there: that would import click before a Ctrl-C could be reported (see main)
 def main(argv: Sequence[str] | None = None) -> None:
     """Run ``tacho`` with ``argv`` (default: the process arguments)."""
     try:
-        _import_orjson()
-        _main(argv)
+        try:
+            _import_orjson()
+            _main(argv)
+        except Exception as exc:
+            # an interrupt Python wrapped: raised in a class's __set_name__ (3.10, 3.11)
+            # as a module imported, it is a RuntimeError caused by it
+            cause = _interrupt_in(exc)
+            if cause is None:
+                raise
+            raise cause from None
     except KeyboardInterrupt as interrupt:
         # Ctrl-C before the command could take it (the command's own handling is in
         # app.TachoGroup.invoke): while Python imports the command line, a tenth of a
@@ -37,6 +45,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit(_EXIT_TERMINATED) from None
         sys.stderr.write("\nAborted!\n")
         raise SystemExit(_EXIT_INTERRUPTED) from None
+
+
+def _interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt among the causes of ``exc``, if any."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+    return None
 
 
 def _import_orjson() -> None:

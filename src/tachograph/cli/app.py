@@ -31,7 +31,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, TypeVar
+from typing import IO, Any, NoReturn, TypeVar
 
 import click
 import orjson
@@ -379,11 +379,25 @@ class TachoGroup(click.Group):
             code = _interrupt_code(interrupt) if interrupt is not None else exit_code_for(exc)
             raise CliError(str(exc), exit_code=code, hints=_hints_for(exc)) from exc
         except KeyboardInterrupt as interrupt:
-            # 130 (128 + SIGINT) or 143 (SIGTERM), as shells report them: not 1, which says a
-            # run failed to verify
-            terminated = isinstance(interrupt, Terminated)
-            click.echo("\nTerminated." if terminated else "\nAborted!", err=True)
-            raise click.exceptions.Exit(_interrupt_code(interrupt)) from None
+            _stopped(interrupt)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # click's own ends of a command (Exit and Abort are RuntimeErrors)
+        except Exception as exc:
+            # Python wraps an exception raised in a class's __set_name__ (3.10, 3.11): an
+            # interrupt that lands while a command's module defines a dataclass is a
+            # RuntimeError caused by it
+            wrapped = _interrupted(exc)
+            if wrapped is None:
+                raise
+            _stopped(wrapped)
+
+
+def _stopped(interrupt: KeyboardInterrupt) -> NoReturn:
+    """Report an interrupt (Ctrl-C, SIGTERM) and exit 130 or 143, as shells report them: not
+    1, which says a run failed to verify."""
+    terminated = isinstance(interrupt, Terminated)
+    click.echo("\nTerminated." if terminated else "\nAborted!", err=True)
+    raise click.exceptions.Exit(_interrupt_code(interrupt)) from None
 
 
 @click.group(cls=TachoGroup, context_settings={"help_option_names": ["-h", "--help"]})
