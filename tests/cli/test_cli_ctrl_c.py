@@ -5,6 +5,7 @@ was still importing the library, nor of the command's own start, and no crash.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from tachograph.demo.agent import billing_agent
 from tachograph.regression.runner import save_run
 from tachograph.testing import build_run
 
-pytestmark = pytest.mark.skipif(
+needs_proc = pytest.mark.skipif(
     not Path("/proc/self/stat").exists() or not hasattr(os, "killpg"),
     reason="reads the process table from /proc and signals process groups",
 )
@@ -30,11 +31,14 @@ REPO = Path(__file__).resolve().parents[2]
 TASK = "My order A-4471 arrived damaged, please refund it."
 DEMO_AGENT = "tachograph.demo.agent:billing_agent"
 WAITS = "tests.regression.agents:waits_in_workers"
+STARTS_A_HELPER = "tests.regression.agents_helper:billing_agent_v2"
 
 
 def _tacho() -> list[str]:
     beside = Path(sys.executable).with_name("tacho")
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "tachograph.cli"]
+    if beside.exists():
+        return [str(beside)]
+    return [sys.executable, "-c", "from tachograph.cli import main; main()"]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -113,14 +117,18 @@ def _ctrl_c_when(
         text=True,
         start_new_session=True,
     )
+    finished = False
     try:
         seen = _until(lambda: ready(proc))
         assert seen, "the command never reached the moment to interrupt"
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
+        finished = True
     finally:
-        if proc.poll() is None:
+        # whatever of the group is left (the command, or a process it left behind)
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        if not finished:
             proc.communicate()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), seen
 
@@ -134,6 +142,7 @@ def _corpus(tmp_path: Path, runs: int) -> Path:
     return folder
 
 
+@needs_proc
 def test_ctrl_c_as_verify_starts_its_workers(tmp_path: Path) -> None:
     # `tacho verify --workers N` starts its workers first thing, then imports the command
     # line: the Ctrl-C reaches the workers before they ignore it, and the command before
@@ -153,6 +162,7 @@ def test_ctrl_c_as_verify_starts_its_workers(tmp_path: Path) -> None:
     assert _until(lambda: all(_gone(pid) for pid in workers))
 
 
+@needs_proc
 def test_ctrl_c_as_tacho_test_starts_its_workers(tmp_path: Path) -> None:
     corpus = _corpus(tmp_path, 12)
     done, workers = _ctrl_c_when(
@@ -166,6 +176,7 @@ def test_ctrl_c_as_tacho_test_starts_its_workers(tmp_path: Path) -> None:
     assert _until(lambda: all(_gone(pid) for pid in workers))
 
 
+@needs_proc
 def test_a_sigint_that_reaches_only_starting_workers_changes_nothing(tmp_path: Path) -> None:
     # The same signal as above, to the workers alone while they import: the command's
     # report is what it would have been, every run replayed.
@@ -195,6 +206,7 @@ def test_a_sigint_that_reaches_only_starting_workers_changes_nothing(tmp_path: P
     assert [r["outcome"] for r in report["results"]] == ["reproduced"] * 12
 
 
+@needs_proc
 def test_ctrl_c_while_tacho_test_replays_ends_its_workers_and_starts_no_more(
     tmp_path: Path,
 ) -> None:
@@ -297,3 +309,81 @@ def test_an_interrupt_python_wraps_in_a_runtime_error_is_still_an_interrupt(
     )
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert done.stderr.strip() == "Aborted!"
+
+
+_CTRL_C_IN_PARSING = """
+import click, sys
+
+def interrupted(self, ctx, args):
+    raise KeyboardInterrupt  # as a Ctrl-C landing while click parses the root options
+
+click.Group.parse_args = interrupted
+from tachograph.cli import main
+main(["runs"])
+"""
+
+
+def test_ctrl_c_while_click_parses_the_command_line_is_130() -> None:
+    # click's main turns a KeyboardInterrupt outside the command into an abort, exit 1
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_IN_PARSING],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert done.stderr.strip() == "Aborted!"
+
+
+_HANDLED_THEN_FAILED = """
+import click, sys
+from tachograph.cli import app, main
+
+@click.command("fails-after-ctrl-c")
+def fails() -> None:
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        raise ValueError("a real failure, whatever came before") from None
+
+app.cli.add_command(fails)
+main(["fails-after-ctrl-c"])
+"""
+
+
+def test_an_error_raised_after_an_interrupt_was_handled_is_not_an_interrupt() -> None:
+    # only an interrupt that caused the error counts: not one its code handled and dropped
+    done = subprocess.run(
+        [sys.executable, "-c", _HANDLED_THEN_FAILED],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "ValueError: a real failure" in done.stderr
+    assert "Aborted!" not in done.stderr
+
+
+@needs_proc
+def test_a_program_a_worker_starts_takes_ctrl_c_as_usual(tmp_path: Path) -> None:
+    # A worker leaves Ctrl-C to its caller with a handler, not by ignoring SIGINT: an
+    # ignored signal stays ignored across exec, and a program an agent's module starts in a
+    # tacho test worker would outlive the Ctrl-C that ends the command.
+    corpus = _corpus(tmp_path, 4)
+    log = tmp_path / "helpers.log"
+    log.touch()
+
+    def helper_started(_: subprocess.Popen[str]) -> list[int]:
+        pids = [int(line) for line in log.read_text().split()]
+        return pids if len(pids) == 2 else []  # one in each worker
+
+    done, helpers = _ctrl_c_when(
+        ["test", str(corpus), "--agent", STARTS_A_HELPER, "--workers", "2"],
+        helper_started,
+        _env(TACHOGRAPH_TEST_HELPER_LOG=str(log)),
+    )
+    assert done.returncode == 130, done.stderr
+    assert isinstance(helpers, list)
+    assert _until(lambda: all(_gone(pid) for pid in helpers))

@@ -46,7 +46,8 @@ def test_tacho_test_passes_on_the_corpus_in_a_fresh_process(
     }
     env["REFUND_COUNTER"] = str(tmp_path / "refunds.json")
     tacho = shutil.which("tacho", path=str(Path(sys.executable).parent))
-    command = [tacho] if tacho else [sys.executable, "-m", "tachograph.cli"]
+    main = "from tachograph.cli import main; main()"
+    command = [tacho] if tacho else [sys.executable, "-c", main]
     done = subprocess.run(
         [*command, "test", f"corpus/{corpus}", "--agent", agent],
         cwd=ROOT,

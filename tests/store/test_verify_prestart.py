@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -210,6 +211,7 @@ def test_prestart_of_one_process_starts_nothing() -> None:
     assert parallel._prestarted is None
 
 
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signals")
 def test_a_worker_started_ahead_leaves_ctrl_c_to_its_caller() -> None:
     # Ctrl-C at a terminal reaches every process of the group: the caller ends its workers;
     # a worker that took it would die printing its own traceback.
@@ -223,6 +225,7 @@ def test_a_worker_started_ahead_leaves_ctrl_c_to_its_caller() -> None:
     assert ahead.alive()
 
 
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signals")
 def test_a_worker_given_ctrl_c_as_it_starts_leaves_it_to_its_caller(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
@@ -241,6 +244,7 @@ def test_a_worker_given_ctrl_c_as_it_starts_leaves_it_to_its_caller(
     assert "Traceback" not in capfd.readouterr().err
 
 
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signals")
 def test_ctrl_c_held_holds_sigint_back_from_the_processes_started_in_it() -> None:
     import multiprocessing
     import signal

@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-__all__ = ["is_sqlite_file", "main", "verify_workers"]
+__all__ = ["interrupt_in", "is_sqlite_file", "main", "verify_workers"]
 
 
 _EXIT_INTERRUPTED = 130
@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         except Exception as exc:
             # an interrupt Python wrapped: raised in a class's __set_name__ (3.10, 3.11)
             # as a module imported, it is a RuntimeError caused by it
-            cause = _interrupt_in(exc)
+            cause = interrupt_in(exc)
             if cause is None:
                 raise
             raise cause from None
@@ -47,8 +47,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(_EXIT_INTERRUPTED) from None
 
 
-def _interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
-    """The KeyboardInterrupt among the causes of ``exc``, if any."""
+def interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (Ctrl-C, or SIGTERM in ``tacho``) that caused ``exc``, if any:
+    ``exc`` itself, its ``__cause__``, or its ``__context__`` unless dropped (``raise ...
+    from None``), and theirs. Python 3.10 and 3.11 wrap what a class's ``__set_name__``
+    raises in a RuntimeError, so an interrupt that lands while a module defines a dataclass
+    comes out as one."""
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:

@@ -49,6 +49,7 @@ from ..errors import (
 from ..store import RunInfo, Store, store_url
 from ..store import open_store as _open_store
 from ..views.text import escape, escape_json
+from . import interrupt_in
 
 __all__ = [
     "COMMANDS",
@@ -368,6 +369,20 @@ class TachoGroup(click.Group):
                 raise
             raise no_such(name, possibilities=self.list_commands(ctx), ctx=ctx) from None
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        """click's, with a Ctrl-C while it parses the root options reported as one in the
+        command is (130): click's ``main`` calls it an abort, exit 1."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except KeyboardInterrupt as interrupt:
+            _stopped(interrupt)
+
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; map a :class:`TachographError` to its documented exit code."""
         _stop_waits_on_ctrl_c()
@@ -386,7 +401,7 @@ class TachoGroup(click.Group):
             # Python wraps an exception raised in a class's __set_name__ (3.10, 3.11): an
             # interrupt that lands while a command's module defines a dataclass is a
             # RuntimeError caused by it
-            wrapped = _interrupted(exc)
+            wrapped = interrupt_in(exc)
             if wrapped is None:
                 raise
             _stopped(wrapped)

@@ -586,10 +586,10 @@ def _each_alone(
                 process = ctx.Process(
                     target=_alone, args=(entries[i], spec, options, theirs), daemon=True
                 )
-                with ctrl_c_held():
-                    process.start()
-                theirs.close()  # the child's end: EOF here once the child is gone
-                running[ours] = (i, process, time.perf_counter())
+                with ctrl_c_held():  # (a Ctrl-C held meanwhile is raised as it ends:
+                    process.start()  # the process is in ``running`` by then, and ended)
+                    theirs.close()  # the child's end: EOF here once the child is gone
+                    running[ours] = (i, process, time.perf_counter())
             for ready in wait(list(running)):
                 reader: Any = ready
                 i, process, started = running.pop(reader)

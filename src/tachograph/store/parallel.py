@@ -142,13 +142,22 @@ def ctrl_c_held() -> Iterator[None]:
 
 
 def leave_ctrl_c_to_caller() -> None:
-    """In a worker started in :func:`ctrl_c_held`: Ctrl-C from now on is ignored, and one
-    held since the start dropped. The caller decides what ends (it ends its workers); a
-    worker that took Ctrl-C would print its own traceback and break its pool."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a pending SIGINT ignored is discarded
+    """In a worker started in :func:`ctrl_c_held`: Ctrl-C from now on does nothing here, nor
+    one held since the start. The caller decides what ends (it ends its workers); a worker
+    that took Ctrl-C would print its own traceback and break its pool.
+
+    A handler that does nothing, not ``SIG_IGN``: an ignored signal stays ignored in every
+    process started from this one, even after ``exec``, so a program an agent's module starts
+    in a ``tacho test`` worker would outlive a Ctrl-C; a handler is reset at ``exec``. (A
+    system call it interrupts is resumed: PEP 475.)"""
+    signal.signal(signal.SIGINT, _left_to_caller)
     mask = getattr(signal, "pthread_sigmask", None)
     if mask is not None:
-        mask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        mask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one held since the start: handled here
+
+
+def _left_to_caller(signum: int, frame: Any) -> None:
+    """SIGINT in a worker: its caller's (see :func:`leave_ctrl_c_to_caller`)."""
 
 
 def _init_worker(progress: Any, setup: tuple[str, bytes] | None) -> None:
@@ -458,20 +467,20 @@ def end_pool(pool: ProcessPoolExecutor) -> None:
     exit to wait on. ``shutdown`` waits for the tasks that are running, and for every task
     already handed to the pool unless told to cancel them; a caller interrupted (Ctrl-C,
     with workers that leave it to their caller) ends its workers with this instead."""
-    # Read first: the process table and the result pipe go with the shutdown.
+    # Read first: the process table, the result pipe and the thread go with the shutdown.
     processes = _worker_processes(pool)
     writer = _result_writer(pool)
+    thread = getattr(pool, "_executor_manager_thread", None)
+    reader = _feeder_reader(pool)  # the shutdown drops the executor's queues too
     stop = getattr(pool, "terminate_workers", None)  # Python 3.14
     if stop is not None:
         stop()
     else:
         # Before 3.14 the executor has no public way to end running workers.
-        reader = _feeder_reader(pool)  # the shutdown drops the executor's queues too
         pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             if process.is_alive():
                 process.terminate()
-        _close(reader)
     for process in processes:
         process.join()
     # The executor's thread may be reading a result a worker began to send before it
@@ -481,6 +490,28 @@ def end_pool(pool: ProcessPoolExecutor) -> None:
     if writer is not None:
         with contextlib.suppress(Exception):
             writer.close()
+    # The executor's thread ends once it sees its workers gone: a few milliseconds, waited
+    # for here (polled, not joined: an interrupted join could mark the thread ended before
+    # 3.12). Left running, it could close its wake-up pipe as CPython's exit function writes
+    # to it (CPython checks, then writes), which printed "Exception ignored ... Bad file
+    # descriptor" at the exit of an interrupted command (once in a few runs on 3.10).
+    if not _ended(thread, 0.5) and reader is not None:
+        # Before 3.11 the executor's thread can wait on its feeder thread, blocked writing
+        # tasks to a full pipe that no worker reads (see _Spawned.feeder_reader): only then
+        # is the reading end closed here. Closed unasked, it raced the feeder thread's own
+        # close of it (one of them failed, EBADF, or closed whatever had the number since).
+        _close(reader)
+    _ended(thread, 5.0)
+
+
+def _ended(thread: threading.Thread | None, seconds: float) -> bool:
+    """Whether ``thread`` is absent or ends within ``seconds`` (polled, not joined)."""
+    deadline = time.monotonic() + seconds
+    while thread is not None and thread.is_alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.002)
+    return True
 
 
 def _feeder_reader(pool: ProcessPoolExecutor) -> Any:
