@@ -104,10 +104,15 @@ def _until(done: Callable[[], object], seconds: float = 60) -> object:
 
 
 def _ctrl_c_when(
-    argv: list[str], ready: Callable[[subprocess.Popen[str]], object], env: dict[str, str]
+    argv: list[str],
+    ready: Callable[[subprocess.Popen[str]], object],
+    env: dict[str, str],
+    *,
+    group: bool = True,
 ) -> tuple[subprocess.CompletedProcess[str], object]:
     """Run ``tacho argv`` in a process group of its own, send the group SIGINT as soon as
-    ``ready(process)`` is true, and wait for the command to end."""
+    ``ready(process)`` is true (with ``group=False``, to the processes ``ready`` gave
+    alone), and wait for the command to end."""
     proc = subprocess.Popen(
         [*_tacho(), *argv],
         cwd=REPO,
@@ -121,7 +126,12 @@ def _ctrl_c_when(
     try:
         seen = _until(lambda: ready(proc))
         assert seen, "the command never reached the moment to interrupt"
-        os.killpg(proc.pid, signal.SIGINT)
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            assert isinstance(seen, list)
+            for pid in seen:
+                os.kill(pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
         finished = True
     finally:
@@ -131,6 +141,18 @@ def _ctrl_c_when(
         if not finished:
             proc.communicate()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), seen
+
+
+def _python(script: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` with ``args`` in a Python process of its own."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _corpus(tmp_path: Path, runs: int) -> Path:
@@ -181,28 +203,15 @@ def test_a_sigint_that_reaches_only_starting_workers_changes_nothing(tmp_path: P
     # The same signal as above, to the workers alone while they import: the command's
     # report is what it would have been, every run replayed.
     corpus = _corpus(tmp_path, 12)
-    proc = subprocess.Popen(
-        [*_tacho(), "test", str(corpus), "--agent", DEMO_AGENT, "--workers", "2", "--json"],
-        cwd=REPO,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    done, _ = _ctrl_c_when(
+        ["test", str(corpus), "--agent", DEMO_AGENT, "--workers", "2", "--json"],
+        _importing,
+        _env(),
+        group=False,
     )
-    try:
-        workers = _until(lambda: _importing(proc))
-        assert isinstance(workers, list)
-        assert workers
-        for pid in workers:
-            os.kill(pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err
-    report = json.loads(out)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    report = json.loads(done.stdout)
     assert [r["outcome"] for r in report["results"]] == ["reproduced"] * 12
 
 
@@ -256,13 +265,7 @@ def test_ctrl_c_while_orjson_initialises_is_aborted_not_a_crash() -> None:
     # orjson's initialisation goes on as if the modules it imports had imported
     # (ijl/orjson#310): a KeyboardInterrupt raised as it imports json crashed the
     # interpreter (SIGSEGV) at the start of any command.
-    done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_IN_ORJSON],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _python(_CTRL_C_IN_ORJSON)
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert done.stderr.strip() == "Aborted!"
     assert done.stdout == ""
@@ -299,14 +302,7 @@ def test_an_interrupt_python_wraps_in_a_runtime_error_is_still_an_interrupt(
     # Python 3.10 and 3.11 wrap an exception raised in a class's __set_name__ in a
     # RuntimeError: a Ctrl-C (or SIGTERM) that landed while a module defined a dataclass
     # ended the command in that RuntimeError's traceback, exit 1.
-    done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_IN_SET_NAME, owner, *argv],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _python(_CTRL_C_IN_SET_NAME, owner, *argv, cwd=tmp_path)
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert done.stderr.strip() == "Aborted!"
 
@@ -325,13 +321,7 @@ main(["runs"])
 
 def test_ctrl_c_while_click_parses_the_command_line_is_130() -> None:
     # click's main turns a KeyboardInterrupt outside the command into an abort, exit 1
-    done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_IN_PARSING],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _python(_CTRL_C_IN_PARSING)
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert done.stderr.strip() == "Aborted!"
 
@@ -354,13 +344,7 @@ main(["fails-after-ctrl-c"])
 
 def test_an_error_raised_after_an_interrupt_was_handled_is_not_an_interrupt() -> None:
     # only an interrupt that caused the error counts: not one its code handled and dropped
-    done = subprocess.run(
-        [sys.executable, "-c", _HANDLED_THEN_FAILED],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _python(_HANDLED_THEN_FAILED)
     assert done.returncode == 1, (done.returncode, done.stderr)
     assert "ValueError: a real failure" in done.stderr
     assert "Aborted!" not in done.stderr

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 __all__ = ["interrupt_in", "is_sqlite_file", "main", "verify_workers"]
 
@@ -22,29 +23,33 @@ from there: that would import click before a Ctrl-C could be reported (see main)
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run ``tacho`` with ``argv`` (default: the process arguments)."""
+    # Ctrl-C before the command could take it (the command's own handling is in
+    # app.TachoGroup.invoke): while Python imports the command line, a tenth of a second or
+    # more, or while it ends workers started ahead. Reported as the command reports it, not
+    # as a traceback of whatever was being imported.
     try:
-        try:
-            _import_orjson()
-            _main(argv)
-        except Exception as exc:
-            # an interrupt Python wrapped: raised in a class's __set_name__ (3.10, 3.11)
-            # as a module imported, it is a RuntimeError caused by it
-            cause = interrupt_in(exc)
-            if cause is None:
-                raise
-            raise cause from None
+        _import_orjson()
+        _main(argv)
     except KeyboardInterrupt as interrupt:
-        # Ctrl-C before the command could take it (the command's own handling is in
-        # app.TachoGroup.invoke): while Python imports the command line, a tenth of a
-        # second or more, or while it ends workers started ahead. Reported as the command
-        # reports it, not as a traceback of whatever was being imported. (SIGTERM is a
-        # KeyboardInterrupt only once app has installed its handler.)
-        app = sys.modules.get(f"{__name__}.app")
-        if app is not None and isinstance(interrupt, app.Terminated):
-            sys.stderr.write("\nTerminated.\n")
-            raise SystemExit(_EXIT_TERMINATED) from None
-        sys.stderr.write("\nAborted!\n")
-        raise SystemExit(_EXIT_INTERRUPTED) from None
+        _stopped(interrupt)
+    except Exception as exc:
+        # an interrupt Python wrapped: raised in a class's __set_name__ (3.10, 3.11) as a
+        # module imported, it is a RuntimeError caused by it
+        wrapped = interrupt_in(exc)
+        if wrapped is None:
+            raise
+        _stopped(wrapped)
+
+
+def _stopped(interrupt: KeyboardInterrupt) -> NoReturn:
+    """Say so and exit 130, or 143 for SIGTERM (a KeyboardInterrupt only once app has
+    installed its handler), as app does."""
+    app = sys.modules.get(f"{__name__}.app")
+    if app is not None and isinstance(interrupt, app.Terminated):
+        sys.stderr.write("\nTerminated.\n")
+        raise SystemExit(_EXIT_TERMINATED) from None
+    sys.stderr.write("\nAborted!\n")
+    raise SystemExit(_EXIT_INTERRUPTED) from None
 
 
 def interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:

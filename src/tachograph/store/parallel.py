@@ -439,15 +439,6 @@ class _Spawned:
             end_pool(self.pool)
             raise
 
-    def feeder_reader(self) -> Any:
-        """The end to close, before Python 3.11, for the executor's shutdown to finish once
-        its workers are gone (``None`` from 3.11). The thread that writes tasks to the
-        workers' pipe can block on a full pipe (a task of a group of many small runs can be
-        larger than the pipe holds), and this process keeps the pipe's reading end open, so
-        the write never fails. 3.11 closes that end when the pool breaks (CPython
-        gh-94777); here it is closed for it."""
-        return _feeder_reader(self.pool)
-
     def alive(self) -> bool:
         """Whether every worker is still there and the pool not broken (a worker that died
         breaks it, a moment later)."""
@@ -470,7 +461,7 @@ def end_pool(pool: ProcessPoolExecutor) -> None:
     # Read first: the process table, the result pipe and the thread go with the shutdown.
     processes = _worker_processes(pool)
     writer = _result_writer(pool)
-    thread = getattr(pool, "_executor_manager_thread", None)
+    thread = _manager_thread(pool)
     reader = _feeder_reader(pool)  # the shutdown drops the executor's queues too
     stop = getattr(pool, "terminate_workers", None)  # Python 3.14
     if stop is not None:
@@ -497,7 +488,7 @@ def end_pool(pool: ProcessPoolExecutor) -> None:
     # descriptor" at the exit of an interrupted command (once in a few runs on 3.10).
     if not _ended(thread, 0.5) and reader is not None:
         # Before 3.11 the executor's thread can wait on its feeder thread, blocked writing
-        # tasks to a full pipe that no worker reads (see _Spawned.feeder_reader): only then
+        # tasks to a full pipe that no worker reads (see _feeder_reader): only then
         # is the reading end closed here. Closed unasked, it raced the feeder thread's own
         # close of it (one of them failed, EBADF, or closed whatever had the number since).
         _close(reader)
@@ -515,10 +506,22 @@ def _ended(thread: threading.Thread | None, seconds: float) -> bool:
 
 
 def _feeder_reader(pool: ProcessPoolExecutor) -> Any:
-    """See :meth:`_Spawned.feeder_reader`."""
+    """The end to close, before Python 3.11, for the executor's shutdown to finish once
+    its workers are gone (``None`` from 3.11). The thread that writes tasks to the
+    workers' pipe can block on a full pipe (a task of a group of many small runs can be
+    larger than the pipe holds), and this process keeps the pipe's reading end open, so
+    the write never fails. 3.11 closes that end when the pool breaks (CPython
+    gh-94777); :func:`end_pool` closes it for it."""
     if sys.version_info >= (3, 11):
         return None
     return getattr(getattr(pool, "_call_queue", None), "_reader", None)
+
+
+def _manager_thread(pool: ProcessPoolExecutor) -> threading.Thread | None:
+    """The executor's own thread, which hands out tasks and collects results (``None``
+    before the first task and once it has dropped it, at its shutdown)."""
+    thread: threading.Thread | None = getattr(pool, "_executor_manager_thread", None)
+    return thread
 
 
 def _worker_processes(pool: ProcessPoolExecutor) -> list[Any]:
@@ -833,7 +836,7 @@ class _Pool:
         ever; the caller verifies its runs itself, as for any task that failed."""
         if not running or claims.broken_since is None:
             return set()
-        manager = getattr(self.pool, "_executor_manager_thread", None)
+        manager = _manager_thread(self.pool)
         if manager is not None:
             if manager.is_alive():
                 return set()
