@@ -3,6 +3,7 @@ in a few bytes per call."""
 
 from __future__ import annotations
 
+import random
 import tracemalloc
 from typing import Any
 
@@ -45,6 +46,54 @@ def test_the_compiled_table_grows_as_the_python_one(values: list[int]) -> None:
         assert ours.add(x) == theirs.add(x)
         assert ours.nbytes() == theirs.nbytes()
     assert len(ours) == len(theirs)
+
+
+def _values(pattern: str, count: int) -> list[int]:
+    rng = random.Random(pattern)
+    if pattern == "hashes":  # what the recorder adds
+        return [rng.getrandbits(64) for _ in range(count)]
+    if pattern == "ascending":
+        return [i * 7 for i in range(count)]
+    if pattern == "descending":
+        return [2**64 - 1 - i * 3 for i in range(count)]
+    if pattern == "repeating":  # many repeats: few values, each added again and again
+        return [rng.randrange(3_000) for _ in range(count)]
+    return [rng.choice([0, 1, 2**64 - 1, i, rng.getrandbits(64)]) for i in range(count)]
+
+
+@pytest.mark.parametrize("pattern", ["hashes", "ascending", "descending", "repeating", "edges"])
+def test_the_two_tables_agree_past_many_blocks(pattern: str) -> None:
+    # thousands of values: blocks fill, hand values to their neighbours both ways and split
+    tables = [make() for make in _TABLES]
+    reference: set[int] = set()
+    for i, x in enumerate(_values(pattern, 40_000)):
+        new = x not in reference
+        reference.add(x)
+        assert [t.add(x) for t in tables] == [new] * len(tables)
+        if i % 97 == 0:
+            assert len({t.nbytes() for t in tables}) == 1
+    assert [len(t) for t in tables] == [len(reference)] * len(tables)
+    # a value per 8 bytes at best; random hashes fill the blocks to about seven eighths
+    assert 8 * len(reference) <= tables[0].nbytes() <= 10 * len(reference) + 8 * 512 * 2
+
+
+@pytest.mark.parametrize("make", _TABLES, ids=lambda t: t.__module__.rsplit(".", 1)[-1])
+def test_the_table_never_holds_two_copies_of_itself(make: Any) -> None:
+    # a hash table doubling into a new one held both at once: half as much again at the peak
+    values = _values("hashes", 200_000)
+    close_all_writers()  # tracemalloc counts every thread: no other store's writer may run
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        table = make()
+        for x in values:
+            table.add(x)
+        now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    held = now - before
+    assert held <= 11 * len(values)
+    assert peak - now <= 64 * 1024  # a block and the index's growth, never the whole set
 
 
 @pytest.mark.parametrize("make", _TABLES, ids=lambda t: t.__module__.rsplit(".", 1)[-1])
@@ -115,9 +164,9 @@ def test_memory_per_distinct_call_is_a_few_bytes() -> None:
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    # a dict of key strings held about 134 bytes per call; the table at most 24 (8-byte slots,
-    # at most two thirds full after a doubling)
-    assert grown / len(bodies) <= 24
+    # a dict of key strings held about 134 bytes per call, a hash table of 8-byte slots up to
+    # 24; the sorted blocks about 9
+    assert grown / len(bodies) <= 12
 
 
 _needs_compiled_hmac = pytest.mark.skipif(

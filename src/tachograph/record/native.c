@@ -2963,23 +2963,27 @@ static PyType_Spec ulid_spec = {
 
 /* -- the repeats of a run's default idempotency keys (keycount.U64Set) ------------------------
  *
- * ``U64Set()``: a set of integers in [0, 2^64), as ``keycount.U64Set`` (the same table: open
- * addressing, linear probing from the low bits, 0 marking an empty slot and kept aside, grown
- * twofold past two thirds), so that a key costs 8 to 16 bytes here too. No Python object is
- * held, so the type takes no part in the cyclic collector.
+ * ``U64Set()``: a set of integers in [0, 2^64), as ``keycount.U64Set`` (the same layout and the
+ * same steps: sorted blocks of at most U64SET_BLOCK values, found through their first values;
+ * a full block hands values to a neighbour with room, else splits in two; a lone first block
+ * starts at U64SET_START values and doubles), so that a value costs about 9 bytes here too and
+ * the set never holds two copies of itself: a hash table doubling to a new table held the old
+ * and the new at once, 12 MB at the peak for 500,000 keys. No Python object is held, so the
+ * type takes no part in the cyclic collector.
  */
+
+#define U64SET_BLOCK 512
+#define U64SET_START 16
 
 typedef struct {
     PyObject_HEAD
-    uint64_t *slots;
-    uint64_t mask;
+    uint64_t **blocks; /* each sorted, U64SET_BLOCK long (the first alone: cap0 long) */
+    uint64_t *firsts;  /* firsts[b] == blocks[b][0] for b > 0 (a search's bounds) */
+    Py_ssize_t *counts;
+    Py_ssize_t n, room; /* blocks in use, index entries allocated */
+    Py_ssize_t cap0;
     Py_ssize_t size;
-    int has_zero;
 } U64SetObject;
-
-#define U64SET_START 64
-
-static int u64set_insert(U64SetObject *self, uint64_t x);
 
 static PyObject *
 u64set_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -2992,44 +2996,162 @@ u64set_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL) {
         return NULL;
     }
-    self->slots = PyMem_Calloc(U64SET_START, sizeof(uint64_t));
-    if (self->slots == NULL) {
-        Py_DECREF(self);
+    self->room = 4;
+    self->blocks = PyMem_Calloc((size_t)self->room, sizeof(uint64_t *));
+    self->firsts = PyMem_Calloc((size_t)self->room, sizeof(uint64_t));
+    self->counts = PyMem_Calloc((size_t)self->room, sizeof(Py_ssize_t));
+    if (self->blocks != NULL) {
+        self->blocks[0] = PyMem_Malloc(U64SET_START * sizeof(uint64_t));
+    }
+    if (self->blocks == NULL || self->firsts == NULL || self->counts == NULL ||
+        self->blocks[0] == NULL) {
+        Py_DECREF(self); /* dealloc frees what was allocated */
         return PyErr_NoMemory();
     }
-    self->mask = U64SET_START - 1;
+    self->n = 1;
+    self->cap0 = U64SET_START;
     self->size = 0;
-    self->has_zero = 0;
     return (PyObject *)self;
 }
 
-static int
-u64set_grow(U64SetObject *self)
+/* The first of count sorted values that is >= x (count if none), without a branch a step
+ * that the processor could mispredict: the values are hashes, so every step is a coin toss. */
+static inline Py_ssize_t
+u64set_lower_bound(const uint64_t *values, Py_ssize_t count, uint64_t x)
 {
-    uint64_t old_n = self->mask + 1, n = old_n * 2, mask = n - 1;
-    if (n > (uint64_t)PY_SSIZE_T_MAX / sizeof(uint64_t)) {
+    if (count == 0) {
+        return 0;
+    }
+    const uint64_t *base = values;
+    while (count > 1) {
+        Py_ssize_t half = count / 2;
+        base = base[half] < x ? base + half : base;
+        count -= half;
+    }
+    return (base - values) + (*base < x);
+}
+
+/* The block that holds x or would: the last whose first value is <= x (block 0 below all),
+ * bisect_right(firsts, x, 1) - 1. */
+static inline Py_ssize_t
+u64set_block_of(const U64SetObject *self, uint64_t x)
+{
+    Py_ssize_t count = self->n - 1;
+    if (count == 0) {
+        return 0;
+    }
+    const uint64_t *values = self->firsts + 1, *base = values;
+    while (count > 1) {
+        Py_ssize_t half = count / 2;
+        base = base[half] <= x ? base + half : base;
+        count -= half;
+    }
+    return (base - values) + (*base <= x);
+}
+
+/* Make room in the full block b: move values to a neighbour with room for two or more (half
+ * the difference), else split b in two. 0, or -1 with MemoryError and nothing changed. */
+static int
+u64set_make_room(U64SetObject *self, Py_ssize_t b)
+{
+    uint64_t *block = self->blocks[b];
+    if (b + 1 < self->n && self->counts[b + 1] < U64SET_BLOCK - 1) {
+        uint64_t *next = self->blocks[b + 1];
+        Py_ssize_t k = (U64SET_BLOCK - self->counts[b + 1]) / 2;
+        memmove(next + k, next, (size_t)self->counts[b + 1] * sizeof(uint64_t));
+        memcpy(next, block + U64SET_BLOCK - k, (size_t)k * sizeof(uint64_t));
+        self->counts[b + 1] += k;
+        self->counts[b] -= k;
+        self->firsts[b + 1] = next[0];
+        return 0;
+    }
+    if (b > 0 && self->counts[b - 1] < U64SET_BLOCK - 1) {
+        uint64_t *prev = self->blocks[b - 1];
+        Py_ssize_t k = (U64SET_BLOCK - self->counts[b - 1]) / 2;
+        memcpy(prev + self->counts[b - 1], block, (size_t)k * sizeof(uint64_t));
+        memmove(block, block + k, (size_t)(U64SET_BLOCK - k) * sizeof(uint64_t));
+        self->counts[b - 1] += k;
+        self->counts[b] -= k;
+        self->firsts[b] = block[0];
+        return 0;
+    }
+    if (self->n == self->room) {
+        Py_ssize_t room = self->room * 2;
+        uint64_t **blocks = PyMem_Realloc(self->blocks, (size_t)room * sizeof(uint64_t *));
+        if (blocks == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->blocks = blocks;
+        uint64_t *firsts = PyMem_Realloc(self->firsts, (size_t)room * sizeof(uint64_t));
+        if (firsts == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->firsts = firsts;
+        Py_ssize_t *counts = PyMem_Realloc(self->counts, (size_t)room * sizeof(Py_ssize_t));
+        if (counts == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->counts = counts;
+        self->room = room;
+    }
+    uint64_t *upper = PyMem_Malloc(U64SET_BLOCK * sizeof(uint64_t));
+    if (upper == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    uint64_t *slots = PyMem_Calloc((size_t)n, sizeof(uint64_t));
-    if (slots == NULL) {
-        PyErr_NoMemory();
-        return -1;
+    Py_ssize_t half = U64SET_BLOCK / 2, after = self->n - b - 1;
+    memcpy(upper, block + half, (size_t)half * sizeof(uint64_t));
+    memmove(self->blocks + b + 2, self->blocks + b + 1, (size_t)after * sizeof(uint64_t *));
+    memmove(self->firsts + b + 2, self->firsts + b + 1, (size_t)after * sizeof(uint64_t));
+    memmove(self->counts + b + 2, self->counts + b + 1, (size_t)after * sizeof(Py_ssize_t));
+    self->blocks[b + 1] = upper;
+    self->firsts[b + 1] = upper[0];
+    self->counts[b + 1] = half;
+    self->counts[b] = half;
+    self->n += 1;
+    return 0;
+}
+
+/* Add x; 1 if it was not there yet, 0 if it was, -1 with an exception set (nothing added). */
+static int
+u64set_insert(U64SetObject *self, uint64_t x)
+{
+    Py_ssize_t b = u64set_block_of(self, x);
+    Py_ssize_t i = u64set_lower_bound(self->blocks[b], self->counts[b], x);
+    if (i < self->counts[b] && self->blocks[b][i] == x) {
+        return 0;
     }
-    for (uint64_t j = 0; j < old_n; j++) {
-        uint64_t x = self->slots[j];
-        if (x) {
-            uint64_t i = x & mask;
-            while (slots[i]) {
-                i = (i + 1) & mask;
+    if (self->counts[b] == (self->n == 1 ? self->cap0 : U64SET_BLOCK)) {
+        if (self->n == 1 && self->cap0 < U64SET_BLOCK) {
+            uint64_t *grown =
+                PyMem_Realloc(self->blocks[0], (size_t)self->cap0 * 2 * sizeof(uint64_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return -1;
             }
-            slots[i] = x;
+            self->blocks[0] = grown;
+            self->cap0 *= 2;
+        }
+        else {
+            if (u64set_make_room(self, b) < 0) {
+                return -1;
+            }
+            b = u64set_block_of(self, x);
+            i = u64set_lower_bound(self->blocks[b], self->counts[b], x);
         }
     }
-    PyMem_Free(self->slots);
-    self->slots = slots;
-    self->mask = mask;
-    return 0;
+    uint64_t *block = self->blocks[b];
+    memmove(block + i + 1, block + i, (size_t)(self->counts[b] - i) * sizeof(uint64_t));
+    block[i] = x;
+    self->counts[b] += 1;
+    if (i == 0) {
+        self->firsts[b] = x;
+    }
+    self->size += 1;
+    return 1;
 }
 
 static PyObject *
@@ -3046,33 +3168,6 @@ u64set_add(U64SetObject *self, PyObject *arg)
     }
     int added = u64set_insert(self, x);
     return added < 0 ? NULL : PyBool_FromLong(added);
-}
-
-/* Add x; 1 if it was not there yet, 0 if it was, -1 with an exception set. */
-static int
-u64set_insert(U64SetObject *self, uint64_t x)
-{
-    if (x == 0) {
-        int added = !self->has_zero;
-        self->has_zero = 1;
-        return added;
-    }
-    uint64_t mask = self->mask, i = x & mask;
-    for (;;) {
-        uint64_t v = self->slots[i];
-        if (v == 0) {
-            self->slots[i] = x;
-            self->size += 1;
-            if ((uint64_t)self->size * 3 > mask * 2 && u64set_grow(self) < 0) {
-                return -1; /* kept: the table is full only past two thirds of a growth */
-            }
-            return 1;
-        }
-        if (v == x) {
-            return 0;
-        }
-        i = (i + 1) & mask;
-    }
 }
 
 /* ``hmac_key(inner, outer, data, prefix)``: a default call key in one call (seal.KeyDeriver's
@@ -3126,20 +3221,28 @@ u64set_hmac_key(U64SetObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 u64set_nbytes(U64SetObject *self, PyObject *Py_UNUSED(arg))
 {
-    return PyLong_FromUnsignedLongLong((self->mask + 1) * sizeof(uint64_t));
+    Py_ssize_t values = self->n == 1 ? self->cap0 : self->n * U64SET_BLOCK;
+    return PyLong_FromSsize_t(values * (Py_ssize_t)sizeof(uint64_t));
 }
 
 static Py_ssize_t
 u64set_len(U64SetObject *self)
 {
-    return self->size + self->has_zero;
+    return self->size;
 }
 
 static void
 u64set_dealloc(U64SetObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
-    PyMem_Free(self->slots);
+    if (self->blocks != NULL) {
+        for (Py_ssize_t b = 0; b < self->n || (b == 0 && self->n == 0); b++) {
+            PyMem_Free(self->blocks[b]);
+        }
+    }
+    PyMem_Free(self->blocks);
+    PyMem_Free(self->firsts);
+    PyMem_Free(self->counts);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
 }
@@ -3148,7 +3251,7 @@ static PyMethodDef u64set_methods[] = {
     {"add", (PyCFunction)u64set_add, METH_O, "Add x; True if it was not there yet."},
     {"hmac_key", (PyCFunction)(void (*)(void))u64set_hmac_key, METH_FASTCALL,
      "hmac_key(inner, outer, data, prefix): prefix + h when h is new here, else None."},
-    {"nbytes", (PyCFunction)u64set_nbytes, METH_NOARGS, "The bytes of the table."},
+    {"nbytes", (PyCFunction)u64set_nbytes, METH_NOARGS, "The bytes of the blocks."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -3157,7 +3260,7 @@ static PyType_Slot u64set_slots[] = {
     {Py_tp_dealloc, u64set_dealloc},
     {Py_tp_methods, u64set_methods},
     {Py_sq_length, u64set_len},
-    {Py_tp_doc, "A set of integers in [0, 2**64) in one table (keycount.U64Set)."},
+    {Py_tp_doc, "A set of integers in [0, 2**64) in sorted blocks (keycount.U64Set)."},
     {0, NULL},
 };
 
