@@ -3000,15 +3000,16 @@ u64set_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->blocks = PyMem_Calloc((size_t)self->room, sizeof(uint64_t *));
     self->firsts = PyMem_Calloc((size_t)self->room, sizeof(uint64_t));
     self->counts = PyMem_Calloc((size_t)self->room, sizeof(Py_ssize_t));
-    if (self->blocks != NULL) {
-        self->blocks[0] = PyMem_Malloc(U64SET_START * sizeof(uint64_t));
-    }
-    if (self->blocks == NULL || self->firsts == NULL || self->counts == NULL ||
-        self->blocks[0] == NULL) {
+    if (self->blocks == NULL || self->firsts == NULL || self->counts == NULL) {
         Py_DECREF(self); /* dealloc frees what was allocated */
         return PyErr_NoMemory();
     }
-    self->n = 1;
+    self->n = 1; /* its block NULL until allocated: dealloc frees it either way */
+    self->blocks[0] = PyMem_Malloc(U64SET_START * sizeof(uint64_t));
+    if (self->blocks[0] == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
     self->cap0 = U64SET_START;
     self->size = 0;
     return (PyObject *)self;
@@ -3236,7 +3237,7 @@ u64set_dealloc(U64SetObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     if (self->blocks != NULL) {
-        for (Py_ssize_t b = 0; b < self->n || (b == 0 && self->n == 0); b++) {
+        for (Py_ssize_t b = 0; b < self->n; b++) {
             PyMem_Free(self->blocks[b]);
         }
     }
