@@ -164,6 +164,15 @@ def _corpus(tmp_path: Path, runs: int) -> Path:
     return folder
 
 
+def _assert_aborted_and_workers_gone(
+    done: subprocess.CompletedProcess[str], workers: object
+) -> None:
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "Aborted!"
+    assert isinstance(workers, list)
+    assert _until(lambda: all(_gone(pid) for pid in workers))
+
+
 @needs_proc
 def test_ctrl_c_as_verify_starts_its_workers(tmp_path: Path) -> None:
     # `tacho verify --workers N` starts its workers first thing, then imports the command
@@ -178,10 +187,7 @@ def test_ctrl_c_as_verify_starts_its_workers(tmp_path: Path) -> None:
         _importing,
         _env(),
     )
-    assert done.returncode == 130, done.stderr
-    assert done.stderr.strip() == "Aborted!"
-    assert isinstance(workers, list)
-    assert _until(lambda: all(_gone(pid) for pid in workers))
+    _assert_aborted_and_workers_gone(done, workers)
 
 
 @needs_proc
@@ -192,10 +198,7 @@ def test_ctrl_c_as_tacho_test_starts_its_workers(tmp_path: Path) -> None:
         _importing,
         _env(),
     )
-    assert done.returncode == 130, done.stderr
-    assert done.stderr.strip() == "Aborted!"
-    assert isinstance(workers, list)
-    assert _until(lambda: all(_gone(pid) for pid in workers))
+    _assert_aborted_and_workers_gone(done, workers)
 
 
 @needs_proc

@@ -12,13 +12,23 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-__all__ = ["interrupt_in", "is_sqlite_file", "main", "verify_workers"]
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_TERMINATED",
+    "interrupt_in",
+    "is_sqlite_file",
+    "main",
+    "verify_workers",
+]
 
 
-_EXIT_INTERRUPTED = 130
-_EXIT_TERMINATED = 143
-"""app.EXIT_INTERRUPTED and app.EXIT_TERMINATED (128 + SIGINT, 128 + SIGTERM), not imported
-from there: that would import click before a Ctrl-C could be reported (see main)."""
+EXIT_INTERRUPTED = 130
+"""Interrupted (Ctrl-C, SIGINT): 128 + the signal's number, as a shell reports it."""
+EXIT_TERMINATED = 143
+"""128 + SIGTERM: ``tacho`` was stopped by ``kill``, ``timeout``, systemd or Kubernetes.
+
+Both defined here, where click is not imported, so that a Ctrl-C in the import phase is
+reported with them (see main); :mod:`.app` takes them from here."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -47,9 +57,9 @@ def _stopped(interrupt: KeyboardInterrupt) -> NoReturn:
     app = sys.modules.get(f"{__name__}.app")
     if app is not None and isinstance(interrupt, app.Terminated):
         sys.stderr.write("\nTerminated.\n")
-        raise SystemExit(_EXIT_TERMINATED) from None
+        raise SystemExit(EXIT_TERMINATED) from None
     sys.stderr.write("\nAborted!\n")
-    raise SystemExit(_EXIT_INTERRUPTED) from None
+    raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 def interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:

@@ -49,7 +49,7 @@ from ..errors import (
 from ..store import RunInfo, Store, store_url
 from ..store import open_store as _open_store
 from ..views.text import escape, escape_json
-from . import interrupt_in
+from . import EXIT_INTERRUPTED, EXIT_TERMINATED, interrupt_in
 
 __all__ = [
     "COMMANDS",
@@ -82,8 +82,6 @@ EXIT_USAGE = 2
 """A usage error: a bad option or argument, an agent path that does not import."""
 EXIT_STORE = 3
 """The store cannot be opened or read, or the named run is not in it."""
-EXIT_INTERRUPTED = 130
-"""Interrupted (Ctrl-C, SIGINT): 128 + the signal's number, as a shell reports it."""
 
 PLUGGED = ("corpus", "otel", "seal", "privacy", "migrate", "doctor")
 """Command modules loaded when present: each defines ``register(cli: click.Group)``."""
@@ -280,10 +278,6 @@ def _hints_for(exc: TachographError) -> list[str]:
     if isinstance(exc, ConfirmationRequired):
         return ["Pass --confirm to allow it."]
     return []
-
-
-EXIT_TERMINATED = 143
-"""128 + SIGTERM: ``tacho`` was stopped by ``kill``, ``timeout``, systemd or Kubernetes."""
 
 
 class Terminated(KeyboardInterrupt):
