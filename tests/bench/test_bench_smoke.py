@@ -599,6 +599,32 @@ def test_the_replay_parts_probe_splits_each_version_s_replay(
     assert result["settings"] == {"rounds": 2, "calls": 20, "pairs": 2, "seed": 1}
 
 
+def test_the_held_probe_measures_what_a_read_run_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import heldprobe
+
+    result = _side_by_side(heldprobe.main, tmp_path, capsys, "--calls", "200", "--reads", "2")
+    for side in ("before", "after"):
+        row = result[side]
+        assert row["events"] == 402
+        assert _number(row["read_us"])
+        assert row["read_us"] > 0
+        assert len(row["read_us_all"]) == 2
+        # an event of this agent as read: its Event, its strings, its decoded payload
+        assert 500 < row["held_bytes"] < 5_000
+        assert row["parts"]
+        assert row["parts"][0]["where"].startswith("tachograph/")
+        assert row["parts"][0]["bytes_an_event"] > 100
+    assert result["after_faster_in"] in (0, 1, 2)
+    assert result["settings"] == {"rounds": 2, "calls": 200, "reads": 2, "seed": 1}
+    for args, why in (
+        (["--reads", "0"], "must be at least 1"),
+        (["--before", str(tmp_path)], "no tachograph package in that directory"),
+    ):
+        _refused(heldprobe.main, args, why, capsys)
+
+
 def test_the_replay_parts_summary_is_the_medians_of_its_samples() -> None:
     from bench.replayparts import PARTS, summary
 
