@@ -208,6 +208,18 @@ def test_memory_figure_comes_from_both_stores(suite: tuple[dict[str, Any], Path,
     assert large["peak_rss_kb"] >= large["rss_before_kb"] > 0
 
 
+def test_the_growth_figure_lists_pages_of_one_size(
+    suite: tuple[dict[str, Any], Path, str],
+) -> None:
+    # a page of runs must hold as many runs in the small store as in the large one: a page
+    # of 20 held 10 in the small store (at scale 1), and the large store's 20 rows alone
+    # made it 1.25x slower
+    extra = suite[0]["figures"]["store_growth"]["extra"]
+    small_runs = extra["small_store"]["runs"]
+    assert extra["runs_page"] == min(20, small_runs)
+    assert extra["large_store"]["runs"] >= extra["runs_page"]
+
+
 def test_a_kept_work_directory_runs_again(suite: tuple[dict[str, Any], Path, str]) -> None:
     # --dir keeps the stores: a second run into it must not trip over the first one's runs
     # (the writer's fixed run ids once failed with "already has a different event at seq 0")
@@ -248,12 +260,12 @@ def test_the_profile_of_a_slow_append_appends_runs_of_its_own(tmp_path: Path) ->
     from tachograph.store import SQLiteStore
 
     path = tmp_path / "grown.db"
-    measured = scale._Probe(path, 1, 20, 1)
+    measured = scale._Probe(path, 1, 20, 1, 20)
     measured.append()
     measured.append()
     appends = scale._MEASURES["append"][1]
     for _ in range(2):  # the profile may be taken again: each time a probe of its own
-        assert len(scale._repeat(appends, scale._Probe(path, 1, 20, 3), 5)) == 5
+        assert len(scale._repeat(appends, scale._Probe(path, 1, 20, 3, 20), 5)) == 5
     assert len(SQLiteStore(path).runs(limit=100)) == 2 + 5 + 5
 
 
