@@ -792,3 +792,64 @@ def test_run_keys_skip_through_the_index_to_what_a_distinct_scan_reads(
         db.close()
         with SQLiteStore(path) as store:
             assert store.run_keys() == [(str(t), str(r)) for t, r in distinct]
+
+
+def _listing_steps(store: SQLiteStore, **filters: Any) -> tuple[int, list[str]]:
+    """SQLite virtual-machine steps of one page of ``store.runs``, and the page's run ids."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    store._db.set_progress_handler(count, 1)
+    try:
+        page = store.runs(limit=20, **filters)
+    finally:
+        store._db.set_progress_handler(None, 1)
+    return steps, [r.run_id for r in page]
+
+
+def test_a_page_of_one_tenant_s_runs_does_not_sort_all_of_them(tmp_path: Path) -> None:
+    """Schema 5 lists a tenant's runs newest first by index: before it, a store scoped to a
+    tenant (or runs(tenant=...)) found the tenant's runs by the primary key and sorted every
+    one of them for each page (46 ms a page for 270,000 runs, 0.07 ms unscoped)."""
+    steps: dict[int, dict[str, int]] = {}
+    for count in (40, 1_200):
+        path = tmp_path / f"{count}.db"
+        with SQLiteStore(path) as store:
+            batch: list[Event] = []
+            for i in range(count):
+                # two runs a second: ties, ordered by run id
+                second = f"2026-12-07T10:{i // 120:02d}:{i // 2 % 60:02d}"
+                for tenant in ("a", "b"):
+                    batch += build_run(
+                        f"run-{i:05d}",
+                        2,
+                        tenant=tenant,
+                        ts=lambda seq, at=second: f"{at}.{seq:06d}Z",
+                    )
+            store.append(batch)
+        cases = {
+            "scoped": {},
+            "tenant": {"tenant": "a"},
+            "unfinished": {"tenant": "a", "status": "unfinished"},
+            "since": {"tenant": "a", "since": "2026-12-07T10:00:00Z"},
+        }
+        steps[count] = {}
+        for name, filters in cases.items():
+            scoped = name == "scoped"
+            with SQLiteStore(path, tenant="a" if scoped else None) as store:
+                taken, page = _listing_steps(store, **filters)
+                # newest first, ties by run id: what the unscoped listing gives for tenant a
+                everything = sorted(
+                    (r for r in store.runs() if r.tenant == "a"),
+                    key=lambda r: r.run_id,
+                )
+                everything.sort(key=lambda r: r.started_at, reverse=True)
+                assert page == [r.run_id for r in everything][:20]
+            steps[count][name] = taken
+    for name, few in steps[40].items():
+        # thirty times the runs: the same page, read in about as many steps
+        assert steps[1_200][name] < 2 * few, (name, few, steps[1_200][name])

@@ -53,7 +53,7 @@ from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "interrupt_waits"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -119,6 +119,12 @@ DROP INDEX runs_started;
     # 3 -> 4, step "lifecycle": the store audit, data subjects and retention's deletions
     # (see sqlite_lifecycle.py).
     3: LIFECYCLE_MIGRATION,
+    # 4 -> 5: list one tenant's runs newest first by index (a store scoped to a tenant, or
+    # runs(tenant=...)): the primary key found the tenant's runs and sorted all of them for
+    # each page, 46 ms a page for 270,000 runs against 0.07 ms unscoped.
+    4: """
+CREATE INDEX runs_tenant_started ON runs (tenant, started_at DESC, run_id);
+""",
 }
 
 _COLUMNS = (
