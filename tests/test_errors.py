@@ -119,3 +119,58 @@ def test_raised_errors_carry_their_data(tmp_path: Path) -> None:
     with pytest.raises(ProfileError) as path:
         new_event(run_id="r", seq=0, type="a.b", actor="x", payload={"a": [{1}]}, prev_hash=None)
     assert path.value.path == "payload.a[0]"
+
+
+def test_suggestions_for_an_unknown_run_stay_cheap_in_a_large_store() -> None:
+    """A short id that prefixes every run, or a typo among 300,000 ids: five suggestions,
+    prefixes first in the order given, found without comparing every id with every other
+    (the list of prefixed ids grew to the whole store, each checked against the list so far:
+    minutes for 100,000 runs) and with difflib over the 200 ids nearest in sorted order only
+    (1.9 s over every id of 300,000)."""
+    from tachograph.store import base
+
+    pool = [f"run_{i:08d}_abcdef" for i in range(300_000)]
+    compared = 0
+    real = base.difflib.SequenceMatcher
+
+    class Counting(real):  # type: ignore[misc, valid-type]
+        def set_seq1(self, a: object) -> None:
+            nonlocal compared
+            compared += 1
+            super().set_seq1(a)
+
+    base.difflib.SequenceMatcher = Counting  # type: ignore[misc]
+    try:
+        assert base.suggest("run_", pool) == pool[:5]
+        assert base.suggest("run_00123456", pool)[0] == "run_00123456_abcdef"
+        typo = base.suggest("run_0012345x_abcdef", pool)
+    finally:
+        base.difflib.SequenceMatcher = real  # type: ignore[misc]
+    assert len(typo) == 5
+    assert all(t.startswith("run_00123") for t in typo)
+    # three calls, each comparing at most the 200 nearest ids (difflib sets seq1 once a
+    # candidate)
+    assert compared <= 3 * (base._SPELLINGS_AMONG + 1)
+    # a small store is searched whole, as before: the best spelling wins wherever it sorts
+    assert base.suggest("rnu_00000007_abcdef", pool[:50])[0] == "run_00000007_abcdef"
+
+
+class _Counted(str):
+    equalities = 0
+
+    def __eq__(self, other: object) -> bool:
+        _Counted.equalities += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_a_short_id_that_prefixes_every_run_is_answered_in_a_few_comparisons() -> None:
+    from tachograph.store import base
+
+    pool = [_Counted(f"run_{i:06d}") for i in range(2_000)]
+    _Counted.equalities = 0
+    assert base.suggest("run_", pool) == pool[:5]
+    # five kept, each new one checked against those before it (the whole store was kept
+    # before, each against all before it: about two million comparisons here)
+    assert _Counted.equalities < 100
