@@ -174,3 +174,14 @@ def test_a_short_id_that_prefixes_every_run_is_answered_in_a_few_comparisons() -
     # five kept, each new one checked against those before it (the whole store was kept
     # before, each against all before it: about two million comparisons here)
     assert _Counted.equalities < 100
+
+
+def test_suggestions_skip_ids_that_are_not_text() -> None:
+    # a tampered SQLite row may hold a number or bytes as its run id: the error for an
+    # unknown run must still be made
+    from tachograph.store import base
+
+    pool: list[object] = ["run-alpha", 7, b"run-beta", "run-alpine", None]
+    assert base.suggest("run-alp", pool) == ["run-alpha", "run-alpine"]  # type: ignore[arg-type]
+    many: list[object] = [f"run-{i:04d}" for i in range(300)] + [3, b"x"]
+    assert base.suggest("run-01", many)[0] == "run-0100"  # type: ignore[arg-type]

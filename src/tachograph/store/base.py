@@ -549,7 +549,7 @@ nearest the unknown one in sorted order: difflib over every id of a store took s
 def suggest(run_id: str, candidates: Iterable[str]) -> list[str]:
     """Close matches for an unknown run id (prefixes first, then similar spellings): at most
     five, the prefixed ones in the order given."""
-    pool = list(candidates)
+    pool = [c for c in candidates if isinstance(c, str)]  # a tampered row may hold another type
     prefixed = (c for c in pool if c.startswith(run_id))
     near = pool
     if len(pool) > _SPELLINGS_AMONG:
