@@ -38,6 +38,7 @@ __all__ = [
     "Store",
     "StoredRow",
     "not_found",
+    "prefix_bound",
     "row_event",
     "suggest",
 ]
@@ -304,9 +305,11 @@ class Store(abc.ABC):
         since: str | None = None,
         until: str | None = None,
         limit: int | None = None,
+        prefix: str | None = None,
     ) -> list[RunInfo]:
-        """Runs, newest first, filtered by actor, tenant, status (``unfinished`` for none) and
-        start time (ISO 8601 strings compared lexically)."""
+        """Runs, newest first, filtered by actor, tenant, status (``unfinished`` for none),
+        start time (ISO 8601 strings compared lexically) and the beginning of the run id
+        (``prefix``, compared character by character: no pattern)."""
 
     @abc.abstractmethod
     def run_info(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
@@ -537,6 +540,21 @@ def row_event(r: StoredRow, *, decode: bool = True) -> Event:
         r.salt,
         body,
     )
+
+
+def prefix_bound(prefix: str) -> str | None:
+    """The least string above every string that begins with ``prefix``, in code point order
+    (UTF-8's byte order, SQLite's BINARY collation); ``None`` when there is none (a prefix
+    of U+10FFFF alone). With it, the strings that begin with ``prefix`` are a range:
+    ``prefix <= s < prefix_bound(prefix)``."""
+    while prefix:
+        last = ord(prefix[-1]) + 1
+        if last <= 0x10FFFF:
+            if 0xD800 <= last <= 0xDFFF:  # no string holds a surrogate: skip them
+                last = 0xE000
+            return prefix[:-1] + chr(last)
+        prefix = prefix[:-1]
+    return None
 
 
 _SUGGESTIONS = 5

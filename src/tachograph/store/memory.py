@@ -232,6 +232,7 @@ class MemoryStore(Store):
         since: str | None = None,
         until: str | None = None,
         limit: int | None = None,
+        prefix: str | None = None,
     ) -> list[RunInfo]:
         """Runs, newest first (then by run id), filtered."""
         data = self._open()
@@ -248,6 +249,7 @@ class MemoryStore(Store):
             )
             and (since is None or info.started_at >= since)
             and (until is None or info.started_at < until)
+            and (prefix is None or info.run_id.startswith(prefix))
         ]
         found.sort(key=lambda info: info.run_id)
         found.sort(key=lambda info: info.started_at, reverse=True)  # stable: run ids stay sorted

@@ -739,6 +739,7 @@ class PostgresStore(Store):
         since: str | None = None,
         until: str | None = None,
         limit: int | None = None,
+        prefix: str | None = None,
     ) -> list[RunInfo]:
         """Runs, newest first, filtered (to the store's tenant when it has one)."""
         tenant = self.scoped_tenant(tenant)
@@ -759,6 +760,9 @@ class PostgresStore(Store):
         if until is not None:
             where.append("started_at < %s")
             args.append(until)
+        if prefix:
+            where.append("starts_with(run_id, %s)")  # character by character, no pattern
+            args.append(prefix)
         sql = f"SELECT {_RUN_COLUMNS} FROM tachograph.runs"
         if where:
             sql += " WHERE " + " AND ".join(where)

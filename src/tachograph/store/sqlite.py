@@ -44,6 +44,7 @@ from .base import (
     id_taken,
     not_found,
     out_of_sequence,
+    prefix_bound,
     receipt,
     run_deleted,
     seq_taken,
@@ -1140,10 +1141,12 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         since: str | None = None,
         until: str | None = None,
         limit: int | None = None,
+        prefix: str | None = None,
     ) -> list[RunInfo]:
         """Runs, newest first, filtered (to the store's tenant when it has one)."""
         tenant = self.scoped_tenant(tenant)
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         for column, value in (("actor", actor), ("tenant", tenant)):
             if value is not None:
                 where.append(f"{column}=?")
@@ -1159,6 +1162,17 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         if until is not None:
             where.append("started_at<?")
             args.append(until)
+        if prefix:
+            # a range of the run id index (TEXT compares as UTF-8 bytes, in code point order),
+            # then the exact test
+            where.append("run_id>=?")
+            args.append(prefix)
+            above = prefix_bound(prefix)
+            if above is not None:
+                where.append("run_id<?")
+                args.append(above)
+            where.append("substr(run_id, 1, ?)=?")
+            args += [len(prefix), prefix]
         sql = (
             "SELECT tenant, run_id, actor, started_at, last_at, events, head_hash, status FROM runs"
         )

@@ -374,6 +374,27 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         assert _ids(store.runs(until=fixed_ts(200))) == ["r1"]
         assert _ids(store.runs(limit=2)) == ["r4", "r3"]
         assert store.runs(actor="nobody") == []
+        assert _ids(store.runs(prefix="r")) == ["r4", "r3", "r2", "r1"]
+        assert _ids(store.runs(prefix="r2")) == ["r2"]
+        assert _ids(store.runs(prefix="r", tenant="acme", limit=1)) == ["r2"]
+        assert store.runs(prefix="r5") == []
+        assert store.runs(prefix="r11") == []
+        assert _ids(store.runs(prefix="")) == ["r4", "r3", "r2", "r1"]
+
+    def test_a_prefix_is_compared_as_text_not_as_a_pattern(self, store: Store) -> None:
+        """``runs(prefix=...)`` is the runs whose id begins with those characters: no
+        wildcard of SQL's LIKE or GLOB, no case folding; a prefix holding characters no run
+        id may hold (``%``, ``*``, a letter beyond ASCII, the last code point) begins none."""
+        ids = ["ab.c", "abxc", "ab_c", "ab:c", "AB_c", "ab", "ab-z", "ac", "b"]
+        for run_id in ids:
+            store.append(build_run(run_id, 1))
+        cases = [
+            "ab_", "ab.", "AB", "ab", "a", "abx", "x", "ab%", "a%", "ab*", "a_", "a.",
+            "ab\u00e9", "a\U0010ffff", "\U0010ffff",
+        ]  # fmt: skip
+        for prefix in cases:
+            expected = sorted(i for i in ids if i.startswith(prefix))
+            assert sorted(_ids(store.runs(prefix=prefix))) == expected, prefix
 
     def test_a_missing_run_is_not_found_with_close_matches(self, store: Store) -> None:
         for run_id in ("refund-0042", "refund-0043", "unrelated"):
