@@ -38,6 +38,7 @@ __all__ = [
     "payload_of_size",
     "profile_call",
     "scaled",
+    "short_path",
 ]
 
 
@@ -458,7 +459,7 @@ def build_run(
 # -- profiles ---------------------------------------------------------------------------------
 
 
-def _short(path: str) -> str:
+def short_path(path: str) -> str:
     """A file path without this machine's directories: from the package or library name."""
     parts = path.replace(os.sep, "/").split("/")
     for anchor in ("tachograph", "bench", "opentelemetry", "sqlite3", "json"):
@@ -497,7 +498,7 @@ def profile_call(fn: Callable[[], object], *, top: int = 14) -> list[dict[str, A
         key=lambda item: item[1][2],
         reverse=True,
     )[:top]:
-        where = name if filename == "~" else f"{_short(filename)}:{line}({name})"
+        where = name if filename == "~" else f"{short_path(filename)}:{line}({name})"
         rows.append(
             {
                 "function": where,

@@ -28,7 +28,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from .common import alternating, sample_process, side_by_side_parser, versions
+from .common import alternating, sample_process, short_path, side_by_side_parser, versions
 
 __all__ = ["main"]
 
@@ -65,7 +65,7 @@ def _child(calls: int, reads: int) -> dict[str, Any]:
             total = sum(d.size_diff for d in diff)
             parts = [
                 {
-                    "where": _short(str(d.traceback[0].filename)) + f":{d.traceback[0].lineno}",
+                    "where": short_path(str(d.traceback[0].filename)) + f":{d.traceback[0].lineno}",
                     "bytes_an_event": round(d.size_diff / len(held), 1),
                 }
                 for d in diff[:4]
@@ -80,12 +80,6 @@ def _child(calls: int, reads: int) -> dict[str, Any]:
         "parts": parts,
         "tachograph": str(Path(tachograph.__file__).parent),
     }
-
-
-def _short(path: str) -> str:
-    marker = "tachograph"
-    at = path.rfind(marker)
-    return path[at:] if at >= 0 else Path(path).name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -795,7 +795,7 @@ def test_run_keys_skip_through_the_index_to_what_a_distinct_scan_reads(
 
 
 def _listing_steps(store: SQLiteStore, **filters: Any) -> tuple[int, list[str]]:
-    """SQLite virtual-machine steps of one page of ``store.runs``, and the page's run ids."""
+    """SQLite virtual-machine steps of one ``store.runs(**filters)``, and its run ids."""
     steps = 0
 
     def count() -> int:
@@ -805,7 +805,7 @@ def _listing_steps(store: SQLiteStore, **filters: Any) -> tuple[int, list[str]]:
 
     store._db.set_progress_handler(count, 1)
     try:
-        page = store.runs(limit=20, **filters)
+        page = store.runs(**filters)
     finally:
         store._db.set_progress_handler(None, 1)
     return steps, [r.run_id for r in page]
@@ -841,7 +841,7 @@ def test_a_page_of_one_tenant_s_runs_does_not_sort_all_of_them(tmp_path: Path) -
         for name, filters in cases.items():
             scoped = name == "scoped"
             with SQLiteStore(path, tenant="a" if scoped else None) as store:
-                taken, page = _listing_steps(store, **filters)
+                taken, page = _listing_steps(store, limit=20, **filters)
                 # newest first, ties by run id: what the unscoped listing gives for tenant a
                 everything = sorted(
                     (r for r in store.runs() if r.tenant == "a"),
@@ -888,18 +888,6 @@ def test_a_prefix_lists_by_the_run_id_index(path: Path) -> None:
         db = path.with_name(f"prefix-{count}.db")
         with SQLiteStore(db) as store:
             store.append([e for i in range(count) for e in build_run(f"run-{i:05d}", 1)])
-            calls = 0
-
-            def count_step() -> int:
-                nonlocal calls
-                calls += 1
-                return 0
-
-            store._db.set_progress_handler(count_step, 1)
-            try:
-                found = store.runs(prefix="run-0004")
-            finally:
-                store._db.set_progress_handler(None, 1)
-            assert [r.run_id for r in found] == [f"run-{i:05d}" for i in range(49, 39, -1)]
-            steps[count] = calls
+            steps[count], found = _listing_steps(store, prefix="run-0004")
+            assert found == [f"run-{i:05d}" for i in range(49, 39, -1)]
     assert steps[2_000] < 2 * steps[50], steps

@@ -1163,16 +1163,14 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             where.append("started_at<?")
             args.append(until)
         if prefix:
-            # a range of the run id index (TEXT compares as UTF-8 bytes, in code point order),
-            # then the exact test
+            # exactly a range of the run id index: TEXT compares as UTF-8 bytes, in code point
+            # order (and a number sorts below any text, a BLOB above)
             where.append("run_id>=?")
             args.append(prefix)
             above = prefix_bound(prefix)
             if above is not None:
                 where.append("run_id<?")
                 args.append(above)
-            where.append("substr(run_id, 1, ?)=?")
-            args += [len(prefix), prefix]
         sql = (
             "SELECT tenant, run_id, actor, started_at, last_at, events, head_hash, status FROM runs"
         )
