@@ -150,8 +150,8 @@ def test_suggestions_for_an_unknown_run_stay_cheap_in_a_large_store() -> None:
     assert all(t.startswith("run_00123") for t in typo)
     # three calls, each comparing at most the 200 nearest ids (difflib sets seq1 once a
     # candidate)
-    assert compared <= 3 * (base._SPELLINGS_AMONG + 1)
-    # a small store is searched whole, as before: the best spelling wins wherever it sorts
+    assert compared <= 3 * (2 * base.NEIGHBOURS + 1)
+    # a small store lies within the neighbours: the best spelling wins wherever it sorts
     assert base.suggest("rnu_00000007_abcdef", pool[:50])[0] == "run_00000007_abcdef"
 
 

@@ -18,7 +18,7 @@ import pytest
 import tachograph
 from tachograph.capture.agent import release_store
 from tachograph.demo import agent as demo_agent
-from tachograph.errors import StoreError
+from tachograph.errors import RunNotFound, StoreError
 from tachograph.record.jsonl import verify_jsonl
 from tachograph.store import SQLiteStore, open_store
 from tachograph.testing import build_run
@@ -137,6 +137,51 @@ def test_a_superusers_tenant_url_is_confined_too(open_url: Any) -> None:
         store.run_info(elsewhere.run_id, tenant="globex")
     with pytest.raises(StoreError, match="confined to tenant 'acme'"):
         store.append(build_run("other", 2, tenant="globex"))
+
+
+def _unknown_ids_name_nothing_of_another_tenant(store: Any) -> None:
+    """``store`` is confined to tenant acme, which holds ``refund-0043``; tenant globex holds
+    ``refund-0042``. An id it does not hold, whether globex holds it or not, is not found
+    with close matches from acme alone, and no other tenant is named: the error of a store
+    confined to one tenant is no window on the others."""
+    for asked in ("refund-004", "refund-0042", "refund-0044"):
+        for lookup in (
+            store.run_info,
+            lambda run_id: list(store.read(run_id)),
+            lambda run_id: list(store.read_rows(run_id)),
+            store.verify,
+        ):
+            with pytest.raises(RunNotFound) as info:
+                lookup(asked)
+            err = info.value
+            assert err.suggestions == ["refund-0043"], (asked, err)
+            assert not err.tenants
+            assert "globex" not in str(err)
+            assert "in tenant 'acme' of" in str(err)
+
+
+def _acme_and_globex(store: Any) -> None:
+    store.append(build_run("refund-0042", 2, tenant="globex"))
+    store.append(build_run("refund-0043", 2, tenant="acme"))
+
+
+def test_a_sqlite_store_confined_to_a_tenant_suggests_none_of_anothers(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as plain:
+        _acme_and_globex(plain)
+        # unconfined, the same lookup in tenant acme says where the run is
+        with pytest.raises(RunNotFound) as there:
+            plain.run_info("refund-0042", tenant="acme")
+        assert list(there.value.tenants) == ["globex"]
+    with SQLiteStore(path, tenant="acme") as store:
+        _unknown_ids_name_nothing_of_another_tenant(store)
+
+
+def test_a_postgres_store_confined_to_a_tenant_suggests_none_of_anothers(open_url: Any) -> None:
+    _acme_and_globex(open_url("postgres"))
+    # a superuser's connection (which row-level security does not hold) and a tenant's
+    _unknown_ids_name_nothing_of_another_tenant(open_url("postgres", "?tenant=acme"))
+    _unknown_ids_name_nothing_of_another_tenant(open_url(TENANT_ROLE, "?tenant=acme"))
 
 
 def test_a_sqlite_url_takes_a_tenant_scope_too(tmp_path: Path) -> None:

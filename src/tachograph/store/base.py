@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TENANT",
+    "NEIGHBOURS",
     "CheckpointRow",
     "Receipt",
     "RunInfo",
@@ -558,23 +559,27 @@ def prefix_bound(prefix: str) -> str | None:
 
 
 _SUGGESTIONS = 5
-_SPELLINGS_AMONG = 200
-"""In a store of more runs than this, similar spellings are looked for among this many ids
-nearest the unknown one in sorted order: difflib over every id of a store took seconds
-(1.9 s for 300,000 runs), and grows with the store."""
+
+NEIGHBOURS = 100
+"""Similar spellings of an unknown run id are looked for among this many ids on each side of
+it in sorted order, and no others: difflib over every id of a store took seconds (1.9 s for
+300,000 runs) and grew with the store. A store reads just these ids, two ranges of an index,
+whatever its size."""
 
 
 def suggest(run_id: str, candidates: Iterable[str]) -> list[str]:
-    """Close matches for an unknown run id (prefixes first, then similar spellings): at most
-    five, the prefixed ones in the order given."""
+    """Close matches for an unknown run id, at most five: ids it prefixes first (in the order
+    given), then similar spellings among the :data:`NEIGHBOURS` distinct ids on each side of
+    it in sorted order. Given just those neighbours in sorted order, the answer is the one
+    every id of the store, sorted, would give."""
+    asked: object = run_id  # an id from an untyped caller may be an int: no text is near it
+    if not isinstance(asked, str):
+        return []
     pool = [c for c in candidates if isinstance(c, str)]  # a tampered row may hold another type
     prefixed = (c for c in pool if c.startswith(run_id))
-    near = pool
-    if len(pool) > _SPELLINGS_AMONG:
-        ordered = sorted(pool)
-        at = bisect.bisect_left(ordered, run_id)
-        half = _SPELLINGS_AMONG // 2
-        near = ordered[max(0, at - half) : at + half]
+    ordered = sorted(set(pool))
+    at = bisect.bisect_left(ordered, run_id)
+    near = ordered[max(0, at - NEIGHBOURS) : at + NEIGHBOURS]
     close = difflib.get_close_matches(run_id, near, n=_SUGGESTIONS, cutoff=0.6)
     seen: list[str] = []
     for c in itertools.chain(prefixed, close):
@@ -595,8 +600,10 @@ def not_found(
     tenant: str | None = None,
     elsewhere: Sequence[str] = (),
 ) -> RunNotFound:
-    """A :class:`RunNotFound` that lists close matches, or, when the run was looked up in
-    ``tenant`` but exists in the tenants ``elsewhere``, names those."""
+    """A :class:`RunNotFound` that lists close matches among ``candidates`` (the ids of the
+    tenant looked in, when there was one), or, when the run was looked up in ``tenant`` but
+    exists in the tenants ``elsewhere``, names those. A store confined to one tenant passes
+    no ``elsewhere``: it names no other tenant, nor any id of one."""
     if tenant is not None and elsewhere:
         tenants = list(elsewhere)
         return RunNotFound(
@@ -609,6 +616,10 @@ def not_found(
         )
     matches = suggest(run_id, candidates)
     hint = f"; did you mean {', '.join(matches)}?" if matches else ""
+    within = f"tenant {tenant!r} of " if tenant is not None else ""
     return RunNotFound(
-        f"no run {run_id!r} in {where}{hint}", run_id=run_id, suggestions=matches, location=where
+        f"no run {run_id!r} in {within}{where}{hint}",
+        run_id=run_id,
+        suggestions=matches,
+        location=where,
     )

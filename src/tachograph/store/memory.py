@@ -197,9 +197,8 @@ class MemoryStore(Store):
         if tenant is not None:
             if (tenant, run_id) not in data.rows:
                 elsewhere = sorted(t for t, r in data.rows if r == run_id)
-                raise not_found(
-                    run_id, (r for _, r in data.rows), self.url, tenant=tenant, elsewhere=elsewhere
-                )
+                ids = (r for t, r in data.rows if t == tenant)  # close matches in the tenant
+                raise not_found(run_id, ids, self.url, tenant=tenant, elsewhere=elsewhere)
             return tenant
         tenants = sorted(t for t, r in data.rows if r == run_id)
         if not tenants:

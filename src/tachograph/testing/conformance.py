@@ -415,6 +415,38 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         with pytest.raises(RunNotFound):
             list(store.read("refund-0042", tenant="other-tenant"))
 
+    def test_close_matches_are_of_the_tenant_looked_in(self, store: Store) -> None:
+        store.append(build_run("refund-0042", 1, tenant="globex"))
+        store.append(build_run("refund-0043", 1, tenant="acme"))
+        with pytest.raises(RunNotFound) as inside:
+            store.run_info("refund-004", tenant="acme")
+        assert inside.value.suggestions == ["refund-0043"]
+        assert "in tenant 'acme' of" in str(inside.value)
+        with pytest.raises(RunNotFound) as anywhere:
+            store.run_info("refund-004")
+        assert anywhere.value.suggestions == ["refund-0042", "refund-0043"]
+        # a run of another tenant is named with its tenant, not offered as a match
+        with pytest.raises(RunNotFound) as there:
+            store.run_info("refund-0042", tenant="acme")
+        assert (there.value.suggestions, list(there.value.tenants)) == ([], ["globex"])
+
+    def test_close_matches_come_from_the_hundred_ids_on_each_side(self, store: Store) -> None:
+        """Similar spellings are looked for among the 100 ids on each side of the unknown one
+        in sorted order (``store.base.NEIGHBOURS``), so that a store answers from two ranges of
+        an index whatever its size: one farther away is not offered, however similar."""
+        ids = ["m-target", *(f"n-{i:04d}" for i in range(150))]
+        store.append([e for run_id in ids for e in build_run(run_id, 1)])
+        with pytest.raises(RunNotFound) as far:
+            store.run_info("o-target")  # 150 ids sort between it and m-target
+        assert far.value.suggestions == []
+        with pytest.raises(RunNotFound) as near:
+            store.run_info("m-targex")
+        assert near.value.suggestions == ["m-target"]
+        with pytest.raises(RunNotFound) as typo:
+            store.run_info("n-014x")
+        assert len(typo.value.suggestions) == 5
+        assert all(m.startswith("n-014") for m in typo.value.suggestions)
+
     # -- verification -------------------------------------------------------------------------
 
     def test_verify_a_stored_run(self, store: Store) -> None:
