@@ -127,10 +127,12 @@ class FormatError(TachographError, ValueError):
 
 
 class StoreError(TachographError):
-    """Anything that went wrong inside a store; ``location`` names the store (file or URL)."""
+    """Anything that went wrong inside a store; ``location`` names the store (file or URL),
+    ``tenant`` the tenant of the run it is about (``None``: not known, or any tenant)."""
 
     location: str | None = None
     run_id: str | None = None
+    tenant: str | None = None
 
 
 class StoreNotFound(StoreError):

@@ -192,6 +192,7 @@ def resolve_run(store: Store, run_id: str, *, tenant: str | None = None) -> RunI
         raise RunNotFound(
             f"{run_id!r} is ambiguous: it begins {len(roots)} runs ({shown}); give more of the id",
             run_id=run_id,
+            tenant=tenant,
             suggestions=roots[:8],
         ) from None
 

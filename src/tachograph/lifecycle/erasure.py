@@ -148,6 +148,7 @@ def erase(
                 f"run {info.run_id!r} has no event at seq {', '.join(map(str, missing))} "
                 f"(it has seq 0..{len(events) - 1}); nothing was erased",
                 run_id=info.run_id,
+                tenant=info.tenant,
                 seq=missing[0],
             )
         everything = not wanted and not types

@@ -269,7 +269,10 @@ class ScopedStore(Store):
         self.inner.scoped_tenant(tenant, run_id=run_id)  # a store's own scope says so itself
         if self.tenant is not None and tenant not in (None, self.tenant):
             raise RunNotFound(
-                f"no run {run_id!r} in tenant {self.tenant!r}", run_id=run_id, suggestions=[]
+                f"no run {run_id!r} in tenant {self.tenant!r}",
+                run_id=run_id,
+                tenant=self.tenant,
+                suggestions=[],
             )
         resolved = self.inner.run_info(run_id, tenant=tenant or self.tenant).tenant
         rule = self.rule()
@@ -364,7 +367,10 @@ class ScopedStore(Store):
         self.inner.scoped_tenant(tenant, run_id=run_id)
         if self.tenant is not None and tenant not in (None, self.tenant):
             raise RunNotFound(
-                f"no run {run_id!r} in tenant {self.tenant!r}", run_id=run_id, suggestions=[]
+                f"no run {run_id!r} in tenant {self.tenant!r}",
+                run_id=run_id,
+                tenant=self.tenant,
+                suggestions=[],
             )
         return tenant or self.tenant
 

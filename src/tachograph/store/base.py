@@ -102,6 +102,7 @@ def seq_taken(ev: Event, expected: str | None) -> DuplicateConflict:
     return DuplicateConflict(
         f"run {ev.run_id!r} already has a different event at seq {ev.seq}",
         run_id=ev.run_id,
+        tenant=ev.tenant,
         seq=ev.seq,
         expected=expected,
         actual=ev.hash,
@@ -114,6 +115,7 @@ def out_of_sequence(ev: Event, count: int, head: str | None) -> SequenceConflict
         f"run {ev.run_id!r}: event expected at seq {count} after head "
         f"{head}, got seq {ev.seq} after {ev.prev_hash}",
         run_id=ev.run_id,
+        tenant=ev.tenant,
         seq=ev.seq,
         expected={"seq": count, "prev_hash": head},
         actual={"seq": ev.seq, "prev_hash": ev.prev_hash},
@@ -121,13 +123,21 @@ def out_of_sequence(ev: Event, count: int, head: str | None) -> SequenceConflict
 
 
 def id_taken(
-    event_id: str, run_id: str, seq: int, actual: str, at: tuple[str, int], expected: str | None
+    event_id: str,
+    run_id: str,
+    seq: int,
+    actual: str,
+    at: tuple[str, int],
+    expected: str | None,
+    *,
+    tenant: str | None = None,
 ) -> DuplicateConflict:
-    """The event ``event_id`` of ``run_id`` at ``seq`` (hash ``actual``) has an id the event
-    stored ``at`` (run, seq), of hash ``expected``, already holds."""
+    """The event ``event_id`` of ``run_id`` (of ``tenant``) at ``seq`` (hash ``actual``) has
+    an id the event stored ``at`` (run, seq), of hash ``expected``, already holds."""
     return DuplicateConflict(
         f"event_id {event_id} is already stored at {at[0]!r} seq {at[1]}",
         run_id=run_id,
+        tenant=tenant,
         seq=seq,
         expected=expected,
         actual=actual,
@@ -143,6 +153,7 @@ def run_deleted(
         + (f" at {at}" if at else "")
         + "; its id cannot be used again",
         run_id=run_id,
+        tenant=tenant,
         **({"location": location} if location is not None else {}),
     )
 
@@ -610,6 +621,7 @@ def not_found(
             f"no run {run_id!r} in tenant {tenant!r} of {where}; it exists in tenant "
             + ", ".join(repr(t) for t in tenants),
             run_id=run_id,
+            tenant=tenant,
             suggestions=[],
             location=where,
             tenants=tenants,
@@ -620,6 +632,7 @@ def not_found(
     return RunNotFound(
         f"no run {run_id!r} in {within}{where}{hint}",
         run_id=run_id,
+        tenant=tenant,
         suggestions=matches,
         location=where,
     )

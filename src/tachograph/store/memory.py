@@ -151,7 +151,9 @@ class MemoryStore(Store):
                 other = data.by_event_id.get(ev.event_id) or new_ids.get(ev.event_id)
                 if other is not None:
                     at = (other.run_id, other.seq)
-                    raise id_taken(ev.event_id, ev.run_id, ev.seq, ev.hash, at, other.hash)
+                    raise id_taken(
+                        ev.event_id, ev.run_id, ev.seq, ev.hash, at, other.hash, tenant=ev.tenant
+                    )
                 body = ev.payload_bytes
                 if body is None and ev.payload is not None:
                     body = orjson.dumps(ev.payload)

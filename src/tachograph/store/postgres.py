@@ -390,6 +390,7 @@ class PostgresStore(Store):
                         raise SequenceConflict(
                             f"run heads kept moving under this append: {exc.diag.message_primary}",
                             run_id=events[0].run_id,
+                            tenant=events[0].tenant,
                             seq=events[0].seq,
                         ) from exc
                     if isinstance(exc, pg_errors.InsufficientPrivilege):
@@ -568,14 +569,23 @@ class PostgresStore(Store):
             taken = first.setdefault(ev.event_id, (index, ev))[1]
             if taken is not ev and found is None:  # the batch's order: the first repeat
                 at = (taken.run_id, taken.seq)
-                found = index, id_taken(ev.event_id, ev.run_id, ev.seq, ev.hash, at, taken.hash)
+                found = (
+                    index,
+                    id_taken(
+                        ev.event_id, ev.run_id, ev.seq, ev.hash, at, taken.hash, tenant=ev.tenant
+                    ),
+                )
         if not first:
             return found
         cur.execute(_EVENT_IDS_STORED, (list(first), tenant))
         for event_id, run_id, seq, digest in cur.fetchall():
             index, ev = first[event_id]
             if found is None or index < found[0]:
-                found = index, id_taken(event_id, ev.run_id, ev.seq, ev.hash, (run_id, seq), digest)
+                at = (run_id, seq)
+                found = (
+                    index,
+                    id_taken(event_id, ev.run_id, ev.seq, ev.hash, at, digest, tenant=ev.tenant),
+                )
         return found
 
     @staticmethod

@@ -209,10 +209,12 @@ def _id_conflict(
         ).fetchone()
         return run_deleted(row[1], row[2], gone[0] if gone else None)
     if other is not None:
-        return id_taken(row[4], row[2], row[3], row[15], (other[1], other[2]), other[3])
+        at = (other[1], other[2])
+        return id_taken(row[4], row[2], row[3], row[15], at, other[3], tenant=row[1])
     return DuplicateConflict(
         f"event_id {row[4]} is already stored: {exc}",
         run_id=row[2],
+        tenant=row[1],
         seq=row[3],
         expected=None,
         actual=row[15],

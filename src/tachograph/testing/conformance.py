@@ -267,6 +267,35 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         assert store.count_events() == 3
         assert _ids(store.runs()) == ["run-a"]
 
+    def test_a_refusal_names_the_tenant_of_its_run(self, store: Store) -> None:
+        """``err.tenant``: the tenant of the run a refusal or a miss is about (a run id may be
+        a run of each of several tenants); ``None`` for a miss looked for in every tenant."""
+        events = build_run("run-a", 3, tenant="acme")
+        store.append(events[:1])
+        store.append(build_run("run-a", 1))  # the same run id in another tenant
+        with pytest.raises(SequenceConflict) as gap:
+            store.append([events[2]])
+        with pytest.raises(DuplicateConflict) as seq:
+            store.append(build_run("run-a", 1, tenant="acme"))
+        clash = new_event(
+            run_id="run-b",
+            seq=0,
+            type=EventType.RUN_STARTED.value,
+            actor="agent",
+            payload={"input": "x"},
+            prev_hash=None,
+            event_id=events[0].event_id,
+            tenant="acme",
+        )
+        with pytest.raises(DuplicateConflict) as event_id:
+            store.append([clash])
+        with pytest.raises(RunNotFound) as missing:
+            store.run_info("run-z", tenant="acme")
+        with pytest.raises(RunNotFound) as anywhere:
+            store.run_info("run-z")
+        found = [info.value.tenant for info in (gap, seq, event_id, missing, anywhere)]
+        assert found == ["acme", "acme", "acme", "acme", None]
+
     def test_a_refused_batch_reports_its_first_refused_event(self, store: Store) -> None:
         """Whatever an engine checks first, a refused batch reports the event the one-by-one
         check refuses first (a stored seq, the run's head, then its event id), in the batch's
@@ -822,7 +851,7 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         for batch in ([gone[3]], [other[1], *again], [*again, other[5]]):
             with pytest.raises(AppendRefused, match="deleted by retention") as info:
                 store.append(batch)
-            assert info.value.run_id == "run-r"
+            assert (info.value.run_id, info.value.tenant) == ("run-r", "default")
             assert store.count_events() == 1
             assert store.head("run-a") == (0, other[0].hash)
 
