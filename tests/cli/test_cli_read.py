@@ -142,7 +142,12 @@ def test_show_accepts_a_unique_prefix(tacho: Tacho, run_id: str) -> None:
 def test_show_unknown_run_with_nothing_close_points_at_runs(tacho: Tacho) -> None:
     result = tacho("show", "zzzz")
     assert result.exit_code == EXIT_STORE
-    assert "tacho runs" in result.stderr
+    assert "tacho runs\n" in result.stderr
+    # looked for in one tenant: the runs of that tenant, quoted for a shell
+    inside = tacho("show", "zzzz", "--tenant", "acme corp")
+    assert inside.exit_code == EXIT_STORE
+    assert "no run 'zzzz' in tenant 'acme corp' of" in inside.stderr
+    assert "tacho runs --tenant 'acme corp'\n" in inside.stderr
 
 
 # -- state --------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -275,6 +276,11 @@ def _hints_for(exc: TachographError) -> list[str]:
         suggestions = list(getattr(exc, "suggestions", []) or [])
         if suggestions:
             return []  # already named in the message
+        if isinstance(exc.tenant, str):  # looked for in one tenant: list that tenant's
+            return [
+                f"List the runs of tenant {exc.tenant!r} with: tacho runs --tenant "
+                + shlex.quote(exc.tenant)
+            ]
         return ["List the runs in this store with: tacho runs"]
     if isinstance(exc, ConfirmationRequired):
         return ["Pass --confirm to allow it."]
