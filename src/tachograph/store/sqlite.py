@@ -55,7 +55,7 @@ from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "interrupt_waits"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -126,6 +126,12 @@ DROP INDEX runs_started;
     # each page, 46 ms a page for 270,000 runs against 0.07 ms unscoped.
     4: """
 CREATE INDEX runs_tenant_started ON runs (tenant, started_at DESC, run_id);
+""",
+    # 5 -> 6: list one actor's runs newest first by index (`tacho runs --actor NAME`): SQLite
+    # read every run and sorted the actor's, 22 ms for a page of 20 among 200,000 runs and
+    # 93 ms for an actor with one run. A run's actor and start never change: one entry a run.
+    5: """
+CREATE INDEX runs_actor_started ON runs (actor, started_at DESC, run_id);
 """,
 }
 
