@@ -72,7 +72,18 @@ def _migration_3(cur: Any) -> list[str]:
     ]
 
 
-MIGRATIONS: dict[int, Callable[[Any], list[str]]] = {2: _migration_2, 3: _migration_3}
+def _migration_4(cur: Any) -> list[str]:
+    """Version 3 to 4: the store audit's records of one action in seq order by index
+    (``audit_of``, which verification asks for a tenant whose sealed runs retention deleted,
+    read the whole audit, which every audited read lengthens)."""
+    return [f"CREATE INDEX IF NOT EXISTS store_audit_action ON {SCHEMA}.store_audit (action, seq)"]
+
+
+MIGRATIONS: dict[int, Callable[[Any], list[str]]] = {
+    2: _migration_2,
+    3: _migration_3,
+    4: _migration_4,
+}
 """``version -> statements`` that bring a schema of ``version - 1`` to ``version`` (given a
 cursor of the owner on the database, to read what is there)."""
 

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 SCHEMA = "tachograph"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 OWNER = "tachograph_owner"
 WRITER = "tachograph_writer"
 READER = "tachograph_reader"
@@ -132,6 +132,7 @@ CREATE TABLE tachograph.store_audit (
     xact xid8 NOT NULL DEFAULT pg_current_xact_id()
 );
 CREATE INDEX store_audit_xact ON tachograph.store_audit (xact);
+CREATE INDEX store_audit_action ON tachograph.store_audit (action, seq);
 
 -- Events linked to data subjects (per run: keyed and partitioned by run_id).
 CREATE TABLE tachograph.subjects (
