@@ -74,3 +74,4 @@ def test_a_run_in_another_tenant_is_named(tacho: Tacho, run_id: str) -> None:
     result = tacho("show", run_id, "--tenant", "acme")
     assert result.exit_code == EXIT_STORE
     assert "it exists in tenant 'default'" in result.stderr
+    assert "tacho runs" not in result.stderr  # the message says where the run is

@@ -59,3 +59,13 @@ def test_an_erase_record_cut_from_the_audit_is_pointed_out(tmp_path: Path) -> No
     raw.execute("DELETE FROM store_audit WHERE action='erase'")
     raw.close()
     assert _warned(db) == [1]
+
+
+def test_an_erasure_of_a_seq_the_run_has_not_names_its_seqs_and_no_other_step(
+    tmp_path: Path,
+) -> None:
+    db = _store(tmp_path)
+    result = _tacho(db, "erase", "run-a", "--seq", "9", "--reason", "request 9")
+    assert result.exit_code == 3
+    assert "has no event at seq 9 (it has seq 0..5); nothing was erased" in result.stderr
+    assert "tacho runs" not in result.stderr  # the run is there: listing runs would not help

@@ -19,8 +19,9 @@ import tachograph
 from tachograph.capture.agent import release_store
 from tachograph.demo import agent as demo_agent
 from tachograph.errors import RunNotFound, StoreError
+from tachograph.lifecycle.purpose import scoped
 from tachograph.record.jsonl import verify_jsonl
-from tachograph.store import SQLiteStore, open_store
+from tachograph.store import MemoryStore, SQLiteStore, open_store
 from tachograph.testing import build_run
 
 from .conftest import TENANT_ROLE, PgCluster
@@ -175,6 +176,12 @@ def test_a_sqlite_store_confined_to_a_tenant_suggests_none_of_anothers(tmp_path:
         assert list(there.value.tenants) == ["globex"]
     with SQLiteStore(path, tenant="acme") as store:
         _unknown_ids_name_nothing_of_another_tenant(store)
+    # a store seen through a purpose confined to the tenant, over one confined to none
+    with SQLiteStore(path) as plain:
+        _unknown_ids_name_nothing_of_another_tenant(scoped(plain, tenant="acme"))
+    memory = MemoryStore()
+    _acme_and_globex(memory)
+    _unknown_ids_name_nothing_of_another_tenant(scoped(memory, tenant="acme"))
 
 
 def test_a_postgres_store_confined_to_a_tenant_suggests_none_of_anothers(open_url: Any) -> None:
@@ -182,6 +189,7 @@ def test_a_postgres_store_confined_to_a_tenant_suggests_none_of_anothers(open_ur
     # a superuser's connection (which row-level security does not hold) and a tenant's
     _unknown_ids_name_nothing_of_another_tenant(open_url("postgres", "?tenant=acme"))
     _unknown_ids_name_nothing_of_another_tenant(open_url(TENANT_ROLE, "?tenant=acme"))
+    _unknown_ids_name_nothing_of_another_tenant(scoped(open_url("postgres"), tenant="acme"))
 
 
 def test_a_sqlite_url_takes_a_tenant_scope_too(tmp_path: Path) -> None:

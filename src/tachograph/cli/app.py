@@ -193,7 +193,7 @@ def resolve_run(store: Store, run_id: str, *, tenant: str | None = None) -> RunI
         raise RunNotFound(
             f"{run_id!r} is ambiguous: it begins {len(roots)} runs ({shown}); give more of the id",
             run_id=run_id,
-            tenant=tenant,
+            tenant=tenant or store.tenant,
             suggestions=roots[:8],
         ) from None
 
@@ -274,8 +274,10 @@ def exit_code_for(exc: TachographError) -> int:
 def _hints_for(exc: TachographError) -> list[str]:
     if isinstance(exc, RunNotFound):
         suggestions = list(getattr(exc, "suggestions", []) or [])
-        if suggestions:
-            return []  # already named in the message
+        if suggestions or exc.tenants or exc.seq is not None:
+            # already named in the message: close matches, the tenants that hold the run, or
+            # the seqs the run has (an erasure asked for one it has not)
+            return []
         if isinstance(exc.tenant, str):  # looked for in one tenant: list that tenant's
             return [
                 f"List the runs of tenant {exc.tenant!r} with: tacho runs --tenant "

@@ -14,6 +14,7 @@ are documented in docs/privacy.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import functools
@@ -30,7 +31,7 @@ from ..record.files import write_whole
 from ..record.jsonl import write_events
 from ..record.rows import StoredRow
 from ..store.audit import AuditEntry, AuditRecord
-from ..store.base import CheckpointRow, Receipt, RunInfo, SealRow, Store
+from ..store.base import CheckpointRow, Receipt, RunInfo, SealRow, Store, not_found
 from .audit import current_actor
 from .tomlfile import load_toml
 
@@ -274,7 +275,8 @@ class ScopedStore(Store):
                 tenant=self.tenant,
                 suggestions=[],
             )
-        resolved = self.inner.run_info(run_id, tenant=tenant or self.tenant).tenant
+        with self._as_confined(run_id):
+            resolved = self.inner.run_info(run_id, tenant=tenant or self.tenant).tenant
         rule = self.rule()
         if not rule.allows_tenant(resolved):
             self._record("read.denied", resolved, {"run_id": run_id, "what": "tenant"})
@@ -361,7 +363,29 @@ class ScopedStore(Store):
 
     def run_info(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
         """A run's summary, confined to the scoped tenant."""
-        return self.inner.run_info(run_id, tenant=self._confined(run_id, tenant))
+        confined = self._confined(run_id, tenant)
+        with self._as_confined(run_id):
+            return self.inner.run_info(run_id, tenant=confined)
+
+    def close_matches(self, run_id: str, *, tenant: str | None = None) -> list[str]:
+        """Close matches of an unknown run id, confined to the scoped tenant."""
+        return self.inner.close_matches(run_id, tenant=self._confined(run_id, tenant))
+
+    @contextlib.contextmanager
+    def _as_confined(self, run_id: str) -> Iterator[None]:
+        """A miss of the inner store as a store confined to the scoped tenant says it: the
+        inner store, confined to none, names the tenants that hold the id (and then offers
+        no close match, which would tell the same); a scoped store names none of them and
+        offers the close matches of its own tenant, whether another tenant holds the id or
+        not."""
+        try:
+            yield
+        except RunNotFound as exc:
+            if self.tenant is None or not exc.tenants:
+                raise
+            matches = self.inner.close_matches(run_id, tenant=self.tenant)
+            where = exc.location if isinstance(exc.location, str) else self.url
+            raise not_found(run_id, (), where, tenant=self.tenant, matches=matches) from None
 
     def _confined(self, run_id: str, tenant: str | None) -> str | None:
         self.inner.scoped_tenant(tenant, run_id=run_id)

@@ -327,6 +327,15 @@ class Store(abc.ABC):
     def run_info(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
         """The summary of one run; raises :class:`RunNotFound` with close matches."""
 
+    def close_matches(self, run_id: str, *, tenant: str | None = None) -> list[str]:
+        """Up to five run ids close to ``run_id``, of ``tenant`` (else the store's own, else
+        any): ids it begins first, then similar spellings among the :data:`NEIGHBOURS` ids on
+        each side of it in sorted order (see :func:`suggest`). What an unknown run's
+        :class:`RunNotFound` offers. This default lists the tenant's runs; the engines read
+        just the neighbours from an index."""
+        tenant = self.scoped_tenant(tenant, run_id=run_id)
+        return suggest(run_id, [info.run_id for info in self.runs(tenant=tenant)])
+
     @abc.abstractmethod
     def count_events(self) -> int:
         """How many events the store holds."""
@@ -579,17 +588,20 @@ whatever its size."""
 
 
 def suggest(run_id: str, candidates: Iterable[str]) -> list[str]:
-    """Close matches for an unknown run id, at most five: ids it prefixes first (in the order
-    given), then similar spellings among the :data:`NEIGHBOURS` distinct ids on each side of
-    it in sorted order. Given just those neighbours in sorted order, the answer is the one
-    every id of the store, sorted, would give."""
+    """Close matches for an unknown run id, at most five: ids it begins first, in code point
+    order, then similar spellings among the :data:`NEIGHBOURS` distinct ids on each side of
+    it in that order. Given just those neighbours, the answer is the one every id of the
+    store would give, in whatever order the candidates come."""
     asked: object = run_id  # an id from an untyped caller may be an int: no text is near it
     if not isinstance(asked, str):
         return []
-    pool = [c for c in candidates if isinstance(c, str)]  # a tampered row may hold another type
-    prefixed = (c for c in pool if c.startswith(run_id))
-    ordered = sorted(set(pool))
+    # a tampered row may hold another type than text
+    ordered = sorted({c for c in candidates if isinstance(c, str)})
     at = bisect.bisect_left(ordered, run_id)
+    # the ids run_id begins are a range from ``at`` on
+    prefixed = itertools.takewhile(
+        lambda c: c.startswith(run_id), (ordered[i] for i in range(at, len(ordered)))
+    )
     near = ordered[max(0, at - NEIGHBOURS) : at + NEIGHBOURS]
     close = difflib.get_close_matches(run_id, near, n=_SUGGESTIONS, cutoff=0.6)
     seen: list[str] = []
@@ -610,11 +622,14 @@ def not_found(
     *,
     tenant: str | None = None,
     elsewhere: Sequence[str] = (),
+    matches: Sequence[str] | None = None,
 ) -> RunNotFound:
     """A :class:`RunNotFound` that lists close matches among ``candidates`` (the ids of the
     tenant looked in, when there was one), or, when the run was looked up in ``tenant`` but
     exists in the tenants ``elsewhere``, names those. A store confined to one tenant passes
-    no ``elsewhere``: it names no other tenant, nor any id of one."""
+    no ``elsewhere``: it names no other tenant, nor any id of one. ``matches``, when given,
+    are the close matches already found (:meth:`Store.close_matches`), and ``candidates``
+    are not looked at."""
     if tenant is not None and elsewhere:
         tenants = list(elsewhere)
         return RunNotFound(
@@ -626,7 +641,7 @@ def not_found(
             location=where,
             tenants=tenants,
         )
-    matches = suggest(run_id, candidates)
+    matches = list(matches) if matches is not None else suggest(run_id, candidates)
     hint = f"; did you mean {', '.join(matches)}?" if matches else ""
     within = f"tenant {tenant!r} of " if tenant is not None else ""
     return RunNotFound(

@@ -36,6 +36,7 @@ from .base import (
     receipt,
     run_deleted,
     seq_taken,
+    suggest,
 )
 
 __all__ = ["MemoryStore"]
@@ -262,6 +263,14 @@ class MemoryStore(Store):
         data = self._open()
         with data.lock:
             return data.summaries[(self._tenant_of(data, run_id, tenant), run_id)]
+
+    def close_matches(self, run_id: str, *, tenant: str | None = None) -> list[str]:
+        """Close matches (:meth:`Store.close_matches`) among the run ids of ``tenant``."""
+        tenant = self.scoped_tenant(tenant, run_id=run_id)
+        data = self._open()
+        with data.lock:
+            ids = [r for t, r in data.rows if tenant in (None, t)]
+        return suggest(run_id, ids)
 
     def run_keys(self) -> list[tuple[str, str]]:
         """Every ``(tenant, run_id)``, in that order."""

@@ -57,6 +57,7 @@ from .base import (
     receipt,
     run_deleted,
     seq_taken,
+    suggest,
 )
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
@@ -344,19 +345,23 @@ class PostgresStore(Store):
             except psycopg.Error as exc:
                 raise self._translate(exc) from exc
 
-    def _translate(self, exc: psycopg.Error, run_id: str | None = None) -> TachographError:
+    def _translate(
+        self, exc: psycopg.Error, run_id: str | None = None, tenant: str | None = None
+    ) -> TachographError:
+        # run_id and tenant: the run the statement was about, when it was about one
+        about = {"run_id": run_id, "tenant": tenant}
         if exc.sqlstate == "TG004":
             return PurposeDenied(
-                f"{exc.diag.message_primary} ({self.url})", run_id=run_id, purpose=self.purpose
+                f"{exc.diag.message_primary} ({self.url})", purpose=self.purpose, **about
             )
         if exc.sqlstate == "TG006":
             return AppendRefused(
-                f"{exc.diag.message_primary} ({self.url})", run_id=run_id, location=self.url
+                f"{exc.diag.message_primary} ({self.url})", location=self.url, **about
             )
         if exc.sqlstate in ("42501", "TG005"):  # a row-level security policy, a privilege
-            return StoreError(f"refused by {self.url}: {exc.diag.message_primary}", run_id=run_id)
+            return StoreError(f"refused by {self.url}: {exc.diag.message_primary}", **about)
         return StoreUnavailable(
-            f"{self.url} failed: {str(exc).strip()}", location=self.url, run_id=run_id
+            f"{self.url} failed: {str(exc).strip()}", location=self.url, **about
         )
 
     # -- writing -----------------------------------------------------------------------------
@@ -397,11 +402,13 @@ class PostgresStore(Store):
                         raise StoreError(
                             f"append refused by {self.url}: {exc.diag.message_primary}",
                             run_id=events[0].run_id,
+                            tenant=events[0].tenant,
                             location=self.url,
                         ) from exc
                     # the run the database refused, where the batch has only one
-                    one_run = len({(ev.tenant, ev.run_id) for ev in events}) == 1
-                    raise self._translate(exc, events[0].run_id if one_run else None) from exc
+                    if len({(ev.tenant, ev.run_id) for ev in events}) == 1:
+                        raise self._translate(exc, events[0].run_id, events[0].tenant) from exc
+                    raise self._translate(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _append_optimistic(self, events: Sequence[Event], durable: bool) -> list[Receipt] | None:
@@ -656,24 +663,9 @@ class PostgresStore(Store):
         return str(rows[0][0])
 
     def _not_found(self, run_id: str, tenant: str | None = None) -> Exception:
-        # Close matches from the ids next to run_id in the run id index (the primary key
-        # within a tenant; the database's collation orders them), within the tenant asked or
-        # the store's own; other tenants are named only by a store confined to none.
-        within = self.scoped_tenant(tenant)
-        where, args = ("tenant = %s AND ", [within]) if within is not None else ("", [])
-        near = (
-            "SELECT DISTINCT run_id FROM tachograph.runs WHERE {}run_id {} %s "
-            "ORDER BY run_id {} LIMIT %s"
-        )
-        ids: list[str] = []
-        if isinstance(run_id, str):  # another type has no neighbours (nor compares with text)
-            below = self._query(
-                within, near.format(where, "<", "DESC"), (*args, run_id, NEIGHBOURS)
-            )
-            above = self._query(
-                within, near.format(where, ">=", "ASC"), (*args, run_id, NEIGHBOURS)
-            )
-            ids = [r[0] for r in reversed(below)] + [r[0] for r in above]
+        # Close matches of the tenant asked or the store's own; other tenants are named only
+        # by a store confined to none.
+        matches = self.close_matches(run_id, tenant=tenant)
         elsewhere: list[str] = []
         if self.tenant is None and tenant is not None:
             elsewhere = [
@@ -682,7 +674,25 @@ class PostgresStore(Store):
                     None, "SELECT tenant FROM tachograph.runs WHERE run_id = %s", (run_id,)
                 )
             ]
-        return not_found(run_id, ids, self.url, tenant=tenant, elsewhere=elsewhere)
+        return not_found(run_id, (), self.url, tenant=tenant, elsewhere=elsewhere, matches=matches)
+
+    def close_matches(self, run_id: str, *, tenant: str | None = None) -> list[str]:
+        """Close matches (:meth:`Store.close_matches`) from the ids next to ``run_id`` in the
+        run id index (the primary key within a tenant): two ranges of it. The database's
+        collation orders them, so that the index serves; in any other than ``C`` the
+        neighbours may differ from code point order's (the matches are a hint)."""
+        within = self.scoped_tenant(tenant, run_id=run_id)
+        asked: object = run_id
+        if not isinstance(asked, str):  # another type has no neighbours (nor compares with text)
+            return []
+        where, args = ("tenant = %s AND ", [within]) if within is not None else ("", [])
+        near = (
+            "SELECT DISTINCT run_id FROM tachograph.runs WHERE {}run_id {} %s "
+            "ORDER BY run_id {} LIMIT %s"
+        )
+        below = self._query(within, near.format(where, "<", "DESC"), (*args, run_id, NEIGHBOURS))
+        above = self._query(within, near.format(where, ">=", "ASC"), (*args, run_id, NEIGHBOURS))
+        return suggest(run_id, [r[0] for r in reversed(below)] + [r[0] for r in above])
 
     def read_rows(
         self, run_id: str, *, tenant: str | None = None, from_seq: int = 0
@@ -735,7 +745,7 @@ class PostgresStore(Store):
                     cur.execute(_PAYLOAD_PAGE_SQL, (tenant, run_id, seq, envelopes[-1][2]))
                     payloads = {r[0]: (r[1], r[2]) for r in cur.fetchall()}
             except psycopg.Error as exc:
-                raise self._translate(exc, run_id) from exc
+                raise self._translate(exc, run_id, tenant) from exc
         missing = (None, None)
         make = StoredRow._make
         return [make((*row, *payloads.get(row[2], missing))) for row in envelopes]

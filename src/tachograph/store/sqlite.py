@@ -49,6 +49,7 @@ from .base import (
     receipt,
     run_deleted,
     seq_taken,
+    suggest,
 )
 from .sqlite_lifecycle import DELETED_RUN_REFUSAL, LIFECYCLE_MIGRATION, SQLiteLifecycle
 from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
@@ -1035,26 +1036,32 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         return str(rows[0][0])
 
     def _not_found(self, run_id: str, tenant: str | None = None) -> Exception:
-        # Close matches from the ids next to run_id in the run id index (the primary key
-        # within a tenant), within the tenant asked or the store's own; other tenants are
-        # named only by a store confined to none.
-        within = self.scoped_tenant(tenant)
+        # Close matches of the tenant asked or the store's own; other tenants are named only
+        # by a store confined to none.
+        matches = self.close_matches(run_id, tenant=tenant)
+        elsewhere: list[str] = []
+        if self.tenant is None and tenant is not None:
+            with self._using("reading", run_id) as db:
+                rows = db.execute("SELECT tenant FROM runs WHERE run_id=?", (run_id,))
+                elsewhere = [str(r[0]) for r in rows]
+        return not_found(run_id, (), self.path, tenant=tenant, elsewhere=elsewhere, matches=matches)
+
+    def close_matches(self, run_id: str, *, tenant: str | None = None) -> list[str]:
+        """Close matches (:meth:`Store.close_matches`) from the ids next to ``run_id`` in the
+        run id index (the primary key within a tenant): two ranges of it, whatever the size
+        of the store."""
+        within = self.scoped_tenant(tenant, run_id=run_id)
+        asked: object = run_id
+        if not isinstance(asked, str):  # another type has no neighbours among text ids
+            return []
         where, args = ("tenant=? AND ", [within]) if within is not None else ("", [])
         near = "SELECT DISTINCT run_id FROM runs WHERE {}run_id {} ? ORDER BY run_id {} LIMIT ?"
-        ids: list[str] = []
-        elsewhere: list[str] = []
         with self._using("reading", run_id) as db:
-            if isinstance(run_id, str):  # another type has no neighbours among text ids
-                below = db.execute(near.format(where, "<", "DESC"), (*args, run_id, NEIGHBOURS))
-                ids = [r[0] for r in below][::-1]
-                above = db.execute(near.format(where, ">=", "ASC"), (*args, run_id, NEIGHBOURS))
-                ids += [r[0] for r in above]
-            if self.tenant is None and tenant is not None:
-                elsewhere = [
-                    str(r[0])
-                    for r in db.execute("SELECT tenant FROM runs WHERE run_id=?", (run_id,))
-                ]
-        return not_found(run_id, ids, self.path, tenant=tenant, elsewhere=elsewhere)
+            below = db.execute(near.format(where, "<", "DESC"), (*args, run_id, NEIGHBOURS))
+            ids = [r[0] for r in below][::-1]
+            above = db.execute(near.format(where, ">=", "ASC"), (*args, run_id, NEIGHBOURS))
+            ids += [r[0] for r in above]
+        return suggest(run_id, ids)
 
     def read(
         self,

@@ -458,6 +458,17 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         with pytest.raises(RunNotFound) as there:
             store.run_info("refund-0042", tenant="acme")
         assert (there.value.suggestions, list(there.value.tenants)) == ([], ["globex"])
+        # what the errors offer, asked directly
+        assert store.close_matches("refund-004", tenant="acme") == ["refund-0043"]
+        assert store.close_matches("refund-004") == ["refund-0042", "refund-0043"]
+        assert store.close_matches("zzz", tenant="globex") == []
+
+    def test_the_ids_an_unknown_one_begins_come_in_code_point_order(self, store: Store) -> None:
+        """Whatever order the runs were recorded in: the same five on every engine."""
+        store.append([e for i in range(9, -1, -1) for e in build_run(f"refund-{i}", 1)])
+        with pytest.raises(RunNotFound) as info:
+            store.run_info("refund-")
+        assert info.value.suggestions == [f"refund-{i}" for i in range(5)]
 
     def test_close_matches_come_from_the_hundred_ids_on_each_side(self, store: Store) -> None:
         """Similar spellings are looked for among the 100 ids on each side of the unknown one
