@@ -637,6 +637,33 @@ def test_the_held_probe_measures_what_a_read_run_holds(
         _refused(heldprobe.main, args, why, capsys)
 
 
+def test_the_lookup_probe_times_each_lookup_at_two_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import lookupprobe
+
+    options = ("--runs", "200,600", "--reads", "2", "--audit", "3")
+    result = _side_by_side(lookupprobe.main, tmp_path, capsys, *options)
+    for side in ("before", "after"):
+        for key in lookupprobe.LOOKUPS:
+            row = result[side][key]
+            for size in ("200", "600"):
+                assert _number(row[size]["ms"])
+                assert row[size]["ms"] > 0
+                assert row[size]["steps"] > 0
+            assert row["growth"] == pytest.approx(row["600"]["ms"] / row["200"]["ms"])
+    assert result["settings"] == {
+        "rounds": 2, "runs": [200, 600], "events": 3, "audit": 3, "reads": 2, "seed": 1
+    }  # fmt: skip
+    for args, why in (
+        (["--runs", "600,200"], "expected SMALL,LARGE"),
+        (["--runs", "100,1000"], "expected SMALL,LARGE"),
+        (["--reads", "0"], "must be at least 1"),
+        (["--before", str(tmp_path)], "no tachograph package in that directory"),
+    ):
+        _refused(lookupprobe.main, args, why, capsys)
+
+
 def test_the_replay_parts_summary_is_the_medians_of_its_samples() -> None:
     from bench.replayparts import PARTS, summary
 
