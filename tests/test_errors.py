@@ -185,3 +185,32 @@ def test_suggestions_skip_ids_that_are_not_text() -> None:
     assert base.suggest("run-alp", pool) == ["run-alpha", "run-alpine"]  # type: ignore[arg-type]
     many: list[object] = [f"run-{i:04d}" for i in range(300)] + [3, b"x"]
     assert base.suggest("run-01", many)[0] == "run-0100"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "memory"])
+def test_an_event_id_taken_in_another_tenant_names_the_refused_event_s_tenant(
+    engine: str, tmp_path: Path
+) -> None:
+    """SQLite and the memory store hold event ids unique across tenants (PostgreSQL within
+    one): the refusal carries the tenant of the event refused, not of the one stored."""
+    from tachograph.store import MemoryStore
+
+    store = SQLiteStore(tmp_path / "s.db") if engine == "sqlite" else MemoryStore()
+    try:
+        stored = build_run("run-a", 1, tenant="globex")
+        store.append(stored)
+        clash = new_event(
+            run_id="run-b",
+            seq=0,
+            type="run.started",
+            actor="agent",
+            payload={"input": "x"},
+            prev_hash=None,
+            event_id=stored[0].event_id,
+            tenant="acme",
+        )
+        with pytest.raises(DuplicateConflict) as info:
+            store.append([clash])
+        assert (info.value.run_id, info.value.tenant) == ("run-b", "acme")
+    finally:
+        store.close()

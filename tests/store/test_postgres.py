@@ -59,3 +59,35 @@ def test_runs_are_listed_in_byte_order_whatever_the_database_collation(
             store.append(build_run(run_id, 2, tenant=tenant))
         assert store.run_keys() == sorted(keys)
         assert [(r.tenant, r.run_id) for r in verify_all(store)] == sorted(keys)
+
+
+def test_an_orphan_run_is_found_by_its_id_alone(pg_cluster: PgCluster, tmp_path: Path) -> None:
+    """A run whose summary row is gone (its events kept) still resolves without its tenant:
+    the events are asked when no summary row answers (and only then); an id two tenants
+    hold so is ambiguous."""
+    import psycopg
+
+    from tachograph.errors import RunNotFound, StoreError
+    from tachograph.testing import build_run
+
+    db = database_for(pg_cluster, tmp_path)
+    with open_store(pg_cluster.url(db, APP)) as store:
+        store.append(build_run("run-o", 3, tenant="acme"))
+        for tenant in ("acme", "globex"):
+            store.append(build_run("run-two", 2, tenant=tenant))
+    with psycopg.connect(pg_cluster.url(db, "postgres"), autocommit=True) as conn:
+        # a superuser behind the store's back: its triggers keep summaries from going away
+        tables = conn.execute(
+            "SELECT oid::regclass::text FROM pg_class WHERE relkind IN ('r', 'p') "
+            "AND relnamespace = 'tachograph'::regnamespace AND relname ~ '^runs(_p[0-9]+)?$'"
+        ).fetchall()
+        for (table,) in tables:
+            conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        conn.execute("DELETE FROM tachograph.runs WHERE run_id IN ('run-o', 'run-two')")
+    with open_store(pg_cluster.url(db, APP)) as store:
+        events = list(store.read("run-o"))
+        assert [(e.tenant, e.seq) for e in events] == [("acme", 0), ("acme", 1), ("acme", 2)]
+        with pytest.raises(StoreError, match="several tenants"):
+            list(store.read("run-two"))
+        with pytest.raises(RunNotFound):
+            list(store.read("run-x"))

@@ -991,3 +991,23 @@ def test_an_unknown_run_reads_its_neighbours_not_every_run(path: Path) -> None:
     for case, few in steps[150].items():
         # twenty times the runs and events: about as many steps
         assert steps[3_000][case] < 2 * few, (case, few, steps[3_000][case])
+
+
+def test_an_orphan_run_is_found_by_its_id_alone(path: Path) -> None:
+    """A run whose summary row is gone (its events kept) still resolves without its tenant,
+    through the skip-scan of the events' tenants; an id two tenants hold so is ambiguous."""
+    with SQLiteStore(path) as store:
+        store.append(build_run("run-o", 3, tenant="acme"))
+        for tenant in ("acme", "globex"):
+            store.append(build_run("run-two", 2, tenant=tenant))
+    raw = sqlite3.connect(path)
+    raw.execute("DELETE FROM runs WHERE run_id IN ('run-o', 'run-two')")
+    raw.commit()
+    raw.close()
+    with SQLiteStore(path) as store:
+        events = list(store.read("run-o"))
+        assert [(e.tenant, e.seq) for e in events] == [("acme", 0), ("acme", 1), ("acme", 2)]
+        with pytest.raises(StoreError, match="several tenants"):
+            list(store.read("run-two"))
+        with pytest.raises(RunNotFound):
+            list(store.read("run-x"))
