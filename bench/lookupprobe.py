@@ -4,7 +4,8 @@ two versions of the library: ``python -m bench.lookupprobe [--before DIR]``.
 No figure of the suite times these: each must cost the same whatever the store holds.
 Each sample is a new process (with ``DIR``, or this checkout's ``src``, first on
 ``PYTHONPATH``) that fills a SQLite file of its own for each of ``--runs`` (runs of
-``--events`` events, ten actors and one more with a single run, three tenants, and
+``--events`` events, ten actors and one more with a single run, three tenants, one run
+finished in error, a fifth unfinished and the rest finished ``ok``, and
 ``--audit`` store audit records a run, two of them retention's deletions; the audit
 records are inserted as rows, since what is timed reads them and does not check their
 chain), then takes each lookup ``--reads`` times and keeps the fastest, with the SQLite
@@ -15,6 +16,9 @@ virtual-machine steps it took:
 - ``unknown_far``: the same for an id with nothing near it;
 - ``actor_rare``: ``runs(actor=...)`` of the actor with one run;
 - ``actor_page``: ``runs(actor=..., limit=20)`` of a common actor;
+- ``status_rare``: ``runs(status="error")``, a status one run has;
+- ``unfinished_page``: ``runs(status="unfinished", limit=20)``, a fifth of the runs being
+  unfinished (the others finished ``ok``);
 - ``audit_of``: ``audit_of("retention.delete")``, what verification asks for a tenant whose
   sealed runs retention deleted.
 
@@ -37,7 +41,15 @@ from .common import alternating, sample_process, side_by_side_parser, versions
 
 __all__ = ["main"]
 
-LOOKUPS = ("unknown_near", "unknown_far", "actor_rare", "actor_page", "audit_of")
+LOOKUPS = (
+    "unknown_near",
+    "unknown_far",
+    "actor_rare",
+    "actor_page",
+    "status_rare",
+    "unfinished_page",
+    "audit_of",
+)
 
 
 def _fill(path: Path, runs: int, events: int, audit: int) -> None:
@@ -48,7 +60,10 @@ def _fill(path: Path, runs: int, events: int, audit: int) -> None:
         batch: list[Any] = []
         for i in range(runs):
             actor = "rare" if i == runs // 2 else f"agent-{i % 10}"
-            batch += build_run(f"run-{i:07d}", events, actor=actor, tenant=f"t{i % 3}")
+            status = "error" if i == runs // 3 else None if i % 5 == 1 else "ok"
+            batch += build_run(
+                f"run-{i:07d}", events, actor=actor, tenant=f"t{i % 3}", status=status
+            )
             if len(batch) >= 20_000:
                 store.append(batch, durable=False)
                 batch = []
@@ -114,6 +129,8 @@ def _child(sizes: list[int], events: int, audit: int, reads: int) -> dict[str, A
                     "unknown_far": lambda: store.run_info("zzz-unknown"),
                     "actor_rare": lambda: store.runs(actor="rare"),
                     "actor_page": lambda: store.runs(actor="agent-3", limit=20),
+                    "status_rare": lambda: store.runs(status="error"),
+                    "unfinished_page": lambda: store.runs(status="unfinished", limit=20),
                     "audit_of": lambda: list(store.audit_of("retention.delete")),
                 }
                 out[str(runs)] = {k: _measure(store, fn, reads) for k, fn in lookups.items()}

@@ -41,6 +41,7 @@ V1_SHAPE = [
     "REFERENCES tachograph.events (tenant, run_id, seq, type)",
     "DROP INDEX tachograph.runs_actor_started",  # version 3's
     "DROP INDEX tachograph.store_audit_action",  # version 4's
+    "DROP INDEX tachograph.runs_status_started",  # version 5's
     "UPDATE tachograph.meta SET value = '1' WHERE key = 'schema_version'",
 ]
 
@@ -273,7 +274,7 @@ def test_a_version_1_store_works_then_upgrades_to_what_a_new_install_is(
         assert upgrade(conn) == SCHEMA_VERSION  # again: nothing to do
     with PostgresStore(pg_cluster.url(db, APP), create=False) as store:
         assert isinstance(store, PostgresStore)
-        assert store.schema_version == SCHEMA_VERSION == 4
+        assert store.schema_version == SCHEMA_VERSION == 5
         assert list(store.read("run-a")) == old
         more = build_run("run-a", 5, tenant="acme", after=(119, old[-1].hash))
         store.append(more)

@@ -79,10 +79,21 @@ def _migration_4(cur: Any) -> list[str]:
     return [f"CREATE INDEX IF NOT EXISTS store_audit_action ON {SCHEMA}.store_audit (action, seq)"]
 
 
+def _migration_5(cur: Any) -> list[str]:
+    """Version 4 to 5: the runs of one status newest first by index (``tacho runs --status
+    error``, or ``unfinished``, read every run summary). An append leaves the status as it
+    is until a run.finished changes it, so the entry moves once a run."""
+    return [
+        f"CREATE INDEX IF NOT EXISTS runs_status_started ON {SCHEMA}.runs "
+        "(status, started_at DESC, run_id)"
+    ]
+
+
 MIGRATIONS: dict[int, Callable[[Any], list[str]]] = {
     2: _migration_2,
     3: _migration_3,
     4: _migration_4,
+    5: _migration_5,
 }
 """``version -> statements`` that bring a schema of ``version - 1`` to ``version`` (given a
 cursor of the owner on the database, to read what is there)."""

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 SCHEMA = "tachograph"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 OWNER = "tachograph_owner"
 WRITER = "tachograph_writer"
 READER = "tachograph_reader"
@@ -115,6 +115,7 @@ CREATE TABLE tachograph.runs (
 CREATE INDEX runs_run_id ON tachograph.runs (run_id);
 CREATE INDEX runs_started ON tachograph.runs (started_at, run_id);
 CREATE INDEX runs_actor_started ON tachograph.runs (actor, started_at DESC, run_id);
+CREATE INDEX runs_status_started ON tachograph.runs (status, started_at DESC, run_id);
 
 -- The store audit: one hash chain per store (seq 0, 1, 2, ...), a small table that is not
 -- per run: in Citus a reference table. ``xact`` ties a record to the transaction that wrote

@@ -56,7 +56,7 @@ from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "interrupt_waits"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -139,6 +139,13 @@ CREATE INDEX runs_actor_started ON runs (actor, started_at DESC, run_id);
     # whole audit, which every audited read lengthens, 52 ms a call for 1,000,000 records.
     6: """
 CREATE INDEX store_audit_action ON store_audit (action, seq);
+""",
+    # 7 -> 8: list the runs of one status newest first by index (`tacho runs --status
+    # error`, or `unfinished` for the crashed ones to resume): SQLite read every run and
+    # sorted those of the status, 31 ms for a page among 200,000 runs. An append sets the
+    # status only when a run.finished changes it: the entry moves once a run.
+    7: """
+CREATE INDEX runs_status_started ON runs (status, started_at DESC, run_id);
 """,
 }
 
@@ -831,6 +838,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
 
     def _append_locked(self, db: sqlite3.Connection, events: Sequence[Event]) -> list[Receipt]:
         heads: dict[tuple[str, str], list[Any]] = {}
+        finished: set[tuple[str, str]] = set()  # the runs whose status this batch changes
         receipts: list[Receipt] = []
         # The rows go in many to a statement (see _insert_rows), their ids given, counting on
         # from the largest in the table as SQLite would: this transaction holds the write
@@ -905,7 +913,10 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 state[1] = ev.hash
                 if ev.type == _RUN_FINISHED and isinstance(ev.payload, dict):
                     status = ev.payload.get("status")
-                    state[4] = status if isinstance(status, str) else None
+                    status = status if isinstance(status, str) else None
+                    if status != state[4]:
+                        state[4] = status
+                        finished.add(key)
                 state.append(ev.ts)  # last_at, read below
                 receipts.append(receipt(ev.event_id, ev.tenant, ev.run_id, ev.seq, ev.hash))
         except Exception:
@@ -920,11 +931,17 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             last_at = state[-1] if len(state) > 6 else None
             if last_at is None:
                 continue  # only duplicates in this batch
-            if state[5]:
+            if state[5] and (tenant, run_id) in finished:
                 db.execute(
                     "UPDATE runs SET events=?, head_hash=?, last_at=?, status=? "
                     "WHERE tenant=? AND run_id=?",
                     (state[0], state[1], last_at, state[4], tenant, run_id),
+                )
+            elif state[5]:
+                # status left out: its index (schema 8) is then not touched by the append
+                db.execute(
+                    "UPDATE runs SET events=?, head_hash=?, last_at=? WHERE tenant=? AND run_id=?",
+                    (state[0], state[1], last_at, tenant, run_id),
                 )
             else:
                 db.execute(
