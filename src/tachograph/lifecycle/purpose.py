@@ -267,16 +267,7 @@ class ScopedStore(Store):
         )
 
     def _check_tenant(self, run_id: str, tenant: str | None) -> str:
-        self.inner.scoped_tenant(tenant, run_id=run_id)  # a store's own scope says so itself
-        if self.tenant is not None and tenant not in (None, self.tenant):
-            raise RunNotFound(
-                f"no run {run_id!r} in tenant {self.tenant!r}",
-                run_id=run_id,
-                tenant=self.tenant,
-                suggestions=[],
-            )
-        with self._as_confined(run_id):
-            resolved = self.inner.run_info(run_id, tenant=tenant or self.tenant).tenant
+        resolved = self.run_info(run_id, tenant=tenant).tenant  # confined to the scoped tenant
         rule = self.rule()
         if not rule.allows_tenant(resolved):
             self._record("read.denied", resolved, {"run_id": run_id, "what": "tenant"})
