@@ -67,6 +67,7 @@ __all__ = [
     "agent_output",
     "cli",
     "emit_json",
+    "emit_json_rows",
     "exit_code_for",
     "json_option",
     "load_plugged",
@@ -246,18 +247,44 @@ def _unjsonable(value: Any) -> str:
     return f"<not JSON: {type(value).__qualname__}: {text}>"
 
 
-def emit_json(data: Any) -> None:
-    """Write ``data`` as indented JSON with sorted keys, and a newline, to stdout. A value
-    with no JSON form is written as a string naming its type and repr."""
+def _json_document(data: Any) -> bytes:
     raw = orjson.dumps(data, default=_unjsonable, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
     if not raw.isascii() or b"\x7f" in raw:
         # JSON leaves DEL, C1 controls (CSI among them) and bidi overrides raw: written to a
         # terminal (or paged) they act. As \uXXXX escapes the document stays valid and equal.
         raw = escape_json(raw.decode()).encode()
+    return raw
+
+
+def emit_json(data: Any) -> None:
+    """Write ``data`` as indented JSON with sorted keys, and a newline, to stdout. A value
+    with no JSON form is written as a string naming its type and repr."""
+    raw = _json_document(data)
     # Text may have been written through sys.stdout before: flush it so the order holds.
     sys.stdout.flush()
     sys.stdout.buffer.write(raw + b"\n")
     sys.stdout.buffer.flush()
+
+
+def emit_json_rows(data: dict[str, Any], key: str, rows: Sequence[str]) -> None:
+    """:func:`emit_json` of ``data`` with ``data[key]`` the list of ``rows``, each a JSON value
+    as compact text: the same bytes, written a row at a time, so that a
+    long list is held compact rather than as Python values and never as one document."""
+    mark = b'"' + os.urandom(16).hex().encode() + b'"'  # a string no other value holds
+    head, tail = _json_document({**data, key: orjson.Fragment(mark)}).split(mark)
+    out = sys.stdout.buffer
+    sys.stdout.flush()
+    if not rows:
+        out.write(head + b"[]" + tail + b"\n")
+        out.flush()
+        return
+    out.write(head + b"[")
+    for n, row in enumerate(rows):
+        # a value of a top-level key's list: indented as emit_json indents it, two levels in
+        text = _json_document(orjson.loads(row)).replace(b"\n", b"\n    ")
+        out.write((b",\n    " if n else b"\n    ") + text)
+    out.write(b"\n  ]" + tail + b"\n")
+    out.flush()
 
 
 def exit_code_for(exc: TachographError) -> int:

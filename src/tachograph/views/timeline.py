@@ -26,6 +26,7 @@ __all__ = [
     "short",
     "summarize",
     "time_of",
+    "timeline_row",
     "timeline_rows",
 ]
 
@@ -255,25 +256,24 @@ class TimelineRow:
         return (self.seq, self.time, self.actor, self.type, self.summary)
 
 
+def timeline_row(event: Event, tampered: bool = False) -> TimelineRow:
+    """The row of one event of a timeline, marked ``TAMPERED`` when ``tampered``."""
+    summary = summarize(event)
+    dry = is_dry_run(event)
+    if dry:
+        summary = "DRY RUN  " + summary
+    if tampered:
+        summary = "TAMPERED  " + summary
+    return TimelineRow(
+        str(event.seq), time_of(event.ts), event.actor, event.type, summary, dry, tampered
+    )
+
+
 def timeline_rows(
     events: Iterable[Event], tampered: frozenset[int] = frozenset()
 ) -> list[TimelineRow]:
     """The rows of a run's timeline; the seqs in ``tampered`` are marked ``TAMPERED``."""
-    rows = []
-    for event in events:
-        summary = summarize(event)
-        dry = is_dry_run(event)
-        if dry:
-            summary = "DRY RUN  " + summary
-        bad = event.seq in tampered
-        if bad:
-            summary = "TAMPERED  " + summary
-        rows.append(
-            TimelineRow(
-                str(event.seq), time_of(event.ts), event.actor, event.type, summary, dry, bad
-            )
-        )
-    return rows
+    return [timeline_row(event, event.seq in tampered) for event in events]
 
 
 @dataclass(frozen=True, slots=True)
