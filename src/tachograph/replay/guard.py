@@ -33,6 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ReplayError, UnrecordedCall
 
+_posixsubprocess: Any
+try:
+    import _posixsubprocess
+except ImportError:  # pragma: no cover - not on POSIX
+    _posixsubprocess = None
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -305,12 +311,20 @@ def _judge_socket(sock: socket.socket, address: Any) -> None:
 
 def _connect(self: socket.socket, address: Any) -> None:
     _judge_socket(self, address)
-    _originals["connect"](self, address)
+    token = _passing.set(True)  # judged: the audit event of the connect inside is not again
+    try:
+        _originals["connect"](self, address)
+    finally:
+        _passing.reset(token)
 
 
 def _connect_ex(self: socket.socket, address: Any) -> int:
     _judge_socket(self, address)
-    result: int = _originals["connect_ex"](self, address)
+    token = _passing.set(True)
+    try:
+        result: int = _originals["connect_ex"](self, address)
+    finally:
+        _passing.reset(token)
     return result
 
 
@@ -375,12 +389,34 @@ def _execute_child(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs:
         _passing.reset(token)
 
 
-# What the patches above cannot see (other ways to start a process, datagrams), judged from
-# an audit hook (PEP 578): ``os.system``, ``os.posix_spawn``, ``os.spawn*``, ``os.exec*``,
-# ``os.fork`` and ``socket.sendto`` of an unconnected socket. A hook cannot be
-# removed: it does nothing unless a guard is active in the calling context.
+def _fork_exec(args: Any, executable_list: Any, *rest: Any) -> Any:
+    # How multiprocessing starts a process by "spawn" (``spawnv_passfds``): the interpreter
+    # raises no audit event for it. From ``subprocess``, it was judged (``_passing``).
+    guard = _guard.get()
+    if guard is not None and not _passing.get():
+        parts = [_text(os.fsdecode(a)) or "" for a in args or ()]
+        exe = _text(os.fsdecode(executable_list[0])) if executable_list else None
+        guard.check("exec", exe or (parts[0] if parts else ""), command=" ".join(parts))
+    return _originals["fork_exec"](args, executable_list, *rest)
+
+
+# What the patches above cannot see (other ways to start a process, datagrams, the socket
+# module's own ``_socket.socket``), judged from an audit hook (PEP 578): ``os.system``,
+# ``os.posix_spawn``, ``os.spawn*``, ``os.exec*``, ``os.fork``, ``os.forkpty`` (``pty.fork``),
+# ``connect`` of any socket, and ``sendto`` and ``sendmsg`` of an unconnected one. A hook
+# cannot be removed: it does nothing unless a guard is active in the calling context.
 _AUDITED = frozenset(
-    {"os.system", "os.posix_spawn", "os.spawn", "os.exec", "os.fork", "socket.sendto"}
+    {
+        "os.system",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.exec",
+        "os.fork",
+        "os.forkpty",
+        "socket.connect",
+        "socket.sendto",
+        "socket.sendmsg",
+    }
 )
 _hooked = False
 
@@ -391,13 +427,14 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     guard = _guard.get()
     if guard is None or _passing.get():
         return
-    if event == "socket.sendto":
+    if event in ("socket.connect", "socket.sendto", "socket.sendmsg"):
         sock, address = args[0], args[1]
         if address is not None:
             _judge_socket(sock, address)
         return
-    if event == "os.fork":
-        guard.check("exec", "fork", command="os.fork()")
+    if event in ("os.fork", "os.forkpty"):
+        name = event.removeprefix("os.")
+        guard.check("exec", name, command=f"{event}()")
         return
     if event == "os.system":
         command = _text(os.fsdecode(args[0])) or ""
@@ -434,6 +471,11 @@ def _patches() -> tuple[tuple[str, Any, str, Any], ...]:
             _sock_connect,
         ),
         ("execute_child", subprocess.Popen, "_execute_child", _execute_child),
+        *(
+            (("fork_exec", _posixsubprocess, "fork_exec", _fork_exec),)
+            if _posixsubprocess is not None
+            else ()
+        ),
     )
 
 
