@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tachograph.errors import SealingError
 from tachograph.record.checkpoint import Checkpoint, Note, verify_cosignature
 from tachograph.record.merkle import SealLeaf
 from tachograph.sealing import HTTPWitness, SealLog, Witness, WitnessRefused
@@ -303,3 +304,33 @@ def test_two_signed_checkpoints_of_one_size_are_equivocation(tmp_path: Path) -> 
         witness.add_checkpoint(3, [], second)
     assert Note.parse(second.to_bytes()) == second
     assert SealRow("r", 0, b"x").index == -1
+
+
+@pytest.mark.parametrize(
+    ("tenant", "log_name"),
+    [
+        ("default\n999\nAAAA", None),
+        ("bad tenant", None),
+        ("default", "evil\n9"),
+        ("default", "a b"),
+    ],
+)
+def test_a_tenant_or_log_name_that_would_add_lines_to_a_checkpoint_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tenant: str, log_name: str | None
+) -> None:
+    # The origin line is signed as the first line of the note: a newline in it would have
+    # the log's key sign a size and a root of the caller's choosing.
+    key, key_file = make_key(tmp_path / "keys")
+    db = tmp_path / "store" / "t.db"
+    with SQLiteStore(db) as store:
+        record(store, "run-a", 6, key=None)
+        with pytest.raises(SealingError, match=r"seal log|origin"):
+            SealLog(store, tenant=tenant, key=key, log_name=log_name)
+    if log_name is not None:
+        monkeypatch.setenv("TACHOGRAPH_LOG_NAME", log_name)
+    result = tacho("seal", "--key-file", str(key_file), "--tenant", tenant, store=db)
+    assert result.exit_code == (1 if log_name else 2), result.output
+    assert "Traceback" not in result.output
+    with SQLiteStore(db) as store:
+        assert store.latest_checkpoint(tenant) is None
+        assert store.latest_checkpoint("default") is None

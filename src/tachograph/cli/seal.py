@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import SealingError
+from ..errors import EventError, SealingError
 from ..record.checkpoint import COSIGNATURE, SIGNATURE, Note, SigningKey, VerifierKey
+from ..record.event import check_tenant
 from ..record.verify import VerifyReport
 from ..store import Store
 from ..views.text import escape
@@ -149,6 +150,11 @@ def seal_cmd(
         raise CliError(f"{where}: {exc}", exit_code=EXIT_USAGE) from exc
     if key is None:
         raise click.UsageError("give --key-file or set TACHOGRAPH_SIGNING_KEY")
+    if tenant is not None:
+        try:
+            check_tenant(tenant)
+        except EventError as exc:
+            raise CliError(f"--tenant: {exc}", exit_code=EXIT_USAGE) from None
     with open_store() as store:
         log = SealLog(
             store,

@@ -8,12 +8,14 @@ appended since, so issuing costs O(log n + new leaves), however large the log is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SealingError
+from ..errors import EventError, SealingError
 from ..record.checkpoint import Checkpoint, Note, SigningKey, VerifierKey, verify_cosignature
+from ..record.event import check_tenant
 from ..record.merkle import (
     Frontier,
     ProofError,
@@ -34,6 +36,9 @@ from ..store.checkpoints import (
     load_signing_key,
     origin_for,
 )
+
+_ORIGIN = re.compile(r"[!-~]+")
+"""An origin line: printable ASCII, no space (the signed note's first line)."""
 
 __all__ = [
     "DEFAULT_LOG_NAME",
@@ -65,9 +70,18 @@ class SealLog:
         witnesses: Sequence[Any] = (),
     ) -> None:
         self.store = store
-        self.tenant = tenant
+        # The origin is the first line of every checkpoint this log signs: a tenant or a log
+        # name holding a newline would have the key sign lines of the caller's choosing.
+        try:
+            self.tenant = check_tenant(tenant)
+        except EventError as exc:
+            raise SealingError(f"cannot keep a seal log: {exc}") from None
         self.key = key
         self.origin = origin_for(tenant, log_name)
+        if not _ORIGIN.fullmatch(self.origin):
+            raise SealingError(
+                f"log name in origin {self.origin!r} must be printable ASCII, with no space"
+            )
         self.witnesses = list(witnesses)
         self.cosigned: Note | None = None
         """The latest checkpoint with the cosignatures the witnesses returned."""
