@@ -110,7 +110,14 @@ class DivergenceItem:
             )
         if self.explanation:
             lines.append("  " + self.explanation)
-        return "\n".join(lines)
+        return "\n".join(map(_one_line, lines))
+
+
+def _one_line(line: str) -> str:
+    """A line of a report as one line: a line feed in what it quotes of the record (a tool's
+    name, a model id, an error's message) is shown as ``\\x0a``, as every command of the CLI
+    shows one, so that recorded text cannot add a line of its own to the report."""
+    return line.replace("\n", "\\x0a")
 
 
 def _summary(event: dict[str, Any]) -> str:
@@ -290,12 +297,13 @@ class ReplayReport:
             lines.append(f"  {self.served} recorded events served before going live")
         else:
             first = self.first
+            # each divergence's lines are one line each already (their own render)
             if first is not None:
                 lines.append("first divergence:")
-                lines.append("  " + first.render().replace("\n", "\n  "))
+                lines.extend(f"  {line}" for line in first.render().split("\n"))
             for more in self.divergences[1:]:
                 lines.append("then:")
-                lines.append("  " + more.render().replace("\n", "\n  "))
+                lines.extend(f"  {line}" for line in more.render().split("\n"))
         lines.extend(_unvouched_lines(self.unvouched))
         if self.error is not None and not self.new_run_id:
             lines.append(f"  the agent raised {_error_text(self.error)}")
@@ -311,7 +319,7 @@ class ReplayReport:
             where = f" from {call['frame']}" if call.get("frame") else ""
             lines.append(f"  allowed: outbound call to {call['target']}{where} (allow_network)")
         lines.extend(f"  note: {n}" for n in self.notes)
-        return "\n".join(lines)
+        return "\n".join(map(_one_line, lines))
 
 
 def _error_text(error: dict[str, Any]) -> str:
