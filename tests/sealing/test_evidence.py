@@ -177,3 +177,22 @@ def test_a_changed_root_fails_the_signature(bundle: tuple[Path, str, Path]) -> N
     assert report.failure is not None
     assert report.failure[0] == "signature"
     assert base64.b64encode(bytes(32)).decode() in note.text
+
+
+def test_an_erased_payload_in_the_bundle_is_reported(bundle: tuple[Path, str, Path]) -> None:
+    # SPEC section 8, check 5: an erased payload (payload and salt null) verifies, and is
+    # reported; the bundle's verdict said nothing of it.
+    folder, vkey, _ = bundle
+    honest = _verify(folder, vkey)
+    assert honest["erased"] == []
+    lines = (folder / "run.jsonl").read_bytes().splitlines()
+    line = json.loads(lines[5])
+    line["payload"] = None
+    line["salt"] = None
+    lines[5] = json.dumps(line, separators=(",", ":")).encode()
+    (folder / "run.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    data = _verify(folder, vkey)
+    assert data["ok"] is True
+    assert data["erased"] == [5]
+    text = tacho("verify", str(folder), "--key", vkey).output
+    assert "1 payload(s) erased at seq 5" in text

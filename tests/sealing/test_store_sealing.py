@@ -334,3 +334,35 @@ def test_a_tenant_or_log_name_that_would_add_lines_to_a_checkpoint_is_refused(
     with SQLiteStore(db) as store:
         assert store.latest_checkpoint(tenant) is None
         assert store.latest_checkpoint("default") is None
+
+
+def test_a_rewrite_re_signed_under_another_log_name_is_caught_by_the_witness(
+    tmp_path: Path, witness_server: tuple[str, str, str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The owner rewrites a sealed run and signs the new seal log with the same key under
+    # another origin ("evil.example/tachograph/default"), which the witness takes as a new log
+    # from size 0. The verifier asks the witness for the log it knows: its checkpoint of the
+    # old origin must still be held to the store's seals.
+    url, vkey, wvkey, key_file = witness_server
+    from tachograph.record.checkpoint import SigningKey
+
+    key = SigningKey.load(key_file)
+    db = tmp_path / "store" / "t.db"
+    with SQLiteStore(db) as store:
+        record(store, "run-a", 12, key=key, witnesses=[HTTPWitness(url)])
+    assert _verdicts(db, "--key", vkey, "--witness", url, "--witness-key", wvkey)["run-a"]["seal"][
+        "witnessed_by"
+    ] == ["witness.example/w1"]
+    os.rename(db, tmp_path / "honest.db")
+    for suffix in ("-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    monkeypatch.setenv("TACHOGRAPH_LOG_NAME", "evil.example")
+    with SQLiteStore(db) as store:
+        observer = record(store, "run-a", 12, key=key, witnesses=[HTTPWitness(url)])
+        assert observer.log_for(store, "default").witness_errors == []  # a new log to it
+    monkeypatch.delenv("TACHOGRAPH_LOG_NAME")
+    assert _verdicts(db, "--key", vkey)["run-a"]["seal"]["status"] == "sealed"  # alone
+    runs = _verdicts(db, "--key", vkey, "--witness", url, "--witness-key", wvkey)
+    assert runs["run-a"]["status"] == "failed", runs["run-a"]
+    reason = str(runs["run-a"]["seal"]["reason"])
+    assert "equivocation" in reason or "not consistent" in reason, reason

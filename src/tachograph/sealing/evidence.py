@@ -171,6 +171,8 @@ class EvidenceReport:
     checkpoint_size: int | None = None
     signed_by: str | None = None
     witnessed_by: tuple[str, ...] = ()
+    erased: tuple[int, ...] = ()
+    """The seqs whose payloads were erased (SPEC section 8, check 5: reported)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -198,6 +200,7 @@ class EvidenceReport:
             "checkpoint_size": self.checkpoint_size,
             "signed_by": self.signed_by,
             "witnessed_by": list(self.witnessed_by),
+            "erased": list(self.erased),
             "checks": [{"check": n, "ok": ok, "message": m} for n, ok, m in self.checks],
             "failed_check": failure[0] if failure else None,
             "message": failure[1] if failure else None,
@@ -211,6 +214,10 @@ class EvidenceReport:
         witnessed = f", witnessed by {', '.join(self.witnessed_by)}" if self.witnessed_by else ""
         after = self.events - 1 - (self.sealed_seq or 0)
         tail = f"; {after} event(s) after it are not sealed" if after > 0 else ""
+        if self.erased:
+            shown = ", ".join(str(s) for s in self.erased[:10])
+            more = ", ..." if len(self.erased) > 10 else ""
+            tail += f"; {len(self.erased)} payload(s) erased at seq {shown}{more}"
         return (
             f"evidence {self.directory}: run {self.run_id} verified and sealed up to seq "
             f"{self.sealed_seq} (checkpoint of size {self.checkpoint_size}, signed by "
@@ -245,7 +252,7 @@ def verify_evidence(
     if len(reports) != 1:
         return fail("run", f"{RUN_FILE} must hold exactly one run, it holds {len(reports)}")
     report = reports[0]
-    facts.update(run_id=report.run_id, events=report.events)
+    facts.update(run_id=report.run_id, events=report.events, erased=tuple(report.erased))
     if not report.ok:
         first = report.first_failure
         where = f" at seq {first.seq}: {first.message}" if first else ""

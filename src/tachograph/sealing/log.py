@@ -328,6 +328,12 @@ def audit_tenant(
     )
 
 
+def _tenant_of_origin(origin: str) -> str | None:
+    """The tenant an origin ``<log name>/tachograph/<tenant>`` names (None: not of that form)."""
+    _name, sep, tenant = origin.rpartition("/tachograph/")
+    return tenant if sep else None
+
+
 def _filing_problem(store: Store, tenant: str, rows: Sequence[SealRow]) -> str | None:
     """Whether a stored seal is filed under another run or seq than it names, or names a run
     the store no longer holds without a deletion of it in the store audit.
@@ -461,8 +467,11 @@ def _against_witness(
         cosigners = [k.name for k in witness_keys if verify_cosignature(wnote, k) is not None]
     except SealingError as exc:
         return f"the witness's checkpoint: {exc}"
-    if wcp.origin != cp.origin:
-        return []
+    if _tenant_of_origin(wcp.origin) != _tenant_of_origin(cp.origin):
+        return []  # another tenant's log
+    # The same tenant's log under another origin is held to the same tree: a log re-signed
+    # under a new name from size 0 (every seal rewritten) must not make the witness's copy of
+    # the old one count for nothing.
     if wcp.size == cp.size and wcp.root != cp.root:
         return (
             f"equivocation: two checkpoints of size {cp.size} signed by the log have different "
