@@ -116,3 +116,22 @@ def test_import_of_a_missing_file_is_a_usage_error(tmp_path: Path, runner: CliRu
     assert result.exit_code == EXIT_USAGE
     assert "no such file" in result.stderr
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_run_named_twice_is_exported_once(tacho: Tacho, run_id: str, tmp_path: Path) -> None:
+    out = tmp_path / "twice.jsonl"
+    result = tacho("export", run_id, run_id, run_id[:12], "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert "exported 1 run(s), 15 events" in result.output
+    assert len(out.read_bytes().splitlines()) == 15
+    assert tacho("verify", str(out), store=False).exit_code == 0
+
+
+@pytest.mark.parametrize("command", ["verify", "test"])
+def test_workers_beyond_the_bound_are_a_usage_error(tacho: Tacho, command: str) -> None:
+    from tachograph.cli import MAX_WORKERS
+
+    args = ["verify"] if command == "verify" else ["test", ".", "--agent", "x:y"]
+    result = tacho(*args, "--workers", str(MAX_WORKERS + 1))
+    assert result.exit_code == 2, result.output
+    assert f"1<=x<={MAX_WORKERS}" in result.output

@@ -334,3 +334,14 @@ def test_verify_of_a_large_store_lists_only_failures(
     assert lines == [lines[0], "21 of 22 run(s) verified, 1 FAILED"]
     assert lines[0].startswith(f"{run_id}: FAILED at seq 9")
     assert len(tacho.json("verify", code=EXIT_FAILED)["runs"]) == 22
+
+
+@pytest.mark.parametrize("url", ["", " ", ":memory:", "sqlite:///:memory:"])
+def test_a_store_that_names_no_file_is_refused_not_made_empty(tacho: Tacho, url: str) -> None:
+    # an unset variable in --store "$S" opened a temporary database: no runs, and a demo
+    # recorded into it exited 0 with nothing kept
+    for command in (("runs",), ("verify",), ("doctor",)):
+        result = tacho("--store", url, *command, store=False)
+        assert result.exit_code == EXIT_STORE, (command, result.output)
+    if not url.strip():
+        assert tacho("--store", url, "demo", store=False).exit_code == EXIT_STORE

@@ -15,6 +15,7 @@ from typing import NoReturn
 __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
+    "MAX_WORKERS",
     "interrupt_in",
     "is_sqlite_file",
     "main",
@@ -188,11 +189,17 @@ def verify_workers(argv: Sequence[str]) -> int:
     return workers if is_sqlite_file(target) else 1
 
 
+MAX_WORKERS = 256
+"""The most processes ``--workers`` takes (``tacho verify``, ``tacho test``): more is refused
+as a usage error, and no worker is started for it before the options are read."""
+
+
 def _count(value: str) -> int:
     try:
-        return int(value)
+        count = int(value)
     except ValueError:
         return 1
+    return count if count <= MAX_WORKERS else 1
 
 
 def is_sqlite_file(path: str | os.PathLike[str]) -> bool:

@@ -34,7 +34,7 @@ from ..views.timeline import (
     timeline_row,
     timeline_rows,
 )
-from . import blobcheck, is_sqlite_file
+from . import MAX_WORKERS, blobcheck, is_sqlite_file
 from .app import (
     EXIT_FAILED,
     EXIT_STORE,
@@ -420,7 +420,7 @@ def _open_store_at(path: str) -> Store:
 @click.option(
     "--workers",
     default=1,
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_WORKERS),
     show_default=True,
     help="Processes that verify a store's runs, this one included (large runs in chunks).",
 )

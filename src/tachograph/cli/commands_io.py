@@ -17,8 +17,8 @@ from ..errors import FormatError, StoreError, StoreNotFound, VerificationFailed
 from ..privacy.redactor import default_processors
 from ..record.files import write_whole
 from ..record.jsonl import ImportRefused, Refusal, export_run, import_jsonl, verify_jsonl
+from ..store import RunInfo, verify_stored
 from ..store import open_store as open_store_raw
-from ..store import verify_stored
 from ..views.text import escape, escape_json
 from .app import (
     EXIT_FAILED,
@@ -140,10 +140,15 @@ def export_cmd(
         raise click.UsageError("--blobs needs --output FILE (the blobs go to FILE.blobs/)")
     with open_store() as raw:
         store = scoped_store(raw, purpose, whole_events=True)
+
+        def named(run_id: str) -> RunInfo:
+            return resolve_run(store, run_id)
+
         keys = (
             store.run_keys()
             if all_runs
-            else [(i.tenant, i.run_id) for i in (resolve_run(store, r) for r in run_ids)]
+            # a run named twice (or by its id and a prefix) is exported once
+            else list(dict.fromkeys((i.tenant, i.run_id) for i in map(named, run_ids)))
         )
         # Exported bytes are the stored ones, tampered or not (they are the evidence), but a
         # run that does not verify is named on stderr and the export exits 1.

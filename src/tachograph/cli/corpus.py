@@ -16,6 +16,7 @@ from ..capture.recorder import Processor
 from ..errors import AgentLoadError
 from ..regression.runner import CorpusError, load_corpus, save_run, test_corpus
 from ..views.text import escape
+from . import MAX_WORKERS
 from .app import (
     EXIT_FAILED,
     EXIT_OK,
@@ -166,7 +167,7 @@ def save_command(
 )
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_WORKERS),
     default=None,
     help="Replay in this many processes (default: one per CPU; 1 replays in this process).",
 )

@@ -428,6 +428,15 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             )
         self.synchronous = sync.lower()
         memory = self.path == ":memory:"
+        if not self.path.strip():
+            # SQLite would open a temporary database for "": an unset variable in
+            # ``--store "$S"`` must not record into (or read) a store that vanishes
+            raise StoreError("the store path is empty: name a file", location=self.url)
+        if memory and not create:
+            raise StoreNotFound(
+                f"{self.url} is a new, empty store each time it is opened; name a file",
+                location=self.url,
+            )
         if not memory:
             target = Path(self.path)
             if not target.exists():
