@@ -186,7 +186,8 @@ def as_timestamp(text: str | None, option: str) -> str | None:
 @click.option("--tenant", help="Only runs of this tenant.")
 @click.option(
     "--limit",
-    type=click.IntRange(min=0),
+    # beyond 2^53 is "all" in effect: SQLite's integers end at 2^63 - 1
+    type=click.IntRange(min=0, max=2**53, clamp=True),
     default=50,
     show_default=True,
     help="At most this many runs, newest first (0: all).",

@@ -14,6 +14,7 @@ import click
 from ..capture.loader import load_agent
 from ..capture.recorder import Processor
 from ..errors import AgentLoadError
+from ..record.files import write_whole
 from ..regression.runner import CorpusError, load_corpus, save_run, test_corpus
 from ..views.text import escape
 from . import MAX_WORKERS
@@ -230,6 +231,19 @@ def test_command(
             hints=("Save runs into it with: tacho save RUN --to DIR --verdict good",),
         )
     load_agent(agent)  # fail early, with exit code 2, before any worker starts
+    if junit is not None:  # and a report that could not be written, before any replay
+        try:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(
+                f"--junit {junit}: cannot make its folder: {exc.strerror or exc}",
+                exit_code=EXIT_USAGE,
+            ) from None
+        if junit.exists() and not junit.is_file():
+            raise CliError(
+                f"--junit {junit}: not a regular file (the report is written whole, by name)",
+                exit_code=EXIT_USAGE,
+            )
     try:
         # under --json what the agent (or a worker) prints goes to stderr: see agent_output
         with agent_output(as_json):
@@ -239,8 +253,13 @@ def test_command(
     if junit is not None:
         from ..regression.runner import junit_xml
 
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(junit_xml(report), encoding="utf-8")
+        try:
+            with write_whole(junit) as handle:
+                handle.write(junit_xml(report).encode("utf-8"))
+        except OSError as exc:
+            raise CliError(
+                f"--junit {junit}: cannot write it: {exc.strerror or exc}", exit_code=EXIT_USAGE
+            ) from None
     if as_json:
         emit_json(report.to_dict())
     else:

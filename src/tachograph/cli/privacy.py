@@ -158,7 +158,8 @@ def erase_cmd(
 @click.option("--run", "run_id", metavar="RUN", help="Only records about this run.")
 @click.option(
     "--limit",
-    type=click.IntRange(min=0),
+    # beyond 2^53 is "all" in effect: SQLite's integers end at 2^63 - 1
+    type=click.IntRange(min=0, max=2**53, clamp=True),
     default=0,
     show_default=True,
     help="Only the newest this many records (0: all).",

@@ -32,9 +32,9 @@ __all__ = [
 ]
 
 
-def parse_keys(values: Sequence[str]) -> list[VerifierKey]:
+def parse_keys(values: Sequence[str], option: str = "--key") -> list[VerifierKey]:
     """Verifier keys from option values: a key string, or a file of key lines (a signing key
-    file gives its public half)."""
+    file gives its public half); errors name ``option``."""
     keys: list[VerifierKey] = []
     for value in values:
         path = Path(value)
@@ -48,7 +48,7 @@ def parse_keys(values: Sequence[str]) -> list[VerifierKey]:
                 else:
                     keys.append(VerifierKey.parse(line))
             except SealingError as exc:
-                raise CliError(f"--key {value}: {exc}", exit_code=EXIT_USAGE) from exc
+                raise CliError(f"{option} {value}: {exc}", exit_code=EXIT_USAGE) from exc
     return keys
 
 
@@ -111,13 +111,24 @@ def keys_init(out: Path | None, name: str | None, for_witness: bool, as_json: bo
     default = (os.environ.get(LOG_NAME_ENV) or DEFAULT_LOG_NAME) + (
         "/witness" if for_witness else "/tachograph"
     )
-    key = generate_key(name or default, kind=COSIGNATURE if for_witness else SIGNATURE)
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
+        key = generate_key(name or default, kind=COSIGNATURE if for_witness else SIGNATURE)
+    except SealingError as exc:
+        raise CliError(f"--name {name!r}: {exc}", exit_code=EXIT_USAGE) from None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        if not target.parent.is_dir():
+            raise CliError(
+                f"cannot write {target}: {target.parent} is not a folder", exit_code=EXIT_USAGE
+            ) from None
         raise CliError(
             f"{target} exists; refusing to overwrite a key", exit_code=EXIT_USAGE
+        ) from None
+    except OSError as exc:
+        raise CliError(
+            f"cannot write {target}: {exc.strerror or exc}", exit_code=EXIT_USAGE
         ) from None
     with os.fdopen(fd, "w") as f:
         f.write(key.encode() + "\n")
@@ -196,7 +207,9 @@ def seal_cmd(
 @click.option("--key-file", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--log-key", "log_keys", multiple=True, required=True, help="Trusted log key.")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=0, type=int, help="Port (default: any free one).")
+@click.option(
+    "--port", default=0, type=click.IntRange(0, 65535), help="Port (default: any free one)."
+)
 @json_option
 def witness_cmd(
     directory: str, key_file: str, log_keys: tuple[str, ...], host: str, port: int, as_json: bool
@@ -209,7 +222,7 @@ def witness_cmd(
         key = SigningKey.load(key_file)
     except SealingError as exc:
         raise CliError(f"--key-file {key_file}: {exc}", exit_code=EXIT_USAGE) from exc
-    witness = Witness(directory, log_keys=parse_keys(log_keys), key=key)
+    witness = Witness(directory, log_keys=parse_keys(log_keys, "--log-key"), key=key)
     server = serve(witness, host=host, port=port)
     bound_host, bound_port = server.server_address[:2]
     url = f"http://{bound_host!s}:{bound_port}"
@@ -263,15 +276,21 @@ def evidence_cmd(
                     f"the witness {witness} holds no checkpoint of {origin}: no evidence written",
                     hints=[f"Push the latest checkpoint to it: tacho seal --witness {witness}"],
                 )
-        path = write_evidence(
-            store,
-            info.run_id,
-            out,
-            tenant=info.tenant,
-            verifier_keys=[*log_keys, *wkeys],
-            witness_note=note,
-            witness_keys=wkeys,
-        )
+        try:
+            path = write_evidence(
+                store,
+                info.run_id,
+                out,
+                tenant=info.tenant,
+                verifier_keys=[*log_keys, *wkeys],
+                witness_note=note,
+                witness_keys=wkeys,
+            )
+        except OSError as exc:  # a folder under a file, a device, a full disk
+            raise CliError(
+                f"cannot write the evidence to {out}: {exc.strerror or exc}",
+                exit_code=EXIT_USAGE,
+            ) from None
         # The bundle is written whatever it shows (it is the evidence), but a run that does
         # not verify, or whose seals show it was changed, is named, as export names it.
         problems: list[str] = []

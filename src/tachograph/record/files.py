@@ -4,8 +4,10 @@ at all, and readable by their owner only, as the store itself is."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -42,9 +44,18 @@ def write_whole(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
     symbolic link at ``path`` is followed, so the file it names is replaced, not the link. On
     an error nothing is left, Ctrl-C and SIGTERM included: the name is chosen before the file
     is created, inside the clean-up's reach (``tempfile.mkstemp`` creates it first and names
-    it after, and a stop in between left the file behind).
+    it after, and a stop in between left the file behind). A ``path`` that is there and is
+    not a regular file (a device, a FIFO, a folder) is refused with an ``OSError``.
     """
     real = Path(os.path.realpath(path))
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        # a device, a FIFO, a folder: renaming a file over it would replace it for everyone
+        # (``/dev/full`` became a regular file); a caller that means to write into one says so
+        raise OSError(errno.EINVAL, "not a regular file, and not replaced by one", str(path))
     tmp = real.with_name(f".{real.name}.{secrets.token_hex(8)}.partial")
     try:
         fd = os.open(tmp, _CREATE, 0o600)

@@ -274,7 +274,14 @@ def save_run(
             seq=wrong_at,
         )
     folder = Path(to)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CorpusError(
+            f"cannot make the corpus folder {folder}: {exc.strerror or exc}", path=str(folder)
+        ) from None
+    if not folder.is_dir():
+        raise CorpusError(f"{folder} is not a folder", path=str(folder))
     stem = name or _file_stem(run_id)
     path = folder / f"{stem}.jsonl"
     sidecar = _sidecar_of(path)
@@ -285,8 +292,6 @@ def save_run(
             run_id=run_id,
         )
     written = _rechain(events, processors) if processors else events
-    with write_whole(path) as out:  # payloads: the owner's only, as in the store
-        write_events(written, out)
     meta: dict[str, Any] = {
         "tachograph_fixture": FIXTURE_VERSION,
         "run_id": run_id,
@@ -301,5 +306,21 @@ def save_run(
     }
     if wrong_at is not None:
         meta["wrong_type"] = events[wrong_at].type
-    write_json(sidecar, meta)
+    # The run's file takes its name last, after its sidecar: a stop in between (Ctrl-C,
+    # SIGTERM, a full disk) must never leave a run without its verdict, which the corpus
+    # would take for a good run. A sidecar this call made is taken back if the run's file
+    # did not take its name.
+    had_sidecar = sidecar.exists()
+    try:
+        with write_whole(path) as out:  # payloads: the owner's only, as in the store
+            write_events(written, out)
+            write_json(sidecar, meta)
+    except BaseException as exc:
+        if not had_sidecar and not path.exists():
+            sidecar.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise CorpusError(
+                f"cannot write {path}: {exc.strerror or exc}", path=str(path), run_id=run_id
+            ) from None
+        raise
     return path

@@ -255,10 +255,19 @@ def witness_for(
     """An HTTP witness for an ``http://`` URL, else a directory witness at that path.
 
     A directory that does not exist is made a new, empty witness; with ``create=False``
-    (to read what a witness holds) it raises :class:`SealingError` instead.
+    (to read what a witness holds) it raises :class:`SealingError` instead, as it does for a
+    target that is an address (``HOST:PORT``, another scheme) rather than a path.
     """
     if target.startswith(("http://", "https://")):
         return HTTPWitness(target)
+    first = target.split("/", 1)[0]
+    if ":" in first and len(first.split(":", 1)[0]) > 1 and not Path(target).exists():
+        # "127.0.0.1:8080", "localhost:8080", "htp:/w": an address, not a folder to make
+        raise SealingError(
+            f"witness {target!r} is neither an http:// or https:// URL nor a directory; "
+            "for a witness over HTTP give its URL, e.g. http://127.0.0.1:8080",
+            what="witness",
+        )
     if not create and not Path(target).is_dir():
         raise SealingError(
             f"no witness directory at {target}: it does not exist or is not a directory",
