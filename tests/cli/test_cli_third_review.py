@@ -107,3 +107,16 @@ def test_a_limit_beyond_sqlite_integers_means_all(tacho: Tacho, run_id: str) -> 
     for command in ("runs", "audit"):
         result = tacho(command, "--limit", str(2**63), "--json")
         assert result.exit_code == EXIT_OK, result.output
+
+
+def test_a_pipe_given_as_a_file_is_named_as_one(tacho: Tacho, run_id: str, tmp_path: Path) -> None:
+    fifo = tmp_path / "lines.fifo"
+    os.mkfifo(fifo)
+    for args in (("import", str(fifo)), ("verify", str(fifo)), ("otel", "import", str(fifo))):
+        result = tacho(*args)
+        assert result.exit_code == EXIT_USAGE, (args, result.output)
+        assert "a pipe or device, not a regular file" in result.output, result.output
+        assert "no such file" not in result.output
+    missing = tacho("import", str(tmp_path / "missing.jsonl"))
+    assert missing.exit_code == EXIT_USAGE
+    assert "no such file" in missing.output

@@ -32,6 +32,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any, NoReturn, TypeVar
 
 import click
@@ -72,6 +73,7 @@ __all__ = [
     "json_option",
     "load_plugged",
     "open_store",
+    "regular_file",
     "resolve_run",
     "state",
 ]
@@ -254,6 +256,19 @@ def _json_document(data: Any) -> bytes:
         # terminal (or paged) they act. As \uXXXX escapes the document stays valid and equal.
         raw = escape_json(raw.decode()).encode()
     return raw
+
+
+def regular_file(path: Path) -> Path:
+    """``path`` when it is a regular file, else a usage :class:`CliError` that says what it is
+    instead: missing, a folder, or a pipe or device (``<(cmd)``, ``/dev/stdin``), which the
+    commands that take a file cannot read (``import`` and ``verify`` read it more than once:
+    to verify it, then to use it)."""
+    if path.is_file():
+        return path
+    if not path.exists():
+        raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)
+    kind = "a folder" if path.is_dir() else "a pipe or device, not a regular file"
+    raise CliError(f"{path} is {kind}: save it to a file first", exit_code=EXIT_USAGE)
 
 
 def emit_json(data: Any) -> None:

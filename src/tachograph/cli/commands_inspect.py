@@ -44,6 +44,7 @@ from .app import (
     emit_json_rows,
     json_option,
     open_store,
+    regular_file,
     resolve_run,
     state,
 )
@@ -466,9 +467,7 @@ def verify_cmd(
             blobs = blobcheck.of_reports(store, reports)
         target = None
     elif target is not None and (Path(target).is_file() or _looks_like_file(target)):
-        path = Path(target)
-        if not path.is_file():
-            raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)
+        path = regular_file(Path(target))
         source = str(path)
         reports = _verify_file(path, out)
         unvouched = _unvouched_in_file(path)

@@ -28,6 +28,7 @@ from .app import (
     emit_json,
     json_option,
     open_store,
+    regular_file,
     resolve_run,
     state,
 )
@@ -250,9 +251,7 @@ def import_cmd(file: str, no_redact: bool, as_json: bool) -> None:
     twice is harmless. Payloads are redacted as a recording's are (docs/privacy.md): a run
     whose payloads that changes is stored re-chained over the redacted payloads.
     """
-    path = Path(file)
-    if not path.is_file():
-        raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)
+    path = regular_file(Path(file))
     if _blank(path):
         # as ``tacho verify`` says of it: a file with no line holds no run to import
         _refuse(

@@ -21,6 +21,7 @@ from .app import (
     emit_json,
     json_option,
     open_store,
+    regular_file,
     resolve_run,
 )
 from .privacy import purpose_option, scoped_store
@@ -189,10 +190,7 @@ def import_command(
         with click.open_file("-", "rb") as stdin:
             source = stdin.read()
     else:
-        path = Path(file)
-        if not path.is_file():
-            raise CliError(f"no such file: {path.resolve()}", exit_code=EXIT_USAGE)
-        source = path
+        source = regular_file(Path(file))
     with open_store(create=True) as store:
         try:
             result = import_otlp(store, source, tenant=tenant, group_by=group_by, gap=gap)
