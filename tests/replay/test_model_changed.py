@@ -200,3 +200,46 @@ def test_outside_git_the_code_version_is_a_digest_of_the_agents_source(
     assert changed.drift[0].recorded == version
     assert str(changed.drift[0].current).startswith("src:")
     assert changed.drift[0].current != version
+
+
+def test_a_local_module_under_an_installed_package_name_is_versioned_by_its_source(
+    tmp_path: Path,
+) -> None:
+    # A module whose top-level name an installed distribution also provides (a local
+    # ``agents.py`` beside openai-agents) was recorded with that distribution's version,
+    # and its edits never showed as drift. Only a file the distribution installed is.
+    import importlib.metadata
+    import importlib.util
+
+    import httpx
+
+    from tachograph.capture.agent import code_version_of
+
+    provided = importlib.metadata.packages_distributions()
+    top = next(
+        name
+        for name in ("agents", *sorted(provided))
+        if name in provided and name.isidentifier() and name not in sys.modules
+    )
+
+    def version_of(path: Path) -> str | None:
+        spec = importlib.util.spec_from_file_location(top, path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[top] = module
+        try:
+            spec.loader.exec_module(module)
+            return code_version_of(module.agent)
+        finally:
+            del sys.modules[top]
+
+    local = tmp_path / f"{top}.py"
+    local.write_text("def agent(task):\n    return task\n")
+    first = version_of(local)
+    assert first is not None
+    assert first.startswith("src:"), (top, first)
+    local.write_text("def agent(task):\n    return [task]\n")
+    assert version_of(local) not in (first, None)  # an edit is drift
+    installed = code_version_of(httpx.Client.send)
+    assert installed == f"httpx-{importlib.metadata.version('httpx')}"

@@ -101,6 +101,29 @@ def _packages_distributions() -> Mapping[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
 
+@functools.lru_cache(maxsize=256)
+def _installed_version(top: str, path: str | None) -> str | None:
+    """``<distribution>-<version>`` of the distribution that installed the file ``path``, a
+    module of the top-level package ``top``; None when none did. The name alone is not
+    enough: a local ``agents.py`` beside an installed ``openai-agents`` (which provides a
+    package ``agents``) was recorded as that distribution's version, and its edits never
+    showed as drift. An editable install lists its finder, not the module: its code changes
+    without a new version, so it is versioned as code outside a distribution is."""
+    dists = _packages_distributions().get(top)
+    if not dists or not path:
+        return None
+    import importlib.metadata
+
+    real = os.path.realpath(path)
+    base = os.path.basename(real)
+    for name in dists:
+        dist = importlib.metadata.distribution(name)
+        for file in dist.files or ():
+            if file.name == base and os.path.realpath(str(dist.locate_file(file))) == real:
+                return f"{name}-{dist.version}"
+    return None
+
+
 _MAX_SOURCE_FILES = 2000
 """A digest of more files than this would cost more than it says: the digest stops there."""
 
@@ -148,16 +171,13 @@ def code_version_of(fn: Callable[..., Any]) -> str | None:
     module = inspect.getmodule(fn)
     if module is None:
         return None
-    top = module.__name__.split(".")[0]
+    path = getattr(module, "__file__", None)
     try:
-        dists = _packages_distributions().get(top)
-        if dists:
-            import importlib.metadata
-
-            return f"{dists[0]}-{importlib.metadata.version(dists[0])}"
+        installed = _installed_version(module.__name__.split(".")[0], path)
+        if installed is not None:
+            return installed
     except Exception:
         pass
-    path = getattr(module, "__file__", None)
     if path:
         version = _git_version(str(Path(path).resolve().parent))
         if version is not None:
