@@ -7,6 +7,7 @@ listeners on 127.0.0.1 count what reaches them."""
 from __future__ import annotations
 
 import _socket
+import _thread
 import multiprocessing
 import os
 import pty
@@ -146,3 +147,30 @@ def test_a_datagram_sent_with_sendmsg_is_refused(
         return reached.count("udp")
 
     _replays_refuse(tmp_path, lambda: _sendmsg(udp), count, "network.connect")
+
+
+def _raw_thread(port: int) -> None:
+    done = threading.Event()
+
+    def reach() -> None:
+        try:
+            _raw_connect(port)
+        except ConnectionError:
+            pass  # the refusal (an UnrecordedCall is a ConnectionRefusedError)
+        finally:
+            done.set()
+
+    _thread.start_new_thread(reach, ())
+    done.wait(10)
+
+
+def test_a_thread_started_with_the_low_level_module_is_followed(
+    tmp_path: Path, listeners: tuple[int, int, list[str]]
+) -> None:
+    tcp, _udp, reached = listeners
+
+    def count() -> int:
+        threading.Event().wait(0.5)
+        return reached.count("tcp")
+
+    _replays_refuse(tmp_path, lambda: _raw_thread(tcp), count, "network.connect")
