@@ -366,3 +366,26 @@ def test_a_rewrite_re_signed_under_another_log_name_is_caught_by_the_witness(
     assert runs["run-a"]["status"] == "failed", runs["run-a"]
     reason = str(runs["run-a"]["seal"]["reason"])
     assert "equivocation" in reason or "not consistent" in reason, reason
+
+
+def test_a_seal_that_contradicts_the_log_is_refused(tmp_path: Path) -> None:
+    # An owner who rewrote a finished run could append a second final seal of it: the log
+    # would then prove both, and an evidence bundle shows one. The log refuses it.
+    key, _ = make_key(tmp_path / "keys")
+    db = tmp_path / "store" / "t.db"
+    with SQLiteStore(db) as store:
+        record(store, "run-a", 12, key=key)  # sealed at 4, 9 and final at 11
+        held = store.seal_count("default")
+        final = SealLeaf.from_bytes(store.seals_for_run("default", "run-a")[-1].leaf)
+        assert final.final
+        log = SealLog(store, tenant="default", key=key)
+        other = "sha256:" + "ab" * 32
+        for leaf in (
+            SealLeaf("default", "run-a", final.seq, other, True),  # the rewritten end
+            SealLeaf("default", "run-a", final.seq + 3, other, True),  # a longer rewrite
+            SealLeaf("default", "run-a", 4, other, False),  # another hash at a sealed seq
+        ):
+            with pytest.raises(SealingError, match="run-a"):
+                log.seal([leaf])
+        assert store.seal_count("default") == held
+        log.seal([final])  # the same seal again is no contradiction

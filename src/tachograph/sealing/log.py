@@ -98,8 +98,41 @@ class SealLog:
                 raise SealingError(
                     f"a seal of tenant {leaf.tenant!r} in the log of {self.tenant!r}", what="leaf"
                 )
+        self._refuse_conflicts(leaves)
         rows = [SealRow(leaf.run_id, leaf.seq, leaf.to_bytes()) for leaf in leaves]
         return self.store.append_seals(self.tenant, rows)
+
+    def _refuse_conflicts(self, leaves: Sequence[SealLeaf]) -> None:
+        """A seal may not contradict one the log holds: another hash at a sealed seq, or any
+        seal of a run after its final one. A second final seal of a rewritten run would be
+        proven in the log as well as the first, and an evidence bundle shows one leaf only
+        (the store's verification, which sees every seal of the run, fails it)."""
+        held: dict[str, dict[int, SealLeaf]] = {}
+        for leaf in leaves:
+            seals = held.get(leaf.run_id)
+            if seals is None:
+                seals = {}
+                for row in self.store.seals_for_run(self.tenant, leaf.run_id):
+                    try:
+                        seals[row.seq] = SealLeaf.from_bytes(row.leaf)
+                    except SealingError:
+                        continue  # the audit reports a bad leaf; it seals nothing here
+                held[leaf.run_id] = seals
+            same = seals.get(leaf.seq)
+            if same is not None and same.hash != leaf.hash:
+                raise SealingError(
+                    f"run {leaf.run_id!r} seq {leaf.seq} is sealed already with another hash "
+                    f"({same.hash}): refusing to seal {leaf.hash}",
+                    what="leaf",
+                )
+            final = next((s for s in seals.values() if s.final), None)
+            if final is not None and (leaf.seq != final.seq or not leaf.final):
+                raise SealingError(
+                    f"run {leaf.run_id!r} was sealed final at seq {final.seq}: refusing a seal "
+                    f"at seq {leaf.seq} after it",
+                    what="leaf",
+                )
+            seals[leaf.seq] = leaf
 
     def seal(self, leaves: Sequence[SealLeaf]) -> Note | None:
         """Append a batch of seals, then issue a checkpoint over them (when there is a key)."""
