@@ -389,3 +389,41 @@ def test_a_seal_that_contradicts_the_log_is_refused(tmp_path: Path) -> None:
                 log.seal([leaf])
         assert store.seal_count("default") == held
         log.seal([final])  # the same seal again is no contradiction
+
+
+@pytest.mark.parametrize("wipe", ["tenant", "store"])
+def test_a_tenant_wiped_with_its_seals_is_caught_by_a_witness_that_lists_its_logs(
+    tmp_path: Path, witness_server: tuple[str, str, str, Path], wipe: str
+) -> None:
+    # The owner removes every trace of a tenant: its runs, seals and checkpoints. The store
+    # then names no such tenant, and a verifier asked only the witness about the tenants the
+    # store names; the witness lists every log it holds.
+    url, vkey, _wvkey, key_file = witness_server
+    from tachograph.record.checkpoint import SigningKey
+
+    key = SigningKey.load(key_file)
+    db = tmp_path / "store" / "t.db"
+    with SQLiteStore(db) as store:
+        record(store, "run-a", 8, key=key, witnesses=[HTTPWitness(url)])
+        record(store, "run-b", 8, key=key, witnesses=[HTTPWitness(url)], tenant="acme")
+    honest = tacho("verify", "--json", "--key", vkey, "--witness", url, store=db)
+    assert honest.exit_code == 0, honest.output
+    raw = _raw(db)
+    for trigger in ("runs_append_only_delete", "checkpoints_append_only_delete"):
+        raw.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    doomed = ("acme",) if wipe == "tenant" else ("acme", "default")
+    for tenant in doomed:
+        raw.execute(
+            "DELETE FROM payloads WHERE id IN (SELECT id FROM events WHERE tenant=?)", (tenant,)
+        )
+        for table in ("events", "runs", "seals", "checkpoints"):
+            raw.execute(f"DELETE FROM {table} WHERE tenant=?", (tenant,))
+    raw.close()
+    result = tacho("verify", "--json", "--key", vkey, "--witness", url, store=db)
+    data = json.loads(result.output)
+    assert result.exit_code == 1, result.output
+    problems = {p["tenant"]: p["problem"] for p in data["seal_logs"]}
+    assert set(problems) == set(doomed), problems
+    assert "larger than the store's latest (none)" in problems["acme"]
+    # without the witness nothing shows it: the documented limit of a store alone
+    assert tacho("verify", "--key", vkey, store=db).exit_code == 0

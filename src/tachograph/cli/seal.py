@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import EventError, SealingError
-from ..record.checkpoint import COSIGNATURE, SIGNATURE, Note, SigningKey, VerifierKey
+from ..record.checkpoint import COSIGNATURE, SIGNATURE, Checkpoint, Note, SigningKey, VerifierKey
 from ..record.event import check_tenant
 from ..record.verify import VerifyReport
 from ..store import Store
@@ -379,15 +379,17 @@ def tenant_audits(
     keys: Sequence[str] = (),
     witnesses: Sequence[str] = (),
     witness_keys: Sequence[str] = (),
+    listed: Mapping[str, Sequence[Note]] | None = None,
 ) -> dict[str, TenantAudit]:
-    """Each tenant's seal log held against the trusted ``keys`` and the ``witnesses``."""
+    """Each tenant's seal log held against the trusted ``keys`` and the ``witnesses`` (and
+    the checkpoints ``listed`` for it, those a witness listed)."""
     from ..sealing import audit_tenant, origin_for
 
     trusted = parse_keys(keys) or _default_keys()
     wkeys = parse_keys(witness_keys)
     audits: dict[str, TenantAudit] = {}
     for tenant in tenants:
-        notes: list[Note] = []
+        notes: list[Note] = list((listed or {}).get(tenant, ()))
         for target in witnesses:
             # here: the witness module brings an HTTP client and server (about 20 ms), which
             # a verification that names no witness does without
@@ -415,11 +417,52 @@ def orphan_seal_problems(
     witness_keys: Sequence[str] = (),
 ) -> dict[str, str]:
     """``{tenant: problem}`` for the seal logs of tenants no verified run belongs to: when
-    the store's owner removed every run of a tenant, its seals still name them."""
+    the store's owner removed every run of a tenant, its seals still name them; when the
+    owner removed its seals and checkpoints too, a witness that lists the logs it holds
+    (``tacho witness``) still names the tenant."""
     seen = {r.tenant for r in reports}
     others = [t for t in store.seal_tenants() if t not in seen]
-    audits = tenant_audits(store, others, keys=keys, witnesses=witnesses, witness_keys=witness_keys)
+    listed = _listed_by_witnesses(witnesses, keys=keys, witness_keys=witness_keys)
+    others += sorted(t for t in listed if t not in seen and t not in others)
+    audits = tenant_audits(
+        store, others, keys=keys, witnesses=witnesses, witness_keys=witness_keys, listed=listed
+    )
     return {t: a.problem for t, a in audits.items() if a.problem is not None}
+
+
+def _listed_by_witnesses(
+    witnesses: Sequence[str], *, keys: Sequence[str], witness_keys: Sequence[str]
+) -> dict[str, list[Note]]:
+    """The checkpoints each witness lists, by the tenant their origin names, of those a
+    trusted log key signed or a trusted witness key cosigned (others are no evidence)."""
+    if not witnesses:
+        return {}
+    from ..record.checkpoint import verify_cosignature
+    from ..sealing import origin_for, witness_for
+
+    trusted = parse_keys(keys) or _default_keys()
+    wkeys = parse_keys(witness_keys)
+    found: dict[str, list[Note]] = {}
+    for target in witnesses:
+        try:
+            witness = witness_for(target, log_keys=trusted, create=False)
+            notes = witness.held()
+        except SealingError as exc:
+            raise CliError(f"--witness {target}: {exc}", exit_code=EXIT_USAGE) from exc
+        for note in notes:
+            try:
+                origin = Checkpoint.parse(note.text).origin
+                vouched = bool(trusted and note.verified_by(trusted)) or any(
+                    verify_cosignature(note, k) is not None for k in wkeys
+                )
+            except SealingError:
+                continue
+            _name, sep, tenant = origin.rpartition("/tachograph/")
+            # this log's: the origin this verifier names for that tenant (the log name of
+            # TACHOGRAPH_LOG_NAME, else the default); another log name is another log
+            if vouched and sep and tenant and origin == origin_for(tenant):
+                found.setdefault(tenant, []).append(note)
+    return found
 
 
 def register(group: click.Group) -> None:

@@ -20,6 +20,7 @@ import binascii
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import threading
 import time
@@ -106,6 +107,16 @@ class Witness:
             return Note.parse(path.read_bytes())
         except FileNotFoundError:
             return None
+
+    def held(self) -> list[Note]:
+        """The latest checkpoint of every log this witness holds, in no set order: what a
+        verifier holds a store to when the store no longer names a tenant (its runs, seals
+        and checkpoints all removed)."""
+        notes: list[Note] = []
+        for path in sorted(self.directory.glob("*.checkpoint")):
+            with contextlib.suppress(OSError, SealingError):
+                notes.append(Note.parse(path.read_bytes()))
+        return notes
 
     def _history(self, origin: str) -> dict[int, str]:
         path = self.directory / (_origin_file(origin) + ".history")
@@ -231,6 +242,28 @@ class HTTPWitness:
             return []
         return list(Note.parse(note.text + "\n" + text).signatures)
 
+    def held(self) -> list[Note]:
+        """The latest checkpoint of every log the witness holds (``GET /checkpoints``, which
+        ``tacho witness`` serves); ``[]`` from a witness that does not list them."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/checkpoints", timeout=self.timeout) as r:
+                listed = json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return []
+            raise SealingError(f"{self.url}: {exc}", what="witness") from None
+        except OSError as exc:
+            raise SealingError(
+                f"cannot reach the witness {self.url}: {exc}", what="witness"
+            ) from exc
+        except ValueError as exc:
+            raise SealingError(f"{self.url}/checkpoints: {exc}", what="witness") from None
+        notes: list[Note] = []
+        for text in listed.get("checkpoints", []) if isinstance(listed, dict) else []:
+            if isinstance(text, str):
+                notes.append(Note.parse(text.encode()))
+        return notes
+
     def latest(self, origin: str) -> Note | None:
         """The witness's latest checkpoint for ``origin``, or ``None``."""
         query = urllib.parse.urlencode({"origin": origin})
@@ -334,6 +367,10 @@ def serve(witness: Witness, *, host: str = "127.0.0.1", port: int = 0) -> Thread
                     self._reply(404, b"no checkpoint for that origin\n")
                 else:
                     self._reply(200, held.to_bytes())
+            elif url.path == "/checkpoints":
+                texts = [note.to_bytes().decode() for note in witness.held()]
+                body = json.dumps({"checkpoints": texts}).encode()
+                self._reply(200, body, "application/json")
             elif url.path == "/key" and witness.key is not None:
                 self._reply(200, (str(witness.key.verifier) + "\n").encode())
             else:
