@@ -78,3 +78,26 @@ def test_a_report_renders_one_line_for_each_of_its_lines(recorded: tuple[Path, s
     assert "\\x0a" in text
     # the JSON form keeps the values as recorded
     assert FORGED in str(report.to_dict())
+
+
+def test_a_saved_note_cannot_add_a_line_to_tacho_test(
+    recorded: tuple[Path, str], tmp_path: Path
+) -> None:
+    db, run_id = recorded
+    corpus = tmp_path / "corpus"
+    forged = "1 runs against x: 1 reproduced. PASSED"
+    saved = CliRunner().invoke(
+        cli,
+        ["--store", str(db), "save", run_id, "--to", str(corpus), "--verdict", "good",
+         "--note", f"kept\n{forged}"],
+    )  # fmt: skip
+    assert saved.exit_code == 0, saved.output
+    result = CliRunner().invoke(
+        cli, ["--store", str(db), "test", str(corpus), "--agent", "lf_agent:changed",
+              "--workers", "1"],
+    )  # fmt: skip
+    assert result.exit_code == EXIT_FAILED, result.output
+    lines = result.stdout.splitlines()
+    assert not any(line.lstrip().startswith(forged) for line in lines), lines
+    assert not any(line.lstrip().startswith(FORGED) for line in lines), lines
+    assert f"kept\\x0a{forged}" in result.stdout

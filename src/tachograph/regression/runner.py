@@ -144,8 +144,9 @@ class CaseResult:
         if self.note:
             lines.append(f"  note: {self.note}")
         lines.extend(f"  {n}" for n in self.notes)
-        if self.detail:
-            lines.append("  " + self.detail.replace("\n", "\n  "))
+        lines = [_one_line(line) for line in lines]
+        if self.detail:  # a replay report: its lines are one line each already
+            lines.extend(f"  {line}" for line in self.detail.split("\n"))
         return "\n".join(lines)
 
 
@@ -360,7 +361,9 @@ class CorpusReport:
             )
         widths = [max(len(row[i]) for row in rows) for i in range(5)]
         lines = [
-            "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5]
+            _one_line(
+                "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5]
+            )
             for row in rows
         ]
         counts = self.counts()
@@ -374,6 +377,12 @@ class CorpusReport:
             lines.append("")
             lines.append(r.render())
         return "\n".join(lines)
+
+
+def _one_line(line: str) -> str:
+    """A line of a report as one line: a line feed in a saved run's name, note or reason is
+    shown as ``\\x0a``, so that a corpus cannot add lines (a forged PASSED) to the report."""
+    return line.replace("\n", "\\x0a")
 
 
 def _xml_text(text: str) -> str:
