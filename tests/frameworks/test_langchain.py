@@ -240,3 +240,58 @@ def test_a_decorated_tool_records_itself_with_its_own_effect(
     recorded = tachograph.open_store(db).events(result.run_id)
     requested = [e.payload for e in recorded if e.type == "tool.requested"]
     assert requested == [{"tool": "lookup_order", "args": {"order_id": "B-2002"}, "effect": "read"}]
+
+
+def test_a_setting_held_on_the_model_is_recorded_and_a_change_diverges(tmp_path: Path) -> None:
+    # temperature, max_tokens, streaming on the ChatOpenAI object (not passed per call) were
+    # not recorded, so a replay with another one said REPRODUCED
+    from langchain.agents import create_agent
+    from langchain_openai import ChatOpenAI
+
+    from tachograph.replay.report import DivergenceKind
+
+    db = tmp_path / "runs.db"
+    with FakeLLMServer() as srv:
+
+        def build(**settings: object) -> object:
+            llm = ChatOpenAI(
+                model="gpt-4o",
+                base_url=srv.openai_base_url,
+                api_key="sk-test",  # type: ignore[arg-type]
+                max_retries=0,
+                **settings,  # type: ignore[arg-type]
+            )
+            middleware = [TachographMiddleware()]
+            return create_agent(llm, [], system_prompt="Be brief.", middleware=middleware)
+
+        graph = [build(temperature=0)]
+
+        def agent(prompt: str) -> str:
+            messages = {"messages": [{"role": "user", "content": prompt}]}
+            state = graph[0].invoke(messages)  # type: ignore[attr-defined]
+            return str(state["messages"][-1].content)
+
+        run = tachograph.record_run(agent, "hello", store=db)
+        sent = srv.request_count
+        with tachograph.open_store(db) as store:
+            request = store.events(run.run_id)[1].payload["request"]
+        assert request["settings"]["temperature"] == 0.0
+        assert "sk-test" not in json.dumps(request)
+        assert tachograph.replay(db, run.run_id, agent).reproduced
+        for settings, path in (
+            ({"temperature": 0.9}, "$.payload.request.settings.temperature"),
+            (
+                {"temperature": 0, "max_tokens": 5},
+                "$.payload.request.settings.max_completion_tokens",
+            ),
+            ({"temperature": 0, "streaming": True}, "$.payload.request.settings.stream"),
+        ):
+            graph[0] = build(**settings)
+            report = tachograph.replay(db, run.run_id, agent)
+            assert not report.reproduced, settings
+            first = report.first
+            assert first is not None
+            assert first.kind is DivergenceKind.REQUEST_CHANGED
+            paths = [c.path for c in first.changes]
+            assert path in paths, paths
+        assert srv.request_count == sent  # nothing reached the server in any replay

@@ -218,12 +218,37 @@ def _model_name(model: Any) -> str:
     return type(model).__name__
 
 
+# Invocation parameters that are the request's other fields, or LangChain's bookkeeping.
+_NOT_SETTINGS = frozenset({"tools", "model", "model_name", "_type", "stop"})
+
+
+def _settings(model: Any, stop: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What the call is asked with besides its messages and tools: the model's own settings
+    (``temperature``, ``max_tokens``, ``streaming``, ``model_kwargs``...), as LangChain hands
+    them to its callbacks as ``invocation_params``, with the call's arguments over them. The
+    arguments alone missed every setting held on the model object, so that a changed
+    temperature replayed as reproduced."""
+    params: dict[str, Any] = dict(kwargs)
+    invocation = getattr(model, "_get_invocation_params", None)
+    if callable(invocation):
+        try:
+            params = {**invocation(stop=stop, **kwargs), **kwargs}
+        except Exception:  # a model that cannot say: its call's arguments, as before
+            params = dict(kwargs)
+    settings = {
+        k: _jsonable(v)
+        for k, v in sorted(params.items())
+        if k not in _NOT_SETTINGS and v is not None
+    }
+    if stop is not None:
+        settings["stop"] = _jsonable(stop)
+    return settings
+
+
 def _request(
     model: Any, messages: list[BaseMessage], stop: Any, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    settings = {k: _jsonable(v) for k, v in sorted(kwargs.items()) if k != "tools"}
-    if stop is not None:
-        settings["stop"] = _jsonable(stop)
+    settings = _settings(model, stop, kwargs)
     request: dict[str, Any] = {
         "model": _model_name(model),
         "messages": [_message(m, keep_id=False) for m in messages],
