@@ -155,6 +155,10 @@ def test_the_floor_cannot_be_lowered_without_an_override(tmp_path: Path) -> None
         _policy(tmp_path, '[retention]\n[[retention.overrides]]\nfloor = "30d"\n')
     with pytest.raises(PolicyError, match="duration"):
         _policy(tmp_path, '[retention]\ndefault = "soon"\n')
+    # NaN compares false with everything: taken as a duration it lowered no floor and kept none
+    for text in ("[retention]\naudit_floor = nan\n", "[retention]\ndefault = nan\n"):
+        with pytest.raises(PolicyError, match="nan"):
+            _policy(tmp_path, text)
 
 
 def test_an_override_is_recorded_when_applied(corpus: SQLiteStore, tmp_path: Path) -> None:
@@ -262,11 +266,16 @@ def test_tacho_retention_plan_and_apply(corpus: SQLiteStore, tmp_path: Path) -> 
     assert "scratch-2  delete  run.started" in shown.output
     assert "case-7     hold" in shown.output
     assert "would: erase" in shown.output
-    applied = runner.invoke(
+    # applied, a plan for a time to come would delete what the floor keeps today
+    future = runner.invoke(
         cli, [*base, "apply", "--policy", str(path), "--now", "2027-06-01", "--json"]
     )
+    assert future.exit_code == 2, future.output
+    assert "later than now" in future.output
+    assert corpus.run_info("scratch-2") is not None  # nothing deleted
+    applied = runner.invoke(cli, [*base, "apply", "--policy", str(path), "--json"])
     assert applied.exit_code == 0, applied.output
-    assert '"deleted_runs": 1' in applied.output
+    assert '"deleted_runs": 0' in applied.output  # as of today, nothing is past its window
     bad = tmp_path / "bad.toml"
     bad.write_text('[retention]\naudit_floor = "1d"\n')
     refused = runner.invoke(cli, [*base, "plan", "--policy", str(bad)])

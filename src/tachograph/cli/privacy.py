@@ -18,8 +18,18 @@ from ..lifecycle.blobs import BlobStore
 from ..lifecycle.erasure import erase
 from ..lifecycle.purpose import DEFAULT_PURPOSE, ScopedStore, policy_in_force, scoped
 from ..lifecycle.retention import DEFAULT_RETENTION, RetentionPlan, apply, load_policy, plan
+from ..lifecycle.times import shift
+from ..record.event import now_ts
 from ..store import Store
-from .app import EXIT_FAILED, emit_json, json_option, open_store, resolve_run
+from .app import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CliError,
+    emit_json,
+    json_option,
+    open_store,
+    resolve_run,
+)
 from .render import Output
 
 __all__ = ["purpose_option", "register", "scoped_store"]
@@ -287,12 +297,24 @@ def apply_cmd(
     recorded in the store audit; applying twice does nothing more."""
     with open_store() as store:
         retention = _plan(store, policy_path, now, tenant)
+        latest = shift(now_ts(), _APPLY_SKEW)
+        if latest is not None and retention.now > latest:
+            # applied, a plan for a time to come deletes what the floor keeps today
+            raise CliError(
+                f"--now {now} is later than now: a plan for a time to come can be shown "
+                "(tacho retention plan --now), not applied",
+                exit_code=EXIT_USAGE,
+            )
         blobs = BlobStore.beside(store) if hasattr(store, "path") else None
         done = apply(store, retention, actor=by or current_actor(), blobs=blobs)
     if as_json:
         emit_json({"plan": retention.to_dict(), "done": done})
         return
     _show_plan(Output(), retention, done=True)
+
+
+_APPLY_SKEW = 300.0
+"""Seconds ``retention apply --now`` may run ahead of this machine's clock (its skew)."""
 
 
 def register(cli: click.Group) -> None:

@@ -385,7 +385,8 @@ def apply(
     actor: str | None = None,
     blobs: BlobStore | None = None,
 ) -> dict[str, int]:
-    """Carry out a plan; every step is recorded in the store audit. Returns what was done."""
+    """Carry out a plan; every step is recorded in the store audit, with the time the plan
+    was made as of (``as_of``). Returns what was done."""
     who = actor or current_actor()
     for override in retention.overrides:
         store.append_audit(
@@ -407,7 +408,11 @@ def apply(
                 action="retention.delete",
                 actor=who,
                 tenant=run.tenant,
-                detail={"reason": "retention: run window", "policy": retention.source},
+                detail={
+                    "reason": "retention: run window",
+                    "policy": retention.source,
+                    "as_of": retention.now,
+                },
             )
             deleted = store.delete_run(run.tenant, run.run_id, audit=entry)
             done["deleted_events"] += deleted
@@ -417,7 +422,11 @@ def apply(
                 action="erase",
                 actor=who,
                 tenant=run.tenant,
-                detail={"reason": "retention: type window", "policy": retention.source},
+                detail={
+                    "reason": "retention: type window",
+                    "policy": retention.source,
+                    "as_of": retention.now,
+                },
             )
             done["erased"] += store.erase(run.tenant, run.run_id, run.seqs, audit=entry)
     if blobs is not None:

@@ -38,6 +38,8 @@ def parse_duration(value: Any, *, key: str, path: str | None = None) -> float:
     if isinstance(value, bool):
         raise PolicyError(f"{key}: expected a duration such as '30d', not {value!r}", key=key)
     if isinstance(value, (int, float)):
+        if value != value:  # NaN: every comparison with it is false, so no floor holds it
+            raise PolicyError(f"{key}: nan is not a duration", key=key, path=path)
         if value < 0:
             raise PolicyError(f"{key}: a duration cannot be negative", key=key, path=path)
         return float(value) * 86400
