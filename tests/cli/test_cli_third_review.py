@@ -120,3 +120,23 @@ def test_a_pipe_given_as_a_file_is_named_as_one(tacho: Tacho, run_id: str, tmp_p
     missing = tacho("import", str(tmp_path / "missing.jsonl"))
     assert missing.exit_code == EXIT_USAGE
     assert "no such file" in missing.output
+
+
+def test_credentials_in_a_store_url_are_not_printed(tacho: Tacho) -> None:
+    url = "postgresql://app:CANARYpgpw@127.0.0.1:1/db"
+    for args in (("--store", url, "runs"), ("--store", url, "doctor"), ("migrate", url, "x.db")):
+        result = tacho(*args, store=False)
+        assert result.exit_code != 0
+        assert "CANARYpgpw" not in result.output, result.output
+        assert "app:***@127.0.0.1" in result.output
+
+
+def test_redact_url_hides_passwords_and_credential_parameters() -> None:
+    from tachograph.views.text import redact_url
+
+    assert (
+        redact_url("http://otel:pw@h:4318/v1/traces?api_key=k1&x=1&access_token=t")
+        == "http://otel:***@h:4318/v1/traces?api_key=***&x=1&access_token=***"
+    )
+    for plain in ("sqlite:///a.db", "./runs.db", "postgresql://app@h/db?tenant=acme"):
+        assert redact_url(plain) == plain

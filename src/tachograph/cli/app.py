@@ -50,7 +50,7 @@ from ..errors import (
 )
 from ..store import RunInfo, Store, store_url
 from ..store import open_store as _open_store
-from ..views.text import escape, escape_json
+from ..views.text import escape, escape_json, redact_url
 from . import EXIT_INTERRUPTED, EXIT_TERMINATED, interrupt_in
 
 __all__ = [
@@ -169,7 +169,7 @@ def open_store(ctx: click.Context | None = None, *, create: bool = False) -> Sto
             ),
         ) from exc
     except StoreError as exc:
-        raise CliError(f"cannot open store {url}: {exc}", exit_code=EXIT_STORE) from exc
+        raise CliError(f"cannot open store {redact_url(url)}: {exc}", exit_code=EXIT_STORE) from exc
 
 
 def resolve_run(store: Store, run_id: str, *, tenant: str | None = None) -> RunInfo:

@@ -19,6 +19,7 @@ from ..errors import RunNotFound, StoreError, StoreNotFound
 from ..record.event import Event
 from ..store import Store, verify_stored
 from ..store import open_store as open_store_raw
+from ..views.text import redact_url
 from .app import EXIT_FAILED, EXIT_STORE, CliError, emit_json, json_option
 
 __all__ = ["MigrateReport", "migrate", "register"]
@@ -110,7 +111,7 @@ def _open(url: str, *, create: bool) -> Store:
     except StoreNotFound as exc:
         raise CliError(str(exc), exit_code=EXIT_STORE) from exc
     except StoreError as exc:
-        raise CliError(f"cannot open store {url}: {exc}", exit_code=EXIT_STORE) from exc
+        raise CliError(f"cannot open store {redact_url(url)}: {exc}", exit_code=EXIT_STORE) from exc
 
 
 @click.command("migrate")

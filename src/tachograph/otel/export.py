@@ -29,6 +29,7 @@ from typing import Any
 from .._version import __version__
 from ..record.event import Event, EventType
 from ..store.base import Store
+from ..views.text import redact_url
 from . import attributes as A
 from . import spans as S
 
@@ -362,7 +363,7 @@ def export_run(
     plan = plan_ids(events)
     return ExportResult(
         run_id=run_id,
-        endpoint=url,
+        endpoint=redact_url(url),  # printed and in --json: no password, no api_key= value
         trace_id=plan.trace_id,
         spans=len(spans),
         span_events=sum(len(s.events) for s in spans),

@@ -13,7 +13,7 @@ This module imports nothing heavy: it is used before rich is loaded, and by ``ta
 
 from __future__ import annotations
 
-__all__ = ["UNSAFE", "escape", "escape_json", "is_safe"]
+__all__ = ["UNSAFE", "escape", "escape_json", "is_safe", "redact_url"]
 
 
 def _unsafe_codepoints() -> frozenset[int]:
@@ -64,3 +64,40 @@ def escape_json(text: str) -> str:
 def is_safe(text: str) -> bool:
     """True when :func:`escape` would leave ``text`` unchanged."""
     return escape(text) == text
+
+
+_SECRET_QUERY = ("key", "token", "secret", "password", "passwd", "sig", "signature", "auth")
+"""Query parameters whose values a printed URL hides (``api_key=``, ``access_token=``...)."""
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be printed: its password (``user:***@host``) and the values of
+    query parameters named like a credential (``api_key=***``) hidden; anything that is not
+    a URL with a scheme, as it is."""
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if not parts.scheme or not parts.netloc:
+        return url
+    netloc = parts.netloc
+    if password is not None:
+        user = parts.username or ""
+        netloc = f"{user}:***@{netloc.rsplit('@', 1)[1]}"
+    query = parts.query
+    if query:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+        if any(any(word in k.lower() for word in _SECRET_QUERY) for k, _ in pairs):
+            query = "&".join(
+                f"{urllib.parse.quote(k, safe='')}="
+                + (
+                    "***"
+                    if any(w in k.lower() for w in _SECRET_QUERY)
+                    else urllib.parse.quote(v, safe="")
+                )
+                for k, v in pairs
+            )
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
