@@ -111,6 +111,29 @@ def test_secret_fields_and_assignments() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    "key",
+    ["DB_PASSWORD", "db_password", "GITHUB_TOKEN", "x-session-token", "PRIVATE-TOKEN",
+     "stripe_secret_key", "credentials", "pass", "service.api_key", "Refresh Token"],
+)  # fmt: skip
+def test_keys_named_like_a_secret_are_redacted(key: str) -> None:
+    # only exact names were: {"DB_PASSWORD": ...} and {"token": ...} were stored as given
+    payload = {"config": {key: "CANARYvalue1"}, "n": 1}
+    out = redact_secrets("tool.requested", payload)
+    assert out["config"][key] == "[redacted:secret:field]"
+    assert "CANARY" not in orjson.dumps(out).decode()
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["max_tokens", "token_count", "tokens", "input_tokens", "author", "passenger", "token",
+     "eos_token", "key_secret"],
+)  # fmt: skip
+def test_keys_that_only_look_alike_are_kept(key: str) -> None:
+    payload = {"usage": {key: "plain value"}}
+    assert redact_secrets("model.response", payload) == payload
+
+
 def test_processor_is_pure_idempotent_and_keeps_unchanged_objects() -> None:
     payload = {"args": {"to": EMAIL, "cards": [4111111111111111, "x"]}, "same": {"a": [1, "b"]}}
     before = copy.deepcopy(payload)

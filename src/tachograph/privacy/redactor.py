@@ -49,6 +49,7 @@ __all__ = [
     "pii_policy",
     "pin_processors",
     "redact_secrets",
+    "secret_name",
 ]
 
 ENV_POLICY = "TACHOGRAPH_PII"
@@ -190,7 +191,12 @@ class _Engine:
         # given). Hints are ASCII and lower-case; the case-insensitive patterns also take
         # four letters outside ASCII for ASCII ones ("pa\u017fsword=" is a password
         # assignment to them), and untouched_bytes() and maybe() fold those onto the hints'.
-        fields: tuple[str, ...] = ("pass", "pwd", "secret", "api", "authorization", "cookie")
+        # ('token"' and "credential": a key that ends so, as secret_name() takes it; 'token"'
+        # and not "token", which every model answer's usage holds as "tokens")
+        fields: tuple[str, ...] = (
+            "pass", "pwd", "secret", "api", "authorization", "cookie", 'token"', "credential",
+            "bearer", "private",
+        )  # fmt: skip
         fields += tuple(sorted(SECRET_FIELDS))
         words = self.hints + (fields if secrets else ())
         blob_hints = _fewest(
@@ -257,18 +263,45 @@ _SECRET_VALUE_TYPES = (str, int, float, list, dict)
 
 
 def _secret_field(key: Any, value: Any) -> bool:
-    """Whether ``value`` under ``key`` is a secret whatever it looks like (SECRET_FIELDS),
-    and not already a token or marker."""
+    """Whether ``value`` under ``key`` is a secret whatever it looks like (a key named like a
+    secret: :func:`secret_name`), and not already a token or marker."""
     return (
         type(value) in _SECRET_VALUE_TYPES
         and type(key) is str
-        and (
-            key.lower() in SECRET_FIELDS
-            # the letters the patterns fold (a Turkish upper-casing writes "AP\u0130_KEY")
-            or (not key.isascii() and key.translate(_CASE_FOLDS).lower() in SECRET_FIELDS)
-        )
+        and secret_name(key)
         and not (type(value) is str and _KEEP_FULL.fullmatch(value))
     )
+
+
+_SECRET_SUFFIXES = (
+    "_token", "_password", "_passwd", "_secret", "_secret_key", "_api_key", "_apikey",
+    "_private_key", "_credentials", "_credential",
+)  # fmt: skip
+_SECRET_NAMES = frozenset(
+    {k.replace("-", "_") for k in SECRET_FIELDS} | {"credentials", "credential", "pass", "bearer"}
+)
+# Names that end like a secret and are none: a model's text tokens ("token" alone is one in
+# every logprobs list), a tokenizer's special tokens, the run's own key secret (SPEC section
+# 5, handled apart from the processors)
+_NOT_SECRET_NAMES = frozenset(
+    {"key_secret", "next_token", "last_token", "first_token", "stop_token", "end_token"}
+    | {f"{t}_token" for t in ("bos", "eos", "pad", "unk", "sep", "cls", "mask", "start")}
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def secret_name(key: str) -> bool:
+    """Whether an object key names a secret: one of SECRET_FIELDS, or a name ending like one
+    (``db_password``, ``GITHUB_TOKEN``, ``stripe_secret_key``, ``PRIVATE-TOKEN``,
+    ``credentials``), in any case and with ``-``, ``.`` or a space for ``_``. Not
+    ``max_tokens`` or ``token_count`` (a count of tokens is no secret), nor ``token`` alone
+    or ``eos_token``: a model's or a tokenizer's text token."""
+    name = key if key.isascii() else key.translate(_CASE_FOLDS)
+    # the letters the patterns fold (a Turkish upper-casing writes "AP\u0130_KEY")
+    name = name.lower().replace("-", "_").replace(".", "_").replace(" ", "_")
+    if name in _NOT_SECRET_NAMES:
+        return False
+    return name in _SECRET_NAMES or name.endswith(_SECRET_SUFFIXES)
 
 
 _Trie = dict[int, "_Trie"]
