@@ -196,3 +196,24 @@ def test_an_erased_payload_in_the_bundle_is_reported(bundle: tuple[Path, str, Pa
     assert data["erased"] == [5]
     text = tacho("verify", str(folder), "--key", vkey).output
     assert "1 payload(s) erased at seq 5" in text
+
+
+def test_writing_a_bundle_is_a_read_recorded_in_the_store_audit(
+    bundle: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    # the bundle holds every payload (the run's key secret among them): it is read for a
+    # purpose and recorded, as an export is; it was read with no record
+    _folder, vkey, db = bundle
+    with SQLiteStore(db) as store:
+        before = [r for r in store.read_audit() if r.action == "read"]
+    again = tmp_path / "evidence-b"
+    made = tacho(
+        "evidence", "run-a", "-o", str(again), "--key", vkey, "--purpose", "audit", store=db
+    )
+    assert made.exit_code == 0, made.output
+    with SQLiteStore(db) as store:
+        reads = [r for r in store.read_audit() if r.action == "read"]
+    assert len(reads) == len(before) + 1
+    assert reads[-1].detail["purpose"] == "audit"
+    assert reads[-1].detail["run_id"] == "run-a"
+    assert _verify(again, vkey)["ok"] is True

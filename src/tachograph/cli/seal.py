@@ -18,6 +18,7 @@ from ..record.verify import VerifyReport
 from ..store import Store
 from ..views.text import escape
 from .app import EXIT_FAILED, EXIT_USAGE, CliError, emit_json, json_option, open_store, state
+from .privacy import purpose_option
 
 if TYPE_CHECKING:
     from ..sealing import TenantAudit
@@ -249,6 +250,7 @@ def witness_cmd(
 @click.option(
     "--witness-key", "witness_keys", multiple=True, help="Witness verifier key(s) to list."
 )
+@purpose_option
 @json_option
 def evidence_cmd(
     run_id: str,
@@ -256,11 +258,13 @@ def evidence_cmd(
     keys: tuple[str, ...],
     witness: str | None,
     witness_keys: tuple[str, ...],
+    purpose: str,
     as_json: bool,
 ) -> None:
     """Write RUN's lines, its tlog-proof, the checkpoint and the verifier keys into OUT."""
     from ..sealing import origin_for, witness_for, write_evidence
     from .app import resolve_run
+    from .privacy import scoped_store
 
     log_keys = parse_keys(keys) or _default_keys()
     wkeys = parse_keys(witness_keys)
@@ -277,8 +281,10 @@ def evidence_cmd(
                     hints=[f"Push the latest checkpoint to it: tacho seal --witness {witness}"],
                 )
         try:
+            # the run's lines are read as an export reads them: for a purpose, recorded in the
+            # store audit, whole events only (a bundle must verify)
             path = write_evidence(
-                store,
+                scoped_store(store, purpose, whole_events=True),
                 info.run_id,
                 out,
                 tenant=info.tenant,
