@@ -331,3 +331,74 @@ def test_resume_after_a_crash_amid_concurrent_writes_names_every_open_intent(
     assert [e.payload["dry_run"] for e in completions] == [True, True, True]
     (note,) = [n for n in report.notes if "intent" in n]
     assert "seq 1 (write), 2 (write) and 3 (write) were dry-run" in note
+
+
+MIXED_INTENTS = """
+import asyncio
+import os
+
+import tachograph as tg
+
+DONE = []
+
+
+@tg.tool(effect="write")
+async def post(n):
+    await asyncio.sleep(0.05)
+    if os.environ.get("CRASH_IN_TOOLS"):
+        os._exit(9)
+    DONE.append(("post", n))
+    return {"posted": n}
+
+
+@tg.tool(effect="irreversible")
+async def pay(n):
+    await asyncio.sleep(0.05)
+    if os.environ.get("CRASH_IN_TOOLS"):
+        os._exit(9)
+    DONE.append(("pay", n))
+    return {"paid": n}
+
+
+async def agent(items):
+    return await asyncio.gather(*(post(n) for n in items), pay(0))
+"""
+
+
+def test_a_refused_resume_writes_nothing_so_the_confirmed_one_runs_every_open_intent(
+    tmp_path: Path, python: str, child_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Writes left open beside an irreversible call were completed in dry run and queued
+    # before the irreversible one refused: the refused resume wrote them, and the confirmed
+    # resume it asks for then ran none of them.
+    (tmp_path / "mixed_intents.py").write_text(MIXED_INTENTS)
+    db = tmp_path / "crash.db"
+    code = (
+        "import tachograph as tg, mixed_intents as m; "
+        f"tg.record_run(m.agent, [1, 2, 3], store={str(db)!r}, run_id='mixed', "
+        "durability='every')"
+    )
+    proc = subprocess.run(
+        [python, "-c", code],
+        cwd=tmp_path,
+        env={**child_env, "CRASH_IN_TOOLS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 9, proc.stderr
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("mixed_intents")
+    with tg.SQLiteStore(db, create=False) as store:
+        before = store.events("mixed")
+        assert [e.type for e in before].count("tool.requested") == 4
+        with pytest.raises(tg.ConfirmationRequired):
+            tg.resume(store, "mixed", module.agent)
+        assert store.events("mixed") == before  # nothing written
+        assert module.DONE == []  # nothing run
+        report = tg.resume(store, "mixed", module.agent, confirm=True)
+        assert report.final_status == "ok", report.render()
+        assert sorted(module.DONE) == [("pay", 0), ("post", 1), ("post", 2), ("post", 3)]
+        completed = [e for e in store.events("mixed") if e.type == "tool.completed"]
+        assert not any(e.payload.get("dry_run") for e in completed)
