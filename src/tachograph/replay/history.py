@@ -43,6 +43,18 @@ _MODEL_REQUEST = EventType.MODEL_REQUEST.value
 _CALL_TYPES = frozenset({_TOOL_REQUESTED, _MODEL_REQUEST})
 
 
+_LIVE_READS = 3
+"""Reads of a run that another process is recording, before a seal failure is believed."""
+
+
+def _grew(store: Store, run_id: str, tenant: str, read: int) -> bool:
+    """Whether the store holds more events of the run than the ``read`` just read."""
+    try:
+        return store.run_info(run_id, tenant=tenant).events > read
+    except Exception:  # a run the store cannot describe did not grow
+        return False
+
+
 @dataclass(frozen=True)
 class RunFacts:
     """What replay reads off a whole run besides its steps, gathered in the one pass over
@@ -145,14 +157,20 @@ class RunHistory:
         owned = not isinstance(store, Store)
         st = store if isinstance(store, Store) else open_store(store, create=False)
         try:
-            events, report = read_verified(reading(st, purpose), run_id, tenant=tenant)
-            seal = None
-            if events:
+            for _attempt in range(_LIVE_READS):
+                events, report = read_verified(reading(st, purpose), run_id, tenant=tenant)
+                seal = None
+                if not events:
+                    break
                 # held against its seals as ``tacho verify RUN`` holds it: a run its owner
                 # rewrote (a chain that verifies, a seal that does not) is not replayed
                 from ..sealing.verdict import seal_verdict_of
 
                 seal = seal_verdict_of(st, run_id, events[0].tenant, events=events)
+                if seal.ok or not _grew(st, run_id, events[0].tenant, len(events)):
+                    break
+                # A run still being recorded: a seal its recorder committed after the events
+                # were read names a seq past them, which reads as a cut tail. Read again.
         finally:
             if owned:
                 st.close()
