@@ -48,9 +48,14 @@ class MigrateReport:
         }
 
 
-def _batches(store: Store, run_id: str, tenant: str, from_seq: int, size: int) -> Any:
+def _batches(store: Store, run_id: str, tenant: str, from_seq: int, size: int, until: int) -> Any:
+    # Only the events verified before the copy (seqs below ``until``): a run still being
+    # recorded goes on past them, and what was not verified is not copied (the next migrate
+    # copies it, resuming).
     batch: list[Event] = []
     for event in store.read(run_id, tenant=tenant, from_seq=from_seq):
+        if event.seq >= until:
+            break
         batch.append(event)
         if len(batch) >= size:
             yield batch
@@ -88,7 +93,7 @@ def migrate(
         if head is not None:
             report.resumed_runs += 1
         copied = 0
-        for events in _batches(src, run_id, tenant, start, batch):
+        for events in _batches(src, run_id, tenant, start, batch, before.events):
             dst.append(events)
             copied += len(events)
             if progress is not None:
