@@ -286,7 +286,52 @@ def test_a_stream_read_after_its_run_finished_warns_and_does_not_break(
     with pytest.warns(RuntimeWarning, match="after its run"):
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text == "Hello! You said: later"
-    assert types(events(db, run.run_id)) == ["run.started", "model.request", "run.finished"]
+    # what the run read of it, at its end: nothing (a call with no answer left the run
+    # unreplayable, taken for a process that died inside the call)
+    recorded = events(db, run.run_id)
+    assert types(recorded) == ["run.started", "model.request", "model.response", "run.finished"]
+    assert recorded[2].payload["response"]["incomplete"] is True
+
+    def lazy(_task: Any) -> str:
+        client.chat.completions.create(
+            model=OPENAI_MODEL, messages=[{"role": "user", "content": "later"}], stream=True
+        )
+        return "returned before reading"
+
+    report = tachograph.replay(db, run.run_id, plain(lazy))
+    assert report.reproduced, report.render()
+
+
+def test_a_stream_broken_out_of_without_closing_is_recorded_and_replays(
+    srv: FakeLLMServer, db: str
+) -> None:
+    # ``break`` out of a ``for`` over the stream, no ``with``: the answer was recorded only on
+    # close, which came after the run (or never); the run could not be replayed
+    client = _client(srv)
+
+    def agent(task: str) -> str:
+        stream = client.chat.completions.create(
+            model=OPENAI_MODEL, messages=[{"role": "user", "content": task}], stream=True
+        )
+        first = ""
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                first = chunk.choices[0].delta.content
+                break
+        again = client.chat.completions.create(
+            model=OPENAI_MODEL, messages=[{"role": "user", "content": "second " + first}]
+        )
+        return again.choices[0].message.content or ""
+
+    result = tachograph.record_run(plain(agent), "hello there", store=db)
+    recorded = events(db, result.run_id)
+    assert types(recorded).count("model.response") == 2
+    assert recorded[-1].type == "run.finished"
+    sent = srv.request_count
+    report = tachograph.replay(db, result.run_id, plain(agent))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert srv.request_count == sent
 
 
 def test_a_stream_abandoned_early_replays_the_same_prefix(srv: FakeLLMServer, db: str) -> None:

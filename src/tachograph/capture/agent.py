@@ -508,6 +508,7 @@ class record:
         run.error = body.get("error")
         try:
             try:
+                run.session.finish_unfinished()
                 run.recorder.append(EventType.RUN_FINISHED.value, body)
             except ProfileError as bad:
                 if exc is not None:

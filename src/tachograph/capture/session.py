@@ -144,6 +144,8 @@ class Session:
         self._rng: random.Random | None = None
         self._seed = seed
         self._token: contextvars.Token[Session | None] | None = None
+        self._unfinished: dict[int, Callable[[], None]] = {}
+        self._unfinished_lock = threading.Lock()
 
     # -- context ---------------------------------------------------------------------------
 
@@ -161,6 +163,33 @@ class Session:
             _current.reset(self._token)
             self._token = None
             unfollow_threads()
+
+    # -- answers still being read ----------------------------------------------------------
+
+    def unfinished(self, finish: Callable[[], None]) -> Callable[[], None]:
+        """Keep ``finish`` (what records a call's answer once it has been read, such as a
+        stream's) until it runs or the run ends; returns what forgets it again, for the
+        finish itself to call."""
+        handle = id(finish)
+        with self._unfinished_lock:
+            self._unfinished[handle] = finish
+
+        def forget() -> None:
+            with self._unfinished_lock:
+                self._unfinished.pop(handle, None)
+
+        return forget
+
+    def finish_unfinished(self) -> None:
+        """Record, before the run ends, every answer the agent began and never finished
+        reading (a stream it broke out of without closing it), as what it read of it: at
+        the run's end there is nothing more it will read."""
+        while True:
+            with self._unfinished_lock:
+                if not self._unfinished:
+                    return
+                _, finish = self._unfinished.popitem()
+            finish()
 
     # -- processing and keys ---------------------------------------------------------------
 

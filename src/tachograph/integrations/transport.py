@@ -310,11 +310,27 @@ class _Tee:
         self.done = False
         self.sync_source: Iterator[bytes] | None = None
         self.async_source: AsyncIterator[bytes] | None = None
+        # a stream the agent breaks out of without closing is recorded as read so far when
+        # the run ends (it was never recorded: the run could not be replayed)
+        self._forget = ticket.session.unfinished(self.finish)
+        self.warned = False
+
+    def late(self) -> None:
+        """The agent reads on after the answer was recorded at its run's end: say so once."""
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"a streamed answer to {self.call.name!r} was read after its run finished; "
+                "only what was read before its end is recorded",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def finish(self) -> None:
         if self.done:
             return
         self.done = True
+        self._forget()
         recorder = self.ticket.session.recorder
         if recorder is not None and getattr(recorder, "finished", False):
             # Raising here would break the SDK's close() outside the run; the request stays
@@ -346,6 +362,8 @@ class _SyncTee(httpx2.SyncByteStream):
             tee.sync_source = iter(tee.live.iter_bytes())
         try:
             for chunk in tee.sync_source:
+                if tee.done:
+                    tee.late()
                 tee.chunks.append(chunk)
                 yield chunk
         except Exception as exc:
@@ -370,6 +388,8 @@ class _AsyncTee(httpx2.AsyncByteStream):
             tee.async_source = tee.live.aiter_bytes().__aiter__()
         try:
             async for chunk in tee.async_source:
+                if tee.done:
+                    tee.late()
                 tee.chunks.append(chunk)
                 yield chunk
         except Exception as exc:

@@ -672,6 +672,7 @@ def _finish_live(
         body = {"status": status, "error": recorded_error}
     else:
         body = {"status": "ok", "output": output}
+    session.finish_unfinished()
     try:
         run.recorder.append(EventType.RUN_FINISHED.value, body)
     except ProfileError as bad:
