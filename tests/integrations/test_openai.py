@@ -758,3 +758,27 @@ def test_importing_tachograph_imports_no_sdk() -> None:
         check=True,
     ).stdout
     assert json.loads(out) == []
+
+
+def test_an_upload_replays_although_its_multipart_boundary_is_new_each_time(
+    srv: FakeLLMServer, db: str
+) -> None:
+    # the SDK draws a new multipart boundary for every request: the recorded digest of the
+    # body never matched a replay's, so the same upload of the same bytes always diverged
+    client = _client(srv)
+
+    def upload(data: bytes) -> str:
+        try:
+            return client.files.create(file=("a.txt", data), purpose="assistants").id
+        except openai.NotFoundError as exc:  # the fake server has no files route
+            return f"NotFoundError {exc.status_code}"
+
+    result = tachograph.record_run(plain(lambda _t: upload(b"hello world")), None, store=db)
+    request = events(db, result.run_id)[1].payload["request"]
+    assert "tachograph-boundary" in request["content_type"]
+    sent = srv.request_count
+    same = tachograph.replay(db, result.run_id, plain(lambda _t: upload(b"hello world")))
+    assert same.reproduced, same.render()
+    other = tachograph.replay(db, result.run_id, plain(lambda _t: upload(b"other bytes")))
+    assert not other.reproduced  # other bytes are another request
+    assert srv.request_count == sent

@@ -112,6 +112,25 @@ class _Options:
 # -- one HTTP attempt as a model call -------------------------------------------------------
 
 
+_BOUNDARY = "tachograph-boundary"
+
+
+def _without_boundary(content_type: str | None, content: bytes) -> tuple[str | None, bytes]:
+    """A multipart body and its content type with the boundary, which the SDKs draw at
+    random for every request, replaced by a fixed one: the same upload of the same bytes is
+    then the same request in a replay (it differed in its digest every time)."""
+    if not content_type or not content_type.lower().startswith("multipart/"):
+        return content_type, content
+    _, sep, rest = content_type.partition("boundary=")
+    boundary = rest.split(";", 1)[0].strip().strip('"') if sep else ""
+    if not boundary:
+        return content_type, content
+    return (
+        content_type.replace(boundary, _BOUNDARY),
+        content.replace(b"--" + boundary.encode("latin-1"), b"--" + _BOUNDARY.encode()),
+    )
+
+
 class _Call:
     """An HTTP attempt: what is recorded for it and how it is served or completed."""
 
@@ -121,11 +140,8 @@ class _Call:
         content = request.content
         ok, body = json_or_none(content) if content else (True, None)
         if not ok:
-            body = {
-                "content_type": request.headers.get("content-type"),
-                "length": len(content),
-                "sha256": digest(content),
-            }
+            content_type, content = _without_boundary(request.headers.get("content-type"), content)
+            body = {"content_type": content_type, "length": len(content), "sha256": digest(content)}
         http: dict[str, Any] = {"method": request.method, "path": request.url.path}
         query = request.url.query.decode("ascii", errors="replace")
         if query:
