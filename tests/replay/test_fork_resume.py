@@ -181,8 +181,14 @@ def test_resume_after_a_crash_in_a_write_tool_confirmed_reuses_its_key(
     assert len(books.applied("note")) == 1  # and the notes API applied it once
     assert intents(store, key) == ["tool.requested", "tool.completed"]
     events = store.events("crash")
-    assert events[NOTE_REQUESTED + 1].payload["result"]["id"] == "note_0001"
-    assert "dry_run" not in events[NOTE_REQUESTED + 1].payload
+    # before running the note again, the resume took the run (docs/replay.md, Resume)
+    claim = events[NOTE_REQUESTED + 1]
+    assert claim.type == "tachograph.resume"
+    assert claim.payload["open"] == NOTE_REQUESTED
+    completed = events[NOTE_REQUESTED + 2]
+    assert completed.idempotency_key == key
+    assert completed.payload["result"]["id"] == "note_0001"
+    assert "dry_run" not in completed.payload
     assert books.keys("refund") == ["crash:issue_refund:A-1"]  # the rest ran live
     assert events[-1].payload["status"] == "ok"
     assert store.verify("crash").ok
@@ -402,3 +408,112 @@ def test_a_refused_resume_writes_nothing_so_the_confirmed_one_runs_every_open_in
         assert sorted(module.DONE) == [("pay", 0), ("post", 1), ("post", 2), ("post", 3)]
         completed = [e for e in store.events("mixed") if e.type == "tool.completed"]
         assert not any(e.payload.get("dry_run") for e in completed)
+
+
+ONE_WRITE = """
+import os
+import time
+
+import tachograph as tg
+
+
+@tg.tool(effect="write")
+def charge(n):
+    with open(os.environ["SIDE_LOG"], "a") as log:
+        log.write(f"charge {n}\\n")
+    if os.environ.get("CRASH_IN_CHARGE"):
+        os._exit(9)
+    time.sleep(float(os.environ.get("CHARGE_SLOW", "0")))
+    return {"charged": n}
+
+
+def agent(n):
+    return charge(n)
+"""
+
+
+def test_two_resumes_at_once_run_the_open_write_once(
+    tmp_path: Path, python: str, child_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each resume read the crashed run, then ran the open write again; the store refused the
+    # second only at its next append, after its effect. A confirmed resume now takes the run
+    # first: one durable event at the head it read.
+    (tmp_path / "one_write.py").write_text(ONE_WRITE)
+    db = tmp_path / "crash.db"
+    side = tmp_path / "side.log"
+    env = {**child_env, "SIDE_LOG": str(side)}
+    code = (
+        "import tachograph as tg, one_write as m; "
+        f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id='twice')"
+    )
+    crashed_run = subprocess.run(
+        [python, "-c", code], cwd=tmp_path, env={**env, "CRASH_IN_CHARGE": "1"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert crashed_run.returncode == 9, crashed_run.stderr
+    assert side.read_text() == "charge 7\n"
+    resume = (
+        "import sys, tachograph as tg, one_write as m\n"
+        f"try:\n    r = tg.resume({str(db)!r}, 'twice', m.agent, confirm=True)\n"
+        "    print('RESUMED', r.final_status)\n"
+        "except tg.ReplayError as e:\n    print('REFUSED', e); sys.exit(3)\n"
+    )
+    both = [
+        subprocess.Popen(
+            [python, "-c", resume],
+            cwd=tmp_path,
+            env={**env, "CHARGE_SLOW": "1.0"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=120) for p in both]
+    codes = sorted(p.returncode for p in both)
+    assert side.read_text().count("charge 7") == 2, (side.read_text(), outputs)  # once more
+    assert codes[0] == 0, outputs
+    assert codes[1] != 0, outputs  # the other resume ran nothing
+    with tg.SQLiteStore(db, create=False) as store:
+        assert store.verify("twice").ok
+        kinds = [e.type for e in store.events("twice")]
+    assert kinds.count("tachograph.resume") == 1
+    assert kinds[-1] == "run.finished"
+    # the claim is the library's: a replay of the resumed run neither serves nor expects it
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("one_write")
+    report = tg.replay(tg.SQLiteStore(db, create=False), "twice", module.agent)
+    assert report.reproduced, report.render()
+
+
+def test_a_resume_that_died_in_the_effect_leaves_the_run_resumable(
+    tmp_path: Path, python: str, child_env: dict[str, str]
+) -> None:
+    (tmp_path / "one_write.py").write_text(ONE_WRITE)
+    db = tmp_path / "crash.db"
+    side = tmp_path / "side.log"
+    env = {**child_env, "SIDE_LOG": str(side)}
+    record = (
+        "import tachograph as tg, one_write as m; "
+        f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id='again')"
+    )
+    resume = (
+        "import tachograph as tg, one_write as m; "
+        f"print(tg.resume({str(db)!r}, 'again', m.agent, confirm=True).final_status)"
+    )
+    for code, crash, expected in ((record, "1", 9), (resume, "1", 9), (resume, "", 0)):
+        done = subprocess.run(
+            [python, "-c", code],
+            cwd=tmp_path,
+            env={**env, "CRASH_IN_CHARGE": crash},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == expected, done.stderr
+    assert side.read_text().count("charge 7") == 3  # the crash, the resume that died, the last
+    with tg.SQLiteStore(db, create=False) as store:
+        kinds = [e.type for e in store.events("again")]
+    assert kinds.count("tachograph.resume") == 2
+    assert kinds[-1] == "run.finished"

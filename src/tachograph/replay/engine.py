@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import os
+import socket
 import sys
 import weakref
 from collections.abc import Callable, Sequence
@@ -23,12 +25,12 @@ from ..capture.boundary import (
     error_info,
 )
 from ..capture.session import EFFECTS, Session
-from ..errors import ConfirmationRequired, TachographError
-from ..record.event import Effect, Event, EventType
+from ..errors import ConfirmationRequired, ReplayError, TachographError, WriteFailed
+from ..record.event import Effect, Event, EventType, now_ts
 from ..record.seal import Processor
 from .diff import Change, diff_values
 from .history import RunHistory
-from .matchers import Matcher, normalize
+from .matchers import RESUMED, Matcher, normalize
 from .report import DivergenceItem, DivergenceKind
 
 __all__ = ["RecordedError", "ReplayEngine", "rebuild", "rebuild_error"]
@@ -162,6 +164,7 @@ class ReplayEngine:
         agent_module: str | None = None,
     ) -> None:
         self.history = history
+        self._claimed = False
         self.agent_module = agent_module
         """The module of the agent being replayed, where a recorded ``__main__.X`` is."""
         self._unrebuilt: set[str] = set()
@@ -528,6 +531,41 @@ class ReplayEngine:
             ticket.dry_run = True
             assert effect is not None
             self._dry_run_intent(session, request.seq, effect.value)
+        elif effect in EFFECTS:
+            self._claim(session, request)
+
+    def _claim(self, session: Session, request: Event) -> None:
+        """Before a confirmed resume runs again an effect the crash left open, take the run:
+        one event (:data:`~tachograph.replay.matchers.RESUMED`) appended, durably. Of two
+        resumes of the run at the same moment, the store lets one append at the head both
+        read; the other stops here, having run nothing (both ran the effect again: a write
+        or a payment twice). A claim the run already ends with, made by a process that still
+        runs on this host, is another resume at work: this one stops too. Taken once."""
+        if self._claimed:
+            return
+        recorder = session.recorder
+        assert recorder is not None  # a resume records
+        last = self.history.events[-1]
+        if last.type == RESUMED and isinstance(last.payload, dict) and _alive(last.payload):
+            session.fatal_error = ReplayError(
+                f"run {session.run_id!r} is being resumed by process {last.payload.get('pid')} "
+                f"(since {last.payload.get('at')}); nothing was run",
+                run_id=session.run_id,
+            )
+            self.matcher.stop()
+        claim: dict[str, Any] = {"open": request.seq, "host": socket.gethostname()}
+        claim.update(pid=os.getpid(), at=now_ts())
+        try:
+            recorder.append(RESUMED, claim)
+            recorder.flush()
+        except WriteFailed as exc:
+            session.fatal_error = ReplayError(
+                f"run {session.run_id!r} was taken by another resume (or appended to) since "
+                f"it was read; nothing was run ({exc})",
+                run_id=session.run_id,
+            )
+            self.matcher.stop()
+        self._claimed = True
 
     def _dry_run_intent(self, session: Session, seq: int, effect: str) -> None:
         """An open intent was completed in dry run: the agent acts on its simulated result,
@@ -553,3 +591,18 @@ class ReplayEngine:
             self.matcher.notes.append(text)
         else:
             self.matcher.notes[self._intents_note] = text
+
+
+def _alive(claim: dict[str, Any]) -> bool:
+    """Whether the process that made a resume's claim still runs on this host. A claim from
+    another host cannot be asked: it is taken for one that ended (docs/replay.md)."""
+    pid = claim.get("pid")
+    if claim.get("host") != socket.gethostname() or type(pid) is not int or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it runs, under another user
+        return True
+    return True

@@ -24,7 +24,7 @@ from ..record.seal import AS_STORED, Processor
 from .diff import Change, diff_values
 from .report import Candidate, DivergenceItem, DivergenceKind
 
-__all__ = ["COMPLETIONS", "UNCOMPARED", "Matcher", "key_suffix", "normalize"]
+__all__ = ["COMPLETIONS", "RESUMED", "UNCOMPARED", "Matcher", "key_suffix", "normalize"]
 
 COMPLETIONS = frozenset(
     {
@@ -44,6 +44,11 @@ _VALUE_TYPES = frozenset(
 )
 _SERVED = frozenset({EventType.TOOL_REQUESTED.value, EventType.MODEL_REQUEST.value}) | _VALUE_TYPES
 # Read per event: constants, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
+RESUMED = "tachograph.resume"
+"""The event a resume with ``confirm`` appends, durably, before it runs again the effects a
+crash left open (``{"open": [seq, ...]}``): a second resume of the run at the same moment
+finds the run's head taken and runs nothing. It is the library's, not the agent's: replay
+neither serves nor expects it."""
 _RUN_STARTED = EventType.RUN_STARTED.value
 _RUN_FINISHED = EventType.RUN_FINISHED.value
 _MODEL_REQUEST = EventType.MODEL_REQUEST.value
@@ -132,6 +137,8 @@ class Matcher:
                     self.started_event = event
                 elif event.type == _RUN_FINISHED:
                     self.finished_event = event
+                elif event.type == RESUMED:
+                    continue  # the library's own claim of the run, no step of the agent
                 elif event.type in COMPLETIONS:
                     if event.idempotency_key is not None:
                         self._completions[event.idempotency_key] = event
