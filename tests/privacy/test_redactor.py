@@ -978,3 +978,45 @@ def test_a_secret_field_named_with_a_letter_the_patterns_fold_is_redacted(key: s
         process_payload((Redactor(),), "tool.requested", payload),
     ):
         assert out == {"headers": {key: "[redacted:secret:field]"}}
+
+
+def _stream(*pieces: str, choice: int = 0) -> dict[str, Any]:
+    """A streamed chat answer as the SDK integrations record it: one event a delta."""
+    events: list[dict[str, Any]] = [
+        {"data": {"choices": [{"index": choice, "delta": {"content": piece}}], "id": "c1"}}
+        for piece in pieces
+    ]
+    events.append({"data": "[DONE]"})
+    return {"response": {"status": 200, "headers": {}, "events": events}}
+
+
+def _text_of(payload: dict[str, Any]) -> str:
+    return "".join(
+        e["data"]["choices"][0]["delta"]["content"]
+        for e in payload["response"]["events"]
+        if isinstance(e["data"], dict)
+    )
+
+
+def test_a_secret_streamed_in_pieces_is_redacted_across_them() -> None:
+    # each delta alone holds nothing a detector takes: "sk", "-proj", "-AbC..."
+    pieces = ("Your key is ", " sk", "-proj", "-CANARYopenai", "A" * 20, " ok")
+    payload = _stream(*pieces)
+    out = redact_secrets("model.response", payload)
+    assert "CANARY" not in orjson.dumps(out).decode()
+    assert _text_of(out) == "Your key is  [redacted:secret:openai] ok"
+    assert _text_of(payload) == "".join(pieces)  # the input is untouched
+    assert len(out["response"]["events"]) == len(payload["response"]["events"])
+
+
+def test_personal_data_streamed_in_pieces_becomes_its_token() -> None:
+    payload = _stream("write to ", "canary", ".person", "@", "example", ".com", " today")
+    out = POLICY("model.response", payload)
+    assert _text_of(out) == f"write to {KEY.token('canary.person@example.com')} today"
+    assert "canary" not in orjson.dumps(out).decode()
+
+
+def test_a_stream_with_nothing_to_redact_is_the_same_object() -> None:
+    payload = _stream("Hello", "! How", " can I help?")
+    assert redact_secrets("model.response", payload) is payload
+    assert POLICY("model.response", payload) is payload

@@ -262,6 +262,66 @@ _CASE_FOLDS = str.maketrans(CASE_FOLDS)
 _SECRET_VALUE_TYPES = (str, int, float, list, dict)
 
 
+_DELTA_KEYS = frozenset(
+    {"content", "text", "delta", "arguments", "partial_json", "refusal", "thinking", "reasoning"}
+)
+"""The keys under which a streamed answer's events carry pieces of text."""
+
+
+def _deltas(
+    value: Any,
+    path: tuple[Any, ...],
+    index: int,
+    streams: dict[tuple[Any, ...], list[tuple[int, tuple[Any, ...], str]]],
+) -> None:
+    """File each delta text of one stream event under its place (its path: the same place
+    in every event is one stream, ``choices[1]`` apart from ``choices[0]``)."""
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(item) is str:
+                if key in _DELTA_KEYS and item:
+                    streams.setdefault((*path, key), []).append((index, (*path, key), item))
+            elif type(item) in (dict, list):
+                _deltas(item, (*path, key), index, streams)
+    elif type(value) is list:
+        for i, item in enumerate(value):
+            if type(item) in (dict, list):
+                _deltas(item, (*path, i), index, streams)
+
+
+def _split_as(texts: Sequence[str], redacted: str) -> list[str]:
+    """``redacted`` (the redaction of ``"".join(texts)``) cut where ``texts`` were: text kept
+    as it was stays in its piece, a replaced span goes to the piece it began in."""
+    import difflib
+
+    joined = "".join(texts)
+    bounds: list[int] = []
+    end = 0
+    for text in texts:
+        end += len(text)
+        bounds.append(end)
+
+    def piece(position: int) -> int:
+        for i, bound in enumerate(bounds):
+            if position < bound:
+                return i
+        return len(texts) - 1
+
+    out = [""] * len(texts)
+    matcher = difflib.SequenceMatcher(None, joined, redacted, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            position = i1
+            while position < i2:
+                i = piece(position)
+                stop = min(i2, bounds[i])
+                out[i] += redacted[j1 + position - i1 : j1 + stop - i1]
+                position = stop
+        else:  # a replaced span (or an inserted one): whole, in the piece it began in
+            out[piece(i1)] += redacted[j1:j2]
+    return out
+
+
 def _secret_field(key: Any, value: Any) -> bool:
     """Whether ``value`` under ``key`` is a secret whatever it looks like (a key named like a
     secret: :func:`secret_name`), and not already a token or marker."""
@@ -486,6 +546,12 @@ class Redactor:
     # -- the processor ---------------------------------------------------------------------
 
     def __call__(self, event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+        out = self._call(event_type, payload)
+        if type(out) is dict and type(out.get("response")) is dict:
+            return self._streamed(out)
+        return out
+
+    def _call(self, event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
         if not self.rules and type(payload) is dict:
             # what the general path below decides when no rule can start, without its
             # per-type lookup (it runs on every recorded event)
@@ -501,6 +567,41 @@ class Redactor:
         if not starts and self._engine.clean(payload):
             return payload
         return self._dict(payload, starts)
+
+    def _streamed(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """A streamed answer (``response.events``, as the SDK integrations record one) with
+        what its deltas spell together redacted: a key or an e-mail the model wrote came in
+        pieces ("sk", "-proj", "-AbC..."), none of which a detector takes alone. The texts of
+        each stream (the deltas at one place of the events, in order) are joined, the joined
+        text goes through the detectors, and each delta keeps its part of the result; a
+        replaced span goes to the delta it began in."""
+        events = payload["response"].get("events")
+        if type(events) is not list or len(events) < 2:
+            return payload
+        streams: dict[tuple[Any, ...], list[tuple[int, tuple[Any, ...], str]]] = {}
+        for index, event in enumerate(events):
+            _deltas(event, (), index, streams)
+        changed: list[tuple[int, tuple[Any, ...], str]] = []
+        for parts in streams.values():
+            if len(parts) < 2:
+                continue
+            texts = [text for _, _, text in parts]
+            joined = "".join(texts)
+            redacted = self._text(joined)
+            if redacted == joined:
+                continue
+            for (index, path, text), new in zip(parts, _split_as(texts, redacted), strict=True):
+                if new != text:
+                    changed.append((index, path, new))
+        if not changed:
+            return payload
+        copied = orjson.loads(orjson.dumps(events))  # the input is never changed in place
+        for index, path, new in changed:
+            holder = copied[index]
+            for step in path[:-1]:
+                holder = holder[step]
+            holder[path[-1]] = new
+        return {**payload, "response": {**payload["response"], "events": copied}}
 
     def _walk(self, value: Any, states: tuple[tuple[int, int], ...]) -> Any:
         kind = type(value)
