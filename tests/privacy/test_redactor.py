@@ -1020,3 +1020,17 @@ def test_a_stream_with_nothing_to_redact_is_the_same_object() -> None:
     payload = _stream("Hello", "! How", " can I help?")
     assert redact_secrets("model.response", payload) is payload
     assert POLICY("model.response", payload) is payload
+
+
+def test_percent_encoded_personal_data_and_secrets_are_found() -> None:
+    # httpx writes params={"email": ...} as email=...%40...; the detectors saw no "@"
+    url = "GET http://h/customers?email=canary.person%40example.com&phone=%2B44+20+7946+0958"
+    out = POLICY("external.read", {"key": url})
+    assert out["key"] == (
+        f"GET http://h/customers?email={KEY.token('canary.person@example.com')}"
+        f"&phone={POLICY('x', {'p': '+44 20 7946 0958'})['p']}"
+    )
+    form = redact_secrets("tool.requested", {"body": "user=bob&password%3Dhunter2xyz"})
+    assert form["body"] == "user=bob&password=[redacted:secret:password]"
+    plain = {"url": "https://api.example.com/v1?page=2&q=50%25+off"}
+    assert POLICY("tool.requested", plain) == plain  # nothing found: kept as written

@@ -24,6 +24,7 @@ import enum
 import functools
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -60,6 +61,7 @@ _ON = frozenset({"1", "true", "yes", "on"})
 
 _KEEP = r"pii1:[A-Za-z0-9._-]{1,32}:[0-9a-f]{16}|\[redacted:[A-Za-z0-9._:-]{1,64}\]"
 _KEEP_FULL = re.compile(_KEEP)
+_PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
 class RuleAction(str, enum.Enum):
@@ -635,6 +637,16 @@ class Redactor:
             if out != text:
                 return out
             # candidates that failed their check: unchanged
+        if "%" in text and _PERCENT.search(text) is not None:
+            # a URL or a form body, percent-encoded as HTTP clients write them: an e-mail's
+            # "@" is "%40", a phone's "+" is "%2B", an assignment's "=" is "%3D", and no
+            # detector takes the encoded form. Found in the decoded text, the text is kept
+            # decoded, with the match replaced (the same text gives the same result).
+            decoded = urllib.parse.unquote_plus(text)
+            if decoded != text and engine.maybe(decoded):
+                out = engine.pattern.sub(self._replace, decoded)
+                if out != decoded:
+                    return out
         if short:
             if len(unchanged) >= _UNCHANGED_MAX:
                 unchanged.clear()  # a new start, not an unbounded table
