@@ -548,16 +548,19 @@ class Redactor:
     # -- the processor ---------------------------------------------------------------------
 
     def __call__(self, event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
-        out = self._call(event_type, payload)
-        if type(out) is dict and type(out.get("response")) is dict:
-            return self._streamed(out)
-        return out
-
-    def _call(self, event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
         if not self.rules and type(payload) is dict:
             # what the general path below decides when no rule can start, without its
             # per-type lookup (it runs on every recorded event)
-            return payload if self._engine.clean(payload) else self._dict(payload, ())
+            out = payload if self._engine.clean(payload) else self._dict(payload, ())
+            if "response" in out:  # a model's answer, maybe streamed: see _streamed
+                return self._streamed(out)
+            return out
+        out = self._by_rules(event_type, payload)
+        if type(out) is dict and "response" in out:
+            return self._streamed(out)
+        return out
+
+    def _by_rules(self, event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
         starts = self._starts.get(event_type)
         if starts is None:
             starts = tuple(
@@ -577,7 +580,8 @@ class Redactor:
         each stream (the deltas at one place of the events, in order) are joined, the joined
         text goes through the detectors, and each delta keeps its part of the result; a
         replaced span goes to the delta it began in."""
-        events = payload["response"].get("events")
+        response = payload["response"]
+        events = response.get("events") if type(response) is dict else None
         if type(events) is not list or len(events) < 2:
             return payload
         streams: dict[tuple[Any, ...], list[tuple[int, tuple[Any, ...], str]]] = {}
