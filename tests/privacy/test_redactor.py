@@ -1034,3 +1034,17 @@ def test_percent_encoded_personal_data_and_secrets_are_found() -> None:
     assert form["body"] == "user=bob&password=[redacted:secret:password]"
     plain = {"url": "https://api.example.com/v1?page=2&q=50%25+off"}
     assert POLICY("tool.requested", plain) == plain  # nothing found: kept as written
+
+
+def test_a_private_key_cut_before_its_end_line_is_redacted() -> None:
+    # an answer stopped by its token limit, a truncated log line: no END line
+    cut = "here it is:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA0CANARYkeymaterial"
+    out = redact_secrets("model.response", {"text": cut})
+    assert out["text"] == "here it is:\n[redacted:secret:private_key]"
+    whole = "a -----BEGIN PRIVATE KEY-----\nMIIabc\n-----END PRIVATE KEY----- b"
+    assert redact_secrets("x", {"t": whole})["t"] == "a [redacted:secret:private_key] b"
+
+
+def test_a_url_password_holding_an_at_sign_is_redacted_whole() -> None:
+    out = redact_secrets("x", {"u": "https://bob:p@CANARYss@host/x and a@b.com"})
+    assert out["u"] == "https://bob:[redacted:secret:url_password]@host/x and a@b.com"

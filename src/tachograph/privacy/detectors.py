@@ -144,8 +144,10 @@ DETECTORS: tuple[Detector, ...] = (
     # -- secrets (markers) ---------------------------------------------------------------------
     Detector(
         "private_key",
+        # to its END line, or to the end of the text when it has none (an answer cut short
+        # by its token limit, a truncated log line): the key is in what follows BEGIN
         r"-----BEGIN[A-Z ]{0,40} PRIVATE KEY(?: BLOCK)?-----(?s:.*?)"
-        r"-----END[A-Z ]{0,40} PRIVATE KEY(?: BLOCK)?-----",
+        r"(?:-----END[A-Z ]{0,40} PRIVATE KEY(?: BLOCK)?-----|\Z)",
         secret=True,
         hints=("PRIVATE KEY",),
     ),
@@ -216,7 +218,8 @@ DETECTORS: tuple[Detector, ...] = (
         "url_password",
         # the password of a URL's user information: postgres://app:hunter2@db/...
         r"(?i:(?<![A-Za-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s/:@\"']{1,128}:)"
-        r"(?P<v>[^\s/@\"']{1,256})@",
+        # up to the authority's last "@": a password may hold one (p@ss), the host may not
+        r"(?P<v>[^\s/\"']{1,256})@",
         secret=True,
         hints=("://",),
     ),
