@@ -515,6 +515,14 @@ class record:
                     raise
                 self._unrecordable_output(run, bad)
             run.recorder.flush()
+            gone = self._store.detached()
+            if gone is not None:
+                # every event was acknowledged, and none is where anyone will read it
+                raise WriteFailed(
+                    f"run {run.run_id!r} was recorded into a store that is no longer there: "
+                    f"{gone}; its events went with it",
+                    run_id=run.run_id,
+                )
         except Exception:
             # Never silent: a run that could not be finished on disk says so, even over the
             # agent's own exception (which stays attached as the context). Only a WriteFailed

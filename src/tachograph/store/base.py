@@ -462,6 +462,11 @@ class Store(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional for engines without resources
         """Release the engine's resources. Closing twice is harmless."""
 
+    def detached(self) -> str | None:
+        """Why what this store wrote is no longer where it is read from (its file removed or
+        replaced since it was opened), or None. Engines without a file never are."""
+        return None
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called (engines without resources are never closed)."""

@@ -504,8 +504,29 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         self._connections = getattr(self, "_connections", 0) + 1
         return db
 
+    def detached(self) -> str | None:
+        """Why the store file this store writes to is no longer at its path (removed, or
+        another file put there), or None. SQLite goes on writing to a removed file's inode:
+        everything appended after, and the WAL it was folded from, is lost with it."""
+        identity = getattr(self, "_identity", None)
+        if identity is None:
+            return None
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return f"the store file {self.path} was removed while it was open"
+        except OSError:
+            return None
+        if (stat.st_dev, stat.st_ino) != identity:
+            return f"the store file {self.path} was replaced by another while it was open"
+        return None
+
     def _open_read_write(self, memory: bool) -> None:
         self._db = self._connect(self.path)
+        if not memory:
+            with contextlib.suppress(OSError):
+                stat = os.stat(self.path)
+                self._identity = (stat.st_dev, stat.st_ino)
         try:
             if not memory:
                 mode = self._retry(lambda: self._db.execute("PRAGMA journal_mode").fetchone())
