@@ -41,3 +41,25 @@ def test_show_and_runs_render_the_view_rows(tmp_path: Path) -> None:
     listed = runner.invoke(cli, ["--store", str(path), "runs"]).output.splitlines()
     (row,) = run_rows(runs)
     assert listed[1].split() == " ".join(row.cells()).split()
+
+
+def test_a_langchain_request_is_summarized_by_its_last_message() -> None:
+    from tachograph.record.event import new_event
+    from tachograph.views.timeline import summarize
+
+    request = {
+        "model": "gpt-5.6",
+        "messages": [
+            {"type": "system", "data": {"content": "Be brief."}},
+            {"type": "human", "data": {"content": "Refund order B-2002"}},
+        ],
+    }
+    event = new_event(
+        run_id="r",
+        seq=1,
+        type="model.request",
+        actor="a",
+        payload={"request": request},
+        prev_hash=None,
+    )
+    assert summarize(event) == "human: Refund order B-2002"  # was "?: null"

@@ -63,7 +63,11 @@ def _message(request: Any) -> str:
     messages = request.get("messages") if isinstance(request, dict) else None
     if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
         last = messages[-1]
-        return f"{last.get('role', '?')}: {short(last.get('content'), 50)}"
+        role, content = last.get("role"), last.get("content")
+        data = last.get("data")
+        if role is None and isinstance(data, dict):  # LangChain's form: {"type", "data"}
+            role, content = last.get("type"), data.get("content")
+        return f"{role or '?'}: {short(content, 50)}"
     return short(request, 60)
 
 
