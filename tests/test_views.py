@@ -56,7 +56,7 @@ def test_a_langchain_request_is_summarized_by_its_last_message() -> None:
     }
     event = new_event(
         run_id="r",
-        seq=1,
+        seq=0,
         type="model.request",
         actor="a",
         payload={"request": request},
