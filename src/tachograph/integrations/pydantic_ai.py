@@ -98,7 +98,12 @@ def _json(value: Any) -> Any:
 def model_request(request_context: Any) -> dict[str, Any]:
     """The ``request`` recorded for a pydantic-ai ``ModelRequestContext`` (stable across runs)."""
     messages = ModelMessagesTypeAdapter.dump_python(request_context.messages, mode="json")
-    parameters = _PARAMETERS.dump_python(request_context.model_request_parameters, mode="json")
+    # Defaults left out: a pydantic-ai release that adds a field at its default (2.75 added
+    # a tool's "durable" and "deferred_capabilities") asks the same model the same thing,
+    # and a run recorded before it must still replay as the same request.
+    parameters = _PARAMETERS.dump_python(
+        request_context.model_request_parameters, mode="json", exclude_defaults=True
+    )
     return {
         "messages": _stable(messages),
         "parameters": _stable(parameters),
