@@ -309,3 +309,18 @@ def test_cli_help_documents_the_commands() -> None:
     export_help = CliRunner().invoke(cli, ["otel", "export", "--help"]).output
     assert "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" in export_help
     assert "--content / --no-content" in export_help
+
+
+def test_a_failed_export_logs_no_credential_of_its_endpoint(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the exporter logs its failed attempts with the URL's path and query as given
+    run_id = _record(store)
+    url = "http://otel:CANARYpw1@127.0.0.1:1/v1/traces?api_key=CANARYkey1&x=1"
+    with caplog.at_level(logging.WARNING):
+        result = tgo.export_run(store, run_id, endpoint=url, timeout=1.0)
+    assert not result.ok
+    assert "CANARY" not in result.endpoint
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert logged, "the exporter logged nothing"
+    assert "CANARY" not in logged, logged

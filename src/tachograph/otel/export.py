@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import calendar
 import hashlib
+import logging
 import os
 import time
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +50,39 @@ DEFAULT_ENDPOINT = "http://localhost:4318/v1/traces"
 """Where OTLP/HTTP traces go when nothing else is said (the OTLP default)."""
 
 _TRACES_PATH = "/v1/traces"
+
+
+class _CredentialsHidden(logging.Filter):
+    """The exporter's own log lines (a failed or retried export) without the endpoint's
+    password or the values of its credential query parameters: they name the URL, or its
+    path and query, as given."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.secrets = [s for s in _url_secrets(url) if len(s) >= 4]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            text = record.getMessage()
+            hidden = text
+            for secret in self.secrets:
+                hidden = hidden.replace(secret, "***")
+            if hidden != text:
+                record.msg, record.args = hidden, ()
+        return True
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The password and the credential query values of ``url`` (what redact_url hides)."""
+    shown = redact_url(url)
+    if shown == url:
+        return []
+    parts = urllib.parse.urlsplit(url)
+    found = [parts.password] if parts.password else []
+    for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
+        if value and f"{urllib.parse.quote(key, safe='')}=***" in shown:
+            found += [value, urllib.parse.quote(value, safe="")]
+    return found
 
 
 def resolve_endpoint(endpoint: str | None = None, environ: Mapping[str, str] | None = None) -> str:
@@ -355,11 +390,16 @@ def export_run(
         exporter = OTLPSpanExporter(
             endpoint=url, headers=dict(headers) if headers else None, timeout=timeout
         )
+    # a logger's filter sees the records logged to it, not its children's: the exporter's own
+    hiding = _CredentialsHidden(url)
+    exporter_log = logging.getLogger(type(exporter).__module__)
+    exporter_log.addFilter(hiding)
     try:
         outcome = exporter.export(spans)
     finally:
         if own_exporter:
             exporter.shutdown()
+        exporter_log.removeFilter(hiding)
     plan = plan_ids(events)
     return ExportResult(
         run_id=run_id,
