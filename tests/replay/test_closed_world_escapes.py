@@ -113,6 +113,16 @@ def _replays_refuse(
     store.close()
 
 
+def _arrivals(reached: list[str], kind: str) -> Callable[[], int]:
+    """How many ``kind`` arrivals the listeners saw, once their loop has come round."""
+
+    def count() -> int:
+        threading.Event().wait(0.5)
+        return reached.count(kind)
+
+    return count
+
+
 def test_a_process_started_by_spawn_is_refused(tmp_path: Path) -> None:
     marker = tmp_path / "spawned"
     count = lambda: int(marker.exists())  # noqa: E731
@@ -129,11 +139,7 @@ def test_a_connect_of_the_raw_socket_type_is_refused(
     tmp_path: Path, listeners: tuple[int, int, list[str]]
 ) -> None:
     tcp, _udp, reached = listeners
-
-    def count() -> int:
-        threading.Event().wait(0.5)  # the listener's accept comes round
-        return reached.count("tcp")
-
+    count = _arrivals(reached, "tcp")
     _replays_refuse(tmp_path, lambda: _raw_connect(tcp), count, "network.connect")
 
 
@@ -141,11 +147,7 @@ def test_a_datagram_sent_with_sendmsg_is_refused(
     tmp_path: Path, listeners: tuple[int, int, list[str]]
 ) -> None:
     _tcp, udp, reached = listeners
-
-    def count() -> int:
-        threading.Event().wait(0.5)
-        return reached.count("udp")
-
+    count = _arrivals(reached, "udp")
     _replays_refuse(tmp_path, lambda: _sendmsg(udp), count, "network.connect")
 
 
@@ -168,9 +170,5 @@ def test_a_thread_started_with_the_low_level_module_is_followed(
     tmp_path: Path, listeners: tuple[int, int, list[str]]
 ) -> None:
     tcp, _udp, reached = listeners
-
-    def count() -> int:
-        threading.Event().wait(0.5)
-        return reached.count("tcp")
-
+    count = _arrivals(reached, "tcp")
     _replays_refuse(tmp_path, lambda: _raw_thread(tcp), count, "network.connect")

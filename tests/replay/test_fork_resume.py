@@ -286,6 +286,14 @@ def test_an_override_goes_through_the_processors_like_any_live_payload(
     assert store.verify("what-if").ok
 
 
+def _child(python: str, code: str, cwd: Path, env: dict[str, str], *, exits: int) -> None:
+    """Run ``code`` in a new interpreter (a crash is its own ``os._exit``); it must exit so."""
+    done = subprocess.run(
+        [python, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == exits, done.stderr
+
+
 CONCURRENT_WRITES = """
 import asyncio
 import os
@@ -316,16 +324,7 @@ def test_resume_after_a_crash_amid_concurrent_writes_names_every_open_intent(
         f"tg.record_run(m.agent, [1, 2, 3], store={str(db)!r}, run_id='amid', "
         "durability='every')"
     )
-    proc = subprocess.run(
-        [python, "-c", code],
-        cwd=tmp_path,
-        env={**child_env, "CRASH_IN_POST": "1"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 9, proc.stderr
+    _child(python, code, tmp_path, {**child_env, "CRASH_IN_POST": "1"}, exits=9)
     store = tg.SQLiteStore(db, create=False)
     intents = [e.seq for e in store.events("amid") if e.type == "tool.requested"]
     assert intents == [1, 2, 3]  # all three were open when the process died
@@ -384,16 +383,7 @@ def test_a_refused_resume_writes_nothing_so_the_confirmed_one_runs_every_open_in
         f"tg.record_run(m.agent, [1, 2, 3], store={str(db)!r}, run_id='mixed', "
         "durability='every')"
     )
-    proc = subprocess.run(
-        [python, "-c", code],
-        cwd=tmp_path,
-        env={**child_env, "CRASH_IN_TOOLS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 9, proc.stderr
+    _child(python, code, tmp_path, {**child_env, "CRASH_IN_TOOLS": "1"}, exits=9)
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module("mixed_intents")
     with tg.SQLiteStore(db, create=False) as store:
@@ -446,11 +436,7 @@ def test_two_resumes_at_once_run_the_open_write_once(
         "import tachograph as tg, one_write as m; "
         f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id='twice')"
     )
-    crashed_run = subprocess.run(
-        [python, "-c", code], cwd=tmp_path, env={**env, "CRASH_IN_CHARGE": "1"},
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert crashed_run.returncode == 9, crashed_run.stderr
+    _child(python, code, tmp_path, {**env, "CRASH_IN_CHARGE": "1"}, exits=9)
     assert side.read_text() == "charge 7\n"
     resume = (
         "import sys, tachograph as tg, one_write as m\n"
@@ -502,16 +488,7 @@ def test_a_resume_that_died_in_the_effect_leaves_the_run_resumable(
         f"print(tg.resume({str(db)!r}, 'again', m.agent, confirm=True).final_status)"
     )
     for code, crash, expected in ((record, "1", 9), (resume, "1", 9), (resume, "", 0)):
-        done = subprocess.run(
-            [python, "-c", code],
-            cwd=tmp_path,
-            env={**env, "CRASH_IN_CHARGE": crash},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == expected, done.stderr
+        _child(python, code, tmp_path, {**env, "CRASH_IN_CHARGE": crash}, exits=expected)
     assert side.read_text().count("charge 7") == 3  # the crash, the resume that died, the last
     with tg.SQLiteStore(db, create=False) as store:
         kinds = [e.type for e in store.events("again")]

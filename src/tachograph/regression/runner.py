@@ -34,7 +34,7 @@ from ..errors import FormatError, TachographError, Unreplayable, VerificationFai
 from ..record.canonical import canonical
 from ..record.event import Event, now_ts
 from ..record.jsonl import read_jsonl
-from ..replay.report import DivergenceKind, Drift, ReplayReport
+from ..replay.report import DivergenceKind, Drift, ReplayReport, one_line
 from ..store.parallel import ctrl_c_held, end_pool, leave_ctrl_c_to_caller
 from .corpus import (
     FIXTURE_VERSION,
@@ -144,7 +144,7 @@ class CaseResult:
         if self.note:
             lines.append(f"  note: {self.note}")
         lines.extend(f"  {n}" for n in self.notes)
-        lines = [_one_line(line) for line in lines]
+        lines = [one_line(line) for line in lines]
         if self.detail:  # a replay report: its lines are one line each already
             lines.extend(f"  {line}" for line in self.detail.split("\n"))
         return "\n".join(lines)
@@ -361,7 +361,7 @@ class CorpusReport:
             )
         widths = [max(len(row[i]) for row in rows) for i in range(5)]
         lines = [
-            _one_line(
+            one_line(
                 "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5]
             )
             for row in rows
@@ -377,12 +377,6 @@ class CorpusReport:
             lines.append("")
             lines.append(r.render())
         return "\n".join(lines)
-
-
-def _one_line(line: str) -> str:
-    """A line of a report as one line: a line feed in a saved run's name, note or reason is
-    shown as ``\\x0a``, so that a corpus cannot add lines (a forged PASSED) to the report."""
-    return line.replace("\n", "\\x0a")
 
 
 def _xml_text(text: str) -> str:

@@ -34,13 +34,13 @@ from ..capture.boundary import ReplayStopped, error_info
 from ..capture.recorder import Durability, Recorder
 from ..capture.session import Session
 from ..capture.vouch import unvouched_calls
-from ..errors import ConfirmationRequired, Divergence, ProfileError, ReplayError
+from ..errors import Divergence, ProfileError, ReplayError
 from ..privacy.redactor import default_processors, pin_processors
 from ..record.canonical import canonical
 from ..record.event import Effect, Event, EventType, new_ulid
 from ..record.seal import Processor
 from ..store import Store, open_store
-from .engine import ReplayEngine
+from .engine import ReplayEngine, confirmation_required
 from .guard import NetworkGuard, agent_frame, parse_allow
 from .history import RunHistory, gather
 from .report import Drift, ReplayReport
@@ -296,27 +296,19 @@ def _unreplayable_report(history: RunHistory, mode: str) -> ReplayReport | None:
 
 
 def _refuse_open_irreversible(history: RunHistory) -> None:
-    """Raise :class:`ConfirmationRequired` before anything runs or is written when the run
-    stopped inside an irreversible tool. Found only when the agent reached that call, the
-    refusal came after the other calls left open beside it (concurrent writes) had been
-    completed in dry run and queued: a refused resume still wrote them, and the resume with
-    confirm that the refusal asks for then found them done and ran none of them."""
+    """Raise :class:`~tachograph.errors.ConfirmationRequired` before anything runs or is
+    written when the run stopped inside an irreversible tool. Found only when the agent
+    reached that call, the refusal came after the other calls left open beside it
+    (concurrent writes) had been completed in dry run and queued: a refused resume still
+    wrote them, and the resume with confirm that the refusal asks for then found them done
+    and ran none of them."""
     for event in history.events:
         if event.type != EventType.TOOL_REQUESTED.value or not isinstance(event.payload, dict):
             continue
         if event.payload.get("effect") != Effect.IRREVERSIBLE.value:
             continue
         if history.completion(event.idempotency_key) is None:
-            tool = event.payload.get("tool")
-            raise ConfirmationRequired(
-                f"run {history.run_id!r} stopped while irreversible tool {tool!r} was running "
-                f"(seq {event.seq}, key {event.idempotency_key}). Whether it took effect is "
-                "unknown: check the outside world, then resume with confirm=True (tacho "
-                "resume --confirm) to run it again, or fork before it.",
-                run_id=history.run_id,
-                seq=event.seq,
-                key=event.idempotency_key,
-            )
+            raise confirmation_required(history.run_id, event.payload.get("tool"), event)
 
 
 def _drive(

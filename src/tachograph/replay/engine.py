@@ -33,7 +33,7 @@ from .history import RunHistory
 from .matchers import RESUMED, Matcher, normalize
 from .report import DivergenceItem, DivergenceKind
 
-__all__ = ["RecordedError", "ReplayEngine", "rebuild", "rebuild_error"]
+__all__ = ["RecordedError", "ReplayEngine", "confirmation_required", "rebuild", "rebuild_error"]
 
 # Read per served call: constants, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
 _TOOL_COMPLETED = EventType.TOOL_COMPLETED.value
@@ -517,15 +517,7 @@ class ReplayEngine:
         ticket.key = request.idempotency_key
         ticket.intent_recorded = True
         if effect is Effect.IRREVERSIBLE and not self.confirm:
-            session.fatal_error = ConfirmationRequired(
-                f"run {session.run_id!r} stopped while irreversible tool {ticket.name!r} was "
-                f"running (seq {request.seq}, key {request.idempotency_key}). Whether it took "
-                "effect is unknown: check the outside world, then resume with confirm=True "
-                "(tacho resume --confirm) to run it again, or fork before it.",
-                run_id=session.run_id,
-                seq=request.seq,
-                key=request.idempotency_key,
-            )
+            session.fatal_error = confirmation_required(session.run_id, ticket.name, request)
             self.matcher.stop()
         if effect in EFFECTS and (session.dry_run or not self.confirm):
             ticket.dry_run = True
@@ -606,3 +598,17 @@ def _alive(claim: dict[str, Any]) -> bool:
     except OSError:  # PermissionError: it runs, under another user
         return True
     return True
+
+
+def confirmation_required(run_id: str, tool: Any, request: Event) -> ConfirmationRequired:
+    """The refusal of a resume whose run stopped inside irreversible ``tool`` (``request``,
+    its intent with no completion), until it is confirmed."""
+    return ConfirmationRequired(
+        f"run {run_id!r} stopped while irreversible tool {tool!r} was running (seq "
+        f"{request.seq}, key {request.idempotency_key}). Whether it took effect is unknown: "
+        "check the outside world, then resume with confirm=True (tacho resume --confirm) to "
+        "run it again, or fork before it.",
+        run_id=run_id,
+        seq=request.seq,
+        key=request.idempotency_key,
+    )

@@ -156,6 +156,8 @@ class RunHistory:
         recorded in the store audit (docs/privacy.md)."""
         owned = not isinstance(store, Store)
         st = store if isinstance(store, Store) else open_store(store, create=False)
+        from ..sealing.verdict import seal_verdict_of
+
         try:
             for _attempt in range(_LIVE_READS):
                 events, report = read_verified(reading(st, purpose), run_id, tenant=tenant)
@@ -164,8 +166,6 @@ class RunHistory:
                     break
                 # held against its seals as ``tacho verify RUN`` holds it: a run its owner
                 # rewrote (a chain that verifies, a seal that does not) is not replayed
-                from ..sealing.verdict import seal_verdict_of
-
                 seal = seal_verdict_of(st, run_id, events[0].tenant, events=events)
                 if seal.ok or not _grew(st, run_id, events[0].tenant, len(events)):
                     break

@@ -14,7 +14,7 @@ from typing import Any
 
 from .diff import Change
 
-__all__ = ["Candidate", "DivergenceItem", "DivergenceKind", "Drift", "ReplayReport"]
+__all__ = ["Candidate", "DivergenceItem", "DivergenceKind", "Drift", "ReplayReport", "one_line"]
 
 
 class DivergenceKind(str, enum.Enum):
@@ -110,10 +110,10 @@ class DivergenceItem:
             )
         if self.explanation:
             lines.append("  " + self.explanation)
-        return "\n".join(map(_one_line, lines))
+        return "\n".join(map(one_line, lines))
 
 
-def _one_line(line: str) -> str:
+def one_line(line: str) -> str:
     """A line of a report as one line: a line feed in what it quotes of the record (a tool's
     name, a model id, an error's message) is shown as ``\\x0a``, as every command of the CLI
     shows one, so that recorded text cannot add a line of its own to the report."""
@@ -319,7 +319,7 @@ class ReplayReport:
             where = f" from {call['frame']}" if call.get("frame") else ""
             lines.append(f"  allowed: outbound call to {call['target']}{where} (allow_network)")
         lines.extend(f"  note: {n}" for n in self.notes)
-        return "\n".join(map(_one_line, lines))
+        return "\n".join(map(one_line, lines))
 
 
 def _error_text(error: dict[str, Any]) -> str:
