@@ -26,7 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     # in every recording, replay pins it to a recording's key.
     "capture": {"errors", "_version", "record", "store", "providers", "privacy"},
     "sealing": {"errors", "_version", "record", "store", "capture"},
-    "lifecycle": {"errors", "_version", "record", "store", "capture"},
+    # lifecycle names an erased data subject in the audit by its keyed token (privacy.keys)
+    "lifecycle": {"errors", "_version", "record", "store", "capture", "privacy"},
     "privacy": {"errors", "_version", "record"},
     # replay reads a stored run for a purpose (lifecycle.purpose), as every payload read does,
     # and holds it against its seals (sealing), as ``tacho verify RUN`` does

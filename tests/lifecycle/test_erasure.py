@@ -13,7 +13,14 @@ import tachograph
 from tachograph.demo import agent as demo
 from tachograph.errors import RecordingError, RunNotFound
 from tachograph.lifecycle.audit import verify_audit
-from tachograph.lifecycle.erasure import SubjectRule, erase, link_subject
+from tachograph.lifecycle.erasure import (
+    SUBJECT_WITHHELD,
+    SubjectRule,
+    erase,
+    link_subject,
+    subject_in_audit,
+)
+from tachograph.privacy import KeyRing, Redactor
 from tachograph.replay.report import DivergenceKind
 from tachograph.store import SQLiteStore
 from test_independent_verifier import audit as independent_audit
@@ -207,7 +214,13 @@ def test_replay_of_a_run_whose_start_was_erased_is_a_report(
 # -- data subjects ------------------------------------------------------------------------
 
 
-def test_one_subject_is_erased_across_runs(store: SQLiteStore) -> None:
+@pytest.fixture
+def no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TACHOGRAPH_PII_KEY", "TACHOGRAPH_PII_KEY_ID", "TACHOGRAPH_PII_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_one_subject_is_erased_across_runs(store: SQLiteStore, no_key: None) -> None:
     rule = SubjectRule(store, paths=["$.input.customer", "$.customer"])
     runs = {}
     for customer in ("cust-1", "cust-2", "cust-1"):
@@ -229,7 +242,14 @@ def test_one_subject_is_erased_across_runs(store: SQLiteStore) -> None:
     (other,) = runs["cust-2"]
     assert store.verify(other).erased == ()
     erasures = [r for r in store.read_audit() if r.action == "erase"]
-    assert {r.detail.get("subject") for r in erasures} == {"cust-1"}
+    # the record of an erasure does not hold what was erased: no key, no name
+    assert {r.detail.get("subject") for r in erasures} == {SUBJECT_WITHHELD}
+    assert [r.detail["unlinked"] for r in erasures] == [2, 2]
+    assert store.subject_events("default", "cust-1") == []
+    assert len(store.subject_events("default", "cust-2")) == 2
+    again = erase(store, subject="cust-1", reason="art. 17 request")
+    assert (again.runs, again.erased) == ((), 0)
+    assert list(store.audit_of("erase")) == erasures  # and records nothing more
 
 
 def test_linking_by_hand_and_narrowing_by_run(store: SQLiteStore, demo_run: str) -> None:
@@ -241,7 +261,8 @@ def test_linking_by_hand_and_narrowing_by_run(store: SQLiteStore, demo_run: str)
     last = store.run_info(demo_run).events - 1  # run.finished: its output goes too
     assert [(r.run_id, r.seqs) for r in report.runs] == [(demo_run, (0, 4, 5, last))]
     assert store.verify(second.run_id).erased == ()
-    assert store.subject_events("default", "p-9")[:2] == [(demo_run, 4), (demo_run, 5)]
+    count = store.run_info(second.run_id).events
+    assert store.subject_events("default", "p-9") == [(second.run_id, s) for s in range(count)]
 
 
 def test_a_subjects_erasure_takes_the_answers_to_its_requests(store: SQLiteStore) -> None:
@@ -267,3 +288,77 @@ def test_a_subjects_erasure_takes_the_answers_to_its_requests(store: SQLiteStore
     leftover = [e.type for e in events if "ann.leak" in str(e.payload)]
     assert leftover == []
     assert store.verify(result.run_id).ok
+
+
+def _subject_runs(store: SQLiteStore) -> dict[str, list[str]]:
+    rule = SubjectRule(store, paths=["$.input.customer", "$.customer"])
+    runs: dict[str, list[str]] = {}
+    for customer in ("cust-QX71", "cust-QX72", "cust-QX71"):
+        with tachograph.record(
+            store, actor="support", input={"customer": customer}, listeners=[rule]
+        ) as run:
+            tachograph.emit("acme.lookup", {"customer": customer, "note": f"{customer} notes"})
+        runs.setdefault(customer, []).append(run.run_id)
+    tachograph.capture.recorder.writer_for(store).drain()
+    return runs
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["no-key", "keyed"])
+def test_after_a_subjects_erasure_its_id_is_in_no_file(
+    tmp_path: Path, no_key: None, keyed: bool
+) -> None:
+    """The id was in the payloads, in the subject links and in the erasure's own audit
+    record; a raw scan of the database and its -wal finds it in none of them afterwards,
+    while the other customer's id is still there."""
+    path = tmp_path / "runs.db"
+    store = SQLiteStore(path)
+    ring = KeyRing.of(b"k" * 16, key_id="k1") if keyed else None
+    try:
+        _subject_runs(store)
+        assert _hits(path, b"cust-QX71") > 0
+        assert _hits(path, b"cust-QX72") > 0
+        erase(store, subject="cust-QX71", reason="art. 17 request 118", keys=ring)
+        assert _hits(path, b"cust-QX71") == 0
+        assert _hits(path, b"cust-QX72") > 0
+        named = {r.detail["subject"] for r in store.audit_of("erase")}
+        if ring is None:
+            assert named == {SUBJECT_WITHHELD}
+        else:  # the key's holder finds the record of the request: the redactor's token
+            assert named == {Redactor(keyring=ring).token("cust-QX71")}
+            assert named == {ring.token("cust-QX71")}
+        assert verify_audit(store).ok
+        assert all(r.ok for r in store.verify_all())
+    finally:
+        store.close()
+
+
+def test_the_environments_key_names_the_subject_and_a_token_stays_a_token(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TACHOGRAPH_PII_KEY_FILE", raising=False)
+    monkeypatch.setenv("TACHOGRAPH_PII_KEY", "ab" * 16)
+    monkeypatch.setenv("TACHOGRAPH_PII_KEY_ID", "env1")
+    _subject_runs(store)
+    erase(store, subject="cust-QX72", reason="art. 17")
+    (record,) = store.audit_of("erase")
+    assert record.detail["subject"] == KeyRing.from_env().token("cust-QX72")  # type: ignore[union-attr]
+    assert record.detail["subject"].startswith("pii1:env1:")
+    token = "pii1:k1:0123456789abcdef"  # a rule linked the redacted value: it is no name
+    assert subject_in_audit(token, KeyRing.of(b"k" * 16, key_id="k1")) == token
+    assert subject_in_audit("cust-QX72", None) == SUBJECT_WITHHELD
+
+
+def test_links_left_by_an_earlier_erasure_go_when_the_subject_is_erased_again(
+    store: SQLiteStore, demo_run: str, no_key: None
+) -> None:
+    """A store erased by an older version kept the links beside erased payloads: erasing the
+    subject again removes them, with a record that says so and erases nothing more."""
+    link_subject(store, demo_run, "p-3", seqs=[4, 5])
+    erase(store, demo_run, seqs=[0, 4, 5], reason="erased by seq, links left")
+    report = erase(store, subject="p-3", reason="art. 17")
+    last = store.run_info(demo_run).events - 1
+    assert [(r.run_id, r.seqs, r.erased) for r in report.runs] == [(demo_run, (0, 4, 5, last), 1)]
+    assert store.subject_events("default", "p-3") == []
+    records = list(store.audit_of("erase"))
+    assert [r.detail.get("unlinked") for r in records] == [None, 2]
+    assert records[1].detail["seqs"] == [last]

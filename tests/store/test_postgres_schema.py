@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from tachograph.errors import DuplicateConflict, SequenceConflict
+from tachograph.lifecycle.erasure import erase
 from tachograph.store import verify_stored
 from tachograph.store.audit import AuditEntry, chain_audit
 from tachograph.store.postgres import EVENT_ID_LOOKUP, SCHEMA_VERSION, PostgresStore
@@ -42,6 +43,18 @@ V1_SHAPE = [
     "DROP INDEX tachograph.runs_actor_started",  # version 3's
     "DROP INDEX tachograph.store_audit_action",  # version 4's
     "DROP INDEX tachograph.runs_status_started",  # version 5's
+    # version 6's: a subject's erasure removes its links
+    *(f"DROP TRIGGER erasure_audited ON tachograph.subjects_p{i}" for i in range(8)),
+    "DROP FUNCTION tachograph.unlink_subject(text, text, bigint[])",
+    """CREATE OR REPLACE FUNCTION tachograph.refuse_but_retention() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+BEGIN
+    IF TG_OP = 'DELETE' AND tachograph.run_deleted(OLD.tenant, OLD.run_id) THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'tachograph: % on %.% is refused: the log is append-only',
+        TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = 'TG003';
+END $$""",
     "UPDATE tachograph.meta SET value = '1' WHERE key = 'schema_version'",
 ]
 
@@ -245,7 +258,7 @@ def _shape(conn: psycopg.Connection[Any]) -> dict[str, list[Any]]:
             "WHERE c.relnamespace = 'tachograph'::regnamespace ORDER BY 1, 2"
         ).fetchall(),
         "functions": conn.execute(
-            "SELECT proname, prosecdef, md5(prosrc) FROM pg_proc "
+            "SELECT proname, prosecdef, md5(prosrc), proacl::text FROM pg_proc "
             "WHERE pronamespace = 'tachograph'::regnamespace ORDER BY 1"
         ).fetchall(),
     }
@@ -274,12 +287,42 @@ def test_a_version_1_store_works_then_upgrades_to_what_a_new_install_is(
         assert upgrade(conn) == SCHEMA_VERSION  # again: nothing to do
     with PostgresStore(pg_cluster.url(db, APP), create=False) as store:
         assert isinstance(store, PostgresStore)
-        assert store.schema_version == SCHEMA_VERSION == 5
+        assert store.schema_version == SCHEMA_VERSION == 6
         assert list(store.read("run-a")) == old
         more = build_run("run-a", 5, tenant="acme", after=(119, old[-1].hash))
         store.append(more)
         assert verify_stored(store, "run-a").ok
         assert store.run_info("run-a").events == 125
+
+
+def test_a_subjects_erasure_on_an_older_schema_erases_and_says_the_links_stay(
+    pg_cluster: PgCluster, db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A role that may not upgrade still erases a person's payloads on a schema without
+    ``unlink_subject``; the links stay, with a warning that says how to remove them, and
+    erasing the subject again after the upgrade does."""
+    with _raw(pg_cluster, db, "postgres") as conn, conn.transaction():
+        conn.execute("SET LOCAL ROLE tachograph_owner")
+        for statement in V1_SHAPE:
+            conn.execute(statement)
+    events = build_run("run-a", 4, tenant="acme")
+    with PostgresStore(pg_cluster.url(db, APP), create=False) as store:
+        assert isinstance(store, PostgresStore)
+        store.append(events)
+        store.link_subjects("acme", "run-a", [(1, "cust-9")])
+        with caplog.at_level("WARNING", logger="tachograph"):
+            report = erase(store, subject="cust-9", tenant="acme", reason="art. 17")
+        assert report.erased == 2  # run.started (its key secret) and the linked event
+        assert "schema version 1 cannot remove a data subject's links" in caplog.text
+        assert "install_schema" in caplog.text
+        assert store.subject_events("acme", "cust-9") == [("run-a", 1)]
+    assert PostgresStore.install_schema(pg_cluster.url(db)) is False  # upgraded in place
+    with PostgresStore(pg_cluster.url(db, APP), create=False) as store:
+        again = erase(store, subject="cust-9", tenant="acme", reason="art. 17")
+        assert again.erased == 0
+        assert store.subject_events("acme", "cust-9") == []
+        records = list(store.audit_of("erase"))
+        assert [r.detail.get("unlinked") for r in records] == [None, 1]
 
 
 # -- the optimistic append ------------------------------------------------------------------

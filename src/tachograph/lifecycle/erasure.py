@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RecordingError, RunNotFound
+from ..privacy.keys import KeyRing
 from ..record.canonical import loads
 from ..record.event import Event, EventType
 from ..store.audit import AuditEntry
@@ -23,7 +24,15 @@ from ..store.base import Store
 from .audit import current_actor
 from .blobs import BLOB_KEY, BlobStore, refs_in
 
-__all__ = ["ErasureReport", "RunErasure", "SubjectRule", "erase", "link_subject"]
+__all__ = [
+    "SUBJECT_WITHHELD",
+    "ErasureReport",
+    "RunErasure",
+    "SubjectRule",
+    "erase",
+    "link_subject",
+    "subject_in_audit",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +109,7 @@ def erase(
     tenant: str | None = None,
     actor: str | None = None,
     blobs: BlobStore | None = None,
+    keys: KeyRing | None = None,
 ) -> ErasureReport:
     """Erase payloads and salts; return what was erased.
 
@@ -113,7 +123,12 @@ def erase(
       to those linked events (and ``run.started``) alone.
 
     ``reason`` is required and goes into the store audit with ``actor`` (default: the
-    operating-system user, or ``TACHOGRAPH_ACTOR``) and the erased seqs.
+    operating-system user, or ``TACHOGRAPH_ACTOR``) and the erased seqs. A subject's erasure
+    also removes the subject's links to the erased events (in the same transaction), and
+    its audit records name the subject by its keyed token under ``keys`` (by default the ring
+    the environment configures, see :meth:`KeyRing.from_env`; the same token a redactor
+    gives that value), or as ``[redacted:subject]`` when there is no key: the record of an
+    erasure must not hold what was erased.
 
     The blobs an erased payload references are deleted too (``blobs``, by default the folder
     beside a store file, when there is one): the reference was the payload's, the content is
@@ -123,6 +138,7 @@ def erase(
     if not reason or not reason.strip():
         raise RecordingError("an erasure needs a reason (it is recorded in the store audit)")
     who = actor or current_actor()
+    named = None if subject is None else subject_in_audit(subject, keys or KeyRing.from_env())
     wanted = {int(s) for s in seqs}
     plan: list[tuple[str, str, list[int], list[Event]]] = []
     if subject is not None:
@@ -159,14 +175,31 @@ def erase(
     results = []
     for run_tenant, target, picked, events in plan:
         detail: dict[str, Any] = {"reason": reason}
-        if subject is not None:
-            detail["subject"] = subject
+        if named is not None:
+            detail["subject"] = named
         referenced = _referenced(events, picked) if folder else []
         entry = AuditEntry(action="erase", actor=who, tenant=run_tenant, detail=detail)
-        count = store.erase(run_tenant, target, picked, audit=entry)
+        if subject is None:
+            count = store.erase(run_tenant, target, picked, audit=entry)
+        else:
+            count = store.erase(run_tenant, target, picked, audit=entry, unlink=subject)
         deleted = sum(folder.delete(d) for d in referenced) if folder else 0
         results.append(RunErasure(run_tenant, target, tuple(picked), count, deleted))
     return ErasureReport(reason=reason, actor=who, runs=tuple(results), subject=subject)
+
+
+SUBJECT_WITHHELD = "[redacted:subject]"
+"""How an erasure's audit record names its data subject when no key is configured."""
+
+
+def subject_in_audit(subject: str, keys: KeyRing | None) -> str:
+    """How the store audit names a data subject whose data is being erased: its keyed token
+    (``pii1:<key id>:<16 hex>``, which the key's holder can compute again to find the
+    record of a request), the id as it is when it already is such a token (a rule linked
+    the redacted value), or :data:`SUBJECT_WITHHELD` without a key."""
+    if subject.startswith("pii1:"):
+        return subject
+    return keys.token(subject) if keys is not None else SUBJECT_WITHHELD
 
 
 def _blobs_beside(store: Store) -> BlobStore | None:

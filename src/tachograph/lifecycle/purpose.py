@@ -398,9 +398,19 @@ class ScopedStore(Store):
         """The inner store's count."""
         return self.inner.count_events()
 
-    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
+    def erase(
+        self,
+        tenant: str,
+        run_id: str,
+        seqs: Iterable[int],
+        *,
+        audit: AuditEntry,
+        unlink: str | None = None,
+    ) -> int:
         """Erasure passes through."""
-        return self.inner.erase(tenant, run_id, seqs, audit=audit)
+        if unlink is None:
+            return self.inner.erase(tenant, run_id, seqs, audit=audit)
+        return self.inner.erase(tenant, run_id, seqs, audit=audit, unlink=unlink)
 
     def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
         """Deletion passes through."""

@@ -389,7 +389,15 @@ class Store(abc.ABC):
     # -- data lifecycle: erasure, deletion, the store audit, data subjects -------------------
 
     @abc.abstractmethod
-    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
+    def erase(
+        self,
+        tenant: str,
+        run_id: str,
+        seqs: Iterable[int],
+        *,
+        audit: AuditEntry,
+        unlink: str | None = None,
+    ) -> int:
         """Erase the payloads and salts of ``seqs`` of a run (SPEC section 4); return how many
         were erased now (already erased ones, and seqs the run does not have, count 0).
 
@@ -397,6 +405,11 @@ class Store(abc.ABC):
         payload and its salt go together in one transaction with the audit record (written
         only when something was erased, so erasing twice records once). Afterwards the
         plaintext must be gone from the engine's files (journals and free space included).
+
+        With ``unlink`` (a data subject's id), that subject's links to ``seqs`` of the run go
+        in the same transaction (the subject's erasure: the link names the person), and the
+        audit record, whose detail then also says ``"unlinked": n``, is written when a
+        payload was erased or a link removed.
         """
 
     @abc.abstractmethod

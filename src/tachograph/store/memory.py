@@ -359,8 +359,17 @@ class MemoryStore(Store):
             records = list(data.audit[max(from_seq, 0) :])
         return iter(records)
 
-    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
-        """Null payload and salt of ``seqs`` together with the audit record."""
+    def erase(
+        self,
+        tenant: str,
+        run_id: str,
+        seqs: Iterable[int],
+        *,
+        audit: AuditEntry,
+        unlink: str | None = None,
+    ) -> int:
+        """Null payload and salt of ``seqs`` (and drop ``unlink``'s links to them) together
+        with the audit record."""
         data = self._open()
         with data.lock:
             rows = data.rows.get((tenant, run_id), [])
@@ -371,13 +380,20 @@ class MemoryStore(Store):
                 if 0 <= s < len(rows)
                 and (rows[s].payload_bytes is not None or rows[s].salt is not None)
             ]
-            if not hit:
+            links = data.subjects.get((tenant, unlink), set()) if unlink is not None else set()
+            gone = {(run_id, s) for s in wanted} & links
+            if not hit and not gone:
                 return 0
             for s in hit:
                 erased = rows[s]._replace(payload_bytes=None, salt=None)
                 rows[s] = erased
                 data.by_event_id[erased.event_id] = erased
+            links -= gone
+            if unlink is not None and not links:
+                data.subjects.pop((tenant, unlink), None)
             detail = {**audit.detail, "run_id": run_id, "seqs": hit}
+            if unlink is not None:
+                detail["unlinked"] = len(gone)
             self._audit_locked(data, dataclasses.replace(audit, tenant=tenant, detail=detail))
             return len(hit)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import threading
 import urllib.parse
@@ -65,6 +66,7 @@ __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 SCHEMA_VERSION = schema.SCHEMA_VERSION
 SCHEMES = ("postgresql", "postgres")
 
+_log = logging.getLogger("tachograph")
 _PAGE = 2000
 _CONFLICT_RETRIES = 5  # a head moved by a concurrent writer: re-check against the new head
 _OPTIONS = ("tenant", "purpose")  # query parameters of the URL that are ours, not libpq's
@@ -1006,21 +1008,52 @@ class PostgresStore(Store):
                 return
             seq = int(rows[-1][0]) + 1
 
-    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
-        """Erase payloads and salts through ``erase_payloads`` with the audit record, in one
-        transaction (the database refuses to commit an erasure without one). Needs a role
-        granted ``tachograph_privacy``. Dead row versions go at the next VACUUM."""
+    def erase(
+        self,
+        tenant: str,
+        run_id: str,
+        seqs: Iterable[int],
+        *,
+        audit: AuditEntry,
+        unlink: str | None = None,
+    ) -> int:
+        """Erase payloads and salts through ``erase_payloads`` (and a subject's links through
+        ``unlink_subject``) with the audit record, in one transaction (the database refuses
+        to commit an erasure without one). Needs a role granted ``tachograph_privacy``. Dead
+        row versions go at the next VACUUM.
+
+        A schema older than version 6 has no ``unlink_subject``: the payloads are erased and
+        the links stay, with a warning, until the schema is upgraded and the subject erased
+        again."""
         wanted = sorted({int(s) for s in seqs})
         if not wanted:
             return 0
+        if unlink is not None and self.schema_version < 6:
+            _log.warning(
+                "%s: schema version %d cannot remove a data subject's links (version 6 "
+                "can): the payloads are erased, the links stay until the schema is upgraded "
+                "(PostgresStore.install_schema(ADMIN_URL)) and the subject erased again",
+                self.url,
+                self.schema_version,
+            )
+            unlink = None
 
         def work(cur: psycopg.Cursor[Any]) -> int:
             cur.execute("SELECT seq FROM tachograph.audit_head()")  # the lock, before erasing
             cur.execute("SELECT tachograph.erase_payloads(%s, %s)", (run_id, wanted))
             row = cur.fetchone()
             erased = [int(s) for s in (row[0] if row else None) or []]
-            if erased:
+            unlinked = 0
+            if unlink is not None:
+                cur.execute(
+                    "SELECT tachograph.unlink_subject(%s, %s, %s)", (run_id, unlink, wanted)
+                )
+                got = cur.fetchone()
+                unlinked = int(got[0]) if got else 0
+            if erased or unlinked:
                 detail = {**audit.detail, "run_id": run_id, "seqs": erased}
+                if unlink is not None:
+                    detail["unlinked"] = unlinked
                 self._audit_in(cur, dataclasses.replace(audit, tenant=tenant, detail=detail))
             return len(erased)
 

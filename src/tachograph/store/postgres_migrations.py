@@ -89,11 +89,27 @@ def _migration_5(cur: Any) -> list[str]:
     ]
 
 
+def _migration_6(cur: Any) -> list[str]:
+    """Version 5 to 6: a data subject's erasure removes the subject's links (the link names
+    the person) through ``unlink_subject``, which only the privacy role may call; the
+    append-only trigger of ``subjects`` lets such a deletion through, and, as for an erasure,
+    it commits only beside a record of the store audit (``erasure_audited``)."""
+    out = schema.function_sql("refuse_but_retention", "unlink_subject")
+    out += schema.audited_triggers("subjects", _partitions(cur, "subjects"))
+    signature = f"{SCHEMA}.unlink_subject(text, text, bigint[])"
+    out += [
+        f"REVOKE ALL ON FUNCTION {signature} FROM PUBLIC",
+        f"GRANT EXECUTE ON FUNCTION {signature} TO {schema.PRIVACY}",
+    ]
+    return out
+
+
 MIGRATIONS: dict[int, Callable[[Any], list[str]]] = {
     2: _migration_2,
     3: _migration_3,
     4: _migration_4,
     5: _migration_5,
+    6: _migration_6,
 }
 """``version -> statements`` that bring a schema of ``version - 1`` to ``version`` (given a
 cursor of the owner on the database, to read what is there)."""

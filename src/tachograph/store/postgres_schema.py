@@ -37,6 +37,7 @@ __all__ = [
     "STORE_TABLES",
     "TENANT_TABLES",
     "WRITER",
+    "audited_triggers",
     "function_sql",
     "install",
     "schema_sql",
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 SCHEMA = "tachograph"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 OWNER = "tachograph_owner"
 WRITER = "tachograph_writer"
 READER = "tachograph_reader"
@@ -217,11 +218,14 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, tachograph AS
     SELECT EXISTS (SELECT 1 FROM tachograph.deleted_runs d WHERE d.tenant = t AND d.run_id = r)
 $$;
 
--- Rows of a run deleted by retention (delete_run_rows lists it first) may go; nothing else.
-CREATE FUNCTION tachograph.refuse_but_retention() RETURNS trigger
+-- Rows of a run deleted by retention (delete_run_rows lists it first) may go; so may a data
+-- subject's links (unlink_subject, the subject's erasure: erasure_audited holds the deletion to
+-- a record of the store audit in its transaction); nothing else.
+CREATE OR REPLACE FUNCTION tachograph.refuse_but_retention() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
 BEGIN
-    IF TG_OP = 'DELETE' AND tachograph.run_deleted(OLD.tenant, OLD.run_id) THEN
+    IF TG_OP = 'DELETE' AND (tachograph.run_deleted(OLD.tenant, OLD.run_id)
+                             OR TG_TABLE_NAME LIKE 'subjects%') THEN
         RETURN OLD;
     END IF;
     RAISE EXCEPTION 'tachograph: % on %.% is refused: the log is append-only',
@@ -454,6 +458,19 @@ BEGIN
     RETURN done;
 END $$;
 
+-- Remove a data subject's links to seqs of a run of this transaction's tenant (the subject's
+-- erasure); the number removed. The transaction must also append its audit record.
+CREATE OR REPLACE FUNCTION tachograph.unlink_subject(p_run_id text, p_subject text, p_seqs bigint[])
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+DECLARE t text := tachograph.one_tenant(); n bigint;
+BEGIN
+    DELETE FROM tachograph.subjects
+     WHERE tenant = t AND run_id = p_run_id AND subject = p_subject AND seq = ANY(p_seqs);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+
 -- Delete a whole run of this transaction's tenant (retention): the number of events, or NULL
 -- if the run is not there. Its id stays taken; the audit record goes in the same transaction.
 -- The summary row is locked first: a concurrent append (the head's compare-and-set) or payload
@@ -548,7 +565,7 @@ _STATEMENT_TRIGGERS = {
 }
 """Statement triggers with a transition table, on the table and each partition."""
 
-_AUDITED = {"payloads": "UPDATE", "events": "DELETE"}
+_AUDITED = {"payloads": "UPDATE", "events": "DELETE", "subjects": "DELETE"}
 """Changes that commit only beside a store-audit record of the same transaction."""
 
 
@@ -567,18 +584,26 @@ def statement_triggers(table: str, partitions: Sequence[str]) -> list[str]:
     return out
 
 
+def audited_triggers(table: str, partitions: Sequence[str]) -> list[str]:
+    """The deferred check that a change of ``table`` (``_AUDITED``) commits only beside a
+    record of the store audit, on each partition (a constraint trigger is not cloned)."""
+    out: list[str] = []
+    for target in partitions or [table]:
+        out += [
+            f"CREATE CONSTRAINT TRIGGER erasure_audited AFTER {_AUDITED[table]} "
+            f"ON tachograph.{target} DEFERRABLE INITIALLY DEFERRED "
+            "FOR EACH ROW EXECUTE FUNCTION tachograph.erasure_audited()",
+            f"ALTER TABLE tachograph.{target} ENABLE ALWAYS TRIGGER erasure_audited",
+        ]
+    return out
+
+
 def _triggers(table: str, partitions: Sequence[str]) -> list[str]:
     """Append-only triggers, all ``ENABLE ALWAYS``. Row triggers of a partitioned table are
     cloned to its partitions; statement (TRUNCATE) triggers are not, so those go on each."""
     out = statement_triggers(table, partitions)
     if table in _AUDITED:
-        for target in partitions or [table]:
-            out += [
-                f"CREATE CONSTRAINT TRIGGER erasure_audited AFTER {_AUDITED[table]} "
-                f"ON tachograph.{target} DEFERRABLE INITIALLY DEFERRED "
-                "FOR EACH ROW EXECUTE FUNCTION tachograph.erasure_audited()",
-                f"ALTER TABLE tachograph.{target} ENABLE ALWAYS TRIGGER erasure_audited",
-            ]
+        out += audited_triggers(table, partitions)
     for name, when, function in _ROW_TRIGGERS[table]:
         out.append(
             f"CREATE TRIGGER {name} {when} ON tachograph.{table} "
@@ -610,11 +635,13 @@ GRANT SELECT, INSERT ON {_APPEND} TO {WRITER};
 GRANT SELECT ON {_ALL} TO {WRITER}, {READER}, {PRIVACY};
 REVOKE ALL ON FUNCTION tachograph.erase_payloads(text, bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION tachograph.delete_run_rows(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION tachograph.unlink_subject(text, text, bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION tachograph.authorize_read(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION tachograph.audit_head() FROM PUBLIC;
 REVOKE ALL ON FUNCTION {_AUDIT_APPEND} FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION tachograph.erase_payloads(text, bigint[]) TO {PRIVACY};
 GRANT EXECUTE ON FUNCTION tachograph.delete_run_rows(text) TO {PRIVACY};
+GRANT EXECUTE ON FUNCTION tachograph.unlink_subject(text, text, bigint[]) TO {PRIVACY};
 GRANT EXECUTE ON FUNCTION tachograph.authorize_read(text, bigint)
     TO {WRITER}, {READER}, {PRIVACY};
 GRANT EXECUTE ON FUNCTION tachograph.audit_head() TO {WRITER}, {READER}, {PRIVACY};

@@ -186,8 +186,17 @@ class SQLiteLifecycle:
 
     # -- erasure and deletion --------------------------------------------------------------
 
-    def erase(self, tenant: str, run_id: str, seqs: Iterable[int], *, audit: AuditEntry) -> int:
-        """Null payload and salt of ``seqs`` with the audit record, then scrub the files."""
+    def erase(
+        self,
+        tenant: str,
+        run_id: str,
+        seqs: Iterable[int],
+        *,
+        audit: AuditEntry,
+        unlink: str | None = None,
+    ) -> int:
+        """Null payload and salt of ``seqs`` (and drop ``unlink``'s links to them) with the
+        audit record, then scrub the files."""
         wanted = sorted({int(s) for s in seqs})
 
         def work(db: sqlite3.Connection) -> int:
@@ -201,7 +210,19 @@ class SQLiteLifecycle:
                     "AND (p.body IS NOT NULL OR p.salt IS NOT NULL) ORDER BY e.seq",
                     (tenant, run_id, *chunk),
                 ).fetchall()
-            if not targets:
+            unlinked = 0
+            if unlink is not None:
+                before = db.total_changes
+                for start in range(0, len(wanted), _CHUNK):
+                    chunk = wanted[start : start + _CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    db.execute(
+                        f"DELETE FROM subjects WHERE tenant=? AND subject=? AND run_id=? "
+                        f"AND seq IN ({marks})",
+                        (tenant, unlink, run_id, *chunk),
+                    )
+                unlinked = db.total_changes - before
+            if not targets and not unlinked:
                 return 0
             ids = [t[0] for t in targets]
             for start in range(0, len(ids), _CHUNK):
@@ -212,6 +233,8 @@ class SQLiteLifecycle:
                     f"UPDATE payloads SET body = NULL, salt = NULL WHERE id IN ({marks})", chunk
                 )
             detail = {**audit.detail, "run_id": run_id, "seqs": [t[1] for t in targets]}
+            if unlink is not None:
+                detail["unlinked"] = unlinked
             self._audit_locked(db, dataclasses.replace(audit, tenant=tenant, detail=detail))
             return len(targets)
 

@@ -879,6 +879,40 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         assert [r.seq for r in store.audit_of("read")] == [0, 2, 4]
         assert [r.ok for r in store.verify_all()] == [True]
 
+    def test_erasing_a_subject_removes_its_links_with_the_same_record(self, store: Store) -> None:
+        """``erase(..., unlink=id)`` drops that subject's links to the seqs in the erasure's
+        transaction and says how many in its record; links left beside payloads already
+        erased (an erasure of an older version) go with a record of their own; with nothing
+        left, nothing is recorded."""
+        store.append(build_run("run-a", 4))
+        store.append(build_run("run-b", 2))
+        store.link_subjects("default", "run-a", [(1, "p1"), (2, "p1"), (3, "p1"), (1, "p2")])
+        store.link_subjects("default", "run-b", [(1, "p1")])
+        store.link_subjects("t2", "run-a", [(1, "p1")])
+        assert store.erase("default", "run-a", [0, 1, 2], audit=self._entry(), unlink="p1") == 3
+        assert store.subject_events("default", "p1") == [("run-a", 3), ("run-b", 1)]
+        assert store.subject_events("default", "p2") == [("run-a", 1)]  # another subject's
+        assert store.subject_events("t2", "p1") == [("run-a", 1)]  # another tenant's
+        (first,) = list(store.audit_of("erase"))
+        assert (first.detail["seqs"], first.detail["unlinked"]) == ([0, 1, 2], 2)
+        store.link_subjects("default", "run-a", [(2, "p1")])  # beside an erased payload
+        assert store.erase("default", "run-a", [2, 3], audit=self._entry(), unlink="p1") == 1
+        assert store.erase("default", "run-a", [2], audit=self._entry(), unlink="p1") == 0
+        store.link_subjects("default", "run-a", [(1, "p1")])
+        assert store.erase("default", "run-a", [1], audit=self._entry(), unlink="p1") == 0
+        records = list(store.audit_of("erase"))
+        assert [(r.detail["seqs"], r.detail["unlinked"]) for r in records] == [
+            ([0, 1, 2], 2),
+            ([3], 2),
+            ([], 1),
+        ]
+        assert store.subject_events("default", "p1") == [("run-b", 1)]
+        assert store.erase("default", "run-a", [0, 1, 2, 3], audit=self._entry(), unlink="p1") == 0
+        assert len(list(store.audit_of("erase"))) == 3  # nothing left: nothing recorded
+        assert store.erase("default", "run-a", [1], audit=self._entry()) == 0
+        assert store.subject_events("default", "p2") == [("run-a", 1)]  # no unlink: kept
+        assert [r.ok for r in store.verify_all()] == [True, True]
+
     def test_subjects_link_events_across_runs(self, store: Store) -> None:
         store.append(build_run("run-a", 3))
         store.append(build_run("run-b", 3))
