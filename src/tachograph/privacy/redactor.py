@@ -547,6 +547,12 @@ class Redactor:
 
     # -- the processor ---------------------------------------------------------------------
 
+    def redact_text(self, text: str) -> str:
+        """One string through this redactor's detectors (not its rules, which name payload
+        paths): what the recorder does to a run's actor, which sits in every envelope
+        (:func:`tachograph.record.seal.process_actor`)."""
+        return self._text(text)
+
     def __call__(self, event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
         if not self.rules and type(payload) is dict:
             # what the general path below decides when no rule can start, without its

@@ -76,6 +76,7 @@ __all__ = [
     "key_secret_of",
     "new_key_secret",
     "parse_default_key",
+    "process_actor",
     "process_payload",
     "prompt_hash",
     "sha256_text",
@@ -256,6 +257,18 @@ def process_payload(
     if secret is not None:
         payload = {**payload, KEY_SECRET_FIELD: secret}
     return payload
+
+
+def process_actor(processors: Sequence[Processor], actor: str) -> str:
+    """``actor`` as the processors that redact text leave it: each processor with a
+    ``redact_text(text) -> text`` method (a :class:`~tachograph.privacy.Redactor` has one) is
+    applied to it, in order. The actor is in every envelope, which erasure cannot reach (SPEC
+    section 4): a person's e-mail given as the actor would otherwise stay for good."""
+    for processor in processors:
+        redact = getattr(processor, "redact_text", None)
+        if redact is not None:
+            actor = redact(actor)
+    return actor
 
 
 def new_key_secret() -> str:
@@ -520,8 +533,9 @@ class Sealer:
     ) -> None:
         self.run_id = check_run_id(run_id)
         self.tenant = check_tenant(tenant)
-        self.actor = check_actor(actor)
         self.processors = tuple(processors)
+        self.actor = check_actor(process_actor(self.processors, check_actor(actor)))
+        self._actors: dict[str, str] = {actor: self.actor}  # an event's own actor, processed
         self.next_seq = 0 if head is None else head[0] + 1
         self.head_hash: str | None = None if head is None else head[1]
         self._checked_types: set[str] = set()
@@ -581,7 +595,7 @@ class Sealer:
             check_type(type_)
             self._checked_types.add(type_)
         if actor is not None and actor != self.actor:
-            check_actor(actor)
+            actor = self.actor_of(actor)
         event = fresh_event(  # new_event(..., checked=True): the run's fields are checked
             self.run_id,
             self.next_seq,
@@ -603,6 +617,16 @@ class Sealer:
         self.next_seq += 1
         self.head_hash = event.hash
         return event
+
+    def actor_of(self, actor: str) -> str:
+        """An event's own actor as it is stored: checked, then processed as the run's actor
+        is (:func:`process_actor`)."""
+        stored = self._actors.get(actor)
+        if stored is None:
+            stored = check_actor(process_actor(self.processors, check_actor(actor)))
+            if len(self._actors) < 256:  # a run names a few actors; more are not kept
+                self._actors[actor] = stored
+        return stored
 
     def reseal(self, event: Event) -> Event:
         """``event`` as the next event of this run, its payload processed again, as a
@@ -633,6 +657,7 @@ class Sealer:
             and event.prev_hash == self.head_hash
             and event.run_id == self.run_id
             and payload == event.payload
+            and self.actor_of(event.actor) == event.actor
         ):
             self.next_seq += 1
             self.head_hash = event.hash
