@@ -1048,3 +1048,28 @@ def test_a_private_key_cut_before_its_end_line_is_redacted() -> None:
 def test_a_url_password_holding_an_at_sign_is_redacted_whole() -> None:
     out = redact_secrets("x", {"u": "https://bob:p@CANARYss@host/x and a@b.com"})
     assert out["u"] == "https://bob:[redacted:secret:url_password]@host/x and a@b.com"
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        # in an Authorization header whatever follows is the credential, however short
+        ("Authorization: Bearer ab", "Authorization: Bearer [redacted:secret:bearer]"),
+        (
+            "curl -H 'authorization: bearer x1'",
+            "curl -H 'authorization: bearer [redacted:secret:bearer]'",
+        ),
+        ('{"Authorization":"Bearer tok"}', '{"Authorization":"Bearer [redacted:secret:bearer]"}'),
+        # elsewhere 6 to 11 characters with a digit are a token too
+        ("then Bearer abc123, done", "then Bearer [redacted:secret:bearer], done"),
+        ("Bearer 12345678==", "Bearer [redacted:secret:bearer]"),
+        ("Bearer abcdefghijkl0123", "Bearer [redacted:secret:bearer]"),
+        # prose stays prose
+        ("bearer tokens expire", "bearer tokens expire"),
+        ("a Bearer abc12 here", "a Bearer abc12 here"),
+        ("Bearer shorty", "Bearer shorty"),
+    ],
+)
+def test_short_bearer_tokens_are_found_where_they_cannot_be_prose(text: str, redacted: str) -> None:
+    assert redact_secrets.redact_text(text) == redacted
+    assert redact_secrets("note", {"t": text}) == {"t": redacted}

@@ -183,7 +183,18 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "bearer",
-        r"(?i:\bbearer)\s+(?P<v>[A-Za-z0-9._~+/-]{12,}=*)",
+        # in an Authorization header, whatever follows is the credential, however short
+        r"(?i:authorization[\"']?\s*[:=]\s*[\"']?bearer\s+)(?P<v>[A-Za-z0-9._~+/-]+=*)",
+        secret=True,
+        hints_lower=("authorization",),
+    ),
+    Detector(
+        "bearer",
+        # elsewhere 12 characters or more (a word that long is taken too: a token of lower-case
+        # letters alone would be missed otherwise), or 6 to 11 that hold a digit ("Bearer
+        # abc123"), so that "bearer tokens" stays prose
+        r"(?i:\bbearer)\s+(?P<v>[A-Za-z0-9._~+/-]{12,}=*"
+        r"|(?=[A-Za-z._~+/-]{0,10}\d)[A-Za-z0-9._~+/-]{6,11}=*(?![A-Za-z0-9._~+/-]))",
         secret=True,
         hints_lower=("bearer",),
     ),
