@@ -48,3 +48,50 @@ def test_a_run_whose_store_stayed_finishes(tmp_path: Path) -> None:
     with tg.open_store(db) as store:
         assert store.run_info(result.run_id).status == "ok"
         assert store.detached() is None
+
+
+def test_a_write_after_the_store_file_went_away_is_refused_before_its_effect(
+    tmp_path: Path,
+) -> None:
+    """The intent of a write tool is committed into the removed file's inode: durable where
+    nobody will read it. The commit's check of the path fails it, so the effect never runs,
+    and the reads after the removal fail at the next append, not only at the run's end."""
+    db = tmp_path / "runs.db"
+    with tg.open_store(db, create=True):
+        pass
+    sent: list[int] = []
+
+    @tg.tool(effect="write")
+    def send(i: int) -> dict[str, Any]:
+        sent.append(i)
+        return {"sent": i}
+
+    def agent(n: int) -> int:
+        send(0)
+        db.unlink()
+        send(1)
+        return n
+
+    with pytest.raises(WriteFailed, match="was removed while it was open"):
+        tg.record_run(agent, 2, store=db)
+    assert sent == [0]
+
+
+def test_reads_after_the_store_file_went_away_fail_before_the_run_ends(tmp_path: Path) -> None:
+    """With every event durable, the first one after the removal fails its call."""
+    db = tmp_path / "runs.db"
+    with tg.open_store(db, create=True):
+        pass
+    done: list[int] = []
+
+    def agent(n: int) -> int:
+        _lookup(0)
+        db.unlink()
+        for i in range(1, n):
+            _lookup(i)
+            done.append(i)
+        return n
+
+    with pytest.raises(WriteFailed, match="was removed while it was open"):
+        tg.record_run(agent, 50, store=db, durability="every")
+    assert done == []

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ..errors import RecordingError, WriteFailed
+from ..errors import RecordingError, StoreUnavailable, WriteFailed
 from ..record.event import Event, EventType
 from ..record.seal import Processor, Sealer, hide_key_secret, process_payload
 from ..store.base import Store
@@ -544,7 +544,7 @@ class Writer:
         plan = self.seals.plan(batch, now) if self.seals.active else None
         try:
             self._store_batch(batch, plan, now)
-            return {}
+            return self._detached(batch)
         except BaseException as exc:  # surfaced to the run's caller on its next call
             first_error = kept_error(exc)
         groups: dict[RunKey, list[Event]] = {}
@@ -558,7 +558,22 @@ class Writer:
                 self._store_batch(events, self.seals.plan(events, now) if plan else None, now)
             except BaseException as exc:
                 failed[run] = kept_error(exc)
-        return failed
+        return {
+            **self._detached([e for e in batch if (e.tenant, e.run_id) not in failed]),
+            **failed,
+        }
+
+    def _detached(self, written: list[Event]) -> dict[RunKey, BaseException]:
+        """The runs of events just committed, failed, if the store file they went to is no
+        longer at its path (removed, or another put there): SQLite goes on writing to the
+        removed file, so every event was acknowledged and none is where anyone will read it.
+        Checked after each commit (a ``stat`` of the path), so that the run fails at its
+        next append or flush, a durable intent before its effect, not only at its end."""
+        gone = self.store.detached() if written else None
+        if gone is None:
+            return {}
+        error = StoreUnavailable(gone, location=self.url)
+        return {(e.tenant, e.run_id): error for e in written}
 
     def _store_batch(self, batch: list[Event], plan: SealPlan | None, now: float) -> None:
         """Append events and the seals that name them: in one transaction where the store
