@@ -494,3 +494,44 @@ def test_a_resume_that_died_in_the_effect_leaves_the_run_resumable(
         kinds = [e.type for e in store.events("again")]
     assert kinds.count("tachograph.resume") == 2
     assert kinds[-1] == "run.finished"
+
+
+def test_a_claim_made_on_another_host_holds_the_run_until_a_takeover(
+    tmp_path: Path, python: str, child_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume on another host took the run and may still be in the effect: this host cannot
+    ask its process. Taking such a claim for an ended one ran the payment a second time
+    while the first could still be running; the resume now stops having run nothing, and
+    ``takeover`` (the operator's word that it ended) lets it go on."""
+    (tmp_path / "one_write.py").write_text(ONE_WRITE)
+    db = tmp_path / "crash.db"
+    side = tmp_path / "side.log"
+    env = {**child_env, "SIDE_LOG": str(side), "CRASH_IN_CHARGE": "1"}
+    record = (
+        "import tachograph as tg, one_write as m; "
+        f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id='far')"
+    )
+    far_resume = (  # a resume on another host, which died in the effect (or is still in it)
+        "import socket; socket.gethostname = lambda: 'far-host'\n"
+        "import tachograph as tg, one_write as m\n"
+        f"tg.resume({str(db)!r}, 'far', m.agent, confirm=True)"
+    )
+    _child(python, record, tmp_path, env, exits=9)
+    _child(python, far_resume, tmp_path, env, exits=9)
+    assert side.read_text().count("charge 7") == 2
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("SIDE_LOG", str(side))
+    module = importlib.import_module("one_write")
+    with pytest.raises(tg.ReplayError, match=r"on host 'far-host'.*cannot ask.*--takeover"):
+        tg.resume(str(db), "far", module.agent, confirm=True)
+    assert side.read_text().count("charge 7") == 2  # nothing was run
+    with tg.SQLiteStore(db, create=False) as store:
+        assert [e.type for e in store.events("far")].count("tachograph.resume") == 1
+    report = tg.resume(str(db), "far", module.agent, confirm=True, takeover=True)
+    assert report.final_status == "ok", report.render()
+    assert side.read_text().count("charge 7") == 3
+    with tg.SQLiteStore(db, create=False) as store:
+        kinds = [e.type for e in store.events("far")]
+        assert store.verify("far").ok
+    assert kinds.count("tachograph.resume") == 2
+    assert kinds[-1] == "run.finished"

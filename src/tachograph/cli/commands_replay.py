@@ -242,10 +242,21 @@ def fork_cmd(
     is_flag=True,
     help="Allow repeating a side effect whose outcome was never recorded.",
 )
+@click.option(
+    "--takeover",
+    is_flag=True,
+    help="Resume although the run was taken by another resume that cannot be asked whether "
+    "it still runs (one on another host): say it has ended.",
+)
 @_allow_network
 @json_option
 def resume_cmd(
-    run_id: str, agent_path: str, confirm: bool, allow_network: tuple[str, ...], as_json: bool
+    run_id: str,
+    agent_path: str,
+    confirm: bool,
+    takeover: bool,
+    allow_network: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Continue a run that never finished (a crash), in the same run.
 
@@ -272,6 +283,7 @@ def resume_cmd(
                     agent,
                     tenant=info.tenant,
                     confirm=confirm,
+                    takeover=takeover,
                     allow_network=allow_network,
                 )
         except Divergence as exc:  # the run stays open; the report says where and why

@@ -735,6 +735,7 @@ def resume(
     *,
     tenant: str | None = None,
     confirm: bool = False,
+    takeover: bool = False,
     match: MatchMode | str = MatchMode.AUTO,
     dry_run: bool | None = None,
     processors: Sequence[Processor] = (),
@@ -761,6 +762,11 @@ def resume(
     ``redact_secrets=False``; redactors pinned to the recording's key id). While recorded
     steps are served, the network guard of :func:`replay` refuses unrecorded calls
     (``allow_network``).
+
+    Before a confirmed resume runs an open effect again it takes the run (a
+    ``tachograph.resume`` event). It stops, having run nothing, when the run's latest claim
+    was made by a process that still runs on this host or on another host (which cannot be
+    asked); ``takeover=True`` says that resume has ended.
     """
     requested = MatchMode.parse(match)
     parse_allow(allow_network)
@@ -798,6 +804,7 @@ def resume(
             raise_on_divergence=True,
             live_after_source=True,
             confirm=confirm,
+            takeover=takeover,
             processors=processors,
             agent_module=_module_of(spec),
         )

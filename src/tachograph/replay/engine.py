@@ -158,6 +158,7 @@ class ReplayEngine:
         copy_served: bool = False,
         rerun_pure: bool = False,
         confirm: bool = False,
+        takeover: bool = False,
         override: tuple[int, Any] | None = None,
         processors: Sequence[Processor] = (),
         events: Sequence[Event] | None = None,
@@ -177,6 +178,7 @@ class ReplayEngine:
         self.copy_served = copy_served
         self.rerun_pure = rerun_pure
         self.confirm = confirm
+        self.takeover = takeover
         self.override = override
         # The session is held weakly: it holds this engine (``Session.engine``), and a strong
         # reference back made a cycle that kept a replayed run's events in memory after the
@@ -531,17 +533,28 @@ class ReplayEngine:
         one event (:data:`~tachograph.replay.matchers.RESUMED`) appended, durably. Of two
         resumes of the run at the same moment, the store lets one append at the head both
         read; the other stops here, having run nothing (both ran the effect again: a write
-        or a payment twice). A claim the run already ends with, made by a process that still
-        runs on this host, is another resume at work: this one stops too. Taken once."""
+        or a payment twice). The run's latest claim, made by a process that still runs on
+        this host, is another resume at work: this one stops too; so does one made on
+        another host, whose process cannot be asked, unless ``takeover`` says it has ended.
+        Taken once."""
         if self._claimed:
             return
         recorder = session.recorder
         assert recorder is not None  # a resume records
-        last = self.history.events[-1]
-        if last.type == RESUMED and isinstance(last.payload, dict) and _alive(last.payload):
+        latest = next((e.payload for e in reversed(self.history.events) if e.type == RESUMED), None)
+        held = _holder(latest) if isinstance(latest, dict) and not self.takeover else None
+        if held is not None:
+            assert isinstance(latest, dict)
+            by = f"process {latest.get('pid')!r} on host {latest.get('host')!r}"
+            since = f"since {latest.get('at')!r}"
             session.fatal_error = ReplayError(
-                f"run {session.run_id!r} is being resumed by process {last.payload.get('pid')} "
-                f"(since {last.payload.get('at')}); nothing was run",
+                f"run {session.run_id!r} is being resumed by {by} ({since}); nothing was run. "
+                + (
+                    "If that process is not a resume (its id was given to another), "
+                    if held == "alive"
+                    else "This host cannot ask whether it still runs: if it has ended, "
+                )
+                + "resume with takeover=True (tacho resume --takeover)",
                 run_id=session.run_id,
             )
             self.matcher.stop()
@@ -585,19 +598,22 @@ class ReplayEngine:
             self.matcher.notes[self._intents_note] = text
 
 
-def _alive(claim: dict[str, Any]) -> bool:
-    """Whether the process that made a resume's claim still runs on this host. A claim from
-    another host cannot be asked: it is taken for one that ended (docs/replay.md)."""
+def _holder(claim: dict[str, Any]) -> str | None:
+    """Whether the process that made a resume's claim may still hold the run: ``"alive"``
+    (it runs on this host), ``"unknown"`` (made on another host, which cannot be asked), or
+    None (it has ended, or it is this process)."""
     pid = claim.get("pid")
-    if claim.get("host") != socket.gethostname() or type(pid) is not int or pid == os.getpid():
-        return False
+    if claim.get("host") != socket.gethostname():
+        return "unknown"
+    if type(pid) is not int or pid == os.getpid():
+        return None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
+        return None
     except OSError:  # PermissionError: it runs, under another user
-        return True
-    return True
+        return "alive"
+    return "alive"
 
 
 def confirmation_required(run_id: str, tool: Any, request: Event) -> ConfirmationRequired:
