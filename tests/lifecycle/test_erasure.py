@@ -345,6 +345,10 @@ def test_the_environments_key_names_the_subject_and_a_token_stays_a_token(
     assert record.detail["subject"].startswith("pii1:env1:")
     token = "pii1:k1:0123456789abcdef"  # a rule linked the redacted value: it is no name
     assert subject_in_audit(token, KeyRing.of(b"k" * 16, key_id="k1")) == token
+    ring = KeyRing.of(b"k" * 16, key_id="k1")
+    for named in ("pii1:ann.lee@example.com", f"{token} and more", "pii1:k1:0123"):
+        assert subject_in_audit(named, None) == SUBJECT_WITHHELD  # only a whole token passes
+        assert subject_in_audit(named, ring) == ring.token(named)
     assert subject_in_audit("cust-QX72", None) == SUBJECT_WITHHELD
 
 
@@ -362,3 +366,33 @@ def test_links_left_by_an_earlier_erasure_go_when_the_subject_is_erased_again(
     records = list(store.audit_of("erase"))
     assert [r.detail.get("unlinked") for r in records] == [None, 2]
     assert records[1].detail["seqs"] == [last]
+
+
+def test_a_subjects_erasure_run_again_finishes_a_scrub_readers_held_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_key: None
+) -> None:
+    """Readers holding an old snapshot keep the erased text in the -wal; the error says to
+    run the erasure again. The first run already removed the links, so the second finds
+    nothing linked: it must still finish the scrub."""
+    from tachograph.errors import StoreUnavailable
+    from tachograph.store import sqlite_lifecycle
+
+    monkeypatch.setattr(sqlite_lifecycle, "_SCRUB_DEADLINE", 0.3)
+    path = tmp_path / "runs.db"
+    store = SQLiteStore(path)
+    try:
+        _subject_runs(store)
+        reader = sqlite3.connect(path)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchone()  # an old snapshot, held
+        with pytest.raises(StoreUnavailable, match="run the erasure again"):
+            erase(store, subject="cust-QX72", reason="art. 17")
+        assert _hits(path, b"cust-QX72") > 0  # old page images in the -wal
+        reader.rollback()
+        reader.close()
+        again = erase(store, subject="cust-QX72", reason="art. 17")
+        assert again.runs == ()  # one run, erased and unlinked by the first
+        assert _hits(path, b"cust-QX72") == 0
+        assert _hits(path, b"cust-QX71") > 0
+    finally:
+        store.close()

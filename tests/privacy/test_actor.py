@@ -161,3 +161,75 @@ def test_tacho_runs_finds_an_actor_by_the_address_a_user_types(
     assert result.exit_code == 0, result.output
     found = {r["run_id"]: r["actor"] for r in json.loads(result.stdout)["runs"]}
     assert found == {new.run_id: KEY.token(EMAIL.lower()), "run-old": EMAIL}
+
+
+def test_an_import_redacts_the_actor_of_erased_events_too(tmp_path: Path) -> None:
+    """An erased event is only re-linked on import (its payload is gone), but its actor is
+    an envelope field the erasure left: a subject's erasure erases ``run.started``, so the
+    run's summary kept the address."""
+    from tachograph.lifecycle.erasure import erase
+
+    source = SQLiteStore(tmp_path / "plain.db")
+    target_path = tmp_path / "redacted.db"
+    target = SQLiteStore(target_path)
+    try:
+        with tachograph.record(source, actor=EMAIL, input={"n": 1}) as run:
+            tachograph.emit("acme.step", {"n": 2})
+        writer_for(source).drain()
+        erase(source, run.run_id, seqs=[0, 1], reason="test")
+        exported = io.BytesIO()
+        tachograph.export_run(source, run.run_id, exported)
+        report = tachograph.import_jsonl(
+            target, io.BytesIO(exported.getvalue()), processors=[pii_policy(KEY)]
+        )
+        assert report.redacted == 3
+        token = KEY.token(EMAIL.lower())
+        assert [(e.erased, e.actor) for e in target.read(run.run_id)] == [
+            (True, token),
+            (True, token),
+            (False, token),
+        ]
+        assert target.run_info(run.run_id).actor == token
+        verified = target.verify(run.run_id)
+        assert verified.ok
+        assert verified.erased == (0, 1)
+    finally:
+        source.close()
+        target.close()
+    assert _hits(target_path, b"ann.lee") + _hits(target_path, b"Ann.Lee") == 0
+
+
+def test_tacho_runs_finds_an_actor_under_an_older_key_and_without_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a rotation the run holds the older key's token: every key of the ring is
+    asked. With ``TACHOGRAPH_PII=on`` and no key, the actor as given is still asked for
+    (``tacho runs`` lists runs; it records nothing)."""
+    from click.testing import CliRunner
+
+    from tachograph.cli.app import cli
+    from tachograph.testing import build_run
+
+    path = tmp_path / "runs.db"
+    store = SQLiteStore(path)
+    try:
+        with tachograph.record(store, actor=EMAIL, input=None, processors=[pii_policy(KEY)]) as old:
+            pass
+        store.append(build_run("run-plain", 2, actor=EMAIL))
+        writer_for(store).drain()
+    finally:
+        store.close()
+    ring = tmp_path / "keys"
+    ring.write_text(f"t2 {'ab' * 16}\nt1 {KEY.keys[KEY.current].hex()}\n")
+    ring.chmod(0o600)
+    monkeypatch.setenv("TACHOGRAPH_PII", "on")
+    monkeypatch.delenv("TACHOGRAPH_PII_KEY", raising=False)
+    monkeypatch.setenv("TACHOGRAPH_PII_KEY_FILE", str(ring))
+    argv = ["--store", str(path), "runs", "--actor", EMAIL, "--json"]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    assert {r["run_id"] for r in json.loads(result.stdout)["runs"]} == {old.run_id, "run-plain"}
+    monkeypatch.delenv("TACHOGRAPH_PII_KEY_FILE")
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    assert {r["run_id"] for r in json.loads(result.stdout)["runs"]} == {"run-plain"}

@@ -1060,6 +1060,17 @@ def test_a_url_password_holding_an_at_sign_is_redacted_whole() -> None:
             "curl -H 'authorization: bearer [redacted:secret:bearer]'",
         ),
         ('{"Authorization":"Bearer tok"}', '{"Authorization":"Bearer [redacted:secret:bearer]"}'),
+        # the whole credential, up to a space, a quote or a query's separator
+        (
+            'curl -H "Authorization: Bearer app1:s3cr3tPW"',
+            'curl -H "Authorization: Bearer [redacted:secret:bearer]"',
+        ),
+        ("Authorization: Bearer abc%21def", "Authorization: Bearer [redacted:secret:bearer]"),
+        ("authorization=bearer x1&y=2", "authorization=bearer [redacted:secret:bearer]&y=2"),
+        (
+            'curl -d "{\\"Authorization\\": \\"Bearer tok\\"}"',
+            'curl -d "{\\"Authorization\\": \\"Bearer [redacted:secret:bearer]\\"}"',
+        ),
         # elsewhere 6 to 11 characters with a digit are a token too
         ("then Bearer abc123, done", "then Bearer [redacted:secret:bearer], done"),
         ("Bearer 12345678==", "Bearer [redacted:secret:bearer]"),

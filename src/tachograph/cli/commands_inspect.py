@@ -16,8 +16,8 @@ import orjson
 
 from ..capture.vouch import FIELD as UNVOUCHED
 from ..capture.vouch import HOW_TO_RECORD, UnvouchedScan, unvouched_calls
-from ..errors import FormatError, StoreError, TachographError
-from ..privacy.redactor import default_processors
+from ..errors import FormatError, PrivacyError, StoreError, TachographError
+from ..privacy.redactor import Redactor, default_processors
 from ..record.event import FORMAT_VERSION, Event
 from ..record.jsonl import read_jsonl, verify_jsonl
 from ..record.scan import RowScan
@@ -176,6 +176,33 @@ def as_timestamp(text: str | None, option: str) -> str | None:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _stored_actors(actor: str) -> list[str]:
+    """``actor`` as a recording in this environment stores it (docs/privacy.md), under each
+    key of the environment's ring (a run recorded before a rotation holds an older key's
+    token), leaving out the actor as given: runs recorded before actors were redacted hold
+    it so, and are asked for with it. Without the key ``TACHOGRAPH_PII=on`` asks for, the
+    secrets redaction alone."""
+    try:
+        chain = default_processors()
+    except PrivacyError:
+        chain = default_processors(environ={})
+    chains = [chain]
+    for processor in chain:
+        if not isinstance(processor, Redactor) or processor.keyring is None:
+            continue
+        ring = processor.keyring
+        for key_id in ring.keys:
+            if key_id != ring.current:
+                pinned = processor.pinned(key_id)
+                chains.append(tuple(pinned if p is processor else p for p in chain))
+    found: list[str] = []
+    for processors in chains:
+        stored = process_actor(processors, actor)
+        if stored != actor and stored not in found:
+            found.append(stored)
+    return found
+
+
 @click.command("runs", short_help="List runs, newest first.")
 @click.option(
     "--actor",
@@ -211,13 +238,7 @@ def runs_cmd(
     """List runs, newest first, with filters."""
     since_ts = as_timestamp(since, "--since")
     until_ts = as_timestamp(until, "--until")
-    # the actor as a recording here would store it (docs/privacy.md): runs recorded before
-    # actors were redacted hold it as given, so both are asked for
-    actors: list[str | None] = [actor]
-    if actor:
-        stored = process_actor(default_processors(), actor)
-        if stored != actor:
-            actors.append(stored)
+    actors: list[str | None] = [actor, *_stored_actors(actor)] if actor else [None]
     with open_store() as store:
         found = [
             info

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RecordingError, RunNotFound
-from ..privacy.keys import KeyRing
+from ..privacy.keys import TOKEN_PATTERN, KeyRing
 from ..record.canonical import loads
 from ..record.event import Event, EventType
 from ..store.audit import AuditEntry
@@ -125,10 +125,10 @@ def erase(
     ``reason`` is required and goes into the store audit with ``actor`` (default: the
     operating-system user, or ``TACHOGRAPH_ACTOR``) and the erased seqs. A subject's erasure
     also removes the subject's links to the erased events (in the same transaction), and
-    its audit records name the subject by its keyed token under ``keys`` (by default the ring
-    the environment configures, see :meth:`KeyRing.from_env`; the same token a redactor
-    gives that value), or as ``[redacted:subject]`` when there is no key: the record of an
-    erasure must not hold what was erased.
+    its audit records name the subject by the keyed token of the id as given under ``keys``
+    (by default the ring the environment configures, see :meth:`KeyRing.from_env`; what a
+    token ``Rule`` gives that value), or as ``[redacted:subject]`` when there is no key: the
+    record of an erasure must not hold what was erased.
 
     The blobs an erased payload references are deleted too (``blobs``, by default the folder
     beside a store file, when there is one): the reference was the payload's, the content is
@@ -171,6 +171,10 @@ def erase(
         plan.append((info.tenant, info.run_id, _picked(events, wanted, types, everything), events))
     else:
         raise RecordingError("name a run, a data subject, or both")
+    if not plan:
+        # nothing linked (any more): a subject erased before whose scrub could not finish
+        # (readers held the -wal) is finished by running the erasure again, as a run's is
+        store.scrub()
     folder = blobs if blobs is not None else _blobs_beside(store)
     results = []
     for run_tenant, target, picked, events in plan:
@@ -193,11 +197,12 @@ SUBJECT_WITHHELD = "[redacted:subject]"
 
 
 def subject_in_audit(subject: str, keys: KeyRing | None) -> str:
-    """How the store audit names a data subject whose data is being erased: its keyed token
-    (``pii1:<key id>:<16 hex>``, which the key's holder can compute again to find the
-    record of a request), the id as it is when it already is such a token (a rule linked
-    the redacted value), or :data:`SUBJECT_WITHHELD` without a key."""
-    if subject.startswith("pii1:"):
+    """How the store audit names a data subject whose data is being erased: the keyed token
+    of the id as given (``KeyRing.token(id)``, ``pii1:<key id>:<16 hex>``, which the key's
+    holder can compute again to find the record of a request), the id as it is when it is
+    such a token and nothing else (a rule linked the redacted value), or
+    :data:`SUBJECT_WITHHELD` without a key."""
+    if TOKEN_PATTERN.fullmatch(subject):
         return subject
     return keys.token(subject) if keys is not None else SUBJECT_WITHHELD
 

@@ -412,6 +412,10 @@ class ScopedStore(Store):
             return self.inner.erase(tenant, run_id, seqs, audit=audit)
         return self.inner.erase(tenant, run_id, seqs, audit=audit, unlink=unlink)
 
+    def scrub(self) -> None:
+        """The inner store's scrub."""
+        self.inner.scrub()
+
     def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
         """Deletion passes through."""
         return self.inner.delete_run(tenant, run_id, audit=audit)

@@ -183,8 +183,10 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "bearer",
-        # in an Authorization header, whatever follows is the credential, however short
-        r"(?i:authorization[\"']?\s*[:=]\s*[\"']?bearer\s+)(?P<v>[A-Za-z0-9._~+/-]+=*)",
+        # in an Authorization header, whatever follows is the credential, however short, up
+        # to a space, a quote or a separator of a query ("&", ",", ";"); the name and value
+        # may be quoted, or quoted with escapes
+        r"(?i:authorization\\?[\"']?\s*[:=]\s*\\?[\"']?bearer\s+)(?P<v>[^\s\"'\\&,;]+)",
         secret=True,
         hints_lower=("authorization",),
     ),

@@ -178,7 +178,7 @@ class ImportReport:
     written: int
     duplicates: int
     redacted: int = 0
-    """Events whose payload the processors changed (their runs were re-chained)."""
+    """Events whose payload or actor the processors changed (their runs were re-chained)."""
     refused: tuple[Refusal, ...] = ()
 
     @property
@@ -221,7 +221,8 @@ def import_jsonl(
     idempotency keys and the prompt hashes are derived again from the processed data, so that
     an import cannot bring into the store what recording would have kept out. A run that
     changes is re-chained from the first changed event (same ids, timestamps and salts; new
-    digests, keys and hashes), and ``redacted`` counts the events whose payload changed. The
+    digests, keys and hashes), and ``redacted`` counts the events whose payload or actor
+    changed. The
     facade's :func:`tachograph.import_jsonl` and ``tacho import`` put the default redaction
     first (:func:`tachograph.capture.imports.import_jsonl`).
 
@@ -270,7 +271,10 @@ def import_jsonl(
                         )
                     # the one write pipeline, as a recording through these processors
                     resealed = sealer.reseal(event)
-                    redacted += resealed.payload_digest != event.payload_digest
+                    redacted += (
+                        resealed.payload_digest != event.payload_digest
+                        or resealed.actor != event.actor
+                    )
                     event = resealed
                 batch.append(event)
                 if len(batch) >= _BATCH:

@@ -687,14 +687,20 @@ class Sealer:
                     self._keys.observe(parsed[0], parsed[1])
             else:
                 key = self._rekeyed.get(key, key)
-        if key == event.idempotency_key and (event.seq, event.prev_hash) == (
-            self.next_seq,
-            self.head_hash,
+        actor = self.actor_of(event.actor)  # an envelope field, which the erasure left
+        if (
+            key == event.idempotency_key
+            and (event.seq, event.prev_hash) == (self.next_seq, self.head_hash)
+            and actor == event.actor
         ):
             rebuilt = event
         else:
             linked = replace(
-                event, seq=self.next_seq, prev_hash=self.head_hash, idempotency_key=key
+                event,
+                seq=self.next_seq,
+                prev_hash=self.head_hash,
+                idempotency_key=key,
+                actor=actor,
             )
             values = [getattr(linked, k) for k in ENVELOPE_KEYS]
             rebuilt = replace(linked, hash=hash_envelope(envelope_bytes(*values)))

@@ -412,6 +412,12 @@ class Store(abc.ABC):
         payload was erased or a link removed.
         """
 
+    def scrub(self) -> None:  # noqa: B027 - only engines that keep old copies need one
+        """Finish removing erased data from the engine's files, where an erasure leaves old
+        copies until then (SQLite's ``-wal``); :meth:`erase` does it, and raises
+        :class:`~tachograph.errors.StoreUnavailable` when it could not finish. Nothing to
+        do by default."""
+
     @abc.abstractmethod
     def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
         """Delete a whole run (retention only); return how many events were deleted.

@@ -219,13 +219,15 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, tachograph AS
 $$;
 
 -- Rows of a run deleted by retention (delete_run_rows lists it first) may go; so may a data
--- subject's links (unlink_subject, the subject's erasure: erasure_audited holds the deletion to
--- a record of the store audit in its transaction); nothing else.
+-- subject's links to erased events, removed by unlink_subject (the subject's erasure; the flag
+-- is its own, and erasure_audited holds the deletion to a record of the store audit in its
+-- transaction); nothing else.
 CREATE OR REPLACE FUNCTION tachograph.refuse_but_retention() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
 BEGIN
     IF TG_OP = 'DELETE' AND (tachograph.run_deleted(OLD.tenant, OLD.run_id)
-                             OR TG_TABLE_NAME LIKE 'subjects%') THEN
+            OR (TG_TABLE_NAME LIKE 'subjects%'
+                AND current_setting('tachograph.unlinking', true) = 'on')) THEN
         RETURN OLD;
     END IF;
     RAISE EXCEPTION 'tachograph: % on %.% is refused: the log is append-only',
@@ -458,16 +460,25 @@ BEGIN
     RETURN done;
 END $$;
 
--- Remove a data subject's links to seqs of a run of this transaction's tenant (the subject's
--- erasure); the number removed. The transaction must also append its audit record.
+-- Remove a data subject's links to seqs of a run of this transaction's tenant whose payloads
+-- are erased (the subject's erasure, after erase_payloads): a link to an event that still
+-- holds its payload stays, so that no link is dropped to hide a person's data from a later
+-- erasure. The number removed. The transaction must also append its audit record.
 CREATE OR REPLACE FUNCTION tachograph.unlink_subject(p_run_id text, p_subject text, p_seqs bigint[])
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
 DECLARE t text := tachograph.one_tenant(); n bigint;
 BEGIN
-    DELETE FROM tachograph.subjects
-     WHERE tenant = t AND run_id = p_run_id AND subject = p_subject AND seq = ANY(p_seqs);
+    PERFORM set_config('tachograph.unlinking', 'on', true);
+    DELETE FROM tachograph.subjects s
+     WHERE s.tenant = t AND s.run_id = p_run_id AND s.subject = p_subject
+       AND s.seq = ANY(p_seqs)
+       AND NOT EXISTS (
+        SELECT 1 FROM tachograph.payloads p
+         WHERE p.tenant = t AND p.run_id = p_run_id AND p.seq = s.seq
+           AND (p.body IS NOT NULL OR p.salt IS NOT NULL));
     GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM set_config('tachograph.unlinking', '', true);
     RETURN n;
 END $$;
 
