@@ -605,10 +605,25 @@ def test_the_replay_parts_probe_splits_each_version_s_replay(
         assert all(_number(row[name]) and row[name] > 0 for name in replayparts.PARTS[:4])
         # the replay holds its two timed phases, and its read is the figure's floor's
         assert row["load_ms"] + row["agent_ms"] < row["replay_ms"]
-        assert row["ratio"] == pytest.approx(row["read_ms"] / row["replay_ms"], rel=0.5)
+        # the median of each sample's ratio: with two noisy samples it may stand a factor
+        # of two or more from the ratio of the medians (0.083 against 0.041 in one CI run)
+        assert row["ratio"] > 0
         assert row["agent_us_per_call"] > 0
     assert result["after_higher_in"] in (0, 1, 2)
     assert result["settings"] == {"rounds": 2, "calls": 20, "pairs": 2, "seed": 1}
+    # the arithmetic of the summary, on samples whose figures are known
+    rows = [
+        {"read_ms": 1.0, "replay_ms": 4.0, "load_ms": 1.0, "agent_ms": 2.0, "rest_ms": 0.0,
+         "ratio": 0.25, "calls": 20},
+        {"read_ms": 3.0, "replay_ms": 4.0, "load_ms": 1.0, "agent_ms": 2.0, "rest_ms": 0.0,
+         "ratio": 0.75, "calls": 20},
+        {"read_ms": 2.0, "replay_ms": 5.0, "load_ms": 1.0, "agent_ms": 4.0, "rest_ms": 0.0,
+         "ratio": 0.4, "calls": 20},
+    ]  # fmt: skip
+    summed = replayparts.summary({"before": rows, "after": rows[::-1]})
+    assert (summed["before"]["ratio"], summed["before"]["read_ms"]) == (0.4, 2.0)
+    assert summed["before"]["agent_us_per_call"] == 100.0
+    assert summed["after_higher_in"] == 1  # round 1: 0.4 > 0.25; round 2 ties; round 3 not
 
 
 def test_the_held_probe_measures_what_a_read_run_holds(
