@@ -535,3 +535,72 @@ def test_a_claim_made_on_another_host_holds_the_run_until_a_takeover(
         assert store.verify("far").ok
     assert kinds.count("tachograph.resume") == 2
     assert kinds[-1] == "run.finished"
+
+
+def test_a_claim_that_cannot_be_read_holds_the_run_too(
+    tmp_path: Path, python: str, child_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim whose payload this read cannot see (erased here; a purpose's policy may
+    withhold it) names no process to ask: it holds the run as one from another host does."""
+    from tachograph.lifecycle.erasure import erase
+
+    (tmp_path / "one_write.py").write_text(ONE_WRITE)
+    db = tmp_path / "crash.db"
+    side = tmp_path / "side.log"
+    env = {**child_env, "SIDE_LOG": str(side), "CRASH_IN_CHARGE": "1"}
+    record = (
+        "import tachograph as tg, one_write as m; "
+        f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id='hid')"
+    )
+    resume = (
+        "import tachograph as tg, one_write as m\n"
+        f"tg.resume({str(db)!r}, 'hid', m.agent, confirm=True)"
+    )
+    _child(python, record, tmp_path, env, exits=9)
+    _child(python, resume, tmp_path, env, exits=9)
+    with tg.SQLiteStore(db, create=False) as store:
+        (claim,) = [e.seq for e in store.events("hid") if e.type == "tachograph.resume"]
+        erase(store, "hid", seqs=[claim], reason="test")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("SIDE_LOG", str(side))
+    module = importlib.import_module("one_write")
+    with pytest.raises(tg.ReplayError, match=rf"took it at seq {claim} \(its claim cannot be read"):
+        tg.resume(str(db), "hid", module.agent, confirm=True)
+    assert side.read_text().count("charge 7") == 2
+    report = tg.resume(str(db), "hid", module.agent, confirm=True, takeover=True)
+    assert report.final_status == "ok", report.render()
+
+
+def test_a_claim_of_this_host_under_a_pii_policy_is_asked_as_this_hosts(
+    tmp_path: Path, python: str, child_env: dict[str, str]
+) -> None:
+    """A redactor stores an IP-address hostname as a token: this host's own claim, by a
+    resume that died, must still read as this host's (and ended), not as another host's."""
+    (tmp_path / "one_write.py").write_text(ONE_WRITE)
+    db = tmp_path / "crash.db"
+    side = tmp_path / "side.log"
+    env = {
+        **child_env,
+        "SIDE_LOG": str(side),
+        "TACHOGRAPH_PII": "on",
+        "TACHOGRAPH_PII_KEY": "ab" * 16,
+        "TACHOGRAPH_PII_KEY_ID": "k1",
+    }
+    env.pop("TACHOGRAPH_PII_KEY_FILE", None)
+    host = "import socket; socket.gethostname = lambda: '10.1.2.3'\n"
+    record = host + (
+        "import tachograph as tg, one_write as m\n"
+        f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id='pii')"
+    )
+    resume = host + (
+        "import tachograph as tg, one_write as m\n"
+        f"print(tg.resume({str(db)!r}, 'pii', m.agent, confirm=True).final_status)"
+    )
+    _child(python, record, tmp_path, {**env, "CRASH_IN_CHARGE": "1"}, exits=9)
+    _child(python, resume, tmp_path, {**env, "CRASH_IN_CHARGE": "1"}, exits=9)
+    _child(python, resume, tmp_path, env, exits=0)  # the claim's process ended: not held
+    assert side.read_text().count("charge 7") == 3
+    with tg.SQLiteStore(db, create=False) as store:
+        claims = [e.payload for e in store.events("pii") if e.type == "tachograph.resume"]
+    assert len(claims) == 2
+    assert all(str(c["host"]).startswith("pii1:k1:") for c in claims)

@@ -13,6 +13,7 @@ import pytest
 
 import tachograph as tg
 from tachograph.errors import WriteFailed
+from tachograph.store import SQLiteStore
 
 
 @tg.tool(effect="read")
@@ -95,3 +96,53 @@ def test_reads_after_the_store_file_went_away_fail_before_the_run_ends(tmp_path:
     with pytest.raises(WriteFailed, match="was removed while it was open"):
         tg.record_run(agent, 50, store=db, durability="every")
     assert done == []
+
+
+def test_a_relative_store_path_is_not_taken_for_a_removed_one_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's path is looked at after each commit: made absolute when the store was
+    opened, so an agent that changes directory (the default store is a relative path) does
+    not read as one whose store went away."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work").mkdir()
+    sent: list[int] = []
+
+    @tg.tool(effect="write")
+    def send(i: int) -> dict[str, Any]:
+        sent.append(i)
+        return {"sent": i}
+
+    def agent(n: int) -> int:
+        send(0)
+        os.chdir(tmp_path / "work")
+        send(1)
+        return n
+
+    result = tg.record_run(agent, 2, store="runs.db")
+    assert result.status == "ok"
+    assert sent == [0, 1]
+    with tg.open_store(tmp_path / "runs.db") as store:
+        assert store.run_info(result.run_id).status == "ok"
+
+
+def test_an_engine_whose_check_fails_loses_no_commit_and_keeps_its_writer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``detached()`` of an engine that raises says nothing about the commit before it: the
+    batch is not taken for a refused one (appended again), and the writer thread lives."""
+
+    class Flaky(SQLiteStore):
+        def detached(self) -> str | None:
+            raise TimeoutError("stat timed out")
+
+    store = Flaky(tmp_path / "runs.db")
+    try:
+        for _ in range(3):
+            result = tg.record_run(lambda n: [_lookup(i) for i in range(n)], 4, store=store)
+            assert result.status == "ok"
+            assert store.verify(result.run_id).ok
+            assert store.run_info(result.run_id).events == 10
+    finally:
+        store.close()
+    assert "stat timed out" in caplog.text

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import logging
 import os
 import platform
 import subprocess
@@ -36,6 +37,8 @@ from .recorder import Durability, Listener, Observer, Processor, Recorder, close
 from .runtime import ToolSpec
 from .seals import SealPolicy
 from .session import Session
+
+_log = logging.getLogger("tachograph")
 
 __all__ = [
     "Agent",
@@ -515,7 +518,13 @@ class record:
                     raise
                 self._unrecordable_output(run, bad)
             run.recorder.flush()
-            gone = self._store.detached()
+            try:
+                gone = self._store.detached()
+            except Exception:  # an engine's check that fails says nothing about the run
+                _log.exception(
+                    "tachograph: checking whether %s is still there failed", self._store.url
+                )
+                gone = None
             if gone is not None:
                 # every event was acknowledged, and none is where anyone will read it
                 raise WriteFailed(

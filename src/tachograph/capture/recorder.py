@@ -544,9 +544,10 @@ class Writer:
         plan = self.seals.plan(batch, now) if self.seals.active else None
         try:
             self._store_batch(batch, plan, now)
-            return self._detached(batch)
         except BaseException as exc:  # surfaced to the run's caller on its next call
             first_error = kept_error(exc)
+        else:
+            return self._detached(batch)
         groups: dict[RunKey, list[Event]] = {}
         for event in batch:
             groups.setdefault((event.tenant, event.run_id), []).append(event)
@@ -569,7 +570,11 @@ class Writer:
         removed file, so every event was acknowledged and none is where anyone will read it.
         Checked after each commit (a ``stat`` of the path), so that the run fails at its
         next append or flush, a durable intent before its effect, not only at its end."""
-        gone = self.store.detached() if written else None
+        try:
+            gone = self.store.detached() if written else None
+        except Exception:  # an engine's check that fails says nothing about the commit
+            _log.exception("tachograph: checking whether %s is still there failed", self.url)
+            return {}
         if gone is None:
             return {}
         error = StoreUnavailable(gone, location=self.url)

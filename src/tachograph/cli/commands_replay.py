@@ -245,8 +245,9 @@ def fork_cmd(
 @click.option(
     "--takeover",
     is_flag=True,
-    help="Resume although the run was taken by another resume that cannot be asked whether "
-    "it still runs (one on another host): say it has ended.",
+    help="With --confirm: resume although another resume took the run and cannot be asked "
+    "whether it still runs (one on another host, or a process id since given to another "
+    "process): say it has ended.",
 )
 @_allow_network
 @json_option

@@ -416,6 +416,10 @@ class ScopedStore(Store):
         """The inner store's scrub."""
         self.inner.scrub()
 
+    def detached(self) -> str | None:
+        """The inner store's answer."""
+        return self.inner.detached()
+
     def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
         """Deletion passes through."""
         return self.inner.delete_run(tenant, run_id, audit=audit)

@@ -541,20 +541,32 @@ class ReplayEngine:
             return
         recorder = session.recorder
         assert recorder is not None  # a resume records
-        latest = next((e.payload for e in reversed(self.history.events) if e.type == RESUMED), None)
-        held = _holder(latest) if isinstance(latest, dict) and not self.takeover else None
+        latest = next((e for e in reversed(self.history.events) if e.type == RESUMED), None)
+        # the host as this recording stores it: a redactor may have made it a token
+        here = session.process(RESUMED, {"host": socket.gethostname()}).get("host")
+        held = None
+        if latest is not None and not self.takeover:
+            # a claim whose payload this read may not see (a purpose's policy, an erasure)
+            # cannot be asked either
+            found = latest.payload
+            held = _holder(found, here) if isinstance(found, dict) else "unknown"
         if held is not None:
-            assert isinstance(latest, dict)
-            by = f"process {latest.get('pid')!r} on host {latest.get('host')!r}"
-            since = f"since {latest.get('at')!r}"
+            assert latest is not None
+            found = latest.payload if isinstance(latest.payload, dict) else {}
+            by = (
+                f"process {found.get('pid')!r} on host {found.get('host')!r} "
+                f"(since {found.get('at')!r})"
+                if found
+                else f"the resume that took it at seq {latest.seq} (its claim cannot be read)"
+            )
             session.fatal_error = ReplayError(
-                f"run {session.run_id!r} is being resumed by {by} ({since}); nothing was run. "
+                f"run {session.run_id!r} is being resumed by {by}; nothing was run. "
                 + (
                     "If that process is not a resume (its id was given to another), "
                     if held == "alive"
                     else "This host cannot ask whether it still runs: if it has ended, "
                 )
-                + "resume with takeover=True (tacho resume --takeover)",
+                + "resume with takeover=True (tacho resume --confirm --takeover)",
                 run_id=session.run_id,
             )
             self.matcher.stop()
@@ -598,12 +610,12 @@ class ReplayEngine:
             self.matcher.notes[self._intents_note] = text
 
 
-def _holder(claim: dict[str, Any]) -> str | None:
+def _holder(claim: dict[str, Any], here: Any) -> str | None:
     """Whether the process that made a resume's claim may still hold the run: ``"alive"``
-    (it runs on this host), ``"unknown"`` (made on another host, which cannot be asked), or
-    None (it has ended, or it is this process)."""
+    (it runs on this host, ``here`` as the claim would store it), ``"unknown"`` (made on
+    another host, which cannot be asked), or None (it has ended, or it is this process)."""
     pid = claim.get("pid")
-    if claim.get("host") != socket.gethostname():
+    if claim.get("host") != here:
         return "unknown"
     if type(pid) is not int or pid == os.getpid():
         return None

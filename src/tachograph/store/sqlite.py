@@ -511,22 +511,24 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         identity = getattr(self, "_identity", None)
         if identity is None:
             return None
+        where, device, inode = identity  # the path made absolute at open: a chdir moves not
         try:
-            stat = os.stat(self.path)
+            stat = os.stat(where)
         except FileNotFoundError:
-            return f"the store file {self.path} was removed while it was open"
+            return f"the store file {where} was removed while it was open"
         except OSError:
             return None
-        if (stat.st_dev, stat.st_ino) != identity:
-            return f"the store file {self.path} was replaced by another while it was open"
+        if (stat.st_dev, stat.st_ino) != (device, inode):
+            return f"the store file {where} was replaced by another while it was open"
         return None
 
     def _open_read_write(self, memory: bool) -> None:
         self._db = self._connect(self.path)
         if not memory:
             with contextlib.suppress(OSError):
-                stat = os.stat(self.path)
-                self._identity = (stat.st_dev, stat.st_ino)
+                where = os.path.abspath(self.path)
+                stat = os.stat(where)
+                self._identity = (where, stat.st_dev, stat.st_ino)
         try:
             if not memory:
                 mode = self._retry(lambda: self._db.execute("PRAGMA journal_mode").fetchone())
