@@ -17,7 +17,6 @@ import orjson
 from ..capture.vouch import FIELD as UNVOUCHED
 from ..capture.vouch import HOW_TO_RECORD, UnvouchedScan, unvouched_calls
 from ..errors import FormatError, PrivacyError, StoreError, TachographError
-from ..privacy.redactor import Redactor, default_processors
 from ..record.event import FORMAT_VERSION, Event
 from ..record.jsonl import read_jsonl, verify_jsonl
 from ..record.scan import RowScan
@@ -182,6 +181,10 @@ def _stored_actors(actor: str) -> list[str]:
     token), leaving out the actor as given: runs recorded before actors were redacted hold
     it so, and are asked for with it. Without the key ``TACHOGRAPH_PII=on`` asks for, the
     secrets redaction alone."""
+    # here, not at the top: every command of this module (``tacho verify`` among them) would
+    # pay for compiling the detectors
+    from ..privacy.redactor import Redactor, default_processors
+
     try:
         chain = default_processors()
     except PrivacyError:

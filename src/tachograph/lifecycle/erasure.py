@@ -13,16 +13,18 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RecordingError, RunNotFound
-from ..privacy.keys import TOKEN_PATTERN, KeyRing
 from ..record.canonical import loads
 from ..record.event import Event, EventType
 from ..store.audit import AuditEntry
 from ..store.base import Store
 from .audit import current_actor
 from .blobs import BLOB_KEY, BlobStore, refs_in
+
+if TYPE_CHECKING:  # the privacy package compiles its detectors when imported: when needed
+    from ..privacy.keys import KeyRing
 
 __all__ = [
     "SUBJECT_WITHHELD",
@@ -138,7 +140,11 @@ def erase(
     if not reason or not reason.strip():
         raise RecordingError("an erasure needs a reason (it is recorded in the store audit)")
     who = actor or current_actor()
-    named = None if subject is None else subject_in_audit(subject, keys or KeyRing.from_env())
+    named = None
+    if subject is not None:
+        from ..privacy.keys import KeyRing
+
+        named = subject_in_audit(subject, keys or KeyRing.from_env())
     wanted = {int(s) for s in seqs}
     plan: list[tuple[str, str, list[int], list[Event]]] = []
     if subject is not None:
@@ -202,6 +208,8 @@ def subject_in_audit(subject: str, keys: KeyRing | None) -> str:
     holder can compute again to find the record of a request), the id as it is when it is
     such a token and nothing else (a rule linked the redacted value), or
     :data:`SUBJECT_WITHHELD` without a key."""
+    from ..privacy.keys import TOKEN_PATTERN
+
     if TOKEN_PATTERN.fullmatch(subject):
         return subject
     return keys.token(subject) if keys is not None else SUBJECT_WITHHELD
