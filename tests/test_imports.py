@@ -196,3 +196,15 @@ def test_a_worker_checking_blobs_loads_no_other_lifecycle_module(
     assert others & blobs == set()
     every = _loaded_by_every_name("tachograph.lifecycle", python, child_env)
     assert others <= every
+
+
+def test_the_read_commands_and_erasure_load_no_redactor(
+    python: str, child_env: dict[str, str]
+) -> None:
+    # tacho verify, runs and show start a new process each time (and tacho verify --all's
+    # figure counts it): the privacy package compiles its detectors when imported (50 ms),
+    # so erasure and the read commands import it only to erase a subject or for --actor.
+    for module in ("tachograph.cli.commands_inspect", "tachograph.lifecycle.erasure"):
+        loaded = set(_probe(_PROBE, module, python, child_env))
+        assert module in loaded  # the probe sees what it imports
+        assert "tachograph.privacy.redactor" not in loaded, module
