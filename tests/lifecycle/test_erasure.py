@@ -396,3 +396,81 @@ def test_a_subjects_erasure_run_again_finishes_a_scrub_readers_held_up(
         assert _hits(path, b"cust-QX71") > 0
     finally:
         store.close()
+
+
+def test_a_subject_linked_by_its_token_is_found_by_the_id_a_user_types(
+    tmp_path: Path, no_key: None
+) -> None:
+    """Under the PII policy the rule's path holds the address's token, and so does the
+    link: the erasure looks for the id as given and as its token under each key (a run
+    recorded before a rotation holds the older key's)."""
+    from tachograph.privacy import pii_policy
+
+    old, new = KeyRing.of(b"o" * 16, key_id="old"), KeyRing.of(b"n" * 16, key_id="new")
+    ring = KeyRing(current="new", keys={**new.keys, **old.keys})
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        rule = SubjectRule(store, paths=["$.input.customer"])
+        runs = []
+        for key in (old, new):
+            with tachograph.record(
+                store,
+                actor="support",
+                input={"customer": "Ann.Lee@example.com"},
+                processors=[pii_policy(key)],
+                listeners=[rule],
+            ) as run:
+                pass
+            runs.append(run.run_id)
+        tachograph.capture.recorder.writer_for(store).drain()
+        linked = {store.subject_events("default", key.token("ann.lee@example.com"))[0][0]
+                  for key in (old, new)}  # fmt: skip
+        assert linked == set(runs)
+        report = erase(store, subject="Ann.Lee@example.com", reason="art. 17", keys=ring)
+        assert sorted(r.run_id for r in report.runs) == sorted(runs)
+        assert all(store.verify(r).ok and 0 in store.verify(r).erased for r in runs)
+        for key in (old, new):
+            assert store.subject_events("default", key.token("ann.lee@example.com")) == []
+    finally:
+        store.close()
+
+
+def test_a_narrowed_subject_erasure_keeps_the_links_for_the_rest(
+    store: SQLiteStore, no_key: None
+) -> None:
+    """``--subject`` with ``--seq``: what was not erased (the answer to the request, the
+    output) must stay findable by a later erasure of the subject."""
+
+    @tachograph.tool(effect="read", name="find_customer")
+    def find_customer(customer_id: str) -> dict[str, str]:
+        return {"email": "ann.leak@example.com"}
+
+    rule = SubjectRule(store, paths=["$.args.customer_id"], types=["tool.requested"])
+    result = tachograph.record_run(
+        lambda task: find_customer(customer_id=task), "cust-77", store=store, listeners=[rule]
+    )
+    tachograph.capture.recorder.writer_for(store).drain()
+    (request,) = [seq for _, seq in store.subject_events("default", "cust-77")]
+    first = erase(store, subject="cust-77", seqs=[request], reason="narrowed")
+    assert [r.seqs for r in first.runs] == [(0, request)]
+    assert store.subject_events("default", "cust-77") == [(result.run_id, request)]
+    erase(store, subject="cust-77", reason="the rest")
+    leftover = [e.type for e in store.events(result.run_id) if "ann.leak" in str(e.payload)]
+    assert leftover == []
+    assert store.subject_events("default", "cust-77") == []
+
+
+def test_a_subjects_erasure_defaults_to_the_stores_tenant_and_takes_a_path(
+    tmp_path: Path, no_key: None
+) -> None:
+    path = tmp_path / "runs.db"
+    with tachograph.open_store(f"sqlite:///{path}?tenant=acme", create=True) as acme:
+        rule = SubjectRule(acme, paths=["$.input.customer"])
+        with tachograph.record(acme, actor="a", input={"customer": "cust-5"}, listeners=[rule]):
+            pass
+        tachograph.capture.recorder.writer_for(acme).drain()
+        report = erase(acme, subject="cust-5", reason="confined")
+        assert [r.tenant for r in report.runs] == ["acme"]
+    assert erase(str(path), subject="cust-5", tenant="acme", reason="again").runs == ()
+    with pytest.raises(RecordingError, match="SubjectRule needs the open store"):
+        SubjectRule(str(path), paths=["$.x"])  # type: ignore[arg-type]

@@ -66,6 +66,6 @@ def test_an_erasure_of_a_seq_the_run_has_not_names_its_seqs_and_no_other_step(
 ) -> None:
     db = _store(tmp_path)
     result = _tacho(db, "erase", "run-a", "--seq", "9", "--reason", "request 9")
-    assert result.exit_code == 3
+    assert result.exit_code == 2  # a usage error, as every seq outside a run is
     assert "has no event at seq 9 (it has seq 0..5); nothing was erased" in result.stderr
     assert "tacho runs" not in result.stderr  # the run is there: listing runs would not help

@@ -233,3 +233,4 @@ def test_tacho_runs_finds_an_actor_under_an_older_key_and_without_one(
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 0, result.output
     assert {r["run_id"] for r in json.loads(result.stdout)["runs"]} == {"run-plain"}
+    assert "warning: PII redaction needs a key" in result.stderr  # said, not silent

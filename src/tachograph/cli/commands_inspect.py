@@ -187,7 +187,13 @@ def _stored_actors(actor: str) -> list[str]:
 
     try:
         chain = default_processors()
-    except PrivacyError:
+    except PrivacyError as exc:
+        # listing records nothing: go on without tokens, but say what is not asked for
+        click.echo(
+            f"warning: {exc}; --actor asks for the actor as given and without the PII "
+            "policy's tokens",
+            err=True,
+        )
         chain = default_processors(environ={})
     chains = [chain]
     for processor in chain:

@@ -264,6 +264,9 @@ def resume_cmd(
     Recorded steps are served; then the agent goes on live. A call whose intent was recorded
     but never completed is repeated only for pure and read tools, or with --confirm.
     """
+    if takeover and not confirm:
+        # only a confirmed resume runs an open effect again, so only it takes the run
+        raise click.UsageError("--takeover goes with --confirm (only it runs an effect again)")
     agent = load_agent(agent_path)
     with open_store() as store:
         info = resolve_run(store, run_id)

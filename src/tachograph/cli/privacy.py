@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ..errors import RunNotFound
 from ..lifecycle.audit import current_actor, list_audit, verify_audit
 from ..lifecycle.blobs import BlobStore
 from ..lifecycle.erasure import erase
@@ -129,22 +130,32 @@ def erase_cmd(
         if run_id is not None:
             info = resolve_run(store, run_id, tenant=tenant)
             target, tenant = info.run_id, info.tenant
-        report = erase(
-            store,
-            target,
-            reason=reason,
-            seqs=seqs,
-            types=types,
-            subject=subject,
-            tenant=tenant,
-            actor=by,
-        )
+        try:
+            report = erase(
+                store,
+                target,
+                reason=reason,
+                seqs=seqs,
+                types=types,
+                subject=subject,
+                tenant=tenant,
+                actor=by,
+            )
+        except RunNotFound as exc:
+            if exc.seq is None:
+                raise
+            # the run is there, the seq is not: a usage error, as tacho state --at says it
+            raise CliError(str(exc), exit_code=EXIT_USAGE) from exc
     if as_json:
         emit_json(report.to_dict())
         return
     out = Output()
     if not report.runs:
-        out.line(f"no events are linked to subject {subject!r}; nothing erased")
+        out.line(
+            f"no events are linked to subject {subject!r} (as given, or as its token under a "
+            "configured key) in tenant "
+            f"{tenant or store.tenant or 'default'!r}; nothing erased"
+        )
         return
     for run in report.runs:
         already = len(run.seqs) - run.erased
@@ -198,8 +209,10 @@ def audit_cmd(
         if rows:
             out.table(("SEQ", "TIME", "BY", "TENANT", "ACTION", "DETAIL"), rows)
         else:
-            out.line("no audit records" + (" match these filters" if records != [] else ""))
-        out.line(report.render(), style="green" if report.ok else "bold red")
+            filtered = any(v is not None for v in (tenant, action, run_id))
+            out.line("no audit records" + (" match these filters" if filtered else ""))
+        for line in report.render().splitlines():  # each problem a line, each line escaped
+            out.line(line, style="green" if report.ok else "bold red")
     if not report.ok:
         sys.exit(EXIT_FAILED)
 

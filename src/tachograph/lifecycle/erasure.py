@@ -11,6 +11,7 @@ section 5).
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RecordingError, RunNotFound
 from ..record.canonical import loads
 from ..record.event import Event, EventType
+from ..store import open_store
 from ..store.audit import AuditEntry
 from ..store.base import Store
 from .audit import current_actor
@@ -33,6 +35,7 @@ __all__ = [
     "SubjectRule",
     "erase",
     "link_subject",
+    "subject_ids",
     "subject_in_audit",
 ]
 
@@ -101,7 +104,7 @@ def _tenant_of(store: Store, run_id: str, tenant: str | None) -> str:
 
 
 def erase(
-    store: Store,
+    store: Store | str | os.PathLike[str],
     run_id: str | None = None,
     *,
     reason: str,
@@ -118,19 +121,23 @@ def erase(
     * ``run_id`` with ``seqs`` and/or ``types`` (``fnmatch`` patterns such as ``model.*``):
       those events of that run; with neither, every payload of the run.
     * ``subject``: every event linked to that data subject (:func:`link_subject`,
-      :class:`SubjectRule`), in every run of ``tenant`` (``"default"`` if not given) or only in
-      ``run_id``, plus each such run's ``run.started`` payload (its key secret), the answer
-      to each linked request (its completion: what the tool or the model returned about the
-      person) and the run's ``run.finished`` (its output); ``seqs`` or ``types`` narrow it
-      to those linked events (and ``run.started``) alone.
+      :class:`SubjectRule`), in every run of ``tenant`` (the store's tenant, or ``"default"``,
+      if not given) or only in ``run_id``, plus each such run's ``run.started`` payload (its
+      key secret), the answer to each linked request (its completion: what the tool or the
+      model returned about the person) and the run's ``run.finished`` (its output). The id
+      is looked for as given and as its keyed token under each key of ``keys`` (what a
+      redactor links when the rule's path held redacted data). ``seqs`` or ``types`` narrow
+      it to those linked events (and ``run.started``) alone, and then keep the links, so
+      that a later erasure of the subject still finds the rest.
 
-    ``reason`` is required and goes into the store audit with ``actor`` (default: the
-    operating-system user, or ``TACHOGRAPH_ACTOR``) and the erased seqs. A subject's erasure
-    also removes the subject's links to the erased events (in the same transaction), and
-    its audit records name the subject by the keyed token of the id as given under ``keys``
-    (by default the ring the environment configures, see :meth:`KeyRing.from_env`; what a
-    token ``Rule`` gives that value), or as ``[redacted:subject]`` when there is no key: the
-    record of an erasure must not hold what was erased.
+    ``store`` is a store or a path or URL (opened, and closed again, here). ``reason`` is
+    required and goes into the store audit with ``actor`` (default: the operating-system
+    user, or ``TACHOGRAPH_ACTOR``) and the erased seqs. A subject's erasure also removes the
+    subject's links to the erased events (in the same transaction), and its audit records
+    name the subject by the keyed token of the id as given under ``keys`` (by default the
+    ring the environment configures, see :meth:`KeyRing.from_env`; what a token ``Rule``
+    gives that value), or as ``[redacted:subject]`` when there is no key: the record of an
+    erasure must not hold what was erased.
 
     The blobs an erased payload references are deleted too (``blobs``, by default the folder
     beside a store file, when there is one): the reference was the payload's, the content is
@@ -139,28 +146,52 @@ def erase(
     """
     if not reason or not reason.strip():
         raise RecordingError("an erasure needs a reason (it is recorded in the store audit)")
+    if not isinstance(store, Store):
+        with open_store(store, create=False) as opened:
+            return erase(
+                opened,
+                run_id,
+                reason=reason,
+                seqs=seqs,
+                types=types,
+                subject=subject,
+                tenant=tenant,
+                actor=actor,
+                blobs=blobs,
+                keys=keys,
+            )
     who = actor or current_actor()
     named = None
+    ring = keys
     if subject is not None:
+        if not subject:
+            raise RecordingError("a data-subject id must not be empty")
         from ..privacy.keys import KeyRing
 
-        named = subject_in_audit(subject, keys or KeyRing.from_env())
+        ring = keys or KeyRing.from_env()
+        named = subject_in_audit(subject, ring)
     wanted = {int(s) for s in seqs}
-    plan: list[tuple[str, str, list[int], list[Event]]] = []
+    plan: list[tuple[str, str, list[int], list[Event], tuple[str, ...]]] = []
     if subject is not None:
-        scope = tenant or (_tenant_of(store, run_id, None) if run_id else "default")
-        by_run: dict[str, set[int]] = {}
-        for linked_run, seq in store.subject_events(scope, subject):
-            if run_id is None or linked_run == run_id:
-                by_run.setdefault(linked_run, {0}).add(seq)
-        for linked_run, linked in sorted(by_run.items()):
+        scope = tenant or (
+            _tenant_of(store, run_id, None) if run_id else (store.tenant or "default")
+        )
+        by_run: dict[str, dict[str, set[int]]] = {}
+        for sid in subject_ids(subject, ring):
+            for linked_run, seq in store.subject_events(scope, sid):
+                if run_id is None or linked_run == run_id:
+                    by_run.setdefault(linked_run, {}).setdefault(sid, set()).add(seq)
+        for linked_run, per_id in sorted(by_run.items()):
+            linked = {0}.union(*per_id.values())
             events = list(store.read(linked_run, tenant=scope, decode=False))
-            if wanted or types:  # narrowed further by seq or type
+            unlink: tuple[str, ...] = ()
+            if wanted or types:  # narrowed further by seq or type: the links stay
                 narrowed = set(_picked(events, wanted, types, False)) & linked
                 linked = narrowed | {0}
             else:
                 linked |= _consequences(events, linked)
-            plan.append((scope, linked_run, sorted(linked), events))
+                unlink = tuple(sorted(per_id))
+            plan.append((scope, linked_run, sorted(linked), events, unlink))
     elif run_id is not None:
         info = store.run_info(run_id, tenant=tenant)
         events = list(store.read(info.run_id, tenant=info.tenant, decode=False))
@@ -174,7 +205,8 @@ def erase(
                 seq=missing[0],
             )
         everything = not wanted and not types
-        plan.append((info.tenant, info.run_id, _picked(events, wanted, types, everything), events))
+        picked = _picked(events, wanted, types, everything)
+        plan.append((info.tenant, info.run_id, picked, events, ()))
     else:
         raise RecordingError("name a run, a data subject, or both")
     if not plan:
@@ -183,19 +215,41 @@ def erase(
         store.scrub()
     folder = blobs if blobs is not None else _blobs_beside(store)
     results = []
-    for run_tenant, target, picked, events in plan:
+    for run_tenant, target, picked, events, unlink in plan:
         detail: dict[str, Any] = {"reason": reason}
         if named is not None:
             detail["subject"] = named
         referenced = _referenced(events, picked) if folder else []
         entry = AuditEntry(action="erase", actor=who, tenant=run_tenant, detail=detail)
-        if subject is None:
+        if not unlink:
             count = store.erase(run_tenant, target, picked, audit=entry)
-        else:
-            count = store.erase(run_tenant, target, picked, audit=entry, unlink=subject)
+        else:  # the id as linked, in each form found (erasing again only unlinks)
+            count = sum(
+                store.erase(run_tenant, target, picked, audit=entry, unlink=sid) for sid in unlink
+            )
         deleted = sum(folder.delete(d) for d in referenced) if folder else 0
         results.append(RunErasure(run_tenant, target, tuple(picked), count, deleted))
     return ErasureReport(reason=reason, actor=who, runs=tuple(results), subject=subject)
+
+
+def subject_ids(subject: str, keys: KeyRing | None) -> list[str]:
+    """The forms a data subject's id may be linked under: as given, and, under each key of
+    ``keys``, its keyed token (what a token ``Rule`` stores) and what the personal-data
+    detectors make of it (an e-mail's token is of the address in lower case)."""
+    ids = [subject]
+    if keys is None:
+        return ids
+    from ..privacy.keys import TOKEN_PATTERN
+    from ..privacy.redactor import pii_policy
+
+    if TOKEN_PATTERN.fullmatch(subject):
+        return ids
+    for key_id in keys.keys:
+        pinned = keys.pinned(key_id)
+        for form in (pinned.token(subject), pii_policy(pinned).redact_text(subject)):
+            if form not in ids:
+                ids.append(form)
+    return ids
 
 
 SUBJECT_WITHHELD = "[redacted:subject]"
@@ -317,6 +371,12 @@ class SubjectRule:
         types: Sequence[str] = ("*",),
         subject: Callable[[Any], str | None] | None = None,
     ) -> None:
+        if not isinstance(store, Store):  # a listener's failure is logged, not raised: say it now
+            raise RecordingError(
+                f"SubjectRule needs the open store the recording writes to, not {store!r}: "
+                "store = tachograph.open_store(PATH); SubjectRule(store, paths=[...]); "
+                "tachograph.record(store, ..., listeners=[rule])"
+            )
         self.store = store
         self.paths = tuple(_parse_path(p) for p in paths)
         self.types = tuple(types)
