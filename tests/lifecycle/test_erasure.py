@@ -18,6 +18,7 @@ from tachograph.lifecycle.erasure import (
     SubjectRule,
     erase,
     link_subject,
+    subject_ids,
     subject_in_audit,
 )
 from tachograph.privacy import KeyRing, Redactor
@@ -474,3 +475,93 @@ def test_a_subjects_erasure_defaults_to_the_stores_tenant_and_takes_a_path(
     assert erase(str(path), subject="cust-5", tenant="acme", reason="again").runs == ()
     with pytest.raises(RecordingError, match="SubjectRule needs the open store"):
         SubjectRule(str(path), paths=["$.x"])  # type: ignore[arg-type]
+
+
+def test_a_secrets_marker_is_no_subjects_form_and_one_person_erases_alone(
+    tmp_path: Path, no_key: None
+) -> None:
+    """Two IAM users' access key ids as subject ids: the default redaction links both under
+    the same marker. The id's forms hold per-person tokens only, never a marker, so erasing
+    one person leaves the other's data."""
+    ring = KeyRing.of(b"k" * 16, key_id="k1")
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        rule = SubjectRule(store, paths=["$.input.user"])
+        runs = {}
+        for user in ("AKIAABCDEFGHIJKLMNOP", "AKIAQRSTUVWXYZ234567"):
+            with tachograph.record(store, actor="a", input={"user": user}, listeners=[rule]) as run:
+                tachograph.emit("acme.note", {"user": user})
+            runs[user] = run.run_id
+        tachograph.capture.recorder.writer_for(store).drain()
+        assert "[redacted:" not in "".join(subject_ids("AKIAABCDEFGHIJKLMNOP", ring))
+        erase(store, subject="AKIAABCDEFGHIJKLMNOP", reason="one person", keys=ring)
+        assert store.verify(runs["AKIAQRSTUVWXYZ234567"]).erased == ()
+    finally:
+        store.close()
+
+
+def test_every_form_of_the_id_goes_in_one_transaction_with_one_record(
+    store: SQLiteStore, demo_run: str, no_key: None
+) -> None:
+    ring = KeyRing.of(b"k" * 16, key_id="k1")
+    link_subject(store, demo_run, "zoe@example.com", seqs=[4])
+    link_subject(store, demo_run, ring.token("zoe@example.com"), seqs=[5])
+    erase(store, subject="zoe@example.com", reason="art. 17", keys=ring)
+    (record,) = store.audit_of("erase")
+    assert record.detail["unlinked"] == 2
+    assert store.subject_events("default", "zoe@example.com") == []
+
+
+def test_a_link_to_a_run_the_store_lacks_does_not_block_the_erasure(
+    store: SQLiteStore, demo_run: str, no_key: None
+) -> None:
+    link_subject(store, demo_run, "p-1", seqs=[4])
+    store.link_subjects("default", "run_never_committed", [(0, "p-1"), (3, "p-1")])
+    report = erase(store, subject="p-1", reason="art. 17")
+    assert {r.run_id: r.erased for r in report.runs}[demo_run] >= 2
+    assert store.subject_events("default", "p-1") == []
+    with pytest.raises(RunNotFound):
+        link_subject(store, "run_not_there", "p-2", seqs=[1])
+
+
+def test_a_narrowed_subject_erasure_is_held_to_the_run_and_to_its_links(
+    store: SQLiteStore, demo_run: str, no_key: None
+) -> None:
+    link_subject(store, demo_run, "p-4", seqs=[4])
+    with pytest.raises(RunNotFound, match="has no event at seq 999"):
+        erase(store, demo_run, subject="p-4", seqs=[999], reason="typo")
+    assert store.verify(demo_run).erased == ()  # not even run.started
+    report = erase(store, demo_run, subject="p-4", seqs=[5], reason="not a linked event")
+    assert report.runs == ()
+    assert store.verify(demo_run).erased == ()
+
+
+def test_subject_ids_are_text_and_valid_unicode(store: SQLiteStore, demo_run: str) -> None:
+    store.link_subjects("default", demo_run, [(4, "12345")])
+    report = erase(store, subject=12345, reason="an integer id")  # type: ignore[arg-type]
+    assert [r.run_id for r in report.runs] == [demo_run]
+    with pytest.raises(RecordingError, match="not valid Unicode"):
+        erase(store, subject="\udcff", reason="bad argv")
+    with pytest.raises(RecordingError, match="must not be empty"):
+        erase(store, subject="", reason="empty")
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "memory"])
+def test_a_store_confined_to_a_tenant_erases_and_links_no_other(
+    tmp_path: Path, engine: str
+) -> None:
+    from tachograph.errors import StoreError
+    from tachograph.store.audit import AuditEntry
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}?tenant=acme" if engine == "sqlite" else "memory://"
+    with tachograph.open_store(url, create=True) as acme:
+        acme.tenant = "acme"  # the memory engine takes no ?tenant=: confined by hand
+        entry = AuditEntry(action="erase", actor="t", tenant="other", detail={"reason": "r"})
+        for call in (
+            lambda: acme.erase("other", "run-a", [0], audit=entry),
+            lambda: acme.delete_run("other", "run-a", audit=entry),
+            lambda: acme.link_subjects("other", "run-a", [(0, "p")]),
+            lambda: acme.subject_events("other", "p"),
+        ):
+            with pytest.raises(StoreError, match="confined to tenant 'acme'"):
+                call()

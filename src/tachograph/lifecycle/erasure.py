@@ -164,8 +164,7 @@ def erase(
     named = None
     ring = keys
     if subject is not None:
-        if not subject:
-            raise RecordingError("a data-subject id must not be empty")
+        subject = _subject_id(subject)
         from ..privacy.keys import KeyRing
 
         ring = keys or KeyRing.from_env()
@@ -183,10 +182,21 @@ def erase(
                     by_run.setdefault(linked_run, {}).setdefault(sid, set()).add(seq)
         for linked_run, per_id in sorted(by_run.items()):
             linked = {0}.union(*per_id.values())
-            events = list(store.read(linked_run, tenant=scope, decode=False))
+            try:
+                events = list(store.read(linked_run, tenant=scope, decode=False))
+            except RunNotFound:
+                # a link to a run the store does not hold (a crash between a rule's link and
+                # the run's first commit, or a hand-made link): nothing to erase there, and
+                # the link, which names the person, goes
+                plan.append((scope, linked_run, sorted(linked), [], tuple(sorted(per_id))))
+                continue
             unlink: tuple[str, ...] = ()
             if wanted or types:  # narrowed further by seq or type: the links stay
+                if run_id is not None:
+                    _refuse_missing(linked_run, scope, events, wanted)
                 narrowed = set(_picked(events, wanted, types, False)) & linked
+                if not narrowed:
+                    continue  # no linked event is picked: run.started alone is not erased
                 linked = narrowed | {0}
             else:
                 linked |= _consequences(events, linked)
@@ -195,15 +205,7 @@ def erase(
     elif run_id is not None:
         info = store.run_info(run_id, tenant=tenant)
         events = list(store.read(info.run_id, tenant=info.tenant, decode=False))
-        missing = sorted(wanted - {e.seq for e in events})
-        if missing:
-            raise RunNotFound(
-                f"run {info.run_id!r} has no event at seq {', '.join(map(str, missing))} "
-                f"(it has seq 0..{len(events) - 1}); nothing was erased",
-                run_id=info.run_id,
-                tenant=info.tenant,
-                seq=missing[0],
-            )
+        _refuse_missing(info.run_id, info.tenant, events, wanted)
         everything = not wanted and not types
         picked = _picked(events, wanted, types, everything)
         plan.append((info.tenant, info.run_id, picked, events, ()))
@@ -223,13 +225,39 @@ def erase(
         entry = AuditEntry(action="erase", actor=who, tenant=run_tenant, detail=detail)
         if not unlink:
             count = store.erase(run_tenant, target, picked, audit=entry)
-        else:  # the id as linked, in each form found (erasing again only unlinks)
-            count = sum(
-                store.erase(run_tenant, target, picked, audit=entry, unlink=sid) for sid in unlink
-            )
+        else:  # the id in each form it is linked under: one transaction, one record
+            count = store.erase(run_tenant, target, picked, audit=entry, unlink=unlink)
         deleted = sum(folder.delete(d) for d in referenced) if folder else 0
         results.append(RunErasure(run_tenant, target, tuple(picked), count, deleted))
     return ErasureReport(reason=reason, actor=who, runs=tuple(results), subject=subject)
+
+
+def _refuse_missing(run_id: str, tenant: str, events: Sequence[Event], wanted: set[int]) -> None:
+    """Raise :class:`RunNotFound` (with ``seq``) if ``wanted`` names a seq the run lacks."""
+    missing = sorted(wanted - {e.seq for e in events})
+    if missing:
+        raise RunNotFound(
+            f"run {run_id!r} has no event at seq {', '.join(map(str, missing))} "
+            f"(it has seq 0..{len(events) - 1}); nothing was erased",
+            run_id=run_id,
+            tenant=tenant,
+            seq=missing[0],
+        )
+
+
+def _subject_id(subject: Any) -> str:
+    """A data-subject id as links hold it (a rule links an integer as its text), refused
+    when it is empty or cannot be written as UTF-8 (a lone surrogate from a bad argv)."""
+    text = str(subject)
+    if not text:
+        raise RecordingError("a data-subject id must not be empty")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RecordingError(
+            f"data-subject id {text!r} is not valid Unicode (a lone surrogate)"
+        ) from exc
+    return text
 
 
 def subject_ids(subject: str, keys: KeyRing | None) -> list[str]:
@@ -247,7 +275,9 @@ def subject_ids(subject: str, keys: KeyRing | None) -> list[str]:
     for key_id in keys.keys:
         pinned = keys.pinned(key_id)
         for form in (pinned.token(subject), pii_policy(pinned).redact_text(subject)):
-            if form not in ids:
+            # a secret's marker is the same for everyone: a form holding one would find
+            # other people's links (two access key ids both read "[redacted:secret:aws]")
+            if "[redacted:" not in form and form not in ids:
                 ids.append(form)
     return ids
 
@@ -324,13 +354,12 @@ def link_subject(
 ) -> int:
     """Link events of a run (every event so far when ``seqs`` is ``None``) to a data subject,
     so that ``erase(store, subject=...)`` finds them; returns how many links are new."""
-    if not subject:
-        raise RecordingError("a data-subject id must not be empty")
-    picked = (
-        [e.seq for e in store.read(run_id, tenant=tenant, decode=False)]
-        if seqs is None
-        else list(seqs)
-    )
+    subject = _subject_id(subject)
+    if seqs is None:
+        picked = [e.seq for e in store.read(run_id, tenant=tenant, decode=False)]
+    else:
+        store.run_info(run_id, tenant=tenant)  # a link to a run the store lacks is refused
+        picked = list(seqs)
     return store.link_subjects(tenant, run_id, [(seq, subject) for seq in picked])
 
 

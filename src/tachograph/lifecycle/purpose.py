@@ -405,7 +405,7 @@ class ScopedStore(Store):
         seqs: Iterable[int],
         *,
         audit: AuditEntry,
-        unlink: str | None = None,
+        unlink: str | Sequence[str] | None = None,
     ) -> int:
         """Erasure passes through."""
         if unlink is None:

@@ -41,6 +41,7 @@ __all__ = [
     "not_found",
     "prefix_bound",
     "row_event",
+    "subject_forms",
     "suggest",
 ]
 
@@ -396,7 +397,7 @@ class Store(abc.ABC):
         seqs: Iterable[int],
         *,
         audit: AuditEntry,
-        unlink: str | None = None,
+        unlink: str | Sequence[str] | None = None,
     ) -> int:
         """Erase the payloads and salts of ``seqs`` of a run (SPEC section 4); return how many
         were erased now (already erased ones, and seqs the run does not have, count 0).
@@ -406,10 +407,11 @@ class Store(abc.ABC):
         only when something was erased, so erasing twice records once). Afterwards the
         plaintext must be gone from the engine's files (journals and free space included).
 
-        With ``unlink`` (a data subject's id), that subject's links to ``seqs`` of the run go
-        in the same transaction (the subject's erasure: the link names the person), and the
-        audit record, whose detail then also says ``"unlinked": n``, is written when a
-        payload was erased or a link removed.
+        With ``unlink`` (a data subject's id, or the several forms it is linked under), that
+        subject's links to ``seqs`` of the run go in the same transaction (the subject's
+        erasure: the link names the person), and the one audit record, whose detail then also
+        says ``"unlinked": n``, is written when a payload was erased or a link removed
+        (:func:`subject_forms` reads ``unlink``).
         """
 
     def scrub(self) -> None:  # noqa: B027 - only engines that keep old copies need one
@@ -675,3 +677,13 @@ def not_found(
         suggestions=matches,
         location=where,
     )
+
+
+def subject_forms(unlink: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The subject ids an erasure's ``unlink`` names: one id, or several (never the
+    characters of one)."""
+    if unlink is None:
+        return ()
+    if isinstance(unlink, str):
+        return (unlink,)
+    return tuple(dict.fromkeys(str(u) for u in unlink))

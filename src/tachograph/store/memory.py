@@ -36,6 +36,7 @@ from .base import (
     receipt,
     run_deleted,
     seq_taken,
+    subject_forms,
     suggest,
 )
 
@@ -366,10 +367,12 @@ class MemoryStore(Store):
         seqs: Iterable[int],
         *,
         audit: AuditEntry,
-        unlink: str | None = None,
+        unlink: str | Sequence[str] | None = None,
     ) -> int:
         """Null payload and salt of ``seqs`` (and drop ``unlink``'s links to them) together
         with the audit record."""
+        self.scoped_tenant(tenant, run_id=run_id)
+        forms = subject_forms(unlink)
         data = self._open()
         with data.lock:
             rows = data.rows.get((tenant, run_id), [])
@@ -380,25 +383,30 @@ class MemoryStore(Store):
                 if 0 <= s < len(rows)
                 and (rows[s].payload_bytes is not None or rows[s].salt is not None)
             ]
-            links = data.subjects.get((tenant, unlink), set()) if unlink is not None else set()
-            gone = {(run_id, s) for s in wanted} & links
-            if not hit and not gone:
+            picked = {(run_id, s) for s in wanted}
+            gone = {f: picked & data.subjects.get((tenant, f), set()) for f in forms}
+            unlinked = sum(len(g) for g in gone.values())
+            if not hit and not unlinked:
                 return 0
             for s in hit:
                 erased = rows[s]._replace(payload_bytes=None, salt=None)
                 rows[s] = erased
                 data.by_event_id[erased.event_id] = erased
-            links -= gone
-            if unlink is not None and not links:
-                data.subjects.pop((tenant, unlink), None)
+            for form, links in gone.items():
+                if links:
+                    left = data.subjects[(tenant, form)]
+                    left -= links
+                    if not left:
+                        del data.subjects[(tenant, form)]
             detail = {**audit.detail, "run_id": run_id, "seqs": hit}
-            if unlink is not None:
-                detail["unlinked"] = len(gone)
+            if forms:
+                detail["unlinked"] = unlinked
             self._audit_locked(data, dataclasses.replace(audit, tenant=tenant, detail=detail))
             return len(hit)
 
     def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
         """Delete a run whole, keeping its id taken."""
+        self.scoped_tenant(tenant, run_id=run_id)
         data = self._open()
         with data.lock:
             key = (tenant, run_id)
@@ -421,6 +429,7 @@ class MemoryStore(Store):
 
     def link_subjects(self, tenant: str, run_id: str, links: Iterable[tuple[int, str]]) -> int:
         """Link events to data-subject ids; linking twice is harmless."""
+        self.scoped_tenant(tenant, run_id=run_id)
         data = self._open()
         added = 0
         with data.lock:
@@ -433,6 +442,7 @@ class MemoryStore(Store):
 
     def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
         """``(run_id, seq)`` linked to ``subject``, by run and seq."""
+        self.scoped_tenant(tenant)
         data = self._open()
         with data.lock:
             return sorted(data.subjects.get((tenant, subject), set()))

@@ -58,6 +58,7 @@ from .base import (
     receipt,
     run_deleted,
     seq_taken,
+    subject_forms,
     suggest,
 )
 
@@ -1015,7 +1016,7 @@ class PostgresStore(Store):
         seqs: Iterable[int],
         *,
         audit: AuditEntry,
-        unlink: str | None = None,
+        unlink: str | Sequence[str] | None = None,
     ) -> int:
         """Erase payloads and salts through ``erase_payloads`` (and a subject's links through
         ``unlink_subject``) with the audit record, in one transaction (the database refuses
@@ -1026,9 +1027,10 @@ class PostgresStore(Store):
         the links stay, with a warning, until the schema is upgraded and the subject erased
         again."""
         wanted = sorted({int(s) for s in seqs})
+        forms = subject_forms(unlink)
         if not wanted:
             return 0
-        if unlink is not None and self.schema_version < 6:
+        if forms and self.schema_version < 6:
             _log.warning(
                 "%s: schema version %d cannot remove a data subject's links (version 6 "
                 "can): the payloads are erased, the links stay until the schema is upgraded "
@@ -1036,7 +1038,7 @@ class PostgresStore(Store):
                 self.url,
                 self.schema_version,
             )
-            unlink = None
+            forms = ()
 
         def work(cur: psycopg.Cursor[Any]) -> int:
             cur.execute("SELECT seq FROM tachograph.audit_head()")  # the lock, before erasing
@@ -1044,15 +1046,13 @@ class PostgresStore(Store):
             row = cur.fetchone()
             erased = [int(s) for s in (row[0] if row else None) or []]
             unlinked = 0
-            if unlink is not None:
-                cur.execute(
-                    "SELECT tachograph.unlink_subject(%s, %s, %s)", (run_id, unlink, wanted)
-                )
+            for form in forms:
+                cur.execute("SELECT tachograph.unlink_subject(%s, %s, %s)", (run_id, form, wanted))
                 got = cur.fetchone()
-                unlinked = int(got[0]) if got else 0
+                unlinked += int(got[0]) if got else 0
             if erased or unlinked:
                 detail = {**audit.detail, "run_id": run_id, "seqs": erased}
-                if unlink is not None:
+                if forms:
                     detail["unlinked"] = unlinked
                 self._audit_in(cur, dataclasses.replace(audit, tenant=tenant, detail=detail))
             return len(erased)

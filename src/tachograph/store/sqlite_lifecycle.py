@@ -14,14 +14,14 @@ import dataclasses
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..errors import StoreUnavailable
 from .audit import READ_ACTIONS, AuditEntry, AuditRecord, chain_audit
-from .base import run_deleted
+from .base import run_deleted, subject_forms
 
 __all__ = ["DELETED_RUN_REFUSAL", "LIFECYCLE_MIGRATION", "SQLiteLifecycle"]
 
@@ -98,6 +98,12 @@ class SQLiteLifecycle:
 
     def _retry(self, action: Any) -> Any:  # provided by the store
         raise NotImplementedError
+
+    if TYPE_CHECKING:  # Store's, which follows this mixin in the store's bases
+
+        def scoped_tenant(
+            self, tenant: str | None = None, *, run_id: str | None = None
+        ) -> str | None: ...
 
     # -- the store audit -------------------------------------------------------------------
 
@@ -193,11 +199,13 @@ class SQLiteLifecycle:
         seqs: Iterable[int],
         *,
         audit: AuditEntry,
-        unlink: str | None = None,
+        unlink: str | Sequence[str] | None = None,
     ) -> int:
         """Null payload and salt of ``seqs`` (and drop ``unlink``'s links to them) with the
         audit record, then scrub the files."""
+        self.scoped_tenant(tenant, run_id=run_id)  # a store confined to a tenant erases no other's
         wanted = sorted({int(s) for s in seqs})
+        forms = subject_forms(unlink)
 
         def work(db: sqlite3.Connection) -> int:
             targets: list[tuple[int, int]] = []
@@ -211,17 +219,17 @@ class SQLiteLifecycle:
                     (tenant, run_id, *chunk),
                 ).fetchall()
             unlinked = 0
-            if unlink is not None:
-                before = db.total_changes
+            before = db.total_changes
+            for form in forms:
                 for start in range(0, len(wanted), _CHUNK):
                     chunk = wanted[start : start + _CHUNK]
                     marks = ",".join("?" * len(chunk))
                     db.execute(
                         f"DELETE FROM subjects WHERE tenant=? AND subject=? AND run_id=? "
                         f"AND seq IN ({marks})",
-                        (tenant, unlink, run_id, *chunk),
+                        (tenant, form, run_id, *chunk),
                     )
-                unlinked = db.total_changes - before
+            unlinked = db.total_changes - before
             if not targets and not unlinked:
                 return 0
             ids = [t[0] for t in targets]
@@ -233,7 +241,7 @@ class SQLiteLifecycle:
                     f"UPDATE payloads SET body = NULL, salt = NULL WHERE id IN ({marks})", chunk
                 )
             detail = {**audit.detail, "run_id": run_id, "seqs": [t[1] for t in targets]}
-            if unlink is not None:
+            if forms:
                 detail["unlinked"] = unlinked
             self._audit_locked(db, dataclasses.replace(audit, tenant=tenant, detail=detail))
             return len(targets)
@@ -244,6 +252,7 @@ class SQLiteLifecycle:
 
     def delete_run(self, tenant: str, run_id: str, *, audit: AuditEntry) -> int:
         """Delete a run's events, payloads, summary and subject links; keep a tombstone."""
+        self.scoped_tenant(tenant, run_id=run_id)
 
         def work(db: sqlite3.Connection) -> int:
             count = int(
@@ -328,6 +337,7 @@ class SQLiteLifecycle:
 
     def link_subjects(self, tenant: str, run_id: str, links: Iterable[tuple[int, str]]) -> int:
         """Link events to data-subject ids (``INSERT OR IGNORE``: linking twice is harmless)."""
+        self.scoped_tenant(tenant, run_id=run_id)
         rows = [(tenant, str(subject), run_id, int(seq)) for seq, subject in links]
         if not rows:
             return 0
@@ -342,6 +352,7 @@ class SQLiteLifecycle:
 
     def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
         """``(run_id, seq)`` linked to ``subject``, by run and seq."""
+        self.scoped_tenant(tenant)
         with self._lock:
             rows = self._db.execute(
                 "SELECT run_id, seq FROM subjects WHERE tenant=? AND subject=? "

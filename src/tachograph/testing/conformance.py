@@ -911,6 +911,14 @@ class StoreConformance(AppendAllConformance, SealLogConformance, abc.ABC):
         assert len(list(store.audit_of("erase"))) == 3  # nothing left: nothing recorded
         assert store.erase("default", "run-a", [1], audit=self._entry()) == 0
         assert store.subject_events("default", "p2") == [("run-a", 1)]  # no unlink: kept
+        # the forms one id is linked under, in one transaction and one record
+        store.link_subjects("default", "run-b", [(0, "p1"), (0, "p1-token")])
+        forms = ["p1", "p1-token"]
+        assert store.erase("default", "run-b", [0, 1], audit=self._entry(), unlink=forms) == 2
+        last = list(store.audit_of("erase"))[-1]
+        assert (last.detail["seqs"], last.detail["unlinked"]) == ([0, 1], 3)
+        assert store.subject_events("default", "p1") == []
+        assert store.subject_events("default", "p1-token") == []
         assert [r.ok for r in store.verify_all()] == [True, True]
 
     def test_subjects_link_events_across_runs(self, store: Store) -> None:
