@@ -422,20 +422,28 @@ def agent(n):
 """
 
 
+def _one_write(
+    tmp_path: Path, child_env: dict[str, str], run_id: str, **extra: str
+) -> tuple[Path, Path, dict[str, str], str]:
+    """``ONE_WRITE`` in ``tmp_path``; the store and the side log its children use, their
+    environment (``extra`` added), and the code that records run ``run_id`` (``charge(7)``)."""
+    (tmp_path / "one_write.py").write_text(ONE_WRITE)
+    db, side = tmp_path / "crash.db", tmp_path / "side.log"
+    env = {**child_env, "SIDE_LOG": str(side), **extra}
+    record = (
+        "import tachograph as tg, one_write as m; "
+        f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id={run_id!r})"
+    )
+    return db, side, env, record
+
+
 def test_two_resumes_at_once_run_the_open_write_once(
     tmp_path: Path, python: str, child_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Each resume read the crashed run, then ran the open write again; the store refused the
     # second only at its next append, after its effect. A confirmed resume now takes the run
     # first: one durable event at the head it read.
-    (tmp_path / "one_write.py").write_text(ONE_WRITE)
-    db = tmp_path / "crash.db"
-    side = tmp_path / "side.log"
-    env = {**child_env, "SIDE_LOG": str(side)}
-    code = (
-        "import tachograph as tg, one_write as m; "
-        f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id='twice')"
-    )
+    db, side, env, code = _one_write(tmp_path, child_env, "twice")
     _child(python, code, tmp_path, {**env, "CRASH_IN_CHARGE": "1"}, exits=9)
     assert side.read_text() == "charge 7\n"
     resume = (
@@ -475,14 +483,7 @@ def test_two_resumes_at_once_run_the_open_write_once(
 def test_a_resume_that_died_in_the_effect_leaves_the_run_resumable(
     tmp_path: Path, python: str, child_env: dict[str, str]
 ) -> None:
-    (tmp_path / "one_write.py").write_text(ONE_WRITE)
-    db = tmp_path / "crash.db"
-    side = tmp_path / "side.log"
-    env = {**child_env, "SIDE_LOG": str(side)}
-    record = (
-        "import tachograph as tg, one_write as m; "
-        f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id='again')"
-    )
+    db, side, env, record = _one_write(tmp_path, child_env, "again")
     resume = (
         "import tachograph as tg, one_write as m; "
         f"print(tg.resume({str(db)!r}, 'again', m.agent, confirm=True).final_status)"
@@ -503,14 +504,7 @@ def test_a_claim_made_on_another_host_holds_the_run_until_a_takeover(
     ask its process. Taking such a claim for an ended one ran the payment a second time
     while the first could still be running; the resume now stops having run nothing, and
     ``takeover`` (the operator's word that it ended) lets it go on."""
-    (tmp_path / "one_write.py").write_text(ONE_WRITE)
-    db = tmp_path / "crash.db"
-    side = tmp_path / "side.log"
-    env = {**child_env, "SIDE_LOG": str(side), "CRASH_IN_CHARGE": "1"}
-    record = (
-        "import tachograph as tg, one_write as m; "
-        f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id='far')"
-    )
+    db, side, env, record = _one_write(tmp_path, child_env, "far", CRASH_IN_CHARGE="1")
     far_resume = (  # a resume on another host, which died in the effect (or is still in it)
         "import socket; socket.gethostname = lambda: 'far-host'\n"
         "import tachograph as tg, one_write as m\n"
@@ -544,14 +538,7 @@ def test_a_claim_that_cannot_be_read_holds_the_run_too(
     withhold it) names no process to ask: it holds the run as one from another host does."""
     from tachograph.lifecycle.erasure import erase
 
-    (tmp_path / "one_write.py").write_text(ONE_WRITE)
-    db = tmp_path / "crash.db"
-    side = tmp_path / "side.log"
-    env = {**child_env, "SIDE_LOG": str(side), "CRASH_IN_CHARGE": "1"}
-    record = (
-        "import tachograph as tg, one_write as m; "
-        f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id='hid')"
-    )
+    db, side, env, record = _one_write(tmp_path, child_env, "hid", CRASH_IN_CHARGE="1")
     resume = (
         "import tachograph as tg, one_write as m\n"
         f"tg.resume({str(db)!r}, 'hid', m.agent, confirm=True)"
@@ -576,22 +563,17 @@ def test_a_claim_of_this_host_under_a_pii_policy_is_asked_as_this_hosts(
 ) -> None:
     """A redactor stores an IP-address hostname as a token: this host's own claim, by a
     resume that died, must still read as this host's (and ended), not as another host's."""
-    (tmp_path / "one_write.py").write_text(ONE_WRITE)
-    db = tmp_path / "crash.db"
-    side = tmp_path / "side.log"
-    env = {
-        **child_env,
-        "SIDE_LOG": str(side),
-        "TACHOGRAPH_PII": "on",
-        "TACHOGRAPH_PII_KEY": "ab" * 16,
-        "TACHOGRAPH_PII_KEY_ID": "k1",
-    }
+    db, side, env, recording = _one_write(
+        tmp_path,
+        child_env,
+        "pii",
+        TACHOGRAPH_PII="on",
+        TACHOGRAPH_PII_KEY="ab" * 16,
+        TACHOGRAPH_PII_KEY_ID="k1",
+    )
     env.pop("TACHOGRAPH_PII_KEY_FILE", None)
     host = "import socket; socket.gethostname = lambda: '10.1.2.3'\n"
-    record = host + (
-        "import tachograph as tg, one_write as m\n"
-        f"tg.record_run(m.agent, 7, store={str(db)!r}, run_id='pii')"
-    )
+    record = host + recording
     resume = host + (
         "import tachograph as tg, one_write as m\n"
         f"print(tg.resume({str(db)!r}, 'pii', m.agent, confirm=True).final_status)"

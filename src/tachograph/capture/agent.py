@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import logging
 import os
 import platform
 import subprocess
@@ -33,12 +32,18 @@ from ..record.seal import KEY_SECRET_FIELD, new_key_secret, sha256_text
 from ..store import Store, open_store
 from .boundary import error_info
 from .foreign import FrameworkTool, framework_tool
-from .recorder import Durability, Listener, Observer, Processor, Recorder, close_writer
+from .recorder import (
+    Durability,
+    Listener,
+    Observer,
+    Processor,
+    Recorder,
+    close_writer,
+    store_gone,
+)
 from .runtime import ToolSpec
 from .seals import SealPolicy
 from .session import Session
-
-_log = logging.getLogger("tachograph")
 
 __all__ = [
     "Agent",
@@ -518,13 +523,7 @@ class record:
                     raise
                 self._unrecordable_output(run, bad)
             run.recorder.flush()
-            try:
-                gone = self._store.detached()
-            except Exception:  # an engine's check that fails says nothing about the run
-                _log.exception(
-                    "tachograph: checking whether %s is still there failed", self._store.url
-                )
-                gone = None
+            gone = store_gone(self._store)
             if gone is not None:
                 # every event was acknowledged, and none is where anyone will read it
                 raise WriteFailed(

@@ -42,6 +42,7 @@ __all__ = [
     "add_observer",
     "close_writer",
     "remove_observer",
+    "store_gone",
     "writer_for",
 ]
 
@@ -570,11 +571,7 @@ class Writer:
         removed file, so every event was acknowledged and none is where anyone will read it.
         Checked after each commit (a ``stat`` of the path), so that the run fails at its
         next append or flush, a durable intent before its effect, not only at its end."""
-        try:
-            gone = self.store.detached() if written else None
-        except Exception:  # an engine's check that fails says nothing about the commit
-            _log.exception("tachograph: checking whether %s is still there failed", self.url)
-            return {}
+        gone = store_gone(self.store) if written else None
         if gone is None:
             return {}
         error = StoreUnavailable(gone, location=self.url)
@@ -609,6 +606,17 @@ class Writer:
             self._seal_alone(self.seals.quiet(float("inf")), time.monotonic())
         with self._cond:
             self._pinned = None  # nothing more will be written through this writer
+
+
+def store_gone(store: Store) -> str | None:
+    """Why what ``store`` wrote is no longer where it is read from (:meth:`Store.detached`),
+    or None; an engine whose check fails is logged, and its answer taken for None: a check
+    that cannot be made says nothing about the commits before it."""
+    try:
+        return store.detached()
+    except Exception:
+        _log.exception("tachograph: checking whether %s is still there failed", store.url)
+        return None
 
 
 def _weak_store(store: Store, writer: Writer) -> weakref.ref[Store]:

@@ -183,7 +183,7 @@ def _stored_actors(actor: str) -> list[str]:
     secrets redaction alone."""
     # here, not at the top: every command of this module (``tacho verify`` among them) would
     # pay for compiling the detectors
-    from ..privacy.redactor import Redactor, default_processors
+    from ..privacy.redactor import default_processors, under_every_key
 
     try:
         chain = default_processors()
@@ -195,17 +195,8 @@ def _stored_actors(actor: str) -> list[str]:
             err=True,
         )
         chain = default_processors(environ={})
-    chains = [chain]
-    for processor in chain:
-        if not isinstance(processor, Redactor) or processor.keyring is None:
-            continue
-        ring = processor.keyring
-        for key_id in ring.keys:
-            if key_id != ring.current:
-                pinned = processor.pinned(key_id)
-                chains.append(tuple(pinned if p is processor else p for p in chain))
     found: list[str] = []
-    for processors in chains:
+    for processors in under_every_key(chain):
         stored = process_actor(processors, actor)
         if stored != actor and stored not in found:
             found.append(stored)

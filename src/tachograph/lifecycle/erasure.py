@@ -223,10 +223,8 @@ def erase(
             detail["subject"] = named
         referenced = _referenced(events, picked) if folder else []
         entry = AuditEntry(action="erase", actor=who, tenant=run_tenant, detail=detail)
-        if not unlink:
-            count = store.erase(run_tenant, target, picked, audit=entry)
-        else:  # the id in each form it is linked under: one transaction, one record
-            count = store.erase(run_tenant, target, picked, audit=entry, unlink=unlink)
+        # a subject's id in each form it is linked under: one transaction, one record
+        count = store.erase(run_tenant, target, picked, audit=entry, unlink=unlink or None)
         deleted = sum(folder.delete(d) for d in referenced) if folder else 0
         results.append(RunErasure(run_tenant, target, tuple(picked), count, deleted))
     return ErasureReport(reason=reason, actor=who, runs=tuple(results), subject=subject)
@@ -268,13 +266,13 @@ def subject_ids(subject: str, keys: KeyRing | None) -> list[str]:
     if keys is None:
         return ids
     from ..privacy.keys import TOKEN_PATTERN
-    from ..privacy.redactor import pii_policy
+    from ..privacy.redactor import Redactor, pii_policy, under_every_key
 
     if TOKEN_PATTERN.fullmatch(subject):
         return ids
-    for key_id in keys.keys:
-        pinned = keys.pinned(key_id)
-        for form in (pinned.token(subject), pii_policy(pinned).redact_text(subject)):
+    for (redactor,) in under_every_key((pii_policy(keys),)):
+        assert isinstance(redactor, Redactor)
+        for form in (redactor.token(subject), redactor.redact_text(subject)):
             # a secret's marker is the same for everyone: a form holding one would find
             # other people's links (two access key ids both read "[redacted:secret:aws]")
             if "[redacted:" not in form and form not in ids:
@@ -402,7 +400,8 @@ class SubjectRule:
     ) -> None:
         if not isinstance(store, Store):  # a listener's failure is logged, not raised: say it now
             raise RecordingError(
-                f"SubjectRule needs the open store the recording writes to, not {store!r}: "
+                "SubjectRule needs the open store the recording writes to, not a "
+                f"{type(store).__name__}: "
                 "store = tachograph.open_store(PATH); SubjectRule(store, paths=[...]); "
                 "tachograph.record(store, ..., listeners=[rule])"
             )

@@ -408,8 +408,6 @@ class ScopedStore(Store):
         unlink: str | Sequence[str] | None = None,
     ) -> int:
         """Erasure passes through."""
-        if unlink is None:
-            return self.inner.erase(tenant, run_id, seqs, audit=audit)
         return self.inner.erase(tenant, run_id, seqs, audit=audit, unlink=unlink)
 
     def scrub(self) -> None:

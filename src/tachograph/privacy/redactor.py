@@ -51,6 +51,7 @@ __all__ = [
     "pin_processors",
     "redact_secrets",
     "secret_name",
+    "under_every_key",
 ]
 
 ENV_POLICY = "TACHOGRAPH_PII"
@@ -909,3 +910,25 @@ def pin_processors(
             )
     pinned = {id(p) for p in keyed}
     return tuple(p.pinned(key_id) if id(p) in pinned else p for p in procs)  # type: ignore[attr-defined]
+
+
+def under_every_key(processors: Sequence[Processor]) -> list[tuple[Processor, ...]]:
+    """``processors`` as they are, then once for each other key their redactors' rings hold,
+    with each redactor that holds it pinned to it: the processors of every recording made
+    through them across key rotations, to find what a value became in any of those (a
+    subject's id, an actor)."""
+    procs = tuple(processors)
+    keyed = [p for p in procs if isinstance(p, Redactor) and p.keyring is not None]
+    current = {p.key_id for p in keyed}
+    others = dict.fromkeys(k for p in keyed for k in p.keyring.keys if k not in current)  # type: ignore[union-attr]
+    out = [procs]
+    for key_id in others:
+        out.append(
+            tuple(
+                p.pinned(key_id)
+                if isinstance(p, Redactor) and p.keyring is not None and key_id in p.keyring.keys
+                else p
+                for p in procs
+            )
+        )
+    return out

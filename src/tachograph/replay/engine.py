@@ -542,17 +542,16 @@ class ReplayEngine:
         recorder = session.recorder
         assert recorder is not None  # a resume records
         latest = next((e for e in reversed(self.history.events) if e.type == RESUMED), None)
-        # the host as this recording stores it: a redactor may have made it a token
-        here = session.process(RESUMED, {"host": socket.gethostname()}).get("host")
+        found = latest.payload if latest is not None and isinstance(latest.payload, dict) else {}
         held = None
         if latest is not None and not self.takeover:
-            # a claim whose payload this read may not see (a purpose's policy, an erasure)
+            # the host as this recording stores it (a redactor may have made it a token); a
+            # claim whose payload this read may not see (a purpose's policy, an erasure)
             # cannot be asked either
-            found = latest.payload
-            held = _holder(found, here) if isinstance(found, dict) else "unknown"
+            here = session.process(RESUMED, {"host": socket.gethostname()}).get("host")
+            held = _holder(found, here) if found else "unknown"
         if held is not None:
             assert latest is not None
-            found = latest.payload if isinstance(latest.payload, dict) else {}
             by = (
                 f"process {found.get('pid')!r} on host {found.get('host')!r} "
                 f"(since {found.get('at')!r})"

@@ -218,7 +218,6 @@ class SQLiteLifecycle:
                     "AND (p.body IS NOT NULL OR p.salt IS NOT NULL) ORDER BY e.seq",
                     (tenant, run_id, *chunk),
                 ).fetchall()
-            unlinked = 0
             before = db.total_changes
             for form in forms:
                 for start in range(0, len(wanted), _CHUNK):
