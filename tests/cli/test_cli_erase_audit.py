@@ -12,6 +12,7 @@ import pytest
 
 import tachograph as tg
 from tachograph.cli.app import EXIT_FAILED, EXIT_USAGE
+from tachograph.lifecycle.audit import AuditEntry
 
 from .conftest import Tacho
 
@@ -84,3 +85,18 @@ def test_erase_subject_in_a_store_confined_to_a_tenant(
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 0, result.output
     assert '"tenant": "acme"' in result.stdout
+
+
+def test_an_unknown_audit_action_is_a_usage_error(tacho: Tacho, run_id: str) -> None:
+    result = tacho("audit", "--action", "erasse")
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "unknown audit action 'erasse'" in result.output
+    assert "retention.delete" in result.output
+    # a known action or family with no records is an empty answer, not an error
+    for known in ("erase", "retention", "read.denied"):
+        assert tacho("audit", "--action", known).exit_code == 0
+    # an action no release of this library writes, but a record of this store holds
+    with tg.open_store(tacho.store) as store:
+        store.append_audit(AuditEntry(action="custom.check", actor="ops"))
+    assert tacho("audit", "--action", "custom").exit_code == 0
+    assert "custom.check" in tacho("audit", "--action", "custom.check").output

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import RunNotFound
-from ..lifecycle.audit import current_actor, list_audit, verify_audit
+from ..lifecycle.audit import ACTIONS, action_matches, current_actor, list_audit, verify_audit
 from ..lifecycle.blobs import BlobStore
 from ..lifecycle.erasure import erase
 from ..lifecycle.purpose import DEFAULT_PURPOSE, ScopedStore, policy_in_force, scoped
@@ -194,6 +194,8 @@ def audit_cmd(
     with open_store() as store:
         report = verify_audit(store)
         records = list_audit(store, tenant=tenant, action=action, run_id=run_id, limit=limit)
+        if action is not None and not records:
+            _known_action(store, action)
     if as_json:
         emit_json({"verify": report.to_dict(), "records": [r.to_dict() for r in records]})
     else:
@@ -215,6 +217,20 @@ def audit_cmd(
             out.line(line, style="green" if report.ok else "bold red")
     if not report.ok:
         sys.exit(EXIT_FAILED)
+
+
+def _known_action(store: Store, action: str) -> None:
+    """Refuse an ``--action`` that names neither an action of this library (or a family of
+    them) nor one a record of this store holds: a typo would read as "nothing happened"."""
+    if any(action_matches(known, action) for known in ACTIONS):
+        return
+    if any(action_matches(record.action, action) for record in store.read_audit()):
+        return
+    raise CliError(
+        f"unknown audit action {action!r}: the actions are {', '.join(ACTIONS)}, and "
+        "'read' or 'retention' take their family",
+        exit_code=EXIT_USAGE,
+    )
 
 
 # -- retention ----------------------------------------------------------------------------

@@ -16,14 +16,32 @@ from ..store.audit import AuditEntry, AuditRecord, link_problems
 from ..store.base import Store
 
 __all__ = [
+    "ACTIONS",
     "AuditEntry",
     "AuditRecord",
     "AuditReport",
+    "action_matches",
     "current_actor",
     "list_audit",
     "verify_audit",
     "verify_records",
 ]
+
+
+ACTIONS = (
+    "erase",
+    "read",
+    "read.denied",
+    "retention.delete",
+    "retention.override",
+    "retention.blob",
+)
+"""The actions this library writes to the store audit (docs/privacy.md, "The store audit")."""
+
+
+def action_matches(action: str, wanted: str) -> bool:
+    """True when ``action`` is ``wanted`` or in its family (``read`` takes ``read.denied``)."""
+    return action == wanted or action.startswith(wanted + ".")
 
 
 def current_actor() -> str:
@@ -102,7 +120,7 @@ def list_audit(
         r
         for r in store.read_audit()
         if (tenant is None or r.tenant == tenant)
-        and (action is None or r.action == action or r.action.startswith(action + "."))
+        and (action is None or action_matches(r.action, action))
         and (run_id is None or r.detail.get("run_id") == run_id)
     ]
     return found[-limit:] if limit else found
