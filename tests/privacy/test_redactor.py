@@ -1075,6 +1075,14 @@ def test_a_url_password_holding_an_at_sign_is_redacted_whole() -> None:
         ("then Bearer abc123, done", "then Bearer [redacted:secret:bearer], done"),
         ("Bearer 12345678==", "Bearer [redacted:secret:bearer]"),
         ("Bearer abcdefghijkl0123", "Bearer [redacted:secret:bearer]"),
+        # a period that ends the token ends the sentence, and stays after the marker
+        ("Send Bearer abc123.", "Send Bearer [redacted:secret:bearer]."),
+        ("Send Bearer abcdefghijkl0123...", "Send Bearer [redacted:secret:bearer]..."),
+        ("Authorization: Bearer tok.", "Authorization: Bearer [redacted:secret:bearer]."),
+        # a period inside it is the token's (a JWT's are)
+        ("Bearer abc.123x and", "Bearer [redacted:secret:bearer] and"),
+        ("Bearer ab.cdefghijkl.0123.", "Bearer [redacted:secret:bearer]."),
+        ("Authorization: Bearer a.b", "Authorization: Bearer [redacted:secret:bearer]"),
         # prose stays prose
         ("bearer tokens expire", "bearer tokens expire"),
         ("a Bearer abc12 here", "a Bearer abc12 here"),

@@ -185,8 +185,9 @@ DETECTORS: tuple[Detector, ...] = (
         "bearer",
         # in an Authorization header, whatever follows is the credential, however short, up
         # to a space, a quote or a separator of a query ("&", ",", ";"); the name and value
-        # may be quoted, or quoted with escapes
-        r"(?i:authorization\\?[\"']?\s*[:=]\s*\\?[\"']?bearer\s+)(?P<v>[^\s\"'\\&,;]+)",
+        # may be quoted, or quoted with escapes; a period that ends it ends a sentence
+        r"(?i:authorization\\?[\"']?\s*[:=]\s*\\?[\"']?bearer\s+)"
+        r"(?P<v>[^\s\"'\\&,;]*[^\s\"'\\&,;.])",
         secret=True,
         hints_lower=("authorization",),
     ),
@@ -194,9 +195,11 @@ DETECTORS: tuple[Detector, ...] = (
         "bearer",
         # elsewhere 12 characters or more (a word that long is taken too: a token of lower-case
         # letters alone would be missed otherwise), or 6 to 11 that hold a digit ("Bearer
-        # abc123"), so that "bearer tokens" stays prose
-        r"(?i:\bbearer)\s+(?P<v>[A-Za-z0-9._~+/-]{12,}=*"
-        r"|(?=[A-Za-z._~+/-]{0,10}\d)[A-Za-z0-9._~+/-]{6,11}=*(?![A-Za-z0-9._~+/-]))",
+        # abc123"), so that "bearer tokens" stays prose; a period that ends it (before no
+        # other character of a token) ends a sentence
+        r"(?i:\bbearer)\s+(?P<v>[A-Za-z0-9._~+/-]{11,}[A-Za-z0-9_~+/-]=*"
+        r"|(?=[A-Za-z._~+/-]{0,10}\d)[A-Za-z0-9._~+/-]{5,10}[A-Za-z0-9_~+/-]=*"
+        r"(?![A-Za-z0-9_~+/-]|\.+[A-Za-z0-9_~+/-]))",
         secret=True,
         hints_lower=("bearer",),
     ),
