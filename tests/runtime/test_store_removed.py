@@ -5,6 +5,7 @@ it. The run's end says so instead of finishing as if all were kept."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,44 @@ def test_an_engine_whose_check_fails_loses_no_commit_and_keeps_its_writer(
     finally:
         store.close()
     assert "stat timed out" in caplog.text
+
+
+def test_a_store_opened_through_a_symbolic_link_is_watched_at_its_target(
+    tmp_path: Path,
+) -> None:
+    """SQLite follows the link and writes to its target (WAL beside it): the link pointed
+    elsewhere, or removed, leaves the record whole where it was; the target removed does not."""
+    target = tmp_path / "data" / "runs.db"
+    target.parent.mkdir()
+    link = tmp_path / "runs.db"
+    link.symlink_to(target)
+    with tg.open_store(link, create=True):
+        pass
+    assert target.exists()
+
+    def repoint(n: int) -> int:
+        for i in range(n):
+            _lookup(i)
+            if i == 1:
+                link.unlink()
+                link.symlink_to(tmp_path / "nowhere.db")
+        return n
+
+    result = tg.record_run(repoint, 4, store=link)
+    assert result.status == "ok"
+    with tg.open_store(target) as store:
+        assert store.run_info(result.run_id).status == "ok"
+        assert store.verify(result.run_id).ok
+
+    link.unlink()
+    link.symlink_to(target)
+
+    def remove_target(n: int) -> int:
+        for i in range(n):
+            _lookup(i)
+            if i == 1:
+                target.unlink()
+        return n
+
+    with pytest.raises(WriteFailed, match=re.escape(f"store file {target.resolve()} was removed")):
+        tg.record_run(remove_target, 4, store=link)

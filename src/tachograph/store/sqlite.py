@@ -511,7 +511,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         identity = getattr(self, "_identity", None)
         if identity is None:
             return None
-        where, device, inode = identity  # the path made absolute at open: a chdir moves not
+        where, device, inode = identity  # made absolute at open: a chdir moves it not
         try:
             stat = os.stat(where)
         except FileNotFoundError:
@@ -526,7 +526,9 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         self._db = self._connect(self.path)
         if not memory:
             with contextlib.suppress(OSError):
-                where = os.path.abspath(self.path)
+                # the file SQLite opened: it follows a symbolic link (and puts the WAL beside
+                # the link's target), so a link pointed elsewhere leaves this file in place
+                where = os.path.realpath(self.path)
                 stat = os.stat(where)
                 self._identity = (where, stat.st_dev, stat.st_ino)
         try:
