@@ -377,7 +377,11 @@ class ReplayEngine:
                 self.matcher.position(),
                 None,
                 {
-                    "type": "process.spawn" if kind == "exec" else "network.connect",
+                    "type": {
+                        "exec": "process.spawn",
+                        "send": "network.send",
+                        "resolve": "network.resolve",
+                    }.get(kind, "network.connect"),
                     "payload": detail,
                 },
                 (),

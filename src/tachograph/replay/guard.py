@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import ipaddress
 import os
 import socket
 import subprocess
 import sys
 import sysconfig
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -123,6 +125,21 @@ class NetworkGuard:
         self.allowed: list[Allowed] = []
         self.refused: list[dict[str, Any]] = []
         self._closed = False
+        # sockets whose connection was judged (made under this guard, or accepted by it, or
+        # sent on once and let through): their sends are not judged again
+        self._vouched: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+
+    def vouch(self, sock: socket.socket) -> None:
+        """Take ``sock``'s connection as judged: its sends go through unasked."""
+        with contextlib.suppress(TypeError):
+            self._vouched.add(sock)
+
+    def vouched(self, sock: socket.socket) -> bool:
+        """Whether ``sock``'s connection was judged already."""
+        try:
+            return sock in self._vouched
+        except TypeError:
+            return False
 
     @contextlib.contextmanager
     def guarding(self) -> Iterator[None]:
@@ -147,7 +164,13 @@ class NetworkGuard:
         if kind == "unix":
             return f"unix:{target}" in self.allow
         host_l = (host or "").lower().strip("[]")
-        return f"{host_l}:{port}" in self.allow or f"{host_l}:*" in self.allow
+        if f"{host_l}:{port}" in self.allow or f"{host_l}:*" in self.allow:
+            return True
+        # a name looked up for a port the list lets an address through on: the connection
+        # that follows is judged by its address
+        return kind == "resolve" and any(
+            entry.rpartition(":")[2] == str(port) for entry in self.allow
+        )
 
     def check(
         self,
@@ -166,7 +189,8 @@ class NetworkGuard:
             return
         where = agent_frame(frame)
         if self._permits(kind, target, host, port):
-            self.allowed.append(Allowed(target, where))
+            if kind not in ("send", "resolve") or all(a.target != target for a in self.allowed):
+                self.allowed.append(Allowed(target, where))
             return
         method, url = _http_hint(frame)
         detail: dict[str, Any] = {"kind": kind, "target": target, "frame": where}
@@ -180,23 +204,28 @@ class NetworkGuard:
             detail["url"] = url
         self.refused.append(detail)
         what = f"{method} {url or target}" if method else (command or target)
-        call = "a process" if kind == "exec" else "a connection"
+        did = {
+            "exec": "started a process",
+            "send": "sent on a connection, opened before the replay, that",
+            "resolve": "looked up a host name",
+        }.get(kind, "opened a connection")
         how = (
             f"allow_network=[{target!r}] (tacho replay --allow-network {target})"
             if kind != "exec"
             else f"allow_network=['exec:{os.path.basename(target)}']"
         )
         explanation = (
-            f"The agent opened {call} the record does not hold ({what}"
+            f"The agent {did} the record does not hold ({what}"
             f"{', at ' + where if where else ''}): replay is a closed world, so it was "
             "refused. Record that call (decorate the function with @tachograph.tool, or use "
             "an SDK integration) so that replay can serve it, or let it through with "
             f"{how}."
         )
         self._report(kind, detail, explanation)
+        verb = {"exec": "spawn of", "resolve": "lookup of"}.get(kind, "call to")
         raise UnrecordedCall(
-            f"tachograph replay refused an unrecorded {'spawn of' if kind == 'exec' else 'call to'}"
-            f" {target}{' from ' + where if where else ''}",
+            f"tachograph replay refused an unrecorded {verb} {target}"
+            f"{' from ' + where if where else ''}",
             target=target,
             host=host,
             port=port if isinstance(port, int) else None,
@@ -231,8 +260,9 @@ def _host_probe(frame: FrameType | None) -> bool:
 
 
 def _network_lib(name: str) -> bool:
-    # forks published under a numbered name (httpx2, httpcore2) count as the library
-    return name.rstrip("0123456789") in _NETWORK_LIBS
+    # forks published under a numbered name (httpx2, httpcore2) count as the library; a
+    # name whose digits are its own (urllib3, h2) is looked up as it is first
+    return name in _NETWORK_LIBS or name.rstrip("0123456789") in _NETWORK_LIBS
 
 
 def _outside(frame: FrameType) -> bool:
@@ -309,8 +339,15 @@ def _judge_socket(sock: socket.socket, address: Any) -> None:
     guard.check(kind if kind == "unix" else "connect", target, host=host, port=port)
 
 
+def _vouch(sock: socket.socket) -> None:
+    guard = _guard.get()
+    if guard is not None:
+        guard.vouch(sock)
+
+
 def _connect(self: socket.socket, address: Any) -> None:
     _judge_socket(self, address)
+    _vouch(self)
     token = _passing.set(True)  # judged: the audit event of the connect inside is not again
     try:
         _originals["connect"](self, address)
@@ -320,12 +357,88 @@ def _connect(self: socket.socket, address: Any) -> None:
 
 def _connect_ex(self: socket.socket, address: Any) -> int:
     _judge_socket(self, address)
+    _vouch(self)
     token = _passing.set(True)
     try:
         result: int = _originals["connect_ex"](self, address)
     finally:
         _passing.reset(token)
     return result
+
+
+def _judge_send(sock: socket.socket) -> None:
+    """A send on a connection the guard has not judged: one opened before the replay (an
+    HTTP client's pool keeps its connections open), which no connect of this replay saw."""
+    guard = _guard.get()
+    if guard is None or _passing.get() or guard.vouched(sock):
+        return
+    try:
+        address = sock.getpeername()
+    except OSError:  # not connected: the send fails by itself (a sendto the audit hook sees)
+        return
+    kind, target, host, port = _address(sock, address)
+    if kind == "unix" and not target:  # a socketpair (asyncio's own wake-up pipe)
+        guard.vouch(sock)
+        return
+    guard.check("unix" if kind == "unix" else "send", target, host=host, port=port)
+    guard.vouch(sock)
+
+
+def _send(self: socket.socket, data: Any, *args: Any) -> int:
+    _judge_send(self)
+    sent: int = _originals["send"](self, data, *args)
+    return sent
+
+
+def _sendall(self: socket.socket, data: Any, *args: Any) -> None:
+    _judge_send(self)
+    _originals["sendall"](self, data, *args)
+
+
+def _sendfile(self: socket.socket, file: Any, *args: Any, **kwargs: Any) -> int:
+    _judge_send(self)
+    sent: int = _originals["sendfile"](self, file, *args, **kwargs)
+    return sent
+
+
+def _ssl_send(self: socket.socket, data: Any, *args: Any) -> int:
+    _judge_send(self)
+    sent: int = _originals["ssl_send"](self, data, *args)
+    return sent
+
+
+def _ssl_sendall(self: socket.socket, data: Any, *args: Any) -> None:
+    _judge_send(self)
+    _originals["ssl_sendall"](self, data, *args)
+
+
+def _accept(self: socket.socket) -> tuple[socket.socket, Any]:
+    accepted: tuple[socket.socket, Any] = _originals["accept"](self)
+    _vouch(accepted[0])  # an answer to who connected here is not a call the agent made
+    return accepted
+
+
+def _numeric_or_local(host: str) -> bool:
+    """A name whose lookup does not leave the machine: an address written out, or
+    ``localhost``."""
+    name = host.strip("[]").partition("%")[0]
+    if name.lower() in ("", "localhost", "localhost."):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+    guard = _guard.get()
+    if guard is not None and not _passing.get() and host is not None:
+        name = _text(host) or ""
+        if not _numeric_or_local(name):
+            shown_port = _text(port)
+            guard.check("resolve", f"{name}:{shown_port}", host=name, port=shown_port)
+    return _originals["getaddrinfo"](host, port, *args, **kwargs)
 
 
 def _create_connection(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
@@ -453,10 +566,18 @@ def _patches() -> tuple[tuple[str, Any, str, Any], ...]:
     asyncio is imported here, when a guard is first installed, not with tachograph."""
     import asyncio.base_events
     import asyncio.selector_events
+    import ssl
 
     return (
         ("connect", socket.socket, "connect", _connect),
         ("connect_ex", socket.socket, "connect_ex", _connect_ex),
+        ("send", socket.socket, "send", _send),
+        ("sendall", socket.socket, "sendall", _sendall),
+        ("sendfile", socket.socket, "sendfile", _sendfile),
+        ("ssl_send", ssl.SSLSocket, "send", _ssl_send),
+        ("ssl_sendall", ssl.SSLSocket, "sendall", _ssl_sendall),
+        ("accept", socket.socket, "accept", _accept),
+        ("getaddrinfo", socket, "getaddrinfo", _getaddrinfo),
         ("create_connection", socket, "create_connection", _create_connection),
         (
             "loop_create_connection",

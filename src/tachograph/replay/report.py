@@ -123,7 +123,7 @@ def one_line(line: str) -> str:
 def _summary(event: dict[str, Any]) -> str:
     payload = event.get("payload") or {}
     name = payload.get("tool") or payload.get("name") or payload.get("plan") or event.get("model")
-    if event.get("type") in ("network.connect", "process.spawn"):
+    if event.get("type") in ("network.connect", "network.send", "network.resolve", "process.spawn"):
         url, target = payload.get("url"), payload.get("target")
         if isinstance(url, str) and url.startswith("/") and target:
             # http.client knows only the path: the connection's host and port go before it
