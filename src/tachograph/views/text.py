@@ -26,7 +26,42 @@ def _unsafe_codepoints() -> frozenset[int]:
     points.update((0x2028, 0x2029))  # line and paragraph separators: a line break to some
     points.update((0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF))  # invisible: hide a difference
     points.update(range(0xD800, 0xE000))  # lone surrogates (undecodable stored bytes)
+    # every other format character (Unicode category Cf, as of Unicode 15.1): invisible, and
+    # the tag characters (U+E0020-E007F) spell hidden ASCII ("ASCII smuggling")
+    for first, last in _FORMAT:
+        points.update(range(first, last + 1))
+    # invisible by design, and as able to carry hidden bytes: the variation selectors and
+    # the Hangul and Mongolian fillers
+    points.update(range(0xFE00, 0xFE10))
+    points.update(range(0xE0100, 0xE01F0))
+    points.update(range(0x180B, 0x1810))
+    points.update((0x115F, 0x1160, 0x3164, 0xFFA0))
     return frozenset(points)
+
+
+_FORMAT = (
+    (0x00AD, 0x00AD),
+    (0x0600, 0x0605),
+    (0x061C, 0x061C),
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x180E, 0x180E),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x2064),
+    (0x2066, 0x206F),
+    (0xFEFF, 0xFEFF),
+    (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F),
+)
 
 
 UNSAFE = _unsafe_codepoints()
@@ -34,12 +69,21 @@ UNSAFE = _unsafe_codepoints()
 
 
 def _spelling(point: int) -> str:
-    return f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}"
+    if point < 0x100:
+        return f"\\x{point:02x}"
+    return f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"
+
+
+def _json_spelling(point: int) -> str:
+    if point < 0x10000:
+        return f"\\u{point:04x}"
+    high, low = divmod(point - 0x10000, 0x400)  # JSON spells a character past U+FFFF as a pair
+    return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
 
 
 _TABLE = {point: _spelling(point) for point in UNSAFE}
 _KEEP_NEWLINES = {point: value for point, value in _TABLE.items() if point != 0x0A}
-_JSON_TABLE = {point: f"\\u{point:04x}" for point in UNSAFE if point >= 0x7F}
+_JSON_TABLE = {point: _json_spelling(point) for point in UNSAFE if point >= 0x7F}
 
 
 def escape(text: str, *, newlines: bool = False) -> str:
