@@ -255,6 +255,24 @@ def test_junit_xml_is_what_ci_reads(corpus_master: Path) -> None:
     assert "drift" in (passed.findtext("system-out") or "")
 
 
+def test_junit_xml_of_a_hostile_file_name_is_well_formed_and_escaped(
+    store: tg.SQLiteStore, tmp_path: Path
+) -> None:
+    """A corpus checked out from elsewhere may hold any file name: an ESC made the XML
+    unreadable to CI, and a bidi override reached its page raw."""
+    folder = tmp_path / "c\u202e"
+    path = save_run(store, "run:a4471", to=folder, verdict="good")
+    hostile = "n\x1b[31mred\u202eevil\U000e0041"
+    path.rename(folder / f"{hostile}.jsonl")
+    path.with_name("run_a4471.tacho.json").rename(folder / f"{hostile}.tacho.json")
+    report = test_corpus(folder, UNDER_TEST, workers=1)
+    xml = junit_xml(report)
+    root = ET.fromstring(xml)  # well-formed
+    [case] = root.iter("testcase")
+    assert case.get("name") == "n\\x1b[31mred\\u202eevil\\U000e0041"
+    assert not any(ch in xml for ch in "\x1b\u202e\U000e0041")
+
+
 # -- accepting a reviewed change ------------------------------------------------------------------
 
 

@@ -152,7 +152,7 @@ def save_command(
         )
         return
     what = f"bad, wrong at seq {wrong_at}" if verdict == "bad" else "good"
-    click.echo(f"saved {run_id} ({what}) to {path}")
+    click.echo(escape(f"saved {run_id} ({what}) to {path}"))
 
 
 @click.command("test", short_help="Replay a corpus of saved runs against the agent.")

@@ -19,7 +19,7 @@ from ..errors import RunNotFound, StoreError, StoreNotFound
 from ..record.event import Event
 from ..store import Store, verify_stored
 from ..store import open_store as open_store_raw
-from ..views.text import redact_url
+from ..views.text import escape, redact_url
 from .app import EXIT_FAILED, EXIT_STORE, CliError, emit_json, json_option
 
 __all__ = ["MigrateReport", "migrate", "register"]
@@ -142,7 +142,7 @@ def migrate_command(src: str, dst: str, batch: int, quiet: bool, as_json: bool) 
 
             def progress(line: str) -> None:
                 if not quiet:
-                    click.echo(line, file=sys.stderr)
+                    click.echo(escape(line), file=sys.stderr)
 
             try:
                 report = migrate(source, target, batch=batch, progress=progress)
@@ -162,9 +162,13 @@ def migrate_command(src: str, dst: str, batch: int, quiet: bool, as_json: bool) 
             f"{elapsed:.1f}s"
         )
         for failure in report.failed:
+            # the report quotes the stores' own text (a tampered summary's hash): escaped
             click.echo(
-                f"FAILED {failure['tenant']}/{failure['run_id']} in the {failure['where']}:\n"
-                f"{failure['report']}"
+                escape(
+                    f"FAILED {failure['tenant']}/{failure['run_id']} in the {failure['where']}:\n"
+                    f"{failure['report']}",
+                    newlines=True,
+                )
             )
     if report.failed:
         sys.exit(EXIT_FAILED)

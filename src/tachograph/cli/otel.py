@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from ..errors import FormatError
+from ..views.text import escape
 from .app import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -136,14 +137,18 @@ def export_command(
         emit_json(result.to_dict())
     elif result.ok:
         click.echo(
-            f"exported {result.run_id}: {result.spans} spans, {result.span_events} span events "
-            f"to {result.endpoint} (trace {result.trace_id})"
+            escape(
+                f"exported {result.run_id}: {result.spans} spans, {result.span_events} span "
+                f"events to {result.endpoint} (trace {result.trace_id})"
+            )
         )
     if not result.ok:
         if not as_json:
             click.echo(
-                f"Error: {result.endpoint} did not accept the spans of {result.run_id} "
-                "(see the exporter's message above)",
+                escape(
+                    f"Error: {result.endpoint} did not accept the spans of {result.run_id} "
+                    "(see the exporter's message above)"
+                ),
                 err=True,
             )
         sys.exit(EXIT_FAILED)
@@ -201,14 +206,16 @@ def import_command(
     else:
         for run in result.runs:
             what = "already present, skipped" if run.skipped else f"{len(run.events)} events"
-            click.echo(f"{run.run_id}  {run.dialect}  {what}")
+            click.echo(escape(f"{run.run_id}  {run.dialect}  {what}"))
         click.echo(
-            f"imported {sum(not r.skipped for r in result.runs)} run(s) from {result.source} "
-            f"({result.spans} spans, {result.written} events written)"
+            escape(
+                f"imported {sum(not r.skipped for r in result.runs)} run(s) from "
+                f"{result.source} ({result.spans} spans, {result.written} events written)"
+            )
         )
     if not result.runs:
         if not as_json:
-            click.echo(f"Error: no GenAI spans found in {result.source}", err=True)
+            click.echo(escape(f"Error: no GenAI spans found in {result.source}"), err=True)
         sys.exit(EXIT_FAILED)
 
 

@@ -200,7 +200,8 @@ class Output:
         )
 
         bar = Progress(
-            TextColumn("{task.description}"),
+            # the description names a file or a run: untrusted text, no markup, escaped
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeRemainingColumn(),
@@ -208,7 +209,7 @@ class Output:
             transient=True,
         )
         with bar:
-            task = bar.add_task(description, total=total)
+            task = bar.add_task(escape(description), total=total)
             yield lambda n: bar.advance(task, n)
 
 

@@ -191,11 +191,11 @@ def seal_cmd(
         emit_json(data)
     else:
         latest = "" if log.issued_new else " (the latest: no seal waited for a new one)"
-        click.echo(f"checkpoint {cp.origin} size {cp.size}{latest}")
+        click.echo(escape(f"checkpoint {cp.origin} size {cp.size}{latest}"))
         if witnesses:
             accepted = len(witnesses) - len(log.witness_errors)
             named = f", cosigned by {', '.join(cosigners)}" if cosigners else ", no cosignature"
-            click.echo(f"accepted by {accepted} of {len(witnesses)} witness(es){named}")
+            click.echo(escape(f"accepted by {accepted} of {len(witnesses)} witness(es){named}"))
         for error in log.witness_errors:
             # a witness's refusal quotes what it answered: untrusted text, escaped
             click.echo(f"witness: {escape(error)}", err=True)
@@ -323,7 +323,7 @@ def evidence_cmd(
             }
         )
     else:
-        click.echo(f"evidence for {info.run_id} written to {path}")
+        click.echo(escape(f"evidence for {info.run_id} written to {path}"))
         for problem in problems:
             click.echo(escape(problem), err=True)
     if problems:
@@ -349,7 +349,8 @@ def verify_evidence_dir(
     if as_json:
         emit_json(report.to_dict())
     else:
-        click.echo(report.render())
+        # a bundle comes from elsewhere: its keys, names and signer lines are untrusted text
+        click.echo(escape(report.render(), newlines=True))
     if not report.ok:
         sys.exit(EXIT_FAILED)
 

@@ -111,6 +111,18 @@ def _file_stem(run_id: str) -> str:
     return run_id.replace(":", "_")
 
 
+def _plain_name(name: str) -> bool:
+    """A saved run's file name that stays in its folder and prints as itself."""
+    return (
+        bool(name)
+        and name not in (".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and name.isprintable()
+        and name == name.strip()
+    )
+
+
 def _sidecar_of(path: Path) -> Path:
     return path.with_name(path.name[: -len(".jsonl")] + SIDECAR_SUFFIX)
 
@@ -282,6 +294,12 @@ def save_run(
         ) from None
     if not folder.is_dir():
         raise CorpusError(f"{folder} is not a folder", path=str(folder))
+    if name is not None and not _plain_name(name):
+        raise CorpusError(
+            f"name {name!r} is not a plain file name: it must be printable text with no "
+            "folder separator, not '.' or '..', and name a file inside the corpus folder",
+            path=str(folder),
+        )
     stem = name or _file_stem(run_id)
     path = folder / f"{stem}.jsonl"
     sidecar = _sidecar_of(path)

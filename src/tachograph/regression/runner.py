@@ -36,6 +36,7 @@ from ..record.event import Event, now_ts
 from ..record.jsonl import read_jsonl
 from ..replay.report import DivergenceKind, Drift, ReplayReport, one_line
 from ..store.parallel import ctrl_c_held, end_pool, leave_ctrl_c_to_caller
+from ..views.text import escape
 from .corpus import (
     FIXTURE_VERSION,
     SIDECAR_SUFFIX,
@@ -380,10 +381,10 @@ class CorpusReport:
 
 
 def _xml_text(text: str) -> str:
-    # XML 1.0 admits no control characters other than tab, newline and carriage return.
-    return "".join(
-        ch for ch in text if ch in "\t\n\r" or (ord(ch) >= 0x20 and not 0xD800 <= ord(ch) <= 0xDFFF)
-    )
+    """Text a CI page shows: control, bidi and invisible characters escaped as everywhere
+    (XML 1.0 admits no control character but tab, line feed and carriage return, nor a lone
+    surrogate), and the two non-characters XML refuses dropped."""
+    return escape(text, newlines=True).replace("\ufffe", "").replace("\uffff", "")
 
 
 def junit_xml(report: CorpusReport) -> str:
@@ -398,7 +399,7 @@ def junit_xml(report: CorpusReport) -> str:
     errors = sum(1 for r in report.results if r.outcome is Outcome.UNREPLAYABLE)
     total = f"{sum(r.seconds for r in report.results):.3f}"
     attrs = {
-        "name": f"tacho test {report.corpus}",
+        "name": _xml_text(f"tacho test {report.corpus}"),
         "tests": str(len(report.results)),
         "failures": str(failures),
         "errors": str(errors),
@@ -410,10 +411,12 @@ def junit_xml(report: CorpusReport) -> str:
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", {"name": "agent", "value": _xml_text(report.agent)})
     ET.SubElement(props, "property", {"name": "corpus", "value": _xml_text(report.corpus)})
-    classname = "tacho." + report.corpus.strip("/").replace("/", ".")
+    classname = _xml_text("tacho." + report.corpus.strip("/").replace("/", "."))
     for r in report.results:
         case = ET.SubElement(
-            suite, "testcase", {"classname": classname, "name": r.name, "time": f"{r.seconds:.3f}"}
+            suite,
+            "testcase",
+            {"classname": classname, "name": _xml_text(r.name), "time": f"{r.seconds:.3f}"},
         )
         step = f" at seq {r.seq}" if r.seq is not None else ""
         message = _xml_text(f"{r.run_id or r.name}: {r.outcome.label}{step}: {r.reason}")
