@@ -12,8 +12,9 @@ Conventions (for every command module, built in or plugged in):
   divergence or failing tests; :data:`EXIT_USAGE` (2) a usage error (bad option, an agent that
   does not import, a confirmation that is required); :data:`EXIT_STORE` (3) the store cannot be
   opened or read, or the run is not in it, or a read's ``--purpose`` is denied
-  (:class:`~tachograph.errors.PurposeDenied`). A :class:`~tachograph.errors.TachographError` that
-  escapes a command is mapped to one of these by :class:`TachoGroup`.
+  (:class:`~tachograph.errors.PurposeDenied`); :data:`EXIT_PIPE` (141) stdout's reader went
+  away. A :class:`~tachograph.errors.TachographError` that escapes a command is mapped to one
+  of these by :class:`TachoGroup`, and stdout failing (:data:`CANNOT_WRITE`) to 141 or 2.
 - A command module ``tachograph.cli.<name>`` defines ``register(group)``, which adds its
   commands. :data:`COMMANDS` names the module of each command; a module is imported when one
   of its commands is asked for (or all of them, for ``tacho --help``), so that a command
@@ -24,7 +25,10 @@ Conventions (for every command module, built in or plugged in):
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
+import io
+import math
 import os
 import shlex
 import signal
@@ -58,6 +62,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_PIPE",
     "EXIT_STORE",
     "EXIT_TERMINATED",
     "EXIT_USAGE",
@@ -86,6 +91,9 @@ EXIT_USAGE = 2
 """A usage error: a bad option or argument, an agent path that does not import."""
 EXIT_STORE = 3
 """The store cannot be opened or read, or the named run is not in it."""
+EXIT_PIPE = 141
+"""The reader of stdout went away (``| head``): the output was cut short, as a pipe's end
+ends other tools (128 + SIGPIPE); not a failure of what the command checked."""
 
 PLUGGED = ("corpus", "otel", "seal", "privacy", "migrate", "doctor")
 """Command modules loaded when present: each defines ``register(cli: click.Group)``."""
@@ -199,6 +207,48 @@ def resolve_run(store: Store, run_id: str, *, tenant: str | None = None) -> RunI
             tenant=tenant or store.tenant,
             suggestions=roots[:8],
         ) from None
+
+
+class _Limit(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on
+    """A count of rows where 0 means all: a negative one is refused (it read as "all"), and
+    one past 2^53 is all in effect (SQLite's integers end at 2^63 - 1)."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        count = int(click.INT.convert(value, param, ctx))
+        if count < 0:
+            self.fail(f"{count} is negative (0 means all)", param, ctx)
+        return min(count, 2**53)
+
+
+LIMIT = _Limit()
+"""The type of a ``--limit`` option."""
+
+
+class _Seconds(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on
+    """A finite number of seconds, 0 or more (or more than 0): ``inf`` and ``nan``, which
+    ``click.FloatRange`` lets through, are refused."""
+
+    name = "seconds"
+
+    def __init__(self, *, zero: bool) -> None:
+        self.zero = zero
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        seconds = float(click.FLOAT.convert(value, param, ctx))
+        if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not self.zero):
+            least = "0 or more" if self.zero else "more than 0"
+            self.fail(f"{value!r} is not a finite number of seconds, {least}", param, ctx)
+        return seconds
+
+
+SECONDS = _Seconds(zero=True)
+"""Seconds, 0 or more."""
+POSITIVE_SECONDS = _Seconds(zero=False)
+"""Seconds, more than 0."""
 
 
 def json_option(fn: F) -> F:
@@ -442,6 +492,10 @@ class TachoGroup(click.Group):
             _stopped(interrupt)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise  # click's own ends of a command (Exit and Abort are RuntimeErrors)
+        except OSError as exc:
+            if not _writing_output(exc):
+                raise
+            output_failed(exc)
         except Exception as exc:
             # Python wraps an exception raised in a class's __set_name__ (3.10, 3.11): an
             # interrupt that lands while a command's module defines a dataclass is a
@@ -450,6 +504,46 @@ class TachoGroup(click.Group):
             if wrapped is None:
                 raise
             _stopped(wrapped)
+
+
+_WRITERS = frozenset({__name__, "tachograph.cli.render", "click.utils", "rich.console"})
+"""The modules whose frames write a command's output."""
+CANNOT_WRITE = frozenset({errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def _writing_output(exc: OSError) -> bool:
+    """Whether ``exc`` is stdout failing (its pipe closed, its disk full): raised by a write
+    in one of the output's writers (the innermost frame of its traceback)."""
+    if exc.errno not in CANNOT_WRITE or exc.filename is not None:
+        return False
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_globals.get("__name__") in _WRITERS
+
+
+def _quiet(stream: IO[str]) -> None:
+    """Point ``stream``'s descriptor at the null device, so that what it still holds is
+    flushed there when the interpreter closes it (the recipe of Python's ``signal`` docs)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, stream.fileno())
+        finally:
+            os.close(null)
+
+
+def output_failed(exc: OSError) -> NoReturn:
+    """End a command whose output cannot be written: 141 when the reader went away (no
+    message: it asked for no more), else an error on stderr and 2 (as for ``export -o``).
+    The streams are made quiet first: Python flushes them again at exit."""
+    _quiet(sys.stdout)
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stdout until the process ends
+    if exc.errno == errno.EPIPE:
+        raise click.exceptions.Exit(EXIT_PIPE)
+    with contextlib.suppress(OSError):
+        click.echo(f"Error: cannot write the output: {exc.strerror or exc}", err=True)
+    raise click.exceptions.Exit(EXIT_USAGE)
 
 
 def _stopped(interrupt: KeyboardInterrupt) -> NoReturn:
@@ -503,7 +597,19 @@ def load_plugged(group: click.Group, names: Sequence[str], package: str) -> list
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``tacho`` console script."""
-    cli.main(args=list(argv) if argv is not None else None, prog_name="tacho")
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="tacho")
+    except SystemExit as done:
+        # output still buffered is written here, not at the interpreter's exit (where a
+        # closed pipe is an "Exception ignored" and exit 120)
+        try:
+            sys.stdout.flush()
+        except OSError as exc:
+            try:
+                output_failed(exc)
+            except click.exceptions.Exit as failed:
+                raise SystemExit(failed.exit_code) from None
+        raise done
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -39,6 +39,7 @@ from .app import (
     EXIT_FAILED,
     EXIT_STORE,
     EXIT_USAGE,
+    LIMIT,
     CliError,
     emit_json,
     emit_json_rows,
@@ -171,7 +172,13 @@ def as_timestamp(text: str | None, option: str) -> str | None:
             exit_code=EXIT_USAGE,
         ) from None
     if moment.tzinfo is not None:
-        moment = moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        try:
+            moment = moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        except OverflowError:  # 9999-12-31T23:59-14:00 is past the calendar's end in UTC
+            raise CliError(
+                f"{option} {text!r} is outside the years 1 to 9999 in UTC",
+                exit_code=EXIT_USAGE,
+            ) from None
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -219,8 +226,7 @@ def _stored_actors(actor: str) -> list[str]:
 @click.option("--tenant", help="Only runs of this tenant.")
 @click.option(
     "--limit",
-    # beyond 2^53 is "all" in effect: SQLite's integers end at 2^63 - 1
-    type=click.IntRange(min=0, max=2**53, clamp=True),
+    type=LIMIT,
     default=50,
     show_default=True,
     help="At most this many runs, newest first (0: all).",
@@ -548,9 +554,10 @@ def verify_cmd(
                 "runs": [
                     {
                         **_with_blobs(with_seal(r, verdicts.get((r.tenant, r.run_id))), r, blobs),
+                        # wherever the check ran (one run, a file), even with none found
                         **(
                             {"unvouched": unvouched[(r.tenant, r.run_id)]}
-                            if unvouched.get((r.tenant, r.run_id))
+                            if (r.tenant, r.run_id) in unvouched
                             else {}
                         ),
                         **(

@@ -21,6 +21,7 @@ from ..store import RunInfo, verify_stored
 from ..store import open_store as open_store_raw
 from ..views.text import escape, escape_json
 from .app import (
+    CANNOT_WRITE,
     EXIT_FAILED,
     EXIT_STORE,
     EXIT_USAGE,
@@ -28,6 +29,7 @@ from .app import (
     emit_json,
     json_option,
     open_store,
+    output_failed,
     regular_file,
     resolve_run,
     state,
@@ -52,16 +54,22 @@ def _destination(path: str | None) -> Iterator[IO[bytes]]:
     export.
     """
     if path is None or path == "-":
-        sys.stdout.flush()
-        stream = sys.stdout.buffer
-        if sys.stdout.isatty():
-            # on a terminal, recorded text must not move the cursor or reorder the line:
-            # the characters JSON leaves raw (DEL, C1, bidi, separators) become \u escapes,
-            # which keep every line valid JSON of the same values (a pipe gets the bytes)
-            yield _TerminalSafe(stream)  # type: ignore[misc]
-        else:
-            yield stream
-        stream.flush()
+        try:
+            sys.stdout.flush()
+            stream = sys.stdout.buffer
+            if sys.stdout.isatty():
+                # on a terminal, recorded text must not move the cursor or reorder the line:
+                # the characters JSON leaves raw (DEL, C1, bidi, separators) become \u
+                # escapes, which keep every line valid JSON of the same values (a pipe gets
+                # the bytes)
+                yield _TerminalSafe(stream)  # type: ignore[misc]
+            else:
+                yield stream
+            stream.flush()
+        except OSError as exc:  # `| head` done reading, a full disk under `> file`
+            if exc.errno not in CANNOT_WRITE or exc.filename is not None:
+                raise
+            output_failed(exc)
         return
     target = Path(path)
     if target.is_dir() or path.endswith(("/", os.sep)):

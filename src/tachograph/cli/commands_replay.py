@@ -42,10 +42,27 @@ _ANSWERABLE = (
 )
 
 
+def _check_allow(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    from ..errors import ReplayError
+    from ..replay.guard import parse_allow
+
+    for entry in value:
+        try:
+            parse_allow([entry])
+        except ReplayError:
+            raise click.BadParameter(
+                f"{entry!r} is not HOST:PORT, HOST:*, unix:PATH or exec:PROGRAM"
+            ) from None
+    return value
+
+
 _allow_network = click.option(
     "--allow-network",
     "allow_network",
     multiple=True,
+    callback=_check_allow,
     metavar="HOST:PORT",
     help="Let this unrecorded connection through (repeatable; also HOST:*, unix:PATH, "
     "exec:PROGRAM). Anything else the record does not serve is refused.",

@@ -18,6 +18,8 @@ from ..views.text import escape
 from .app import (
     EXIT_FAILED,
     EXIT_USAGE,
+    POSITIVE_SECONDS,
+    SECONDS,
     CliError,
     emit_json,
     json_option,
@@ -75,7 +77,7 @@ def otel_group() -> None:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=POSITIVE_SECONDS,
     default=10.0,
     show_default=True,
     help="Seconds to wait for the endpoint, retries included.",
@@ -170,7 +172,7 @@ def export_command(
 )
 @click.option(
     "--gap",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=None,
     metavar="SECONDS",
     help="Join traces naming no conversation when one starts within SECONDS of the last.",

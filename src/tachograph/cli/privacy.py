@@ -25,6 +25,7 @@ from ..store import Store
 from .app import (
     EXIT_FAILED,
     EXIT_USAGE,
+    LIMIT,
     CliError,
     emit_json,
     json_option,
@@ -179,8 +180,7 @@ def erase_cmd(
 @click.option("--run", "run_id", metavar="RUN", help="Only records about this run.")
 @click.option(
     "--limit",
-    # beyond 2^53 is "all" in effect: SQLite's integers end at 2^63 - 1
-    type=click.IntRange(min=0, max=2**53, clamp=True),
+    type=LIMIT,
     default=0,
     show_default=True,
     help="Only the newest this many records (0: all).",

@@ -408,7 +408,10 @@ def _conversations(
             out.append(by_key[key])
     if gap is None:
         return out + loose
-    limit = int(gap * 1_000_000_000)
+    if not gap >= 0:  # nan too
+        raise ValueError(f"gap must be 0 seconds or more, not {gap!r}")
+    # past 10^10 seconds (three centuries) every gap between two spans is shorter
+    limit = int(min(gap, 1e10) * 1_000_000_000)
     current: list[OtlpSpan] | None = None
     for spans in sorted(loose, key=lambda t: min(s.start_ns for s in t)):
         start = min(s.start_ns for s in spans)

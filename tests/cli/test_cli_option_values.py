@@ -1,0 +1,72 @@
+"""Option values a reviewer found taken wrongly: a malformed ``--allow-network`` exited 1
+(a divergence's code) naming a Python parameter; a negative ``--limit`` meant "all"; a
+time past the calendar's end in UTC, and ``inf`` or ``nan`` seconds, ended in tracebacks
+or in an exporter's failure. Each is a usage error (exit 2) naming the option."""
+
+from __future__ import annotations
+
+import pytest
+
+from tachograph.cli.app import EXIT_OK, EXIT_USAGE
+
+from .conftest import Tacho
+
+AGENT = "tachograph.demo.agent:billing_agent"
+
+
+@pytest.mark.parametrize("command", ["replay", "fork"])
+@pytest.mark.parametrize("value", ["foo", "127.0.0.1:abc", ":80"])
+def test_a_malformed_allow_network_entry_is_a_usage_error(
+    tacho: Tacho, run_id: str, command: str, value: str
+) -> None:
+    extra = ["--at", "3"] if command == "fork" else []
+    result = tacho(command, run_id, "--agent", AGENT, *extra, "--allow-network", value)
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "Invalid value for '--allow-network'" in result.output
+    assert "HOST:PORT" in result.output
+
+
+@pytest.mark.parametrize(("command", "limit"), [("runs", "-1"), ("audit", "-5")])
+def test_a_negative_limit_is_refused(tacho: Tacho, command: str, limit: str) -> None:
+    result = tacho(command, "--limit", limit)
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "is negative (0 means all)" in result.output
+
+
+def test_a_huge_limit_is_all(tacho: Tacho, run_id: str) -> None:
+    result = tacho("runs", "--limit", str(10**30))
+    assert result.exit_code == EXIT_OK, result.output
+    assert run_id in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("runs", "--since", "9999-12-31T23:59:59-14:00"),
+        ("runs", "--until", "0001-01-01T00:00+01:00"),
+        ("retention", "plan", "--now", "0001-01-01T00:00:00+14:00"),
+    ],
+)
+def test_a_time_outside_the_calendar_in_utc_is_a_usage_error(
+    tacho: Tacho, args: tuple[str, ...]
+) -> None:
+    result = tacho(*args)
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "outside the years 1 to 9999 in UTC" in result.output
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e400", "-1"])
+def test_seconds_must_be_finite(tacho: Tacho, run_id: str, value: str) -> None:
+    gap = tacho("otel", "import", "nowhere.json", "--gap", value)
+    assert gap.exit_code == EXIT_USAGE, gap.output
+    assert "Invalid value for '--gap'" in gap.output
+    timeout = tacho("otel", "export", run_id, "--timeout", value)
+    assert timeout.exit_code == EXIT_USAGE, timeout.output
+    assert "Invalid value for '--timeout'" in timeout.output
+
+
+def test_verify_json_says_unvouched_even_when_there_are_none(tacho: Tacho, run_id: str) -> None:
+    one = tacho.json("verify", run_id)
+    assert one["runs"][0]["unvouched"] == []
+    whole = tacho.json("verify")
+    assert "unvouched" not in whole["runs"][0]  # a store's runs are not checked for them
