@@ -70,3 +70,25 @@ def test_verify_json_says_unvouched_even_when_there_are_none(tacho: Tacho, run_i
     assert one["runs"][0]["unvouched"] == []
     whole = tacho.json("verify")
     assert "unvouched" not in whole["runs"][0]  # a store's runs are not checked for them
+
+
+def test_the_output_option_has_both_names_everywhere(
+    tacho: Tacho, run_id: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    where = tmp_path_factory.mktemp("out")
+    assert tacho("export", run_id, "--out", str(where / "a.jsonl")).exit_code == EXIT_OK
+    assert (where / "a.jsonl").stat().st_size > 0
+    key = tacho("keys", "init", "--output", str(where / "k.key"), store=False)
+    assert key.exit_code == EXIT_OK, key.output
+    assert (where / "k.key").exists()
+
+
+def test_migrate_names_its_source_not_the_global_store_option(
+    tacho: Tacho, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    where = tmp_path_factory.mktemp("mig")
+    result = tacho("migrate", str(where / "nope.db"), str(where / "to.db"), store=False)
+    assert result.exit_code == 3, result.output
+    assert f"no tachograph store at {where / 'nope.db'} (SRC)" in result.output
+    assert "--store" not in result.output
+    assert not (where / "to.db").exists()

@@ -126,7 +126,12 @@ def _in_place(path: str) -> Iterator[IO[bytes]]:
 @click.argument("run_ids", metavar="[RUN]...", nargs=-1)
 @click.option("--all", "all_runs", is_flag=True, help="Export every run in the store.")
 @click.option(
-    "-o", "--output", metavar="FILE", help="Write to FILE instead of stdout ('-' for stdout)."
+    "-o",
+    "--output",
+    "--out",  # the name evidence and keys init give it
+    "output",
+    metavar="FILE",
+    help="Write to FILE instead of stdout ('-' for stdout).",
 )
 @click.option(
     "--blobs",

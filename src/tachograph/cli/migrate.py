@@ -114,7 +114,9 @@ def _open(url: str, *, create: bool) -> Store:
     try:
         return open_store_raw(url, create=create)
     except StoreNotFound as exc:
-        raise CliError(str(exc), exit_code=EXIT_STORE) from exc
+        # the store's own message names --store and TACHOGRAPH_STORE: here SRC was given
+        where = getattr(exc, "location", None) or redact_url(url)
+        raise CliError(f"no tachograph store at {where} (SRC)", exit_code=EXIT_STORE) from exc
     except StoreError as exc:
         raise CliError(f"cannot open store {redact_url(url)}: {exc}", exit_code=EXIT_STORE) from exc
 

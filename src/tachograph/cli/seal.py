@@ -80,6 +80,7 @@ def keys_group() -> None:
 @click.option(
     "-o",
     "--out",
+    "--output",  # the name export gives it
     "out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -242,7 +243,7 @@ def witness_cmd(
 
 @click.command("evidence", short_help="Write a run's offline evidence bundle.")
 @click.argument("run_id", metavar="RUN")
-@click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False))
+@click.option("-o", "--out", "--output", "out", required=True, type=click.Path(file_okay=False))
 @click.option("--key", "keys", multiple=True, help="Verifier key(s) to list in the bundle.")
 @click.option(
     "--witness", default=None, help="Witness URL or directory holding a cosigned checkpoint."
