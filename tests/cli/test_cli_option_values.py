@@ -92,3 +92,17 @@ def test_migrate_names_its_source_not_the_global_store_option(
     assert f"no tachograph store at {where / 'nope.db'} (SRC)" in result.output
     assert "--store" not in result.output
     assert not (where / "to.db").exists()
+
+
+def test_replay_of_a_missing_file_or_a_file_of_many_runs_is_a_usage_error(
+    tacho: Tacho, run_id: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    where = tmp_path_factory.mktemp("files")
+    missing = tacho("replay", str(where / "nofile.jsonl"), "--agent", AGENT)
+    assert missing.exit_code == EXIT_USAGE, missing.output
+    assert "no such file" in missing.output
+    assert tacho("fork", run_id, "--at", "3", "--agent", AGENT).exit_code == EXIT_OK
+    assert tacho("export", "--all", "-o", str(where / "all.jsonl")).exit_code == EXIT_OK
+    many = tacho("replay", str(where / "all.jsonl"), "--agent", AGENT)
+    assert many.exit_code == EXIT_USAGE, many.output
+    assert "holds 2 runs; replay takes a file of one run" in many.output

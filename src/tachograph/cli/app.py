@@ -378,6 +378,12 @@ def _hints_for(exc: TachographError) -> list[str]:
         return ["List the runs in this store with: tacho runs"]
     if isinstance(exc, ConfirmationRequired):
         return ["Pass --confirm to allow it."]
+    if getattr(exc, "several_tenants", False):
+        return [
+            "Name the tenant with --tenant T, or in the store URL on any command: "
+            "tacho --store 'sqlite:///FILE?tenant=T' ... (tacho runs --json lists each run's "
+            "tenant)"
+        ]
     return []
 
 

@@ -270,14 +270,17 @@ def runs_cmd(
             filtered = any(v is not None for v in (actor, status, since, until, tenant))
             out.line(f"no runs in {store.url}" + (" match these filters" if filtered else ""))
             return
-        rows = [row.cells() for row in run_rows(found)]
-        cells = [(None, None, "dim", None, _STATUS_STYLES.get(r.status, "")) for r in found]
-        out.table(
-            ("RUN", "ACTOR", "STARTED", "EVENTS", "STATUS"),
-            rows,
-            cell_styles=cells,
-            keep=("RUN", "EVENTS", "STATUS"),
-        )
+        rows: list[tuple[str, ...]] = [row.cells() for row in run_rows(found)]
+        cells: list[tuple[str | None, ...]] = [
+            (None, None, "dim", None, _STATUS_STYLES.get(r.status, "")) for r in found
+        ]
+        headers: tuple[str, ...] = ("RUN", "ACTOR", "STARTED", "EVENTS", "STATUS")
+        if len({r.tenant for r in found}) > 1:
+            # one id may name a run of each tenant: the rows would read as duplicates
+            rows = [(row[0], r.tenant, *row[1:]) for row, r in zip(rows, found, strict=True)]
+            cells = [(c[0], None, *c[1:]) for c in cells]
+            headers = ("RUN", "TENANT", *headers[1:])
+        out.table(headers, rows, cell_styles=cells, keep=("RUN", "TENANT", "EVENTS", "STATUS"))
         if more:
             out.line(f"(showing the newest {limit}; --limit 0 for all)", style="dim")
 

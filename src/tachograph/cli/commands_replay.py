@@ -10,7 +10,7 @@ import click
 import orjson
 
 from ..capture.loader import load_agent
-from ..errors import Divergence
+from ..errors import Divergence, FormatError
 from ..record.event import EventType
 from ..replay.api import fork, replay, resume
 from ..replay.history import RunHistory
@@ -66,6 +66,11 @@ _allow_network = click.option(
     metavar="HOST:PORT",
     help="Let this unrecorded connection through (repeatable; also HOST:*, unix:PATH, "
     "exec:PROGRAM). Anything else the record does not serve is refused.",
+)
+
+
+_tenant = click.option(
+    "--tenant", default=None, help="The run's tenant, if its id exists under several."
 )
 
 
@@ -129,6 +134,7 @@ def _parse_override(text: str | None) -> Any:
     "--allow-unverified", is_flag=True, help="Replay a run that does not verify (labelled so)."
 )
 @click.option("--rerun-pure", is_flag=True, help="Re-execute pure tools and compare results.")
+@_tenant
 @_allow_network
 @json_option
 def replay_cmd(
@@ -138,6 +144,7 @@ def replay_cmd(
     collect: bool,
     allow_unverified: bool,
     rerun_pure: bool,
+    tenant: str | None,
     allow_network: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -148,8 +155,21 @@ def replay_cmd(
     step).
     """
     agent = load_agent(agent_path)
+    if not os.path.isfile(run_id) and ("/" in run_id or os.sep in run_id):
+        # a run id holds no slash: this names a file, as `tacho verify FILE` takes it
+        raise CliError(f"no such file: {run_id}", exit_code=EXIT_USAGE)
     if os.path.isfile(run_id):
-        history = RunHistory.from_jsonl(run_id, allow_unverified=allow_unverified)
+        try:
+            history = RunHistory.from_jsonl(run_id, allow_unverified=allow_unverified)
+        except FormatError as exc:
+            runs = getattr(exc, "runs", None)
+            if runs is None:
+                raise
+            raise CliError(
+                f"{run_id} holds {runs} runs; replay takes a file of one run: export "
+                "the run alone (tacho export RUN -o FILE), or replay it from its store",
+                exit_code=EXIT_USAGE,
+            ) from exc
         with agent_output(as_json):
             report = replay(
                 history,
@@ -164,7 +184,7 @@ def replay_cmd(
         _finish(report, as_json)
         return
     with open_store() as store, agent_output(as_json):
-        info = resolve_run(store, run_id)
+        info = resolve_run(store, run_id, tenant=tenant)
         report = replay(
             store,
             info.run_id,
@@ -192,6 +212,7 @@ def replay_cmd(
     "--live", is_flag=True, help="Run write and irreversible tools for real (default: dry run)."
 )
 @click.option("--allow-unverified", is_flag=True, help="Fork a run that does not verify.")
+@_tenant
 @_allow_network
 @json_option
 def fork_cmd(
@@ -201,6 +222,7 @@ def fork_cmd(
     override: str | None,
     live: bool,
     allow_unverified: bool,
+    tenant: str | None,
     allow_network: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -211,7 +233,7 @@ def fork_cmd(
     agent = load_agent(agent_path)
     value = _parse_override(override)
     with open_store() as store:
-        info = resolve_run(store, run_id)
+        info = resolve_run(store, run_id, tenant=tenant)
         run_id = info.run_id
         if not 0 <= at < info.events:
             raise CliError(
@@ -266,6 +288,7 @@ def fork_cmd(
     "whether it still runs (one on another host, or a process id since given to another "
     "process): say it has ended.",
 )
+@_tenant
 @_allow_network
 @json_option
 def resume_cmd(
@@ -273,6 +296,7 @@ def resume_cmd(
     agent_path: str,
     confirm: bool,
     takeover: bool,
+    tenant: str | None,
     allow_network: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -286,7 +310,7 @@ def resume_cmd(
         raise click.UsageError("--takeover goes with --confirm (only it runs an effect again)")
     agent = load_agent(agent_path)
     with open_store() as store:
-        info = resolve_run(store, run_id)
+        info = resolve_run(store, run_id, tenant=tenant)
         run_id = info.run_id
         if info.status is not None:
             raise CliError(

@@ -206,6 +206,7 @@ class RunHistory:
             raise FormatError(
                 f"{Path(path)} holds {len(runs)} runs ({ids}); name one with run_id",
                 path=str(path),
+                runs=len(runs),
             )
         return cls.from_events(runs[0], source=str(path), report=read[0][1])
 

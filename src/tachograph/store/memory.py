@@ -211,6 +211,7 @@ class MemoryStore(Store):
             raise StoreError(
                 f"run id {run_id!r} exists under several tenants; name one with tenant=",
                 run_id=run_id,
+                several_tenants=True,
             )
         return tenants[0]
 

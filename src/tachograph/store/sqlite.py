@@ -1083,6 +1083,7 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
             raise StoreError(
                 f"run id {run_id!r} exists under several tenants; name one with tenant=",
                 run_id=run_id,
+                several_tenants=True,
             )
         return str(rows[0][0])
 

@@ -1,0 +1,51 @@
+"""One run id under two tenants, from the CLI: ``runs`` shows the tenant (the two rows read
+as duplicates), ``replay``, ``fork`` and ``resume`` take ``--tenant``, and the error
+without one says how to name it from the command line (it said ``tenant=``, a Python
+keyword)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import tachograph as tg
+from tachograph.cli.app import EXIT_OK, EXIT_STORE
+
+from .conftest import Tacho
+
+AGENT = "tachograph.demo.agent:billing_agent"
+TASK = "Order A-4471 arrived damaged. Please refund it."
+
+
+@pytest.fixture
+def twins(tmp_path: Path, runner: CliRunner) -> Tacho:
+    db = tmp_path / "twins.db"
+    from tachograph.demo.agent import billing_agent
+
+    for tenant in ("alpha", "beta"):
+        with tg.open_store(db, create=True) as store:
+            tg.record_run(billing_agent, TASK, store=store, run_id="run_same_id", tenant=tenant)
+    return Tacho(db, runner)
+
+
+def test_runs_names_the_tenant_when_the_listing_spans_several(twins: Tacho) -> None:
+    listed = twins("runs")
+    assert listed.exit_code == EXIT_OK
+    assert "TENANT" in listed.output
+    assert "alpha" in listed.output
+    assert "beta" in listed.output
+
+
+def test_replay_names_the_tenant_with_an_option(twins: Tacho) -> None:
+    ambiguous = twins("replay", "run_same_id", "--agent", AGENT)
+    assert ambiguous.exit_code == EXIT_STORE, ambiguous.output
+    assert "--tenant T" in ambiguous.output
+    assert "?tenant=T" in ambiguous.output
+    named = twins.json("replay", "run_same_id", "--agent", AGENT, "--tenant", "beta")
+    assert named["verdict"] == "reproduced"
+    forked = twins.json("fork", "run_same_id", "--at", "3", "--agent", AGENT, "--tenant", "beta")
+    assert forked["new_run_id"].startswith("run_same_id.fork-")
+    finished = twins("resume", "run_same_id", "--agent", AGENT, "--tenant", "alpha")
+    assert "has finished" in finished.output  # the run was found in its tenant
