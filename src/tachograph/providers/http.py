@@ -82,7 +82,9 @@ def parse_sse(data: bytes) -> list[dict[str, Any]]:
     """Server-sent events as records: ``{"event"?, "data", "id"?, "retry"?}`` each.
 
     ``data`` is the parsed JSON when it is an object or an array, else the text as sent
-    (``[DONE]``). Comment lines are dropped, as every SSE client ignores them.
+    (``[DONE]``). Comment lines are dropped, as every SSE client ignores them. An event is
+    complete only at the blank line that ends it: what follows the last blank line (a stream
+    cut off in the middle of an event) was never dispatched to the SDK, and is not an event.
     """
     text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
     events: list[dict[str, Any]] = []
@@ -105,7 +107,8 @@ def parse_sse(data: bytes) -> list[dict[str, Any]]:
         fields.clear()
         lines.clear()
 
-    for line in text.split("\n"):
+    # the piece after the last line break is an unfinished line, not a blank one
+    for line in text.split("\n")[:-1]:
         if not line:
             flush()
             continue
@@ -117,7 +120,7 @@ def parse_sse(data: bytes) -> list[dict[str, Any]]:
             lines.append(value)
         elif name in ("event", "id", "retry"):
             fields[name] = value
-    flush()
+    # no flush(): an unfinished last event is dropped, as the SDKs drop it
     return events
 
 
