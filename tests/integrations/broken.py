@@ -32,6 +32,8 @@ class Answer:
     """A content-length (a body shorter than it is truncated); chunked when ``None``."""
     delay: float = 0.0
     """Seconds to wait before answering at all."""
+    stall: float = 0.0
+    """Seconds to wait after the pieces, before the body's end (or the cut)."""
 
 
 @dataclass
@@ -111,6 +113,21 @@ def chat_body(content: str = "hello") -> bytes:
     ).encode()
 
 
+def message_body(text: str = "hello") -> bytes:
+    return json.dumps(
+        {
+            "id": "msg_2",
+            "type": "message",
+            "role": "assistant",
+            "model": ANTHROPIC_SNAPSHOT,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 1},
+        }
+    ).encode()
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
@@ -133,6 +150,8 @@ class _Handler(BaseHTTPRequestHandler):
         for piece in answer.pieces:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
             self.wfile.flush()
+        if answer.stall:
+            time.sleep(answer.stall)
         if answer.cut:
             self.close_connection = True
             return

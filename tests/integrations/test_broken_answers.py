@@ -21,7 +21,14 @@ from tachograph.integrations.openai import instrument as instrument_openai
 from tachograph.providers.http import parse_sse
 
 from .agents import plain
-from .broken import Answer, broken_server, chat_chunks, message_events
+from .broken import (
+    Answer,
+    broken_server,
+    chat_body,
+    chat_chunks,
+    message_body,
+    message_events,
+)
 from .conftest import events
 
 SSE = "text/event-stream"
@@ -140,3 +147,106 @@ def test_a_stream_cut_mid_event_replays_the_same_connection_error(
     assert report.reproduced, report.render()
     assert report.output == result.output
     assert sent == 1
+
+
+# -- a body cut short after its headers -----------------------------------------------------
+
+TRUNCATED = Answer(length=1000, pieces=[b'{"id": "chatcmpl-1", "obj'], cut=True)
+
+
+def _openai_call(url: str, is_async: bool, **options: Any) -> Callable[[str], Any]:
+    if is_async:
+        aclient = instrument_openai(
+            openai.AsyncOpenAI(base_url=url + "/v1", api_key="k", **options)
+        )
+
+        async def ask_async(prompt: str) -> str:
+            try:
+                answer = await aclient.chat.completions.create(
+                    model="gpt-5.6", messages=[{"role": "user", "content": prompt}]
+                )
+            except Exception as exc:
+                return _failed(exc)
+            return answer.choices[0].message.content or ""
+
+        return ask_async
+    client = instrument_openai(openai.OpenAI(base_url=url + "/v1", api_key="k", **options))
+
+    def ask(prompt: str) -> str:
+        try:
+            answer = client.chat.completions.create(
+                model="gpt-5.6", messages=[{"role": "user", "content": prompt}]
+            )
+        except Exception as exc:
+            return _failed(exc)
+        return answer.choices[0].message.content or ""
+
+    return ask
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_body_cut_short_is_a_recorded_failure_the_sdk_retries_again(
+    db: str, is_async: bool
+) -> None:
+    with broken_server(TRUNCATED, Answer(pieces=[chat_body("second try")])) as server:
+        agent = _openai_call(server.url, is_async, max_retries=1)
+        result = tachograph.record_run(plain(agent), "hi", store=db)
+        assert len(server.requests) == 2
+    assert result.output == "second try"
+    recorded = events(db, result.run_id)
+    assert [e.type for e in recorded] == [
+        "run.started",
+        "model.request",
+        "model.failed",
+        "model.request",
+        "model.response",
+        "run.finished",
+    ]
+    failed = recorded[2]
+    assert failed.idempotency_key == recorded[1].idempotency_key
+    assert failed.payload["error"]["type"] == "httpx2.RemoteProtocolError"
+    assert set(failed.payload["error"]) == {"type", "message"}
+
+    report = tachograph.replay(db, result.run_id, plain(agent))
+
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+
+
+def test_a_body_cut_short_raises_the_same_sdk_error_in_replay(db: str) -> None:
+    with broken_server(Answer(length=1000, pieces=[message_body()[:30]], cut=True)) as server:
+        client = instrument_anthropic(
+            anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0)
+        )
+
+        def ask(prompt: str) -> str:
+            try:
+                client.messages.create(
+                    model="claude-sonnet-5",
+                    max_tokens=64,
+                    messages=[{"role": "user", "content": prompt}],
+                )
+            except Exception as exc:
+                return _failed(exc)
+            return "answered"
+
+        result = tachograph.record_run(plain(ask), "hi", store=db)
+    assert result.output == "anthropic.APIConnectionError"
+    report = tachograph.replay(db, result.run_id, plain(ask))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+
+
+def test_a_read_timeout_inside_the_body_replays_as_the_sdk_timeout(db: str) -> None:
+    stalled = Answer(length=1000, pieces=[b'{"id"'], stall=2.0)
+    with broken_server(stalled) as server:
+        agent = _openai_call(server.url, False, max_retries=0, timeout=0.3)
+        result = tachograph.record_run(plain(agent), "hi", store=db)
+    assert result.output == "openai.APITimeoutError"
+    (failed,) = [e for e in events(db, result.run_id) if e.type == "model.failed"]
+    assert failed.payload["error"]["type"] == "httpx2.ReadTimeout"
+
+    report = tachograph.replay(db, result.run_id, plain(agent))
+
+    assert report.reproduced, report.render()
+    assert report.output == result.output

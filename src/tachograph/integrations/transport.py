@@ -15,7 +15,8 @@ Every HTTP attempt the SDK makes is one model call of the current run:
   usage (for a stream, merged from its events).
 * ``model.failed``: an HTTP error (429, 5xx, ...) is ``{"error": {"type", "message",
   "status"}, "response": {...}}`` where ``type`` is the SDK exception the status maps to; a
-  transport error (connection refused, timeout) is ``{"error": {"type", "message"}}``.
+  transport error (connection refused, timeout, a body cut short) is ``{"error": {"type",
+  "message"}}``.
 
 SDK retries are separate HTTP attempts, so each one is its own request and answer, keyed
 ``...#1``, ``...#2``. In replay the inner transport is never called: the recorded answer is
@@ -257,7 +258,8 @@ class _Call:
         ticket.complete(record, model=model or ticket.model, usage=usage)
 
     def transport_failed(self, ticket: CallTicket, exc: BaseException) -> None:
-        """Record an attempt that got no response at all (connection refused, timeout)."""
+        """Record an attempt that got no response, or no whole one (connection refused,
+        timeout, a body cut short)."""
         ticket.fail(exc)
 
     def live_response(self, response: httpx2.Response, data: bytes) -> httpx2.Response:
@@ -454,7 +456,11 @@ class RecordingTransport(httpx2.BaseTransport):
                 request=request,
                 extensions=live.extensions,
             )
-        data = live.read()
+        try:
+            data = live.read()
+        except Exception as exc:  # cut short, or timed out, after the headers
+            call.transport_failed(ticket, exc)
+            raise
         call.answered(ticket, live, data)
         return call.live_response(live, data)
 
@@ -492,7 +498,11 @@ class AsyncRecordingTransport(httpx2.AsyncBaseTransport):
                 request=request,
                 extensions=live.extensions,
             )
-        data = await live.aread()
+        try:
+            data = await live.aread()
+        except Exception as exc:  # cut short, or timed out, after the headers
+            call.transport_failed(ticket, exc)
+            raise
         call.answered(ticket, live, data)
         return call.live_response(live, data)
 
