@@ -8,6 +8,9 @@ replayed: it must meet the same exception, or a divergence saying why it cannot.
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -250,3 +253,115 @@ def test_a_read_timeout_inside_the_body_replays_as_the_sdk_timeout(db: str) -> N
 
     assert report.reproduced, report.render()
     assert report.output == result.output
+
+
+# -- a call the agent cancelled -------------------------------------------------------------
+
+
+def _impatient(url: str, patience: float) -> Callable[[str], Any]:
+    """Asks with a deadline (``asyncio.wait_for``), then asks another model when it passed."""
+    client = instrument_openai(openai.AsyncOpenAI(base_url=url + "/v1", api_key="k", max_retries=0))
+
+    async def ask(prompt: str) -> list[str]:
+        said: list[str] = []
+        try:
+            answer = await asyncio.wait_for(
+                client.chat.completions.create(
+                    model="gpt-5.6", messages=[{"role": "user", "content": prompt}]
+                ),
+                patience,
+            )
+            said.append(answer.choices[0].message.content or "")
+        except asyncio.TimeoutError:
+            said.append("timed out")
+        fallback = await client.chat.completions.create(
+            model="gpt-5.6-mini", messages=[{"role": "user", "content": prompt}]
+        )
+        said.append(fallback.choices[0].message.content or "")
+        return said
+
+    return ask
+
+
+def test_a_cancelled_call_is_recorded_failed_and_waits_to_be_cancelled_in_replay(
+    db: str,
+) -> None:
+    slow = Answer(pieces=[chat_body("late")], delay=3.0)
+    with broken_server(slow, Answer(pieces=[chat_body("quick")])) as server:
+        agent = _impatient(server.url, 0.3)
+        result = tachograph.record_run(plain(agent), "hi", store=db)
+        url = server.url
+    assert result.output == ["timed out", "quick"]
+    recorded = events(db, result.run_id)
+    assert [e.type for e in recorded][1:5] == [
+        "model.request",
+        "model.failed",
+        "model.request",
+        "model.response",
+    ]
+    cancelled = recorded[2]
+    assert cancelled.idempotency_key == recorded[1].idempotency_key
+    assert cancelled.payload["error"] == {
+        "type": "asyncio.exceptions.CancelledError",
+        "message": "",
+    }
+
+    started = time.monotonic()
+    report = tachograph.replay(db, result.run_id, plain(agent))
+
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert time.monotonic() - started < 5  # the agent's 0.3 s, not the 30 s bound
+    assert not report.notes  # the cancellation is rebuilt, not a RecordedError
+    # the agent code no longer cancels the call: a divergence, not a hang
+    transport = sys.modules["tachograph.integrations.transport"]
+    patient = _impatient(url, 60)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transport, "CANCELLED_WAIT", 0.2)
+        started = time.monotonic()
+        diverged = tachograph.replay(db, result.run_id, plain(patient))
+    assert time.monotonic() - started < 5
+    assert not diverged.reproduced
+    assert diverged.first is not None
+    assert (diverged.first.kind, diverged.first.seq) == ("unreplayable", cancelled.seq)
+    assert "cancelled" in diverged.first.explanation
+
+
+def test_a_stream_cancelled_while_read_replays_its_events_then_waits_to_be_cancelled(
+    db: str,
+) -> None:
+    stalled = Answer(content_type=SSE, pieces=chat_chunks(["Hel", "lo"]), stall=3.0)
+    with broken_server(stalled) as server:
+        client = instrument_openai(
+            openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+        )
+
+        async def read(prompt: str) -> list[str]:
+            seen: list[str] = []
+
+            async def words() -> None:
+                stream = await client.chat.completions.create(
+                    model="gpt-5.6", messages=[{"role": "user", "content": prompt}], stream=True
+                )
+                async with stream:
+                    async for chunk in stream:
+                        seen.append(chunk.choices[0].delta.content or "")
+
+            try:
+                await asyncio.wait_for(words(), 0.5)
+            except asyncio.TimeoutError:
+                seen.append("timed out")
+            return seen
+
+        result = tachograph.record_run(plain(read), "hi", store=db)
+    assert result.output == ["Hel", "lo", "timed out"]
+    (failed,) = [e for e in events(db, result.run_id) if e.type == "model.failed"]
+    assert failed.payload["error"]["type"] == "asyncio.exceptions.CancelledError"
+    assert failed.payload["response"]["incomplete"] is True
+    assert len(failed.payload["response"]["events"]) == 2
+
+    report = tachograph.replay(db, result.run_id, plain(read))
+
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert not report.notes

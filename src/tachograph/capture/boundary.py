@@ -167,6 +167,10 @@ class Engine(Protocol):
     def recorded_completion(self, key: str | None) -> Event | None:
         """The recorded completion of the call with idempotency key ``key``."""
 
+    def unservable(self, completion: Event, explanation: str) -> None:
+        """Report that a served call is asked for more than its recorded ``completion``
+        holds; may raise :class:`ReplayStopped`."""
+
 
 class CallTicket:
     """One call across the boundary: served from the record, or live and to be completed.

@@ -16,21 +16,25 @@ Every HTTP attempt the SDK makes is one model call of the current run:
 * ``model.failed``: an HTTP error (429, 5xx, ...) is ``{"error": {"type", "message",
   "status"}, "response": {...}}`` where ``type`` is the SDK exception the status maps to; a
   transport error (connection refused, timeout, a body cut short) is ``{"error": {"type",
-  "message"}}``.
+  "message"}}``, and so is a call the agent cancelled (``asyncio.CancelledError``: an
+  ``asyncio.wait_for`` that timed out, a cancelled task).
 
 SDK retries are separate HTTP attempts, so each one is its own request and answer, keyed
 ``...#1``, ``...#2``. In replay the inner transport is never called: the recorded answer is
 rebuilt as an ``httpx2.Response`` and the SDK parses it, raises from it and retries on it
 exactly as it did live. A recorded error the SDK would retry is served with
-``retry-after-ms: 1`` (when ``fast_retries``), so that replays do not sleep.
+``retry-after-ms: 1`` (when ``fast_retries``), so that replays do not sleep. A call recorded
+as cancelled neither answers nor raises until the agent cancels it again (within
+:data:`CANCELLED_WAIT`); one the agent no longer cancels is an ``unreplayable`` divergence.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import httpx2
 
@@ -51,6 +55,7 @@ from .wire import (
 )
 
 __all__ = [
+    "CANCELLED_WAIT",
     "DEFAULT_REQUEST_HEADERS",
     "AsyncRecordingTransport",
     "Provider",
@@ -63,7 +68,30 @@ __all__ = [
 DEFAULT_REQUEST_HEADERS: tuple[str, ...] = ("anthropic-beta", "openai-beta")
 """Request headers kept (and compared in replay) by default: they change the model's behaviour."""
 
+CANCELLED_WAIT: float = 30.0
+"""Seconds a replayed call that was recorded as cancelled waits for the agent to cancel it.
+
+The recording says only that the agent cancelled the call before it answered (an
+``asyncio.wait_for`` timeout, say); the replay then serves neither an answer nor an error,
+and waits, as the live call did, until the agent's own code cancels it. If nothing does
+within this bound, the agent no longer cancels the call, and the replay reports it (an
+``unreplayable`` divergence) instead of hanging."""
+
+_CANCELLED_TYPES = frozenset({"asyncio.exceptions.CancelledError", "asyncio.CancelledError"})
+
 C = TypeVar("C")
+
+
+def _cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is asyncio's ``CancelledError`` (asyncio is not imported for it)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
+
+
+def _recorded_as_cancelled(error: BaseException | None) -> bool:
+    """Whether a served failure is a cancellation (rebuilt, or named when asyncio is not
+    imported in the replay)."""
+    return error is not None and error_info(error)["type"] in _CANCELLED_TYPES
 
 
 @dataclass(frozen=True)
@@ -181,8 +209,10 @@ class _Call:
         if ticket.error is not None:
             record = _recorded_failure(ticket)
             if record is None:  # a transport error: raise it where the transport raised it
+                if _recorded_as_cancelled(ticket.error):
+                    self.not_cancelled(ticket, "a synchronous call cannot be cancelled")
                 raise ticket.error
-            return self._rebuild(record, error=ticket.error)
+            return self._rebuild(ticket, record, error=ticket.error)
         record = ticket.value
         if isinstance(record, dict) and "status" not in record:
             # recorded in the provider-neutral form (a run imported from a trace)
@@ -194,10 +224,39 @@ class _Call:
                 "imported from did not capture the model's message (or the API differs)",
                 key=ticket.key,
             )
-        return self._rebuild(record)
+        return self._rebuild(ticket, record)
+
+    async def served_async(self, ticket: CallTicket) -> httpx2.Response:
+        """:meth:`served` for an async client: a call recorded as cancelled waits until the
+        agent cancels it again (``CancelledError`` goes up from here, as it did live)."""
+        if _recorded_as_cancelled(ticket.error) and _recorded_failure(ticket) is None:
+            await _until_cancelled(self, ticket, "it was cancelled before it answered")
+        return self.served(ticket)
+
+    def unservable(self, ticket: CallTicket, explanation: str) -> NoReturn:
+        """Report what the record cannot serve (a divergence, which may stop the replay) and
+        raise it into the agent."""
+        engine = ticket.session.engine
+        if engine is not None and ticket.completion is not None:
+            engine.unservable(ticket.completion, explanation)
+        raise Unreplayable(explanation, key=ticket.key)
+
+    def not_cancelled(self, ticket: CallTicket, why: str) -> NoReturn:
+        """A call recorded as cancelled that the agent does not cancel in the replay."""
+        seq = ticket.completion.seq if ticket.completion is not None else "?"
+        self.unservable(
+            ticket,
+            f"The call of {self.name!r} was cancelled by the agent when it was recorded "
+            f"(seq {seq}: asyncio.CancelledError) before it answered; in this replay the "
+            f"agent did not cancel it ({why}). The record holds no answer to serve.",
+        )
 
     def _rebuild(
-        self, record: dict[str, Any], *, error: BaseException | None = None
+        self,
+        ticket: CallTicket,
+        record: dict[str, Any],
+        *,
+        error: BaseException | None = None,
     ) -> httpx2.Response:
         status = int(record["status"])
         headers = {str(k): str(v) for k, v in (record.get("headers") or {}).items()}
@@ -206,11 +265,12 @@ class _Call:
             chunks = [sse_bytes(e) for e in events if isinstance(e, dict)]
             # A stream that broke mid-way breaks at the same point again. (An error event
             # the provider sent is in the events: the SDK raises on it by itself.)
-            raise_after = error if status < 400 and record.get("incomplete") else None
+            incomplete = status < 400 and bool(record.get("incomplete"))
+            end = _StreamEnd(self, ticket, error if incomplete else None)
             return httpx2.Response(
                 status,
                 headers=headers,
-                stream=_ReplayStream(chunks, raise_after),
+                stream=_ReplayStream(chunks, end),
                 request=self.request,
             )
         content = body_bytes(record)
@@ -259,7 +319,7 @@ class _Call:
 
     def transport_failed(self, ticket: CallTicket, exc: BaseException) -> None:
         """Record an attempt that got no response, or no whole one (connection refused,
-        timeout, a body cut short)."""
+        timeout, a body cut short, a cancellation)."""
         ticket.fail(exc)
 
     def live_response(self, response: httpx2.Response, data: bytes) -> httpx2.Response:
@@ -291,23 +351,56 @@ def _recorded_failure(ticket: CallTicket) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and "status" in record else None
 
 
+async def _until_cancelled(call: _Call, ticket: CallTicket, what: str) -> NoReturn:
+    """Wait, as the recorded call did, until the agent cancels it (the ``CancelledError``
+    goes up from the wait); report it if nothing does within :data:`CANCELLED_WAIT`."""
+    import asyncio  # an async client's call: asyncio is imported already
+
+    await asyncio.sleep(CANCELLED_WAIT)
+    call.not_cancelled(ticket, f"{what}; nothing cancelled it within {CANCELLED_WAIT:g} s")
+
+
+class _StreamEnd:
+    """What a replayed stream does after its recorded events: end, raise the recorded error
+    (a stream that broke), or wait to be cancelled (a stream read when the agent cancelled
+    it)."""
+
+    def __init__(self, call: _Call, ticket: CallTicket, error: BaseException | None) -> None:
+        self.call = call
+        self.ticket = ticket
+        self.error = error
+
+    def reached(self) -> None:
+        error = self.error
+        if error is None:
+            return
+        if _recorded_as_cancelled(error):
+            self.call.not_cancelled(self.ticket, "a synchronous stream cannot be cancelled")
+        raise error
+
+    async def areached(self) -> None:
+        if _recorded_as_cancelled(self.error):
+            await _until_cancelled(
+                self.call, self.ticket, "it was cancelled while its stream was read"
+            )
+        self.reached()
+
+
 class _ReplayStream(httpx2.SyncByteStream, httpx2.AsyncByteStream):
     """Recorded chunks, for sync and async clients alike (the client checks the type)."""
 
-    def __init__(self, chunks: list[bytes], raise_after: BaseException | None = None) -> None:
+    def __init__(self, chunks: list[bytes], end: _StreamEnd) -> None:
         self._chunks = chunks
-        self._raise_after = raise_after
+        self._end = end
 
     def __iter__(self) -> Iterator[bytes]:
         yield from self._chunks
-        if self._raise_after is not None:
-            raise self._raise_after
+        self._end.reached()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for chunk in self._chunks:
             yield chunk
-        if self._raise_after is not None:
-            raise self._raise_after
+        await self._end.areached()
 
 
 class _Tee:
@@ -410,8 +503,9 @@ class _AsyncTee(httpx2.AsyncByteStream):
                     tee.late()
                 tee.chunks.append(chunk)
                 yield chunk
-        except Exception as exc:
-            tee.error = exc
+        except BaseException as exc:
+            if isinstance(exc, Exception) or _cancelled(exc):  # not GeneratorExit
+                tee.error = exc
             raise
         tee.eof = True
 
@@ -483,11 +577,12 @@ class AsyncRecordingTransport(httpx2.AsyncBaseTransport):
         call = _Call(request, self.options)
         ticket = call.begin()
         if ticket.served:
-            return call.served(ticket)
+            return await call.served_async(ticket)
         try:
             live = await self.inner.handle_async_request(request)
-        except Exception as exc:
-            call.transport_failed(ticket, exc)
+        except BaseException as exc:
+            if isinstance(exc, Exception) or _cancelled(exc):
+                call.transport_failed(ticket, exc)
             raise
         live.request = request  # the SDK's error classes read it
         if is_sse(live) and live.status_code < 400:
@@ -500,8 +595,9 @@ class AsyncRecordingTransport(httpx2.AsyncBaseTransport):
             )
         try:
             data = await live.aread()
-        except Exception as exc:  # cut short, or timed out, after the headers
-            call.transport_failed(ticket, exc)
+        except BaseException as exc:  # cut short, timed out or cancelled after the headers
+            if isinstance(exc, Exception) or _cancelled(exc):
+                call.transport_failed(ticket, exc)
             raise
         call.answered(ticket, live, data)
         return call.live_response(live, data)

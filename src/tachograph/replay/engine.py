@@ -90,7 +90,7 @@ def rebuild(info: dict[str, Any], main: str | None = None) -> tuple[BaseExceptio
     return RecordedError(type_name, message), "; ".join(whys)
 
 
-def _exception_class(module_name: str, qualname: str) -> tuple[type[Exception] | None, str]:
+def _exception_class(module_name: str, qualname: str) -> tuple[type[BaseException] | None, str]:
     """The exception class ``qualname`` of an imported module, or why there is none."""
     obj: Any = builtins if not module_name else sys.modules.get(module_name)
     if obj is None:
@@ -103,12 +103,19 @@ def _exception_class(module_name: str, qualname: str) -> tuple[type[Exception] |
         obj = None
     if obj is None:
         return None, f"{where} has no {qualname!r}"
-    if isinstance(obj, type) and issubclass(obj, Exception):
+    if isinstance(obj, type) and (issubclass(obj, Exception) or _is_cancellation(obj)):
         return obj, ""
     return None, f"{qualname!r} of {where} is not an exception class"
 
 
-def _instance(cls: type[Exception], message: str) -> Exception:
+def _is_cancellation(cls: type) -> bool:
+    """Whether ``cls`` is asyncio's ``CancelledError``, which a call recorded as cancelled
+    holds (a ``BaseException``, and no other one is rebuilt)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and issubclass(cls, asyncio.CancelledError)
+
+
+def _instance(cls: type[BaseException], message: str) -> BaseException:
     try:
         if issubclass(cls, KeyError):
             key = _key_of(message)
@@ -388,6 +395,15 @@ class ReplayEngine:
                 (),
                 explanation,
             )
+        )
+
+    def unservable(self, completion: Event, explanation: str) -> None:
+        """Report that the agent asks more of a served call than its recorded ``completion``
+        holds (it no longer cancels a call recorded as cancelled): an ``unreplayable``
+        divergence at the completion. Raises :class:`ReplayStopped` unless the replay
+        collects divergences; the caller then raises an error into the agent."""
+        self.matcher.diverge(
+            DivergenceKind.UNREPLAYABLE, completion.seq, completion, None, [], explanation
         )
 
     def check_end(self, status: str, output: Any, error: dict[str, Any] | None) -> None:
