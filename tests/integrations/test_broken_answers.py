@@ -365,3 +365,114 @@ def test_a_stream_cancelled_while_read_replays_its_events_then_waits_to_be_cance
     assert report.reproduced, report.render()
     assert report.output == result.output
     assert not report.notes
+
+
+# -- a stream abandoned early, read further in replay ----------------------------------------
+
+
+def _first_words(url: str, is_async: bool, wanted: dict[str, int]) -> Callable[[str], Any]:
+    """Reads a stream until it has ``wanted["n"]`` words, then breaks out of it."""
+    if is_async:
+        aclient = instrument_openai(
+            openai.AsyncOpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+        )
+
+        async def read_async(prompt: str) -> list[str]:
+            words: list[str] = []
+            try:
+                stream = await aclient.chat.completions.create(
+                    model="gpt-5.6", messages=[{"role": "user", "content": prompt}], stream=True
+                )
+                async with stream:
+                    async for chunk in stream:
+                        words.append(chunk.choices[0].delta.content or "")
+                        if len(words) == wanted["n"]:
+                            break
+            except tachograph.Unreplayable as exc:
+                words.append(f"unreplayable: {exc}")
+            return words
+
+        return read_async
+    client = instrument_openai(openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0))
+
+    def read(prompt: str) -> list[str]:
+        words: list[str] = []
+        try:
+            with client.chat.completions.create(
+                model="gpt-5.6", messages=[{"role": "user", "content": prompt}], stream=True
+            ) as stream:
+                for chunk in stream:
+                    words.append(chunk.choices[0].delta.content or "")
+                    if len(words) == wanted["n"]:
+                        break
+        except tachograph.Unreplayable as exc:
+            words.append(f"unreplayable: {exc}")
+        return words
+
+    return read
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_reading_an_abandoned_stream_past_its_recorded_events_is_a_divergence(
+    db: str, is_async: bool
+) -> None:
+    whole = Answer(
+        content_type=SSE, pieces=[*chat_chunks(["a", "b", "c", "d"]), b"data: [DONE]\n\n"]
+    )
+    wanted = {"n": 2}
+    with broken_server(whole) as server:
+        agent = _first_words(server.url, is_async, wanted)
+        result = tachograph.record_run(plain(agent), "hi", store=db)
+    assert result.output == ["a", "b"]
+    answer = events(db, result.run_id)[2]
+    assert answer.type == "model.response"
+    assert answer.payload["response"]["incomplete"] is True
+    assert len(answer.payload["response"]["events"]) == 2
+    # the same code reads the same prefix
+    assert tachograph.replay(db, result.run_id, plain(agent)).reproduced
+
+    wanted["n"] = 100  # the code now reads the whole stream
+    report = tachograph.replay(db, result.run_id, plain(agent))
+
+    assert not report.reproduced
+    assert report.first is not None
+    assert (report.first.kind, report.first.seq) == ("unreplayable", answer.seq)
+    assert "incomplete" in report.first.explanation
+    # collecting, the replay goes on: the agent meets the error
+    collected = tachograph.replay(db, result.run_id, plain(agent), collect=True)
+    assert not collected.reproduced
+    assert [d.kind for d in collected.divergences][:1] == ["unreplayable"]
+    assert collected.output is not None
+    assert collected.output[:2] == ["a", "b"]
+    assert collected.output[2].startswith("unreplayable: The stream answering 'gpt-5.6'")
+
+
+def test_reading_an_abandoned_anthropic_stream_further_is_a_divergence(db: str) -> None:
+    pieces = message_events(["a", "b", "c"])
+    wanted = {"n": 1}
+    with broken_server(Answer(content_type=SSE, pieces=pieces)) as server:
+        client = instrument_anthropic(
+            anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0)
+        )
+
+        def read(prompt: str) -> list[str]:
+            words: list[str] = []
+            with client.messages.stream(
+                model="claude-sonnet-5",
+                max_tokens=64,
+                messages=[{"role": "user", "content": prompt}],
+            ) as stream:
+                for text in stream.text_stream:
+                    words.append(text)
+                    if len(words) == wanted["n"]:
+                        break
+            return words
+
+        result = tachograph.record_run(plain(read), "hi", store=db)
+    assert result.output == ["a"]
+    assert tachograph.replay(db, result.run_id, plain(read)).reproduced
+    wanted["n"] = 100
+    report = tachograph.replay(db, result.run_id, plain(read))
+    assert not report.reproduced
+    assert report.first is not None
+    assert report.first.kind == "unreplayable"

@@ -25,7 +25,9 @@ rebuilt as an ``httpx2.Response`` and the SDK parses it, raises from it and retr
 exactly as it did live. A recorded error the SDK would retry is served with
 ``retry-after-ms: 1`` (when ``fast_retries``), so that replays do not sleep. A call recorded
 as cancelled neither answers nor raises until the agent cancels it again (within
-:data:`CANCELLED_WAIT`); one the agent no longer cancels is an ``unreplayable`` divergence.
+:data:`CANCELLED_WAIT`). What the record cannot serve is an ``unreplayable`` divergence: a
+stream the recording stopped reading early (``"incomplete": true``) read past its recorded
+events, or a cancelled call the agent no longer cancels.
 """
 
 from __future__ import annotations
@@ -263,10 +265,11 @@ class _Call:
         events = record.get("events")
         if isinstance(events, list):
             chunks = [sse_bytes(e) for e in events if isinstance(e, dict)]
-            # A stream that broke mid-way breaks at the same point again. (An error event
-            # the provider sent is in the events: the SDK raises on it by itself.)
+            # A stream that broke mid-way breaks at the same point again; one the agent
+            # stopped reading cannot be read further. (An error event the provider sent is
+            # in the events: the SDK raises on it by itself.)
             incomplete = status < 400 and bool(record.get("incomplete"))
-            end = _StreamEnd(self, ticket, error if incomplete else None)
+            end = _StreamEnd(self, ticket, error if incomplete else None, incomplete)
             return httpx2.Response(
                 status,
                 headers=headers,
@@ -362,17 +365,22 @@ async def _until_cancelled(call: _Call, ticket: CallTicket, what: str) -> NoRetu
 
 class _StreamEnd:
     """What a replayed stream does after its recorded events: end, raise the recorded error
-    (a stream that broke), or wait to be cancelled (a stream read when the agent cancelled
-    it)."""
+    (a stream that broke), wait to be cancelled (a stream read when the agent cancelled it),
+    or, for a stream the recording stopped reading early, refuse to go on."""
 
-    def __init__(self, call: _Call, ticket: CallTicket, error: BaseException | None) -> None:
+    def __init__(
+        self, call: _Call, ticket: CallTicket, error: BaseException | None, incomplete: bool
+    ) -> None:
         self.call = call
         self.ticket = ticket
         self.error = error
+        self.incomplete = incomplete
 
     def reached(self) -> None:
         error = self.error
         if error is None:
+            if self.incomplete:
+                self._beyond()
             return
         if _recorded_as_cancelled(error):
             self.call.not_cancelled(self.ticket, "a synchronous stream cannot be cancelled")
@@ -384,6 +392,16 @@ class _StreamEnd:
                 self.call, self.ticket, "it was cancelled while its stream was read"
             )
         self.reached()
+
+    def _beyond(self) -> NoReturn:
+        completion = self.ticket.completion
+        seq = completion.seq if completion is not None else "?"
+        self.call.unservable(
+            self.ticket,
+            f"The stream answering {self.call.name!r} (seq {seq}) was recorded incomplete: "
+            "the agent stopped reading it there, so the record ends after its recorded "
+            "events and cannot say what came next. In this replay the agent reads past them.",
+        )
 
 
 class _ReplayStream(httpx2.SyncByteStream, httpx2.AsyncByteStream):

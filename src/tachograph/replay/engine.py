@@ -399,9 +399,10 @@ class ReplayEngine:
 
     def unservable(self, completion: Event, explanation: str) -> None:
         """Report that the agent asks more of a served call than its recorded ``completion``
-        holds (it no longer cancels a call recorded as cancelled): an ``unreplayable``
-        divergence at the completion. Raises :class:`ReplayStopped` unless the replay
-        collects divergences; the caller then raises an error into the agent."""
+        holds (it reads a stream past where the recording stopped reading it, or no longer
+        cancels a call recorded as cancelled): an ``unreplayable`` divergence at the
+        completion. Raises :class:`ReplayStopped` unless the replay collects divergences;
+        the caller then raises an error into the agent."""
         self.matcher.diverge(
             DivergenceKind.UNREPLAYABLE, completion.seq, completion, None, [], explanation
         )
