@@ -58,6 +58,7 @@ __all__ = [
     "run_header",
     "seal_verdicts_of",
     "show_timeline",
+    "tampered_line",
     "with_seal",
 ]
 
@@ -95,6 +96,17 @@ def unvouched_line(calls: list[dict[str, Any]]) -> str:
         f"  UNVOUCHED: the model asked for {len(calls)} tool call(s) that left no tool event: "
         f"{listed}; a replay cannot serve or compare them. To record them, {HOW_TO_RECORD}."
     )
+
+
+def tampered_line(report: VerifyReport) -> str:
+    """The line that marks what a command shows of a run that fails verification: the
+    report, and every seq that fails when there are several."""
+    seqs = sorted({f.seq for f in report.failures})
+    text = f"TAMPERED: {report.render()}"
+    if len(seqs) > 1:
+        shown = ", ".join(str(s) for s in seqs[:10]) + (", ..." if len(seqs) > 10 else "")
+        text += f"; failing seqs: {shown}"
+    return text
 
 
 def _unvouched(events: Iterable[Event]) -> list[dict[str, Any]]:
@@ -389,7 +401,9 @@ class _Shown:
 @purpose_option
 @json_option
 def state_cmd(run_id: str, at: int | None, tenant: str | None, purpose: str, as_json: bool) -> None:
-    """Print the state the agent had reached at step N (the fold of events 0..N)."""
+    """Print the state the agent had reached at step N (the fold of events 0..N).
+
+    A run that does not verify is still folded, marked TAMPERED, and exits 1."""
     with open_store() as raw:
         store = scoped_store(raw, purpose)
         info = resolve_run(store, run_id, tenant=tenant)
@@ -402,14 +416,21 @@ def state_cmd(run_id: str, at: int | None, tenant: str | None, purpose: str, as_
         from ..replay.fold import fold  # here: the replay layer loads in 50 ms, and every
         # command of this module (``tacho verify`` first) would pay it at its start
 
+        # As ``show``: the state is shown, and marked when the run fails verification. The
+        # rows are verified as stored: through a purpose, a withheld payload verifies as erased.
+        report = verify_stored(raw, run_id, tenant=info.tenant)
         result = fold(store.read(run_id, tenant=info.tenant), at)
     data = result.to_dict()
     if as_json:
-        emit_json(data)
-        return
-    out = Output()
-    out.line(f"state of {run_id} after seq {result.last_seq} ({result.status})", style="bold")
-    out.json(data)
+        emit_json({**data, "verification": report.to_dict()})
+    else:
+        out = Output()
+        out.line(f"state of {run_id} after seq {result.last_seq} ({result.status})", style="bold")
+        if not report.ok:
+            out.line(tampered_line(report), style="bold red")
+        out.json(data)
+    if not report.ok:
+        sys.exit(EXIT_FAILED)
 
 
 def _verify_reports(
