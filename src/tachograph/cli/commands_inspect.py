@@ -770,28 +770,46 @@ def diff_cmd(run_a: str, run_b: str, purpose: str, as_json: bool) -> None:
     """Show the first step where two runs differ. Exits 1 when they differ, like diff(1).
 
     Payloads are read for --purpose (recorded in the store audit); what it may not read is
-    compared as withheld."""
+    compared as withheld. A run that does not verify is still compared, marked TAMPERED,
+    and exits 1."""
     from ..replay.diff import diff_runs  # here: see state_cmd
 
     with open_store() as raw:
         store = scoped_store(raw, purpose)
         a = resolve_run(store, run_a)
         b = resolve_run(store, run_b)
+        # As ``show``: what is compared is marked when it fails verification (as stored).
+        keys = [(a.tenant, a.run_id), (b.tenant, b.run_id)]
+        checked = {k: verify_stored(raw, k[1], tenant=k[0]) for k in dict.fromkeys(keys)}
+        reports = [checked[k] for k in keys]
         result = diff_runs(
             store.read(a.run_id, tenant=a.tenant),
             store.read(b.run_id, tenant=b.tenant),
             names=(a.run_id, b.run_id),
         )
+    verified = all(r.ok for r in reports)
     if as_json:
-        emit_json(result.to_dict())
+        emit_json(
+            {
+                **result.to_dict(),
+                "verification": {
+                    "ok": verified,
+                    "run_a": reports[0].to_dict(),
+                    "run_b": reports[1].to_dict(),
+                },
+            }
+        )
     else:
         out = Output()
+        for report in checked.values():  # a run named twice is marked once
+            if not report.ok:
+                out.line(tampered_line(report), style="bold red")
         # split at line feeds only: a recorded CR or U+2028 is escaped, never a line break
         lines = result.render().rstrip("\n").split("\n")
         out.line(lines[0], style="bold green" if result.same else "bold red")
         for line in lines[1:]:
             out.line(line)
-    if not result.same:
+    if not result.same or not verified:
         sys.exit(EXIT_FAILED)
 
 
