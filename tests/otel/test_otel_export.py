@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -325,3 +326,55 @@ def test_a_failed_export_logs_no_credential_of_its_endpoint(
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "api_key=***" in logged, logged  # the line that named the URL, hidden
     assert "CANARY" not in logged, logged
+
+
+def _tamper(db: Path, run_id: str) -> int:
+    """Change the city of the run's tool request behind the store's back (its append-only
+    triggers dropped); the seq changed."""
+    con = sqlite3.connect(db)
+    con.execute("DROP TRIGGER payloads_erase_only")
+    seq, pid = con.execute(
+        "SELECT seq, id FROM events WHERE run_id=? AND type='tool.requested'", (run_id,)
+    ).fetchone()
+    (body,) = con.execute("SELECT body FROM payloads WHERE id=?", (pid,)).fetchone()
+    edited = bytes(body).replace(b"Paris", b"Rome")
+    assert edited != bytes(body)
+    con.execute("UPDATE payloads SET body=? WHERE id=?", (edited, pid))
+    con.commit()
+    con.close()
+    return int(seq)
+
+
+def test_cli_export_refuses_a_run_that_does_not_verify(
+    tmp_path: Path, store: SQLiteStore, receiver: OTLPReceiver
+) -> None:
+    run_id = _record(store)
+    intact = _record(store)
+    db = tmp_path / "runs.db"
+    seq = _tamper(db, run_id)
+    send = ("otel", "export", "--endpoint", receiver.traces_url, "--content")
+    refused = _tacho(db, *send, run_id)
+    assert refused.exit_code == 1
+    assert refused.stdout == ""
+    assert refused.stderr.startswith(
+        f"Error: refusing to export a run that does not verify: {run_id}: FAILED at seq {seq}, "
+        "check 5 (payload digest)"
+    )
+    assert "--allow-unverified" in refused.stderr
+    assert refused.exit_code == _tacho(db, *send, run_id, "--json").exit_code
+    assert receiver.requests == []  # nothing was sent
+
+    allowed = _tacho(db, *send, run_id, "--allow-unverified", "--json")
+    assert allowed.exit_code == 0, allowed.output
+    assert allowed.stderr.startswith(f"TAMPERED: {run_id}: FAILED at seq {seq}, check 5")
+    report = json.loads(allowed.stdout)
+    assert report["ok"] is True
+    assert report["verification"]["status"] == "failed"
+    assert [f["seq"] for f in report["verification"]["failures"]] == [seq]
+    assert len(receiver.requests) == 1
+
+    done = _tacho(db, *send, intact, "--json")
+    assert done.exit_code == 0, done.output
+    assert "TAMPERED" not in done.stderr
+    assert json.loads(done.stdout)["verification"]["status"] == "verified"
+    assert len(receiver.requests) == 2

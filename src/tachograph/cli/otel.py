@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from ..errors import FormatError
+from ..store import verify_stored
 from ..views.text import escape
 from .app import (
     EXIT_FAILED,
@@ -95,6 +96,11 @@ def otel_group() -> None:
     show_default=True,
     help="The service.name resource attribute of the spans.",
 )
+@click.option(
+    "--allow-unverified",
+    is_flag=True,
+    help="Send a run that does not verify (named TAMPERED on stderr).",
+)
 @purpose_option
 @json_option
 def export_command(
@@ -105,14 +111,16 @@ def export_command(
     timeout: float,
     content: bool | None,
     service_name: str,
+    allow_unverified: bool,
     purpose: str,
     as_json: bool,
 ) -> None:
     """Turn a recorded run into spans (its recorded timestamps and ids) and send them over
     OTLP/HTTP, so that a run recorded without tracing can be looked at in a tracing backend.
 
+    A run that does not verify is refused (nothing is sent) unless --allow-unverified.
     Exit 0 when the endpoint accepted the spans, 1 when it did not (the exporter's error is
-    printed), 3 when the run is not in the store.
+    printed) or the run was refused, 3 when the run is not in the store.
     """
     _require_otel("export")
     from ..otel.export import export_run, parse_headers
@@ -124,6 +132,15 @@ def export_command(
     with open_store() as raw:
         store = scoped_store(raw, purpose)
         info = resolve_run(store, run_id, tenant=tenant)
+        # A tracing backend shows what it is sent as the run: a run that does not verify (as
+        # stored, as ``tacho verify`` checks it) is not sent unless asked for.
+        report = verify_stored(raw, info.run_id, tenant=info.tenant)
+        if not report.ok and not allow_unverified:
+            raise CliError(
+                f"refusing to export a run that does not verify: {report.render()}",
+                exit_code=EXIT_FAILED,
+                hints=("pass --allow-unverified to send it anyway",),
+            )
         result = export_run(
             store,
             info.run_id,
@@ -135,8 +152,10 @@ def export_command(
             service_name=service_name,
             purpose=purpose,
         )
+    if not report.ok:
+        click.echo(f"TAMPERED: {escape(report.render())}", err=True)
     if as_json:
-        emit_json(result.to_dict())
+        emit_json({**result.to_dict(), "verification": report.to_dict()})
     elif result.ok:
         click.echo(
             escape(
