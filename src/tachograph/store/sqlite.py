@@ -282,6 +282,15 @@ def _statements(script: str) -> list[str]:
     return statements
 
 
+def _driver_message(exc: Exception) -> str:
+    """The driver's message. SQLite's own may hold bytes of the file that are not UTF-8 (a
+    damaged schema: ``malformed database schema (p\\x8dyloads)``), which Python's driver then
+    raises as a :class:`UnicodeDecodeError` of that message instead of its error."""
+    if isinstance(exc, UnicodeDecodeError) and isinstance(exc.object, bytes):
+        return exc.object.decode("utf-8", "replace") + " (the database file is damaged)"
+    return str(exc)
+
+
 def _lenient_text(raw: bytes) -> str:
     """Decode a TEXT value that is not valid UTF-8 (only a tampered file has one)."""
     return raw.decode("utf-8", "surrogateescape")
@@ -468,9 +477,9 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         except BaseException as exc:
             if hasattr(self, "_db"):
                 self._db.close()
-            if isinstance(exc, sqlite3.DatabaseError):
+            if isinstance(exc, (sqlite3.DatabaseError, UnicodeDecodeError)):
                 raise StoreUnavailable(
-                    f"cannot open {self.path}: {exc}", location=self.path
+                    f"cannot open {self.path}: {_driver_message(exc)}", location=self.path
                 ) from exc
             raise
         self._pid = os.getpid()
@@ -607,9 +616,11 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                 raise StoreUnavailable(f"{self.url} is closed", location=self.path, run_id=run_id)
             try:
                 yield self._db
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, UnicodeDecodeError) as exc:
                 raise StoreUnavailable(
-                    f"{what} {self.path} failed: {exc}", location=self.path, run_id=run_id
+                    f"{what} {self.path} failed: {_driver_message(exc)}",
+                    location=self.path,
+                    run_id=run_id,
                 ) from exc
 
     def _retry(self, action: Any) -> Any:

@@ -10,6 +10,7 @@ pages into the database and cuts the ``-wal`` file to zero bytes, where the old 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
 import threading
@@ -97,6 +98,11 @@ class SQLiteLifecycle:
     _read_records: int
 
     def _retry(self, action: Any) -> Any:  # provided by the store
+        raise NotImplementedError
+
+    def _using(
+        self, what: str, run_id: str | None = None
+    ) -> contextlib.AbstractContextManager[sqlite3.Connection]:  # provided by the store
         raise NotImplementedError
 
     if TYPE_CHECKING:  # Store's, which follows this mixin in the store's bases
@@ -352,8 +358,8 @@ class SQLiteLifecycle:
     def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
         """``(run_id, seq)`` linked to ``subject``, by run and seq."""
         self.scoped_tenant(tenant)
-        with self._lock:
-            rows = self._db.execute(
+        with self._using("reading the data subjects of") as db:
+            rows = db.execute(
                 "SELECT run_id, seq FROM subjects WHERE tenant=? AND subject=? "
                 "ORDER BY run_id, seq",
                 (tenant, subject),

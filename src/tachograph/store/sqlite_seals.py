@@ -7,6 +7,7 @@ they do for events; the Merkle math lives in :mod:`tachograph.record.merkle`.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -73,6 +74,11 @@ class SQLiteSealLog:
     def _retry(self, action: Any) -> Any:  # provided by SQLiteStore
         raise NotImplementedError
 
+    def _using(
+        self, what: str, run_id: str | None = None
+    ) -> contextlib.AbstractContextManager[sqlite3.Connection]:  # provided by SQLiteStore
+        raise NotImplementedError
+
     def _write(self, action: Any) -> Any:
         def run() -> Any:
             with self._lock:
@@ -119,14 +125,14 @@ class SQLiteSealLog:
 
     def seal_tenants(self) -> list[str]:
         """The tenants whose seal log holds a seal (within the store's tenant, if scoped)."""
-        with self._lock:
-            rows = self._db.execute("SELECT DISTINCT tenant FROM seals ORDER BY tenant").fetchall()
+        with self._using("reading the seal log of") as db:
+            rows = db.execute("SELECT DISTINCT tenant FROM seals ORDER BY tenant").fetchall()
         return [str(r[0]) for r in rows if self.tenant in (None, r[0])]
 
     def seal_count(self, tenant: str) -> int:
         """How many leaves the tenant's log holds."""
-        with self._lock:
-            return _next_index(self._db, tenant)
+        with self._using("reading the seal log of") as db:
+            return _next_index(db, tenant)
 
     def seals_for_run(self, tenant: str, run_id: str) -> list[SealRow]:
         """The leaves sealing one run, in index order."""
@@ -149,8 +155,8 @@ class SQLiteSealLog:
 
     def latest_checkpoint(self, tenant: str) -> CheckpointRow | None:
         """The largest checkpoint kept for the tenant."""
-        with self._lock:
-            row = self._db.execute(
+        with self._using("reading the checkpoints of") as db:
+            row = db.execute(
                 "SELECT tenant, size, note, frontier FROM checkpoints WHERE tenant=? "
                 "ORDER BY size DESC LIMIT 1",
                 (tenant,),
