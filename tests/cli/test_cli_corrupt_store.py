@@ -46,6 +46,41 @@ def _no_traceback(*outputs: str) -> None:
         assert "Traceback" not in text
 
 
+# -- the store audit ----------------------------------------------------------------------
+
+
+def test_an_audit_record_whose_detail_is_not_json_fails_the_audit(
+    tacho: Tacho, run_id: str, store_path: Path
+) -> None:
+    _with_audit_record(tacho, run_id)
+    _tamper(store_path, "UPDATE store_audit SET detail=X'7b6e6f74' WHERE seq=0")  # "{not"
+    text = tacho("audit")
+    assert text.exit_code == EXIT_FAILED, text.output
+    assert "store audit FAILED" in text.stdout
+    assert "record 0: the stored record cannot be read: detail is not a JSON object" in text.stdout
+    data = tacho.json("audit", code=EXIT_FAILED)
+    assert data["verify"]["ok"] is False
+    assert {p["seq"] for p in data["verify"]["problems"]} == {0}
+    assert [r["seq"] for r in data["records"]] == [0]
+    # verify reads the audit too (erasures without a record), and still reports the run
+    assert tacho.json("verify")["ok"] is True
+
+
+def test_an_audit_record_whose_text_is_not_utf8_fails_the_audit(
+    tacho: Tacho, run_id: str, store_path: Path
+) -> None:
+    _with_audit_record(tacho, run_id)
+    _tamper(store_path, f"UPDATE store_audit SET ts={NOT_UTF8} WHERE seq=0")
+    text = tacho("audit")
+    assert text.exit_code == EXIT_FAILED, text.output
+    assert "record 0: the stored record cannot be read: ts is not valid UTF-8" in text.stdout
+    assert "a\\udcffb" in text.stdout  # the bad byte shown escaped, as show shows it
+    data = tacho.json("audit", code=EXIT_FAILED)
+    assert data["verify"]["ok"] is False
+    assert data["records"][0]["ts"] == "a\\udcffb"
+    assert tacho("audit", "--action", "read").exit_code == EXIT_FAILED
+
+
 # -- a damaged file ---------------------------------------------------------------------------
 
 
@@ -63,4 +98,24 @@ def test_a_damaged_schema_is_a_store_error_for_every_command(
         assert result.exit_code == EXIT_STORE, (args, result.output)
         assert result.stderr.startswith("Error: cannot open store "), result.stderr
         assert "malformed database schema" in result.stderr
+        assert result.stdout == ""
+
+
+
+
+def test_a_damaged_audit_page_is_a_store_error(tacho: Tacho, run_id: str, store_path: Path) -> None:
+    _with_audit_record(tacho, run_id)
+    _tamper(store_path)
+    con = sqlite3.connect(store_path)
+    (page,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name='store_audit'").fetchone()
+    (size,) = con.execute("PRAGMA page_size").fetchone()
+    con.close()
+    data = bytearray(store_path.read_bytes())
+    data[(page - 1) * size : page * size] = b"\xa5" * size
+    store_path.write_bytes(bytes(data))
+    for args in (("audit",), ("audit", "--json")):
+        result = tacho(*args)
+        assert result.exit_code == EXIT_STORE, (args, result.output)
+        assert "Error: reading the store audit of" in result.stderr
+        assert "database disk image is malformed" in result.stderr
         assert result.stdout == ""

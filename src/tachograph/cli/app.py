@@ -54,7 +54,7 @@ from ..errors import (
 )
 from ..store import RunInfo, Store, store_url
 from ..store import open_store as _open_store
-from ..views.text import escape, escape_json, redact_url
+from ..views.text import escape, escape_json, redact_url, spell_surrogates
 from . import EXIT_INTERRUPTED, EXIT_TERMINATED, interrupt_in
 
 __all__ = [
@@ -300,7 +300,13 @@ def _unjsonable(value: Any) -> str:
 
 
 def _json_document(data: Any) -> bytes:
-    raw = orjson.dumps(data, default=_unjsonable, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+    try:
+        raw = orjson.dumps(data, default=_unjsonable, option=options)
+    except TypeError:
+        # text a tampered store held as bytes that are not UTF-8 (read back with lone
+        # surrogates, which JSON cannot hold): spelled as the text commands show it
+        raw = orjson.dumps(spell_surrogates(data), default=_unjsonable, option=options)
     if not raw.isascii() or b"\x7f" in raw:
         # JSON leaves DEL, C1 controls (CSI among them) and bidi overrides raw: written to a
         # terminal (or paged) they act. As \uXXXX escapes the document stays valid and equal.

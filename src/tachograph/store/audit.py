@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import EventError
+from ..errors import EventError, ProfileError
 from ..record.canonical import canonical, check_profile
 from ..record.event import check_tenant, now_ts
 
@@ -72,6 +72,11 @@ class AuditRecord:
     detail: dict[str, Any]
     prev_hash: str | None
     hash: str
+    unreadable: str | None = field(default=None, compare=False)
+    """What of the stored record could not be read as written, or ``None``: only a store
+    changed behind its engine's back has such a record (a ``detail`` that is not a JSON
+    object, text that is not UTF-8, shown with lone surrogates for its bad bytes); it fails
+    the chain (:func:`link_problems`)."""
 
     def body(self) -> dict[str, Any]:
         """The hashed fields (everything but ``hash``)."""
@@ -122,7 +127,13 @@ def link_problems(records: Iterable[AuditRecord]) -> list[tuple[int, str]]:
     for position, record in enumerate(records):
         if record.seq != position:
             problems.append((position, f"seq {record.seq} where {position} was expected"))
-        recomputed = record.recomputed_hash()
+        if record.unreadable is not None:
+            problems.append((position, f"the stored record cannot be read: {record.unreadable}"))
+        try:
+            recomputed = record.recomputed_hash()
+        except ProfileError as exc:  # a field no record can hold (a lone surrogate, a float)
+            problems.append((position, f"its fields cannot be hashed: {exc}"))
+            recomputed = record.hash  # the next record is held to the hash as stored
         if record.hash != recomputed:
             problems.append((position, f"hash {record.hash} but the fields hash to {recomputed}"))
         if record.prev_hash != prev:

@@ -24,7 +24,7 @@ from ..errors import StoreUnavailable
 from .audit import READ_ACTIONS, AuditEntry, AuditRecord, chain_audit
 from .base import run_deleted, subject_forms
 
-__all__ = ["DELETED_RUN_REFUSAL", "LIFECYCLE_MIGRATION", "SQLiteLifecycle"]
+__all__ = ["DELETED_RUN_REFUSAL", "LIFECYCLE_MIGRATION", "SQLiteLifecycle", "lenient_fetch"]
 
 DELETED_RUN_REFUSAL = "tachograph: this run was deleted by retention"
 """What the trigger ``events_no_append_to_deleted`` of the migration below aborts an insert
@@ -183,15 +183,15 @@ class SQLiteLifecycle:
     def _audit_pages(self, where: str, args: tuple[str, ...], seq: int) -> Iterator[AuditRecord]:
         """The store audit's records from ``seq`` on that also meet ``where`` (conditions
         ending in ``AND``, with their ``args``), a thousand to a statement."""
+        sql = (
+            "SELECT seq, ts, tenant, actor, action, detail, prev_hash, hash "
+            f"FROM store_audit WHERE {where}seq >= ? ORDER BY seq LIMIT 1000"
+        )
         while True:
-            with self._lock:
-                rows = self._db.execute(
-                    "SELECT seq, ts, tenant, actor, action, detail, prev_hash, hash "
-                    f"FROM store_audit WHERE {where}seq >= ? ORDER BY seq LIMIT 1000",
-                    (*args, seq),
-                ).fetchall()
+            with self._using("reading the store audit of") as db:
+                rows = lenient_fetch(db, sql, (*args, seq))
             for r in rows:
-                yield AuditRecord(r[0], r[1], r[2], r[3], r[4], orjson.loads(r[5]), r[6], r[7])
+                yield _audit_record(r)
             if len(rows) < 1000:
                 return
             seq = rows[-1][0] + 1
@@ -365,3 +365,72 @@ class SQLiteLifecycle:
                 (tenant, subject),
             ).fetchall()
         return [(str(r), int(s)) for r, s in rows]
+
+
+def lenient_fetch(db: sqlite3.Connection, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+    """``db.execute(sql, args).fetchall()``; a TEXT value that is not UTF-8 (only a file
+    changed behind the store's back has one) is read with lone surrogates standing for its
+    bad bytes (``surrogateescape``) instead of failing the whole read."""
+    try:
+        return db.execute(sql, args).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "decode" not in str(exc).lower():
+            raise
+    db.text_factory = _lenient_text
+    try:
+        return db.execute(sql, args).fetchall()
+    finally:
+        db.text_factory = str
+
+
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _audit_record(row: Sequence[Any]) -> AuditRecord:
+    """One stored audit record. The store writes only records that read back as written; a
+    record changed behind its back (a detail that is not a JSON object, text that is not
+    UTF-8) is returned with what could be read and ``unreadable`` saying what could not, for
+    :func:`~tachograph.store.audit.link_problems` to report."""
+    seq, ts, tenant, actor, action, body, prev_hash, stored_hash = row
+    problems: list[str] = []
+    texts = {"ts": ts, "tenant": tenant, "actor": actor, "action": action, "hash": stored_hash}
+    if prev_hash is not None:
+        texts["prev_hash"] = prev_hash
+    for name, value in texts.items():
+        if isinstance(value, str) and not _is_utf8(value):
+            problems.append(f"{name} is not valid UTF-8")
+    try:
+        detail = orjson.loads(body)
+    except (orjson.JSONDecodeError, TypeError):
+        detail = None
+    if not isinstance(detail, dict):
+        problems.append(f"detail is not a JSON object: {_as_bytes(body)[:80]!r}")
+        detail = {}
+    return AuditRecord(
+        seq,
+        str(ts),
+        str(tenant),
+        str(actor),
+        str(action),
+        detail,
+        None if prev_hash is None else str(prev_hash),
+        str(stored_hash),
+        unreadable="; ".join(problems) or None,
+    )
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _as_bytes(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    return str(value).encode()

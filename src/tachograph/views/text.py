@@ -13,7 +13,9 @@ This module imports nothing heavy: it is used before rich is loaded, and by ``ta
 
 from __future__ import annotations
 
-__all__ = ["UNSAFE", "escape", "escape_json", "is_safe", "redact_url"]
+from typing import Any
+
+__all__ = ["UNSAFE", "escape", "escape_json", "is_safe", "redact_url", "spell_surrogates"]
 
 
 def _unsafe_codepoints() -> frozenset[int]:
@@ -103,6 +105,27 @@ def escape_json(text: str) -> str:
     if text.isascii():
         return text.replace("\x7f", "\\u007f")
     return text.translate(_JSON_TABLE)
+
+
+_SURROGATES = {point: _spelling(point) for point in range(0xD800, 0xE000)}
+
+
+def spell_surrogates(value: Any) -> Any:
+    """A JSON value with each lone surrogate in its text (keys too) spelled as :func:`escape`
+    spells it (``\\udcff``): text a store read back with surrogates standing for bytes that
+    are not UTF-8 (a file changed behind its back), which JSON cannot hold, shown as the
+    text commands show it."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.translate(_SURROGATES)
+        return value
+    if isinstance(value, dict):
+        return {spell_surrogates(k): spell_surrogates(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [spell_surrogates(v) for v in value]
+    return value
 
 
 def is_safe(text: str) -> bool:
