@@ -81,6 +81,35 @@ def test_an_audit_record_whose_text_is_not_utf8_fails_the_audit(
     assert tacho("audit", "--action", "read").exit_code == EXIT_FAILED
 
 
+# -- events holding text that is not UTF-8 --------------------------------------------------
+
+
+def test_an_event_whose_actor_is_not_utf8_is_shown_as_json_and_exported_as_stored(
+    tacho: Tacho, run_id: str, store_path: Path, tmp_path: Path
+) -> None:
+    _tamper(store_path, f"UPDATE events SET actor={NOT_UTF8} WHERE run_id='{run_id}' AND seq=1")
+    data = tacho.json("show", run_id)  # valid JSON, the event marked
+    row = data["events"][1]
+    assert (row["seq"], row["tampered"], row["actor"]) == (1, True, "a\\udcffb")
+    assert [e["seq"] for e in data["events"] if e["tampered"]] == [1]
+    full = tacho.json("show", run_id, "--full")
+    assert full["events"][1]["actor"] == "a\\udcffb"
+    # export: the stored bytes, the run named TAMPERED, exit 1, as for any tampered run
+    out = tmp_path / "run.jsonl"
+    exported = tacho("export", run_id, "-o", str(out))
+    assert exported.exit_code == EXIT_FAILED, exported.output
+    assert f"TAMPERED: {run_id}: FAILED at seq 1, check 1" in exported.stderr
+    lines = out.read_bytes().splitlines()
+    assert len(lines) == 15
+    assert b'"actor":"a\xffb"' in lines[1]
+    to_stdout = tacho("export", run_id)
+    assert to_stdout.exit_code == EXIT_FAILED
+    assert to_stdout.stdout_bytes == out.read_bytes()
+    checked = tacho("verify", str(out))
+    assert checked.exit_code == EXIT_FAILED
+    assert "FAILED at seq 1 (line 2), check 1" in checked.stdout
+
+
 # -- a damaged file ---------------------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from ..record.verify import VerifyReport
 from ..store import DEFAULT_STORE, RunInfo, Store, verify_all, verify_stored
 from ..store import open_store as open_store_raw
 from ..views.captured import NOT_CAPTURED, display_payload
+from ..views.text import spell_surrogates
 from ..views.timeline import (
     TimelineRow,
     event_row,
@@ -389,7 +390,10 @@ class _Shown:
             row["hash"] = event.hash
         # As text: the bytes orjson returns keep the 4 KB it first allocated (see
         # record.event.stored_json; 4.1 KB for each of 100,000 rows of 313 bytes, as text 380)
-        return orjson.dumps(row).decode()
+        try:
+            return orjson.dumps(row).decode()
+        except TypeError:  # text stored as bytes that are not UTF-8: a tampered row
+            return orjson.dumps(spell_surrogates(row)).decode()
 
 
 @click.command("state", short_help="Print the state at step N (the fold).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,24 @@ def _line_bytes(event: Event) -> bytes:
     if event.payload is None and event.payload_bytes is not None:
         # Undecoded payload: splice the canonical bytes in, without a decode/encode round trip.
         line["payload"] = orjson.Fragment(event.payload_bytes)
-    return orjson.dumps(line) + b"\n"
+    try:
+        return orjson.dumps(line) + b"\n"
+    except TypeError:
+        # Text the store holds as bytes that are not UTF-8 (a file changed behind its back),
+        # read back with lone surrogates for them: written as the stored bytes, so that the
+        # export is the evidence byte for byte, and fails verification as the store does.
+        return orjson.dumps({key: _stored_text(value) for key, value in line.items()}) + b"\n"
+
+
+def _stored_text(value: Any) -> Any:
+    """``value``, or a string holding lone surrogates as the JSON string of its stored bytes."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            quoted = json.dumps(value, ensure_ascii=False)  # leaves the surrogates as they are
+            return orjson.Fragment(quoted.encode("utf-8", "surrogateescape"))
+    return value
 
 
 def write_events(events: Iterable[Event], out: IO[bytes]) -> int:
