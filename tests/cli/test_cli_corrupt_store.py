@@ -148,3 +148,38 @@ def test_a_damaged_audit_page_is_a_store_error(tacho: Tacho, run_id: str, store_
         assert "Error: reading the store audit of" in result.stderr
         assert "database disk image is malformed" in result.stderr
         assert result.stdout == ""
+
+
+# -- a run summary holding text that is not UTF-8 ---------------------------------------------
+
+
+def test_one_unreadable_run_summary_fails_that_run_and_hides_no_other(
+    tacho: Tacho, run_id: str, store_path: Path, tmp_path: Path
+) -> None:
+    with tg.open_store(store_path) as store:
+        store.append(build_run("other", 4))
+    _tamper(store_path, f"UPDATE runs SET actor={NOT_UTF8} WHERE run_id='{run_id}'")
+    result = tacho("verify", "--json")
+    assert result.exit_code == EXIT_FAILED, result.output
+    data = json.loads(result.stdout)
+    by_run = {r["run_id"]: r for r in data["runs"]}
+    assert by_run["other"]["status"] == "verified"
+    assert by_run[run_id]["status"] == "failed"
+    assert "not valid UTF-8" in by_run[run_id]["first_failure"]["message"]
+    assert (data["verified"], data["failed"]) == (1, 1)
+    text = tacho("verify")
+    assert text.exit_code == EXIT_FAILED
+    assert "1 of 2 run(s) verified, 1 FAILED" in text.stdout
+    # listed, with the bad byte escaped
+    listed = tacho("runs")
+    assert listed.exit_code == EXIT_OK, listed.output
+    assert "a\\udcffb" in listed.stdout
+    assert "other" in listed.stdout
+    runs = tacho.json("runs")["runs"]
+    assert {r["run_id"]: r["actor"] for r in runs}[run_id] == "a\\udcffb"
+    # every run exported, the failed one named
+    out = tmp_path / "all.jsonl"
+    exported = tacho("export", "--all", "-o", str(out))
+    assert exported.exit_code == EXIT_FAILED, exported.output
+    assert f"TAMPERED: {run_id}" in exported.stderr
+    assert len(out.read_bytes().splitlines()) == 15 + 4

@@ -696,6 +696,16 @@ class LineChecker:
             return
         if summary is None:
             return
+        undecodable = _undecodable_text(summary)
+        if undecodable:
+            # A store writes its summaries as UTF-8 text: bytes that are not were written
+            # behind its back (read back with lone surrogates standing for them).
+            self._fail(
+                Check.SEQUENCE,
+                f"the store's run summary holds text that is not valid UTF-8 ({undecodable}): "
+                "it was changed behind the store's back",
+                None,
+            )
         if (self.run_id, self.tenant) != (summary.run_id, summary.tenant):
             self._fail_at(
                 0,
@@ -949,6 +959,20 @@ def verify_lines(lines: Iterable[dict[str, Any]], *, source: str | None = None) 
     for number, line in enumerate(lines, 1):
         checker.feed(line, number)
     return checker.report()
+
+
+def _undecodable_text(summary: RunSummary) -> str:
+    """The fields of ``summary`` holding lone surrogates (bytes a store read back that are
+    not UTF-8), as ``name 'value'``, or ``""``."""
+    found = []
+    for name in ("run_id", "tenant", "actor", "started_at", "last_at", "head_hash", "status"):
+        value = getattr(summary, name, None)
+        if isinstance(value, str) and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                found.append(f"{name} {value!r}")
+    return ", ".join(found)
 
 
 def verify_run(

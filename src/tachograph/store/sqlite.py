@@ -51,7 +51,12 @@ from .base import (
     seq_taken,
     suggest,
 )
-from .sqlite_lifecycle import DELETED_RUN_REFUSAL, LIFECYCLE_MIGRATION, SQLiteLifecycle
+from .sqlite_lifecycle import (
+    DELETED_RUN_REFUSAL,
+    LIFECYCLE_MIGRATION,
+    SQLiteLifecycle,
+    lenient_fetch,
+)
 from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "interrupt_waits"]
@@ -289,11 +294,6 @@ def _driver_message(exc: Exception) -> str:
     if isinstance(exc, UnicodeDecodeError) and isinstance(exc.object, bytes):
         return exc.object.decode("utf-8", "replace") + " (the database file is damaged)"
     return str(exc)
-
-
-def _lenient_text(raw: bytes) -> str:
-    """Decode a TEXT value that is not valid UTF-8 (only a tampered file has one)."""
-    return raw.decode("utf-8", "surrogateescape")
 
 
 def _parse_url(url: str) -> tuple[str, dict[str, str]]:
@@ -1232,18 +1232,9 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         )
         args = (tenant, run_id, seq, *needles, _PAGE)
         with self._using(f"reading run {run_id!r} from", run_id) as db:
-            try:
-                return db.execute(sql, args).fetchall()
-            except sqlite3.OperationalError as exc:
-                if "decode" not in str(exc).lower():
-                    raise
-            # A TEXT value that is not UTF-8: read it with lone surrogates standing for the
+            # A TEXT value that is not UTF-8 is read with lone surrogates standing for the
             # bad bytes, so that verification reports the row instead of failing to read it.
-            db.text_factory = _lenient_text
-            try:
-                return db.execute(sql, args).fetchall()
-            finally:
-                db.text_factory = str
+            return lenient_fetch(db, sql, args)
 
     def runs(
         self,
@@ -1293,26 +1284,29 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         with self._using("listing runs of") as db:
-            rows = db.execute(sql, args).fetchall()
+            # a summary changed behind the store's back (text that is not UTF-8) is listed
+            # with lone surrogates for its bad bytes, not the end of the listing
+            rows = lenient_fetch(db, sql, args)
         return [RunInfo(*row) for row in rows]
 
     def run_info(self, run_id: str, *, tenant: str | None = None) -> RunInfo:
         """The summary of one run."""
         tenant = self._resolve_tenant(run_id, tenant)
         with self._using("reading", run_id) as db:
-            row = db.execute(
+            rows = lenient_fetch(
+                db,
                 "SELECT tenant, run_id, actor, started_at, last_at, events, head_hash, status "
                 "FROM runs WHERE tenant=? AND run_id=?",
                 (tenant, run_id),
-            ).fetchone()
-        if row is None:
+            )
+        if not rows:
             raise self._not_found(run_id, tenant)
-        return RunInfo(*row)
+        return RunInfo(*rows[0])
 
     def run_keys(self) -> list[tuple[str, str]]:
         """Every ``(tenant, run_id)`` that has events or a summary row, including orphans."""
         with self._using("listing runs of") as db:
-            rows = db.execute(_RUN_KEYS).fetchall()
+            rows = lenient_fetch(db, _RUN_KEYS)
         return [(str(t), str(r)) for t, r in rows if self.tenant in (None, t)]
 
     def count_events(self) -> int:

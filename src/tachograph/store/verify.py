@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from ..errors import RunNotFound
+from ..errors import RunNotFound, StoreUnavailable
 from ..record.bulk import collector_paused
 from ..record.event import Event
 from ..record.scan import RowScan
@@ -56,7 +56,12 @@ def verify_stored(
         return verify_stored_parallel(
             store, run_id, tenant=tenant, workers=workers, progress=progress, scans=scans
         )
-    summary = run_summary(store, run_id, tenant=tenant)
+    try:
+        summary = run_summary(store, run_id, tenant=tenant)
+    except (StoreUnavailable, UnicodeError) as exc:
+        # A summary the store cannot read (a damaged page; an id that is not UTF-8): this
+        # run fails with the reason, as one whose rows cannot be read does, not the others.
+        return verify_run(_raising(exc), source=store.url, run_id=run_id, tenant=tenant)
     where = summary.tenant if summary is not None else tenant
     return verify_run(
         store.read_rows(run_id, tenant=where),
@@ -67,6 +72,12 @@ def verify_stored(
         tenant=where,
         scans=scans,
     )
+
+
+def _raising(exc: Exception) -> Iterator[Event]:
+    """Rows whose read fails with ``exc``."""
+    yield from ()
+    raise exc
 
 
 def read_verified(
