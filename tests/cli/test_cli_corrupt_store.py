@@ -130,8 +130,6 @@ def test_a_damaged_schema_is_a_store_error_for_every_command(
         assert result.stdout == ""
 
 
-
-
 def test_a_damaged_audit_page_is_a_store_error(tacho: Tacho, run_id: str, store_path: Path) -> None:
     _with_audit_record(tacho, run_id)
     _tamper(store_path)
@@ -183,3 +181,35 @@ def test_one_unreadable_run_summary_fails_that_run_and_hides_no_other(
     assert exported.exit_code == EXIT_FAILED, exported.output
     assert f"TAMPERED: {run_id}" in exported.stderr
     assert len(out.read_bytes().splitlines()) == 15 + 4
+
+
+# -- a payload that is not JSON ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [b"{not", b"[" * 5000, b"\xff\xfe"])
+def test_show_marks_a_payload_that_is_not_json_and_shows_the_rest(
+    tacho: Tacho, run_id: str, store_path: Path, body: bytes
+) -> None:
+    con = sqlite3.connect(store_path)
+    (pid,) = con.execute("SELECT id FROM events WHERE run_id=? AND seq=2", (run_id,)).fetchone()
+    con.close()
+    _tamper(store_path, f"UPDATE payloads SET body=X'{body.hex()}' WHERE id={pid}")
+    text = tacho("show", run_id)
+    assert text.exit_code == EXIT_OK, text.output
+    assert f"TAMPERED: {run_id}: FAILED at seq 2, check 5" in text.stdout
+    rows = {line.split()[0]: line for line in text.stdout.splitlines() if line[:1].isdigit()}
+    assert len(rows) == 15
+    assert "TAMPERED  (the stored payload is not valid JSON)" in rows["2"]
+    assert "lookup_order(order_id=A-4471)" in rows["4"]
+    data = tacho.json("show", run_id)
+    assert len(data["events"]) == 15
+    assert [e["seq"] for e in data["events"] if e["tampered"]] == [2]
+    assert data["events"][2]["summary"] == "(the stored payload is not valid JSON)"
+    assert data["verification"]["status"] == "failed"
+    full = tacho.json("show", run_id, "--full")
+    assert full["events"][2]["payload"] is None
+    assert "(the stored payload is not valid JSON)" in tacho("show", run_id, "--full").stdout
+    for purpose in ("metrics", "replay"):
+        shown = tacho("show", run_id, "--purpose", purpose)
+        assert shown.exit_code == EXIT_OK, shown.output
+    _no_traceback(text.output)

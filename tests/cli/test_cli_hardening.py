@@ -141,7 +141,7 @@ def test_a_tampered_seq_beyond_2_53_fails_its_run_and_every_run_is_reported(
     assert by_run[run_id]["status"] == "failed"
 
 
-def test_an_unreadable_payload_is_reported_and_shown_as_a_typed_error(
+def test_an_unreadable_payload_is_reported_and_shown_marked_tampered(
     tacho: Tacho, run_id: str
 ) -> None:
     with tg.open_store(tacho.store) as store:
@@ -157,8 +157,9 @@ def test_an_unreadable_payload_is_reported_and_shown_as_a_typed_error(
         "other": "verified",
     }
     shown = tacho("show", run_id)
-    assert shown.exit_code == 1
-    assert f"run '{run_id}' seq 2" in shown.stderr
+    assert shown.exit_code == 0
+    assert f"{run_id}: FAILED at seq 2, check 5" in shown.stdout
+    assert "TAMPERED  (the stored payload is not valid JSON)" in shown.stdout
     assert "Traceback" not in shown.output
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime
 import os
 import platform
@@ -145,6 +146,8 @@ def show_timeline(
                 out.line(f"      {key}: {value}", style="dim")
             if event.erased:
                 out.line("      (payload erased)", style="dim")
+            elif event.payload is None and event.payload_bytes is not None:
+                out.line(f"      {NOT_JSON}", style="bold red")
             else:
                 shown, missing = display_payload(event.type, shown_payload(event))
                 for name in missing:
@@ -315,8 +318,9 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
         report = verify_stored(raw, info.run_id, tenant=info.tenant)
         shown = _Shown(frozenset(f.seq for f in report.failures), as_json=as_json, full=full)
         # One read of what the purpose may see (one audit record), kept as it will be
-        # printed rather than as events (which a run of 100,000 held at 1.8 KB each).
-        read = shown.take(store.read(info.run_id, tenant=info.tenant))
+        # printed rather than as events (which a run of 100,000 held at 1.8 KB each). The
+        # payloads are decoded here, so that one that is not JSON is shown as such.
+        read = shown.take(store.read(info.run_id, tenant=info.tenant, decode=False))
         unvouched = [c.to_dict() for c in unvouched_calls(read)]
         collections.deque(read, maxlen=0)  # the rows after the last one the ledger needed
         seal = None
@@ -368,23 +372,32 @@ class _Shown:
         self.styles: list[str] = []
 
     def take(self, events: Iterable[Event]) -> Iterator[Event]:
-        """``events``, passed on as each is kept."""
+        """``events`` (read undecoded), passed on decoded as each is kept. A payload that
+        is not JSON (changed behind the store's back; verification marks it) is left
+        ``None`` and its row says so."""
         rows = self.rows
         for event in events:
+            readable = _decode_payload(event)
             if self.first is None:
                 self.first = event
             if self.as_json:
-                rows.append(self._json_row(event))
+                rows.append(self._json_row(event, readable))
             elif self.full:
                 rows.append(event)
             else:
-                rows.append(timeline_row(event, event.seq in self.tampered))
+                row = timeline_row(event, event.seq in self.tampered)
+                if not readable:
+                    mark = "TAMPERED  " if row.tampered else ""
+                    row = dataclasses.replace(row, summary=mark + NOT_JSON)
+                rows.append(row)
                 self.styles.append(event_style(event))
             yield event
 
-    def _json_row(self, event: Event) -> str:
+    def _json_row(self, event: Event, readable: bool = True) -> str:
         row = event_row(event)
         row["tampered"] = event.seq in self.tampered
+        if not readable:
+            row["summary"] = NOT_JSON
         if self.full:
             row["payload"] = shown_payload(event)
             row["hash"] = event.hash
@@ -394,6 +407,23 @@ class _Shown:
             return orjson.dumps(row).decode()
         except TypeError:  # text stored as bytes that are not UTF-8: a tampered row
             return orjson.dumps(spell_surrogates(row)).decode()
+
+
+NOT_JSON = "(the stored payload is not valid JSON)"
+"""What ``show`` says of a payload whose stored bytes do not parse."""
+
+
+def _decode_payload(event: Event) -> bool:
+    """Decode the stored payload of ``event``, read undecoded, in place (the event is the
+    read's own); False when the bytes are not JSON, the payload then left ``None``."""
+    if event.payload is not None or event.payload_bytes is None:
+        return True
+    try:
+        payload = orjson.loads(event.payload_bytes)
+    except (orjson.JSONDecodeError, TypeError):
+        return False
+    object.__setattr__(event, "payload", payload)  # as record.jsonl sets a read event's bytes
+    return True
 
 
 @click.command("state", short_help="Print the state at step N (the fold).")

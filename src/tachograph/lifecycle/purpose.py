@@ -288,8 +288,12 @@ class ScopedStore(Store):
             return dataclasses.replace(event, payload=None, salt=None, payload_bytes=None)
         payload = event.payload
         if payload is None and event.payload_bytes is not None:
-            payload = orjson.loads(event.payload_bytes)
-        kept = {k: v for k, v in (payload or {}).items() if k in view}
+            try:
+                payload = orjson.loads(event.payload_bytes)
+            except (orjson.JSONDecodeError, TypeError):  # tampered bytes: verification says so
+                payload = None
+        whole = payload if isinstance(payload, dict) else {}
+        kept = {k: v for k, v in whole.items() if k in view}
         return dataclasses.replace(event, payload=kept, salt=None, payload_bytes=None)
 
     def read(
