@@ -88,11 +88,11 @@ def test_an_event_whose_actor_is_not_utf8_is_shown_as_json_and_exported_as_store
     tacho: Tacho, run_id: str, store_path: Path, tmp_path: Path
 ) -> None:
     _tamper(store_path, f"UPDATE events SET actor={NOT_UTF8} WHERE run_id='{run_id}' AND seq=1")
-    data = tacho.json("show", run_id)  # valid JSON, the event marked
+    data = tacho.json("show", run_id, code=EXIT_FAILED)  # valid JSON, the event marked
     row = data["events"][1]
     assert (row["seq"], row["tampered"], row["actor"]) == (1, True, "a\\udcffb")
     assert [e["seq"] for e in data["events"] if e["tampered"]] == [1]
-    full = tacho.json("show", run_id, "--full")
+    full = tacho.json("show", run_id, "--full", code=EXIT_FAILED)
     assert full["events"][1]["actor"] == "a\\udcffb"
     # export: the stored bytes, the run named TAMPERED, exit 1, as for any tampered run
     out = tmp_path / "run.jsonl"
@@ -195,21 +195,21 @@ def test_show_marks_a_payload_that_is_not_json_and_shows_the_rest(
     con.close()
     _tamper(store_path, f"UPDATE payloads SET body=X'{body.hex()}' WHERE id={pid}")
     text = tacho("show", run_id)
-    assert text.exit_code == EXIT_OK, text.output
+    assert text.exit_code == EXIT_FAILED, text.output  # shown whole, and a failure
     assert f"TAMPERED: {run_id}: FAILED at seq 2, check 5" in text.stdout
     rows = {line.split()[0]: line for line in text.stdout.splitlines() if line[:1].isdigit()}
     assert len(rows) == 15
     assert "TAMPERED  (the stored payload is not valid JSON)" in rows["2"]
     assert "lookup_order(order_id=A-4471)" in rows["4"]
-    data = tacho.json("show", run_id)
+    data = tacho.json("show", run_id, code=EXIT_FAILED)
     assert len(data["events"]) == 15
     assert [e["seq"] for e in data["events"] if e["tampered"]] == [2]
     assert data["events"][2]["summary"] == "(the stored payload is not valid JSON)"
     assert data["verification"]["status"] == "failed"
-    full = tacho.json("show", run_id, "--full")
+    full = tacho.json("show", run_id, "--full", code=EXIT_FAILED)
     assert full["events"][2]["payload"] is None
     assert "(the stored payload is not valid JSON)" in tacho("show", run_id, "--full").stdout
     for purpose in ("metrics", "replay"):
         shown = tacho("show", run_id, "--purpose", purpose)
-        assert shown.exit_code == EXIT_OK, shown.output
+        assert shown.exit_code == EXIT_FAILED, shown.output
     _no_traceback(text.output)

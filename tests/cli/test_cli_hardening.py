@@ -157,7 +157,7 @@ def test_an_unreadable_payload_is_reported_and_shown_marked_tampered(
         "other": "verified",
     }
     shown = tacho("show", run_id)
-    assert shown.exit_code == 0
+    assert shown.exit_code == 1  # shown whole, marked, and a failure
     assert f"{run_id}: FAILED at seq 2, check 5" in shown.stdout
     assert "TAMPERED  (the stored payload is not valid JSON)" in shown.stdout
     assert "Traceback" not in shown.output
@@ -285,9 +285,10 @@ def test_show_and_export_mark_tampered_events(tacho: Tacho, run_id: str, tmp_pat
     con.close()
     shown = tacho("show", run_id)
     assert "TAMPERED" in shown.stdout
+    assert shown.exit_code == 1
     tampered_rows = [line for line in shown.stdout.splitlines() if "TAMPERED" in line]
     assert any(line.split()[0] == "4" for line in tampered_rows)
-    data = tacho.json("show", run_id)
+    data = tacho.json("show", run_id, code=1)
     assert next(e["seq"] for e in data["events"] if e["tampered"]) == 4
     exported = tacho("export", run_id, "-o", str(tmp_path / "out.jsonl"))
     assert exported.exit_code == 1

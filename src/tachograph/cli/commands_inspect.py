@@ -339,7 +339,21 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
             "events",
             shown.rows,
         )
-        return
+    else:
+        _show_text(info, report, seal, unvouched, shown, full=full)
+    if not report.ok or (seal is not None and not seal.ok):
+        sys.exit(EXIT_FAILED)  # shown whole, and marked: as state and diff, a failure
+
+
+def _show_text(
+    info: RunInfo,
+    report: VerifyReport,
+    seal: Any,
+    unvouched: list[dict[str, Any]],
+    shown: _Shown,
+    *,
+    full: bool,
+) -> None:
     out = Output()
     run_header(out, info, shown.first)
     if not report.ok:
