@@ -782,3 +782,35 @@ def test_an_upload_replays_although_its_multipart_boundary_is_new_each_time(
     other = tachograph.replay(db, result.run_id, plain(lambda _t: upload(b"other bytes")))
     assert not other.reproduced  # other bytes are another request
     assert srv.request_count == sent
+
+
+def test_a_64_bit_seed_keeps_the_request_readable(srv: FakeLLMServer, db: str) -> None:
+    """OpenAI takes a 64-bit seed, past the record's integers (2^53 - 1): the request was
+    then kept as a digest alone, without its model, messages or parameters, and a changed
+    prompt could not be named. The seed is written as its text, and the path says so."""
+    client = _client(srv)
+    big = 2**62 + 1
+
+    def agent(prompt: str, *, temperature: float = 0.2) -> str:
+        completion = client.chat.completions.create(
+            model=OPENAI_MODEL,
+            messages=[{"role": "user", "content": prompt}],
+            seed=big,
+            temperature=temperature,
+        )
+        return completion.choices[0].message.content or ""
+
+    result = tachograph.record_run(agent, PROMPT, store=db)
+    recorded = events(db, result.run_id)
+    request = next(e for e in recorded if e.type == "model.request")
+    assert request.model == OPENAI_MODEL
+    assert request.payload["request"]["seed"] == str(big)
+    assert request.payload["request"]["messages"][0]["content"] == PROMPT
+    assert request.payload["http"]["numbers_as_text"] == ["$.seed"]
+    assert request.seed is None  # the envelope's seed is an integer of the profile
+    stop(srv)
+    assert tachograph.replay(db, result.run_id, agent).reproduced
+    report = tachograph.replay(db, result.run_id, lambda p: agent(p, temperature=0.9))
+    assert report.first is not None
+    assert report.first.kind is tachograph.DivergenceKind.REQUEST_CHANGED
+    assert "$.payload.request.temperature" in change_paths(report)

@@ -50,6 +50,7 @@ from .wire import (
     digest,
     is_sse,
     json_or_none,
+    json_with_text_numbers,
     sse_bytes,
     stream_error,
     summary,
@@ -170,10 +171,13 @@ class _Call:
         self.options = options
         content = request.content
         ok, body = json_or_none(content) if content else (True, None)
-        if not ok:
+        http: dict[str, Any] = {"method": request.method, "path": request.url.path}
+        fitted = None if ok else json_with_text_numbers(content)
+        if fitted is not None:  # JSON with a 64-bit seed, say: kept, that number as text
+            body, http["numbers_as_text"] = fitted
+        elif not ok:
             content_type, content = _without_boundary(request.headers.get("content-type"), content)
             body = {"content_type": content_type, "length": len(content), "sha256": digest(content)}
-        http: dict[str, Any] = {"method": request.method, "path": request.url.path}
         query = request.url.query.decode("ascii", errors="replace")
         if query:
             http["query"] = query

@@ -31,6 +31,7 @@ __all__ = [
     "digest",
     "is_envelope",
     "json_or_none",
+    "json_with_text_numbers",
     "parse_sse",
     "request_body",
     "response_body",
@@ -53,6 +54,41 @@ def json_or_none(data: bytes) -> tuple[bool, Any]:
     except (ValueError, ProfileError, RecursionError):
         return False, None
     return True, value
+
+
+_SAFE = 2**53 - 1
+
+
+def json_with_text_numbers(data: bytes) -> tuple[Any, list[str]] | None:
+    """``data`` as JSON whose numbers outside the record's profile (an integer beyond
+    +-(2^53 - 1), such as a 64-bit seed; ``NaN``, ``Infinity``) are written as their text,
+    with the JSON paths of those it wrote so; ``None`` when it is not JSON or is outside the
+    profile in another way. For a request, which is recorded to be compared, never served:
+    its model, messages and parameters stay readable instead of becoming a digest."""
+    changed: list[str] = []
+
+    def fit(value: Any, path: str) -> Any:
+        if type(value) is int and abs(value) > _SAFE:
+            changed.append(path)
+            return str(value)
+        if type(value) is float and (value != value or value in (float("inf"), float("-inf"))):
+            changed.append(path)
+            return repr(value).replace("inf", "Infinity").replace("nan", "NaN")
+        if isinstance(value, dict):
+            return {
+                k: fit(v, f"{path}.{k}" if k.isidentifier() else f"{path}[{k!r}]")
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [fit(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    try:
+        value = fit(json.loads(data), "$")
+        canonical(value)
+    except (ValueError, ProfileError, RecursionError):
+        return None
+    return value, changed
 
 
 def body_fields(data: bytes) -> dict[str, Any]:
