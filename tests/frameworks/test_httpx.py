@@ -247,3 +247,73 @@ def test_an_sdk_client_or_another_object_is_refused_with_a_hint() -> None:
         instrument(openai.OpenAI(api_key="sk-x"))
     with pytest.raises(TypeError, match="httpx or httpx2"):
         instrument(object())
+
+
+def _closed_url() -> str:
+    """The address of a server that has stopped: a request to it is refused."""
+    gone = Shop()
+    gone.stop()
+    return gone.url
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_a_refused_read_is_recorded_and_raised_again_in_replay(
+    lib: Any, shop: Shop, db: str
+) -> None:
+    """A GET that gets no answer is recorded (it wrote nothing, and an agent that retried
+    it could not be replayed): its ``external.read`` holds the error, and replay raises the
+    same exception type where the request was made."""
+    base = _closed_url()
+    client = instrument(lib.Client())
+
+    def agent(order_id: str) -> dict[str, Any]:
+        try:
+            client.get(f"{base}/orders/{order_id}")
+        except lib.ConnectError as exc:
+            failed = type(exc).__name__
+        order = client.get(f"{shop.url}/orders/{order_id}").json()  # the fallback
+        return {"failed": failed, "order": order}
+
+    result = tachograph.record_run(_plain(agent), "B-2002", store=db)
+    assert result.status == "ok", result
+    assert result.output["failed"] == "ConnectError"
+    recorded = tachograph.open_store(db).events(result.run_id)
+    assert [e.type for e in recorded] == [
+        "run.started",
+        "external.read",
+        "external.read",
+        "run.finished",
+    ]
+    refused = recorded[1].payload
+    assert refused["key"] == f"GET {base}/orders/B-2002"
+    assert refused["value"]["error"]["type"] == f"{lib.__name__}.ConnectError"
+
+    count = shop.stop()
+    report = tachograph.replay(db, result.run_id, _plain(agent))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert len(shop.requests) == count == 1
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_a_refused_read_of_an_async_client_is_recorded_and_raised_again(
+    lib: Any, db: str
+) -> None:
+    base = _closed_url()
+
+    async def agent(_: Any) -> str:
+        async with instrument(lib.AsyncClient()) as client:
+            try:
+                await client.get(f"{base}/orders/A-1")
+            except lib.ConnectError as exc:
+                return f"failed: {type(exc).__name__}"
+        return "answered"
+
+    result = tachograph.record_run(_plain(agent), None, store=db)
+    assert result.output == "failed: ConnectError"
+    recorded = tachograph.open_store(db).events(result.run_id)
+    assert [e.type for e in recorded][1:-1] == ["external.read"]
+    assert recorded[1].payload["value"]["error"]["type"] == f"{lib.__name__}.ConnectError"
+    report = tachograph.replay(db, result.run_id, _plain(agent))
+    assert report.reproduced, report.render()
+    assert report.output == "failed: ConnectError"

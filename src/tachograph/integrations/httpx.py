@@ -10,7 +10,8 @@
 Inside a run, every request the client sends is one step of the record:
 
 * a **read** (``GET``, ``HEAD`` and ``OPTIONS`` by default) is an ``external.read``:
-  ``{"source": "http", "key": "GET https://...", "value": <the answer>}``;
+  ``{"source": "http", "key": "GET https://...", "value": <the answer>}``, or ``"value":
+  {"error": {"type", "message"}}`` when no answer came (raised again in replay);
 * anything else (``POST``, ``PUT``, ``PATCH``, ``DELETE``) is a tool call:
   ``tool.requested`` ``{"tool": "http.post", "args": {"method", "url", "body"?, "headers"?},
   "effect": "write"}``, made durable before the request leaves, then ``tool.completed`` with
@@ -40,11 +41,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
-from ..capture.boundary import CallKind, CallTicket, begin_call
+from ..capture.boundary import CallKind, CallTicket, begin_call, error_info
 from ..capture.session import Session, current_session
 from ..errors import RecordingError
 from ..providers.http import body_bytes, body_fields, digest, json_or_none
 from ..record.event import Effect, EventType
+from ..replay.engine import rebuild_error
 
 __all__ = [
     "DEFAULT_READS",
@@ -76,6 +78,10 @@ _RESPONSE_DROP = frozenset(
     {"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"}
     | {"set-cookie", "date"}
 )
+
+# The value of an ``external.read`` that got no answer: ``{"error": {"type", "message"}}``
+# (an answer always has a ``status``, so the two cannot be confused).
+_READ_ERROR = "error"
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,19 @@ class _Exchange:
             payload["request"] = extra
         return payload
 
+    def read_failed(self, payload: dict[str, Any], exc: BaseException) -> None:
+        """Record a read that got no answer (connection refused, timeout): its value is
+        ``{"error": {type, message}}``, the failure a write records as ``tool.failed``."""
+        self.session.record_value(
+            EventType.EXTERNAL_READ.value, payload, {_READ_ERROR: error_info(exc)}
+        )
+
+    def served_read(self, value: Any) -> Any:
+        """The recorded answer to a read; a recorded failure is raised again."""
+        if isinstance(value, dict) and len(value) == 1 and isinstance(value.get(_READ_ERROR), dict):
+            raise rebuild_error(value[_READ_ERROR])
+        return self.rebuild(value)
+
     # -- tools ---------------------------------------------------------------------------
 
     def begin_tool(self) -> CallTicket:
@@ -207,9 +226,13 @@ def _sync_transport(lib: Any) -> type:
                 payload = ex.read_payload()
                 served, value = session.serve_value(EventType.EXTERNAL_READ.value, payload)
                 if served:
-                    return ex.rebuild(value)
-                live = self.inner.handle_request(request)
-                data = live.read()
+                    return ex.served_read(value)
+                try:
+                    live = self.inner.handle_request(request)
+                    data = live.read()
+                except Exception as exc:
+                    ex.read_failed(payload, exc)
+                    raise
                 record = ex.answer(live, data)
                 session.record_value(EventType.EXTERNAL_READ.value, payload, record)
                 return ex.rebuild(record)
@@ -250,9 +273,13 @@ def _async_transport(lib: Any) -> type:
                 payload = ex.read_payload()
                 served, value = session.serve_value(EventType.EXTERNAL_READ.value, payload)
                 if served:
-                    return ex.rebuild(value)
-                live = await self.inner.handle_async_request(request)
-                data = await live.aread()
+                    return ex.served_read(value)
+                try:
+                    live = await self.inner.handle_async_request(request)
+                    data = await live.aread()
+                except Exception as exc:
+                    ex.read_failed(payload, exc)
+                    raise
                 record = ex.answer(live, data)
                 session.record_value(EventType.EXTERNAL_READ.value, payload, record)
                 return ex.rebuild(record)
