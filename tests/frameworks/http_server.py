@@ -35,7 +35,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._count()
         size = int(self.headers.get("content-length") or 0)
-        body = json.loads(self.rfile.read(size) or b"{}")
+        data = self.rfile.read(size)
+        if self.path == "/uploads":  # any body (a multipart form): its size is the answer
+            self._reply(201, {"upload_id": "up_1", "bytes": len(data)})
+            return
+        body = json.loads(data or b"{}")
         with self.server.shop.lock:
             self.server.shop.refunds.append(body)
             number = len(self.server.shop.refunds)
@@ -54,7 +58,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class Shop:
-    """``GET /orders/<id>`` and ``POST /refunds``; ``requests`` counts what arrived.
+    """``GET /orders/<id>``, ``POST /refunds`` and ``POST /uploads`` (any body); ``requests``
+    counts what arrived.
 
     ``total`` is the total every order is said to have (a test changes it to change the
     shop's answer)."""

@@ -296,9 +296,7 @@ def test_a_refused_read_is_recorded_and_raised_again_in_replay(
 
 
 @pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
-def test_a_refused_read_of_an_async_client_is_recorded_and_raised_again(
-    lib: Any, db: str
-) -> None:
+def test_a_refused_read_of_an_async_client_is_recorded_and_raised_again(lib: Any, db: str) -> None:
     base = _closed_url()
 
     async def agent(_: Any) -> str:
@@ -317,3 +315,43 @@ def test_a_refused_read_of_an_async_client_is_recorded_and_raised_again(
     report = tachograph.replay(db, result.run_id, _plain(agent))
     assert report.reproduced, report.render()
     assert report.output == "failed: ConnectError"
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_a_multipart_upload_is_the_same_request_in_every_replay(
+    lib: Any, shop: Shop, db: str
+) -> None:
+    """The client draws a multipart boundary at random for every request: it is recorded
+    as a fixed one, so the upload's args and key are the same in the replay (it diverged
+    in every one)."""
+    client = instrument(lib.Client(), request_headers=["content-type"])
+
+    def uploader(content: bytes) -> Callable[[str], Any]:
+        def agent(name: str) -> dict[str, Any]:
+            files = {"file": (name, content)}
+            answer = client.post(f"{shop.url}/uploads", files=files, data={"purpose": "x"})
+            return {"status": answer.status_code, "answer": answer.json()}
+
+        return agent
+
+    agent = uploader(b"hello world")
+    result = tachograph.record_run(_plain(agent), "a.txt", store=db)
+    assert result.status == "ok", result
+    assert result.output["status"] == 201
+    recorded = tachograph.open_store(db).events(result.run_id)
+    args = recorded[1].payload["args"]
+    assert args["headers"]["content-type"] == "multipart/form-data; boundary=tachograph-boundary"
+    assert "--tachograph-boundary\r\n" in args["text"]
+    assert 'filename="a.txt"' in args["text"]
+
+    count = shop.stop()
+    for _ in range(2):
+        report = tachograph.replay(db, result.run_id, _plain(agent))
+        assert report.reproduced, report.render()
+        assert report.output == result.output
+    assert len(shop.requests) == count == 1
+    # another file is still another request
+    other = tachograph.replay(db, result.run_id, _plain(uploader(b"hello there")))
+    assert not other.reproduced
+    assert other.first is not None
+    assert other.first.seq == recorded[1].seq

@@ -17,6 +17,10 @@ Inside a run, every request the client sends is one step of the record:
   "effect": "write"}``, made durable before the request leaves, then ``tool.completed`` with
   the answer, or ``tool.failed`` when no answer came (connection refused, timeout).
 
+A request body that is not JSON is recorded as ``text`` (``body_sha256`` when it is not
+UTF-8); a multipart body with its boundary, drawn at random for every request, replaced by a
+fixed one, so that the same upload is the same request in a replay.
+
 An answer is ``{"status", "headers", "body"}`` (``body`` parsed JSON, else ``text`` or
 ``base64``). In replay the inner transport is never called: the recorded answer is handed back
 as the client's own ``Response``, and a request that differs from the recorded one (another
@@ -44,7 +48,7 @@ from typing import Any, TypeAlias, TypeVar
 from ..capture.boundary import CallKind, CallTicket, begin_call, error_info
 from ..capture.session import Session, current_session
 from ..errors import RecordingError
-from ..providers.http import body_bytes, body_fields, digest, json_or_none
+from ..providers.http import body_bytes, body_fields, digest, json_or_none, without_boundary
 from ..record.event import Effect, EventType
 from ..replay.engine import rebuild_error
 
@@ -131,7 +135,11 @@ class _Exchange:
         self.url = url
         self.kind = options.classify(method, url)
         args: dict[str, Any] = {"method": method, "url": url}
-        content: bytes = request.content
+        # a multipart body's boundary is drawn at random for every request: recorded with a
+        # fixed one, so that the same upload is the same request (and key) in every replay
+        content_type, content = without_boundary(
+            request.headers.get("content-type"), request.content
+        )
         if content:
             ok, value = json_or_none(content)
             if ok:
@@ -146,6 +154,8 @@ class _Exchange:
             for name, value in request.headers.items()
             if name.lower() in options.request_headers
         }
+        if "content-type" in kept and content_type is not None:
+            kept["content-type"] = content_type
         if kept:
             args["headers"] = dict(sorted(kept.items()))
         self.args = args

@@ -43,6 +43,7 @@ import httpx2
 from ..capture.boundary import CallKind, CallTicket, begin_call, error_info
 from ..capture.session import current_session
 from ..errors import RecordingError, Unreplayable
+from ..providers.http import without_boundary
 from ..providers.replay import served_answer
 from .wire import (
     answer_record,
@@ -144,25 +145,6 @@ class _Options:
 # -- one HTTP attempt as a model call -------------------------------------------------------
 
 
-_BOUNDARY = "tachograph-boundary"
-
-
-def _without_boundary(content_type: str | None, content: bytes) -> tuple[str | None, bytes]:
-    """A multipart body and its content type with the boundary, which the SDKs draw at
-    random for every request, replaced by a fixed one: the same upload of the same bytes is
-    then the same request in a replay (it differed in its digest every time)."""
-    if not content_type or not content_type.lower().startswith("multipart/"):
-        return content_type, content
-    _, sep, rest = content_type.partition("boundary=")
-    boundary = rest.split(";", 1)[0].strip().strip('"') if sep else ""
-    if not boundary:
-        return content_type, content
-    return (
-        content_type.replace(boundary, _BOUNDARY),
-        content.replace(b"--" + boundary.encode("latin-1"), b"--" + _BOUNDARY.encode()),
-    )
-
-
 class _Call:
     """An HTTP attempt: what is recorded for it and how it is served or completed."""
 
@@ -176,7 +158,7 @@ class _Call:
         if fitted is not None:  # JSON with a 64-bit seed, say: kept, that number as text
             body, http["numbers_as_text"] = fitted
         elif not ok:
-            content_type, content = _without_boundary(request.headers.get("content-type"), content)
+            content_type, content = without_boundary(request.headers.get("content-type"), content)
             body = {"content_type": content_type, "length": len(content), "sha256": digest(content)}
         query = request.url.query.decode("ascii", errors="replace")
         if query:

@@ -39,6 +39,7 @@ __all__ = [
     "stream_error",
     "summary",
     "terminated",
+    "without_boundary",
 ]
 
 
@@ -89,6 +90,25 @@ def json_with_text_numbers(data: bytes) -> tuple[Any, list[str]] | None:
     except (ValueError, ProfileError, RecursionError):
         return None
     return value, changed
+
+
+_BOUNDARY = "tachograph-boundary"
+
+
+def without_boundary(content_type: str | None, content: bytes) -> tuple[str | None, bytes]:
+    """A multipart body and its content type with the boundary, which the HTTP clients draw
+    at random for every request, replaced by a fixed one: the same upload of the same bytes
+    is then the same request in a replay (it differed in its digest every time)."""
+    if not content_type or not content_type.lower().startswith("multipart/"):
+        return content_type, content
+    _, sep, rest = content_type.partition("boundary=")
+    boundary = rest.split(";", 1)[0].strip().strip('"') if sep else ""
+    if not boundary:
+        return content_type, content
+    return (
+        content_type.replace(boundary, _BOUNDARY),
+        content.replace(b"--" + boundary.encode("latin-1"), b"--" + _BOUNDARY.encode()),
+    )
 
 
 def body_fields(data: bytes) -> dict[str, Any]:
