@@ -28,6 +28,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._count()
+        if self.path.startswith("/raw/"):  # a body as given, under its content type
+            content_type, data = self.server.shop.raw[self.path.removeprefix("/raw/")]
+            self.send_response(200)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         order_id = self.path.rsplit("/", 1)[-1]
         total = self.server.shop.total
         self._reply(200, {"order_id": order_id, "status": "delivered", "total": total})
@@ -59,7 +67,8 @@ class _Server(ThreadingHTTPServer):
 
 class Shop:
     """``GET /orders/<id>``, ``POST /refunds`` and ``POST /uploads`` (any body); ``requests``
-    counts what arrived.
+    counts what arrived. ``GET /raw/<name>`` answers ``raw[name]``, a ``(content type,
+    bytes)`` pair, as it is.
 
     ``total`` is the total every order is said to have (a test changes it to change the
     shop's answer)."""
@@ -69,6 +78,7 @@ class Shop:
         self.total = 19.99
         self.requests: list[tuple[str, str]] = []
         self.refunds: list[Any] = []
+        self.raw: dict[str, tuple[str, bytes]] = {}
         self._httpd: _Server | None = _Server(self)
         host, port = self._httpd.server_address[:2]
         self.url = f"http://{host!s}:{port}"

@@ -355,3 +355,50 @@ def test_a_multipart_upload_is_the_same_request_in_every_replay(
     assert not other.reproduced
     assert other.first is not None
     assert other.first.seq == recorded[1].seq
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_a_body_reaches_the_agent_as_sent_and_only_json_is_recorded_parsed(
+    lib: Any, shop: Shop, db: str
+) -> None:
+    """Live, the agent gets the server's bytes (a text body that parsed as JSON was handed
+    on re-encoded: "3.10" as "3.1"). A body whose content type is not JSON is recorded as
+    text and served back as sent; a JSON body is recorded parsed and served back re-encoded,
+    which may change number spelling, never its meaning as JSON."""
+    shop.raw["version"] = ("text/plain", b"3.10")
+    shop.raw["id"] = ("text/plain; charset=utf-8", b"1e3")
+    shop.raw["order"] = ("application/json", b'{"total": 19.990, "count": 1e3}')
+    shop.raw["blob"] = ("application/octet-stream", b"\xff\x00")
+    client = instrument(lib.Client())
+    orders: list[str] = []
+
+    def agent(_: Any) -> dict[str, Any]:
+        texts = {name: client.get(f"{shop.url}/raw/{name}").text for name in ("version", "id")}
+        order = client.get(f"{shop.url}/raw/order")
+        orders.append(order.text)
+        blob = client.get(f"{shop.url}/raw/blob").content.hex()
+        return {"texts": texts, "order": order.json(), "blob": blob}
+
+    result = tachograph.record_run(_plain(agent), None, store=db)
+    assert result.status == "ok", result
+    assert result.output == {
+        "texts": {"version": "3.10", "id": "1e3"},
+        "order": {"total": 19.99, "count": 1000.0},
+        "blob": "ff00",
+    }
+    assert orders == ['{"total": 19.990, "count": 1e3}']  # the bytes as sent
+    values = [e.payload["value"] for e in tachograph.open_store(db).events(result.run_id)[1:-1]]
+    assert [
+        {k: v for k, v in value.items() if k in ("body", "text", "base64")} for value in values
+    ] == [
+        {"text": "3.10"},
+        {"text": "1e3"},
+        {"body": {"total": 19.99, "count": 1000.0}},
+        {"base64": "/wA="},
+    ]
+
+    shop.stop()
+    report = tachograph.replay(db, result.run_id, _plain(agent))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+    assert orders[1] == '{"total":19.99,"count":1000.0}'  # re-encoded: the same JSON

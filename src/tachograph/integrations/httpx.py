@@ -21,8 +21,11 @@ A request body that is not JSON is recorded as ``text`` (``body_sha256`` when it
 UTF-8); a multipart body with its boundary, drawn at random for every request, replaced by a
 fixed one, so that the same upload is the same request in a replay.
 
-An answer is ``{"status", "headers", "body"}`` (``body`` parsed JSON, else ``text`` or
-``base64``). In replay the inner transport is never called: the recorded answer is handed back
+An answer is ``{"status", "headers", "body"}``: ``body`` is the parsed JSON of an answer whose
+content type says JSON; any other body is ``text`` (``base64`` when it is not UTF-8), kept as
+sent (a ``text/plain`` "3.10" is not the number 3.1). Live, the client gets the body exactly
+as sent; in replay a JSON body is re-encoded (key order and number spelling may differ, never
+its meaning). In replay the inner transport is never called: the recorded answer is handed back
 as the client's own ``Response``, and a request that differs from the recorded one (another
 URL, another body) is a divergence at its seq. ``rules`` classifies requests: a callable
 ``(method, url) -> effect | "external" | None`` or a table ``{(method, url_glob): effect or
@@ -31,12 +34,13 @@ fall back to the defaults).
 
 Only the request headers named in ``request_headers`` are recorded (none by default):
 credentials, cookies and tracing headers never reach the record. Response framing headers,
-``set-cookie`` and ``date`` are dropped (the client gets the answer as recorded, live too).
+``set-cookie`` and ``date`` are dropped (the client gets the headers as recorded, live too).
 The body is read whole, so a streamed download is recorded (and served) in one piece.
 """
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import functools
 import importlib
@@ -110,6 +114,25 @@ class _Options:
         if chosen == EXTERNAL:
             return EXTERNAL
         return Effect.parse(chosen)
+
+
+def _is_json(content_type: str | None) -> bool:
+    """Whether a content type says JSON (``application/json``, ``application/*+json``)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media in ("application/json", "text/json") or media.endswith("+json")
+
+
+def _body(data: bytes, content_type: str | None) -> dict[str, Any]:
+    """An answer's body as record fields. Parsed (``body``) only when its content type says
+    JSON: serving it back re-encodes it, which may change key order and number spelling,
+    never what it means as JSON. Any other body is kept as sent (``text``, else ``base64``):
+    as text, "3.10" is not the number 3.1."""
+    if not data or _is_json(content_type):
+        return body_fields(data)
+    try:
+        return {"text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
 
 
 def _headers(headers: Any) -> dict[str, str]:
@@ -196,8 +219,15 @@ class _Exchange:
 
     def answer(self, live: Any, data: bytes) -> dict[str, Any]:
         record: dict[str, Any] = {"status": live.status_code, "headers": _headers(live.headers)}
-        record.update(body_fields(data))
+        record.update(_body(data, live.headers.get("content-type")))
         return record
+
+    def delivered(self, record: dict[str, Any], data: bytes) -> Any:
+        """The live answer the client gets: the status and headers as recorded, the body
+        exactly as the server sent it (a JSON body is not re-encoded)."""
+        return self.lib.Response(
+            int(record["status"]), headers=record["headers"], content=data, request=self.request
+        )
 
     def rebuild(self, record: Any) -> Any:
         if not isinstance(record, dict) or "status" not in record:
@@ -245,7 +275,7 @@ def _sync_transport(lib: Any) -> type:
                     raise
                 record = ex.answer(live, data)
                 session.record_value(EventType.EXTERNAL_READ.value, payload, record)
-                return ex.rebuild(record)
+                return ex.delivered(record, data)
             ticket = ex.begin_tool()
             if ticket.served:
                 return ex.rebuild(ticket.answer())
@@ -257,7 +287,7 @@ def _sync_transport(lib: Any) -> type:
             except Exception as exc:
                 ticket.fail(exc)
                 raise
-            return ex.rebuild(ticket.complete(ex.answer(live, data)))
+            return ex.delivered(ticket.complete(ex.answer(live, data)), data)
 
         def close(self) -> None:
             self.inner.close()
@@ -292,7 +322,7 @@ def _async_transport(lib: Any) -> type:
                     raise
                 record = ex.answer(live, data)
                 session.record_value(EventType.EXTERNAL_READ.value, payload, record)
-                return ex.rebuild(record)
+                return ex.delivered(record, data)
             ticket = ex.begin_tool()
             if ticket.served:
                 return ex.rebuild(ticket.answer())
@@ -304,7 +334,7 @@ def _async_transport(lib: Any) -> type:
             except Exception as exc:
                 ticket.fail(exc)
                 raise
-            return ex.rebuild(ticket.complete(ex.answer(live, data)))
+            return ex.delivered(ticket.complete(ex.answer(live, data)), data)
 
         async def aclose(self) -> None:
             await self.inner.aclose()
