@@ -140,3 +140,8 @@ def test_redact_url_hides_passwords_and_credential_parameters() -> None:
     )
     for plain in ("sqlite:///a.db", "./runs.db", "postgresql://app@h/db?tenant=acme"):
         assert redact_url(plain) == plain
+    # an Azure Functions key (or an OAuth code) is code=; a country_code is no credential
+    assert (
+        redact_url("https://fn.example/api/otlp?code=V6x7Qm3Rt9Zp6&country_code=FR")
+        == "https://fn.example/api/otlp?code=***&country_code=FR"
+    )

@@ -36,7 +36,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
             return
-        order_id = self.path.rsplit("/", 1)[-1]
+        order_id = self.path.split("?", 1)[0].rsplit("/", 1)[-1]
         total = self.server.shop.total
         self._reply(200, {"order_id": order_id, "status": "delivered", "total": total})
 

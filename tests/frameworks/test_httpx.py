@@ -402,3 +402,39 @@ def test_a_body_reaches_the_agent_as_sent_and_only_json_is_recorded_parsed(
     assert report.reproduced, report.render()
     assert report.output == result.output
     assert orders[1] == '{"total":19.99,"count":1000.0}'  # re-encoded: the same JSON
+
+
+# credentials an API takes in the query under short names: Google's key=, an Azure SAS
+# sig=, an Azure Functions key (or an OAuth authorization code) as code=
+QUERY_SECRETS = {"key": "V0x7Qm3Rt9Zp0", "sig": "V5x7Qm3Rt9Zp5%2Bsas", "code": "V6x7Qm3Rt9Zp6"}
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_credentials_in_a_query_under_short_names_are_redacted_and_replay(
+    lib: Any, shop: Shop, db: str
+) -> None:
+    """``key=``, ``sig=`` and ``code=`` in a URL's query were stored as given (``api_key=``
+    and ``token=`` were redacted); the other parameters stay, and the run replays."""
+    query = "&".join(f"{k}={v}" for k, v in QUERY_SECRETS.items()) + "&page=2"
+    client = instrument(lib.Client())
+
+    def agent(order_id: str) -> dict[str, Any]:
+        order = client.get(f"{shop.url}/orders/{order_id}?{query}").json()
+        refund = client.post(f"{shop.url}/refunds?code=V7x7Qm3Rt9Zp7", json={"id": order_id})
+        return {"order": order, "refund": refund.status_code}
+
+    result = tachograph.record_run(_plain(agent), "B-2002", store=db)
+    assert result.status == "ok", result
+    recorded = tachograph.open_store(db).events(result.run_id)
+    marker = "[redacted:secret:password]"
+    key = recorded[1].payload["key"]
+    assert key == (f"GET {shop.url}/orders/B-2002?key={marker}&sig={marker}&code={marker}&page=2")
+    assert recorded[2].payload["args"]["url"] == f"{shop.url}/refunds?code={marker}"
+    stored = b"".join(p.read_bytes() for p in Path(db).parent.glob(Path(db).name + "*"))
+    for value in (*QUERY_SECRETS.values(), "V7x7Qm3Rt9Zp7"):
+        assert value.encode() not in stored
+
+    shop.stop()
+    report = tachograph.replay(db, result.run_id, _plain(agent))
+    assert report.reproduced, report.render()
+    assert report.output == result.output

@@ -814,3 +814,28 @@ def test_a_64_bit_seed_keeps_the_request_readable(srv: FakeLLMServer, db: str) -
     assert report.first is not None
     assert report.first.kind is tachograph.DivergenceKind.REQUEST_CHANGED
     assert "$.payload.request.temperature" in change_paths(report)
+
+
+def test_credentials_in_the_recorded_query_under_short_names_are_redacted(
+    srv: FakeLLMServer, db: str, tmp_path: Any
+) -> None:
+    """``http.query`` is the query's text without its "?": a ``key=`` at its start was
+    stored as given (``api_key=`` was redacted, its name says what it is)."""
+    secrets = {"key": "V0x7Qm3Rt9Zp0", "sig": "V5x7Qm3Rt9Zp5", "code": "V6x7Qm3Rt9Zp6"}
+    client = _client(srv, default_query={**secrets, "api-version": "2024-10-21"})
+    agent = declared(chat_agent(client), "billing")
+
+    result = tachograph.record_run(agent, PROMPT, store=db)
+
+    assert result.status == "ok"
+    recorded = events(db, result.run_id)
+    marker = "[redacted:secret:password]"
+    assert recorded[1].payload["http"]["query"] == (
+        f"key={marker}&sig={marker}&code={marker}&api-version=2024-10-21"
+    )
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("runs.db*"))
+    for value in secrets.values():
+        assert value.encode() not in stored
+    stop(srv)
+    report = tachograph.replay(db, result.run_id, agent)
+    assert report.reproduced, report.render()

@@ -333,6 +333,47 @@ def test_what_only_looks_like_those_secrets_is_kept(text: str) -> None:
     assert Redactor()("tool.completed", {"t": text}) == {"t": text}
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("https://maps/api?key=V0x7Qm3Rt9Zp0&q=paris", "https://maps/api?key=[R]&q=paris"),
+        ("https://blob/c/f?sv=2022&sig=ab%2Bcd%3D1234", "https://blob/c/f?sv=2022&sig=[R]"),
+        ("https://fn/api/x?code=V6x7Qm3Rt9Zp6", "https://fn/api/x?code=[R]"),
+        (
+            "GET https://app/cb?state=s&CODE=4/0Adeu5BW#top",
+            "GET https://app/cb?state=s&CODE=[R]#top",
+        ),
+        # an SDK call's recorded http.query: the query's text without its "?"
+        ("key=V0x7Qm3Rt9Zp0&api-version=2024", "key=[R]&api-version=2024"),
+    ],
+)
+def test_credentials_under_short_names_in_a_query_are_redacted(text: str, expected: str) -> None:
+    from tachograph.privacy.redactor import Redactor
+
+    out = Redactor()("tool.completed", {"t": text})["t"]
+    assert out == expected.replace("[R]", "[redacted:secret:password]")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        # "code" and "key" as the keys of a JSON object: an error code, a lookup key
+        {"error": {"code": "invalid_request_error", "key": "order_status_B-2002"}},
+        {"code": 404, "status_code": "Not Found"},
+        {"t": '{"code": "invalid_api_request", "key": "some_lookup_key"}'},
+        # the names outside a query, and values too short to be a credential
+        {"t": "the key=value pairs of the config file"},
+        {"t": "exit code=137 after the signal"},
+        {"t": "https://h/x?code=200&key=name"},
+        {"t": "https://h/x?monkey=bananas12&zipcode=10115123"},
+    ],
+)
+def test_short_names_outside_a_query_are_kept(payload: dict[str, object]) -> None:
+    from tachograph.privacy.redactor import Redactor
+
+    assert Redactor()("tool.completed", payload) == payload
+
+
 def test_secret_fields_hide_lists_objects_and_more_spellings() -> None:
     from tachograph.privacy.redactor import Redactor
 

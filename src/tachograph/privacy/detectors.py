@@ -231,6 +231,18 @@ DETECTORS: tuple[Detector, ...] = (
         ),
     ),
     Detector(
+        "password",
+        # credentials under names too short or too common to be taken anywhere else, taken
+        # only as the parameters of a URL's query: Google's key=, an Azure SAS sig=, an
+        # Azure Functions key or an OAuth authorization code=; after "?" or "&", or at the
+        # start of a text that is a query string itself (no whitespace: an SDK call's
+        # recorded http.query). A "code" key of a JSON object (an error code) is not one,
+        # nor a value shorter than any such credential ("code=200").
+        r"(?i:(?:(?<=[?&])|\A(?=\S*\Z))(?:key|sig|code)=)(?P<v>[^\s\"'&,;#]{8,})",
+        secret=True,
+        hints_lower=("key=", "sig=", "code="),
+    ),
+    Detector(
         "url_password",
         # the password of a URL's user information: postgres://app:hunter2@db/...
         r"(?i:(?<![A-Za-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s/:@\"']{1,128}:)"

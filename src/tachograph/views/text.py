@@ -135,6 +135,14 @@ def is_safe(text: str) -> bool:
 
 _SECRET_QUERY = ("key", "token", "secret", "password", "passwd", "sig", "signature", "auth")
 """Query parameters whose values a printed URL hides (``api_key=``, ``access_token=``...)."""
+_SECRET_QUERY_NAMES = frozenset({"code"})
+"""Query parameters hidden by their whole name only: an Azure Functions key or an OAuth
+authorization code is ``code=``, while ``country_code=`` is none."""
+
+
+def _secret_parameter(name: str) -> bool:
+    lower = name.lower()
+    return lower in _SECRET_QUERY_NAMES or any(word in lower for word in _SECRET_QUERY)
 
 
 def redact_url(url: str) -> str:
@@ -157,14 +165,10 @@ def redact_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-        if any(any(word in k.lower() for word in _SECRET_QUERY) for k, _ in pairs):
+        if any(_secret_parameter(k) for k, _ in pairs):
             query = "&".join(
                 f"{urllib.parse.quote(k, safe='')}="
-                + (
-                    "***"
-                    if any(w in k.lower() for w in _SECRET_QUERY)
-                    else urllib.parse.quote(v, safe="")
-                )
+                + ("***" if _secret_parameter(k) else urllib.parse.quote(v, safe=""))
                 for k, v in pairs
             )
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
