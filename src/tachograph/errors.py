@@ -124,6 +124,7 @@ class FormatError(TachographError, ValueError):
     line: int | None = None
     location: str | None = None
     path: str | None = None
+    runs: int | None = None  # a file of several runs where one was wanted: how many
 
 
 class StoreError(TachographError):
@@ -133,6 +134,7 @@ class StoreError(TachographError):
     location: str | None = None
     run_id: str | None = None
     tenant: str | None = None
+    several_tenants: bool = False  # the run id names a run in more than one tenant
 
 
 class StoreNotFound(StoreError):
