@@ -228,7 +228,7 @@ def test_a_host_name_lookup_is_refused_before_it_leaves(
     refused = tg.replay(store, "dns-1", bare, collect=True)
     assert "lookup of unrecorded.invalid:443" in str(refused.output)
 
-    # a port the allow list names lets the lookup through: its connection is judged after
+    # the name's own entry lets the lookup through (its connection is judged after)
     def port_8081(task: Any) -> Any:
         try:
             socket.getaddrinfo("unrecorded.invalid", 8081)
@@ -239,7 +239,7 @@ def test_a_host_name_lookup_is_refused_before_it_leaves(
         return "done"
 
     looked_up.clear()
-    allowed = tg.replay(store, "dns-1", port_8081, allow_network=["127.0.0.1:8081"])
+    allowed = tg.replay(store, "dns-1", port_8081, allow_network=["unrecorded.invalid:8081"])
     assert allowed.reproduced, allowed.render()
     assert looked_up == ["unrecorded.invalid"]
 
@@ -319,3 +319,170 @@ def test_a_request_on_a_tls_connection_opened_before_the_replay_is_refused(
         conn.close()
         httpd.shutdown()
         httpd.server_close()
+
+
+def _tls_server(tmp_path: Path) -> tuple[http.server.ThreadingHTTPServer, Path, list[str]]:
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    hits: list[str] = []
+    handler = type("Handler", (KeepAlive,), {"hits": hits})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert, key)
+    httpd.socket = server_side.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, cert, hits
+
+
+def test_an_allowed_name_covers_its_tls_connection(tmp_path: Path) -> None:
+    """The TLS socket is a new object over the connection the allow list let through by
+    name: its sends are that connection's (they were judged again, by address, and refused)."""
+    import ssl
+
+    httpd, cert, hits = _tls_server(tmp_path)
+    port = httpd.server_address[1]
+    client_side = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_side.check_hostname = False
+    client_side.load_verify_locations(cert)
+
+    def agent(task: Any) -> Any:
+        conn = http.client.HTTPSConnection("localhost", port, timeout=5, context=client_side)
+        try:
+            conn.request("POST", "/notify", body=b"{}")
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
+
+    try:
+        store = tg.open_store(tmp_path / "runs.db")
+        tg.record_run(agent, None, store=store, run_id="tls-2")
+        report = tg.replay(store, "tls-2", agent, allow_network=[f"localhost:{port}"])
+        assert report.reproduced, report.render()
+        assert len(hits) == 2
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_other_ways_out_are_refused(tmp_path: Path, server: tuple[str, int, list[str]]) -> None:
+    """sendmsg on a connection opened before the replay, and the other name lookups:
+    gethostbyname, gethostbyaddr and getnameinfo of an address that is not this machine's."""
+    host, port, hits = server
+    before = socket.create_connection((host, port))
+
+    def quiet(task: Any) -> Any:
+        return "done"
+
+    ways: dict[str, Callable[[], Any]] = {
+        "sendmsg": lambda: before.sendmsg([b"POST /x HTTP/1.1\r\n\r\n"]),
+        "gethostbyname": lambda: socket.gethostbyname("unrecorded.invalid"),
+        "gethostbyaddr": lambda: socket.gethostbyaddr("192.0.2.1"),
+        "getnameinfo": lambda: socket.getnameinfo(("192.0.2.1", 80), 0),
+    }
+    try:
+        store = tg.open_store(tmp_path / "runs.db")
+        tg.record_run(quiet, None, store=store, run_id="ways")
+        for name, way in ways.items():
+
+            def agent(task: Any, way: Callable[[], Any] = way) -> Any:
+                try:
+                    way()
+                except UnrecordedCall:
+                    return "done"
+                return "went out"
+
+            report = tg.replay(store, "ways", agent, collect=True)
+            kinds = [d.kind for d in report.divergences]
+            assert kinds == [DivergenceKind.UNRECORDED_CALL], (name, report.render())
+        # this machine's own address is answered by the hosts file
+        tg.replay(store, "ways", lambda task: socket.gethostbyaddr("127.0.0.1") and "done")
+        assert hits == []
+    finally:
+        before.close()
+
+
+def test_a_lookup_needs_its_own_name_allowed(tmp_path: Path) -> None:
+    """A lookup is a query of the name: an address allowed on the port does not let any
+    name out (its name could carry data); the name's own entry does, a service's port by
+    its number."""
+
+    def look(task: Any) -> Any:
+        try:
+            socket.getaddrinfo("exfil-data.invalid", "https")
+        except UnrecordedCall:
+            return "refused"
+        except OSError:
+            return "looked up"
+        return "looked up"
+
+    store = tg.open_store(tmp_path / "runs.db")
+    tg.record_run(lambda task: "refused", None, store=store, run_id="dns-2")
+    refused = tg.replay(store, "dns-2", look, allow_network=["127.0.0.1:443"])
+    assert refused.output == "refused"
+    assert refused.first is not None
+    assert refused.first.kind is DivergenceKind.UNRECORDED_CALL
+    named = tg.replay(store, "dns-2", look, allow_network=["exfil-data.invalid:443"])
+    assert named.output == "looked up"
+
+
+def test_the_standard_librarys_logging_handlers_keep_their_sockets(tmp_path: Path) -> None:
+    """A syslog handler set up by the host before the replay writes to /dev/log's socket:
+    logging is the host's, not the agent acting on the world (every replay diverged)."""
+    import logging
+    import logging.handlers
+
+    path = str(tmp_path / "devlog")
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(path)
+    handler = logging.handlers.SysLogHandler(address=path)
+    logger = logging.getLogger("tachograph-test-syslog")
+    logger.addHandler(handler)
+    logger.propagate = False
+
+    def agent(task: Any) -> Any:
+        logger.warning("refund for %s", task)
+        return "done"
+
+    try:
+        store = tg.open_store(tmp_path / "runs.db")
+        tg.record_run(agent, "A-1", store=store, run_id="log-1")
+        assert sink.recv(4096).endswith(b"refund for A-1\x00")
+        report = tg.replay(store, "log-1", agent)
+        assert report.reproduced, report.render()
+        assert sink.recv(4096).endswith(b"refund for A-1\x00")
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        sink.close()
+
+
+def test_a_send_on_a_unix_socket_opened_before_is_named_as_a_send(tmp_path: Path) -> None:
+    path = str(tmp_path / "ipc.sock")
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(path)
+    before = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    before.connect(path)
+    try:
+        store = tg.open_store(tmp_path / "runs.db")
+        tg.record_run(lambda task: "done", None, store=store, run_id="ipc")
+
+        def agent(task: Any) -> Any:
+            try:
+                before.send(b"x")
+            except UnrecordedCall:
+                return "done"
+            return "sent"
+
+        report = tg.replay(store, "ipc", agent)
+        first = report.first
+        assert first is not None
+        assert first.actual is not None
+        assert first.actual["type"] == "network.send"
+        assert f"unix:{path}" in report.render()
+    finally:
+        before.close()
+        sink.close()

@@ -163,14 +163,12 @@ class NetworkGuard:
             )
         if kind == "unix":
             return f"unix:{target}" in self.allow
+        if kind == "send" and host is None:  # on a Unix socket's connection
+            return f"unix:{target}" in self.allow
         host_l = (host or "").lower().strip("[]")
-        if f"{host_l}:{port}" in self.allow or f"{host_l}:*" in self.allow:
-            return True
-        # a name looked up for a port the list lets an address through on: the connection
-        # that follows is judged by its address
-        return kind == "resolve" and any(
-            entry.rpartition(":")[2] == str(port) for entry in self.allow
-        )
+        if kind == "resolve":  # a lookup goes out as a query of the name: the name's entry
+            port = _port_number(port)
+        return f"{host_l}:{port}" in self.allow or f"{host_l}:*" in self.allow
 
     def check(
         self,
@@ -189,8 +187,9 @@ class NetworkGuard:
             return
         where = agent_frame(frame)
         if self._permits(kind, target, host, port):
-            if kind not in ("send", "resolve") or all(a.target != target for a in self.allowed):
-                self.allowed.append(Allowed(target, where))
+            allowed = Allowed(target, where)
+            if allowed not in self.allowed:  # once a target and line, however many calls
+                self.allowed.append(allowed)
             return
         method, url = _http_hint(frame)
         detail: dict[str, Any] = {"kind": kind, "target": target, "frame": where}
@@ -209,8 +208,9 @@ class NetworkGuard:
             "send": "sent on a connection, opened before the replay, that",
             "resolve": "looked up a host name",
         }.get(kind, "opened a connection")
+        entry = f"unix:{target}" if kind == "unix" or (kind == "send" and host is None) else target
         how = (
-            f"allow_network=[{target!r}] (tacho replay --allow-network {target})"
+            f"allow_network=[{entry!r}] (tacho replay --allow-network {entry})"
             if kind != "exec"
             else f"allow_network=['exec:{os.path.basename(target)}']"
         )
@@ -233,6 +233,17 @@ class NetworkGuard:
         )
 
 
+def _port_number(port: Any) -> Any:
+    """A lookup's port as the number an allow-list entry names (``https`` is 443)."""
+    text = _text(port)
+    if text is None or text.isdigit():
+        return text
+    try:
+        return str(socket.getservbyname(text))
+    except OSError:
+        return text
+
+
 def _module_of(frame: FrameType) -> str:
     return str(frame.f_globals.get("__name__") or "")
 
@@ -241,6 +252,17 @@ def _own_io(frame: FrameType | None) -> bool:
     while frame is not None:
         name = _module_of(frame)
         if name.startswith("tachograph.") and name.split(".")[1] in _OWN_IO:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _logging(frame: FrameType | None) -> bool:
+    """True inside the standard library's ``logging`` (a handler emitting a record)."""
+    while frame is not None:
+        if _module_of(frame).startswith("logging") and os.path.abspath(
+            frame.f_code.co_filename
+        ).startswith(_STDLIB_DIRS):
             return True
         frame = frame.f_back
     return False
@@ -318,6 +340,8 @@ def _http_hint(frame: FrameType | None) -> tuple[str | None, str | None]:
 _lock = threading.Lock()
 _count = 0
 _originals: dict[str, Any] = {}
+_own: dict[str, bool] = {}  # whether the patched class held the attribute itself
+_INHERITED = object()
 
 
 def _address(sock: socket.socket, address: Any) -> tuple[str, str, str | None, Any]:
@@ -377,10 +401,12 @@ def _judge_send(sock: socket.socket) -> None:
     except OSError:  # not connected: the send fails by itself (a sendto the audit hook sees)
         return
     kind, target, host, port = _address(sock, address)
-    if kind == "unix" and not target:  # a socketpair (asyncio's own wake-up pipe)
+    if (kind == "unix" and not target) or _logging(sys._getframe(1)):
+        # a socketpair (asyncio's own wake-up pipe); a handler of the standard library's
+        # logging (syslog's /dev/log, a SocketHandler) set up by the host before the replay
         guard.vouch(sock)
         return
-    guard.check("unix" if kind == "unix" else "send", target, host=host, port=port)
+    guard.check("send", target, host=host, port=port)
     guard.vouch(sock)
 
 
@@ -412,6 +438,22 @@ def _ssl_sendall(self: socket.socket, data: Any, *args: Any) -> None:
     _originals["ssl_sendall"](self, data, *args)
 
 
+def _ssl_create(cls: Any, sock: socket.socket, *args: Any, **kwargs: Any) -> Any:
+    # the TLS socket is a new object over the connection ``sock`` held: judged as it was
+    guard = _guard.get()
+    judged = guard is not None and guard.vouched(sock)
+    wrapped = _originals["ssl_create"].__func__(cls, sock, *args, **kwargs)
+    if judged and guard is not None:
+        guard.vouch(wrapped)
+    return wrapped
+
+
+def _ssl_write(self: socket.socket, data: Any) -> int:
+    _judge_send(self)
+    written: int = _originals["ssl_write"](self, data)
+    return written
+
+
 def _accept(self: socket.socket) -> tuple[socket.socket, Any]:
     accepted: tuple[socket.socket, Any] = _originals["accept"](self)
     _vouch(accepted[0])  # an answer to who connected here is not a call the agent made
@@ -431,6 +473,14 @@ def _numeric_or_local(host: str) -> bool:
     return True
 
 
+def _loopback(host: str) -> bool:
+    """An address of this machine, whose reverse lookup the hosts file answers."""
+    try:
+        return ipaddress.ip_address(host.strip("[]").partition("%")[0]).is_loopback
+    except ValueError:
+        return host.lower() in ("localhost", "localhost.")
+
+
 def _getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
     guard = _guard.get()
     if guard is not None and not _passing.get() and host is not None:
@@ -438,7 +488,11 @@ def _getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
         if not _numeric_or_local(name):
             shown_port = _text(port)
             guard.check("resolve", f"{name}:{shown_port}", host=name, port=shown_port)
-    return _originals["getaddrinfo"](host, port, *args, **kwargs)
+    token = _passing.set(True)  # judged: the audit event of the lookup inside is not again
+    try:
+        return _originals["getaddrinfo"](host, port, *args, **kwargs)
+    finally:
+        _passing.reset(token)
 
 
 def _create_connection(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
@@ -529,8 +583,36 @@ _AUDITED = frozenset(
         "socket.connect",
         "socket.sendto",
         "socket.sendmsg",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyaddr",
+        "socket.getnameinfo",
     }
 )
+_LOOKUPS = frozenset(
+    {"socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo"}
+)
+
+
+def _judge_lookup(guard: NetworkGuard, event: str, args: tuple[Any, ...]) -> None:
+    """A name lookup (``_socket``'s own ``getaddrinfo``, ``gethostbyname``...) or a reverse
+    one (``gethostbyaddr``, ``getnameinfo``: a DNS query for the address's name)."""
+    if event == "socket.getaddrinfo":
+        host, port = _text(args[0]), _text(args[1])
+    elif event == "socket.getnameinfo":
+        address = args[0]
+        host = _text(address[0]) if isinstance(address, tuple) and address else None
+        port = _text(address[1]) if isinstance(address, tuple) and len(address) > 1 else None
+    else:
+        host, port = _text(args[0]), None
+    if host is None:
+        return
+    reverse = event in ("socket.gethostbyaddr", "socket.getnameinfo")
+    if _loopback(host) if reverse else _numeric_or_local(host):
+        return
+    guard.check("resolve", f"{host}:{port}" if port else host, host=host, port=port)
+
+
 _hooked = False
 
 
@@ -544,6 +626,11 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         sock, address = args[0], args[1]
         if address is not None:
             _judge_socket(sock, address)
+        elif event == "socket.sendmsg":  # on its connection: judged as a send is
+            _judge_send(sock)
+        return
+    if event in _LOOKUPS:
+        _judge_lookup(guard, event, args)
         return
     if event in ("os.fork", "os.forkpty"):
         name = event.removeprefix("os.")
@@ -576,6 +663,8 @@ def _patches() -> tuple[tuple[str, Any, str, Any], ...]:
         ("sendfile", socket.socket, "sendfile", _sendfile),
         ("ssl_send", ssl.SSLSocket, "send", _ssl_send),
         ("ssl_sendall", ssl.SSLSocket, "sendall", _ssl_sendall),
+        ("ssl_write", ssl.SSLSocket, "write", _ssl_write),
+        ("ssl_create", ssl.SSLSocket, "_create", classmethod(_ssl_create)),
         ("accept", socket.socket, "accept", _accept),
         ("getaddrinfo", socket, "getaddrinfo", _getaddrinfo),
         ("create_connection", socket, "create_connection", _create_connection),
@@ -610,7 +699,10 @@ def _install() -> None:
             sys.addaudithook(_audit)
             _hooked = True
         for name, owner, attr, patched in _patches():
-            _originals[name] = getattr(owner, attr)
+            # what the class itself holds (a classmethod stays one), else what it inherits
+            own = vars(owner).get(attr, _INHERITED) if isinstance(owner, type) else _INHERITED
+            _originals[name] = own if own is not _INHERITED else getattr(owner, attr)
+            _own[name] = own is not _INHERITED or not isinstance(owner, type)
             setattr(owner, attr, patched)
 
 
@@ -622,4 +714,7 @@ def _uninstall() -> None:
             return
         # The originals stay in the table: a thread may still be inside a patched call.
         for name, owner, attr, _patched in _patches():
-            setattr(owner, attr, _originals[name])
+            if _own.get(name, True):
+                setattr(owner, attr, _originals[name])
+            else:  # inherited (socket.socket's send is _socket.socket's): inherited again
+                delattr(owner, attr)
