@@ -8,6 +8,7 @@ shop diverges at its seq.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -402,6 +403,32 @@ def test_a_body_reaches_the_agent_as_sent_and_only_json_is_recorded_parsed(
     assert report.reproduced, report.render()
     assert report.output == result.output
     assert orders[1] == '{"total":19.99,"count":1000.0}'  # re-encoded: the same JSON
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_a_json_body_in_another_charset_is_kept_as_sent(lib: Any, shop: Shop, db: str) -> None:
+    """Served back, a parsed body is UTF-8: one whose content type names another charset
+    was read as other text in the replay ("cafÃ©"), or failed to decode (UTF-16)."""
+    shop.raw["latin"] = (
+        "application/json; charset=iso-8859-1",
+        '{"name": "café"}'.encode("latin-1"),
+    )
+    shop.raw["wide"] = ("application/json; charset=utf-16", '{"n": 1}'.encode("utf-16"))
+    shop.raw["plain"] = ("application/json; Charset=UTF-8", b'{"n": 2}')
+    client = instrument(lib.Client())
+
+    def agent(_: Any) -> list[Any]:
+        names = ("latin", "wide", "plain")  # .text decodes by the charset (.json() does not)
+        return [json.loads(client.get(f"{shop.url}/raw/{name}").text) for name in names]
+
+    result = tachograph.record_run(_plain(agent), None, store=db)
+    assert result.output == [{"name": "café"}, {"n": 1}, {"n": 2}]
+    values = [e.payload["value"] for e in tachograph.open_store(db).events(result.run_id)[1:-1]]
+    assert ["body" in v for v in values] == [False, False, True]
+    shop.stop()
+    report = tachograph.replay(db, result.run_id, _plain(agent))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
 
 
 # credentials an API takes in the query under short names: Google's key=, an Azure SAS

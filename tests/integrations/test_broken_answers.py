@@ -9,6 +9,7 @@ replayed: it must meet the same exception, or a divergence saying why it cannot.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -476,3 +477,53 @@ def test_reading_an_abandoned_anthropic_stream_further_is_a_divergence(db: str) 
     assert not report.reproduced
     assert report.first is not None
     assert report.first.kind == "unreplayable"
+
+
+def test_a_deadline_longer_than_the_grace_replays_at_its_own_time(db: str) -> None:
+    """The replay waits for the agent's own deadline as long as the recorded call waited
+    (twice that, plus the grace): a deadline past the grace was taken for one the agent no
+    longer kept, and every such run diverged."""
+    slow = Answer(pieces=[chat_body("late")], delay=4.0)
+    with broken_server(slow, Answer(pieces=[chat_body("quick")])) as server:
+        agent = _impatient(server.url, 1.2)
+        result = tachograph.record_run(plain(agent), "hi", store=db)
+    assert result.output == ["timed out", "quick"]
+    transport = sys.modules["tachograph.integrations.transport"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transport, "CANCELLED_WAIT", 0.2)  # a grace shorter than the deadline
+        started = time.monotonic()
+        report = tachograph.replay(db, result.run_id, plain(agent))
+    assert report.reproduced, report.render()
+    assert time.monotonic() - started >= 1.2  # the agent's deadline, kept
+
+
+def test_a_call_the_runs_own_cancellation_ended_is_where_the_record_ends(db: str) -> None:
+    """A run cancelled from outside (a server shutting a job down) while a call was under
+    way: the agent's code did not cancel the call, and will not in the replay; the record
+    ends inside it, which the replay says at once rather than after a wait."""
+    with broken_server(Answer(pieces=[chat_body("late")], delay=3.0)) as server:
+        client = instrument_openai(
+            openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+        )
+
+        async def agent(prompt: str) -> str:
+            answer = await client.chat.completions.create(
+                model="gpt-5.6", messages=[{"role": "user", "content": prompt}]
+            )
+            return answer.choices[0].message.content or ""
+
+        async def cancelled_from_outside() -> None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    tachograph.arecord_run(agent, "hi", store=db, run_id="aborted"), 0.5
+                )
+
+        asyncio.run(cancelled_from_outside())
+    recorded = events(db, "aborted")
+    assert recorded[-1].payload["status"] == "aborted"
+    started = time.monotonic()
+    report = tachograph.replay(db, "aborted", agent)
+    assert time.monotonic() - started < 5  # at once, not after the grace
+    assert report.first is not None
+    assert report.first.kind == "unreplayable"
+    assert "cancelled from outside" in report.first.explanation

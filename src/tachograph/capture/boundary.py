@@ -171,6 +171,11 @@ class Engine(Protocol):
         """Report that a served call is asked for more than its recorded ``completion``
         holds; may raise :class:`ReplayStopped`."""
 
+    def cancelled_in_record(self, completion: Event) -> tuple[float | None, bool]:
+        """For a call recorded as cancelled (its ``completion``): the seconds from its
+        request to the cancellation, and whether the cancellation was the run's own end
+        (the run ended ``aborted`` with no call after it), not the agent's code."""
+
 
 class CallTicket:
     """One call across the boundary: served from the record, or live and to be completed.

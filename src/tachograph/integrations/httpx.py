@@ -117,9 +117,18 @@ class _Options:
 
 
 def _is_json(content_type: str | None) -> bool:
-    """Whether a content type says JSON (``application/json``, ``application/*+json``)."""
-    media = (content_type or "").split(";", 1)[0].strip().lower()
-    return media in ("application/json", "text/json") or media.endswith("+json")
+    """Whether a content type says JSON (``application/json``, ``application/*+json``) in
+    UTF-8 (no charset, or ``utf-8``): served back, the body is re-encoded as UTF-8, so one
+    in another charset is kept as sent."""
+    media, _, params = (content_type or "").partition(";")
+    media = media.strip().lower()
+    if not (media in ("application/json", "text/json") or media.endswith("+json")):
+        return False
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            return value.strip().strip('"').lower() in ("utf-8", "utf8")
+    return True
 
 
 def _body(data: bytes, content_type: str | None) -> dict[str, Any]:

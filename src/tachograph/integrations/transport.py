@@ -72,14 +72,18 @@ __all__ = [
 DEFAULT_REQUEST_HEADERS: tuple[str, ...] = ("anthropic-beta", "openai-beta")
 """Request headers kept (and compared in replay) by default: they change the model's behaviour."""
 
-CANCELLED_WAIT: float = 30.0
-"""Seconds a replayed call that was recorded as cancelled waits for the agent to cancel it.
+CANCELLED_WAIT: float = 10.0
+"""Seconds of grace a replayed call that was recorded as cancelled waits for the agent to
+cancel it, beyond twice the time the recorded call ran before it was cancelled.
 
-The recording says only that the agent cancelled the call before it answered (an
-``asyncio.wait_for`` timeout, say); the replay then serves neither an answer nor an error,
-and waits, as the live call did, until the agent's own code cancels it. If nothing does
-within this bound, the agent no longer cancels the call, and the replay reports it (an
-``unreplayable`` divergence) instead of hanging."""
+The recording says that the agent cancelled the call before it answered (an
+``asyncio.wait_for`` timeout, say) and when; the replay then serves neither an answer nor
+an error, and waits, as the live call did, until the agent's own code cancels it (at its
+own deadline, however long). If nothing does within twice the recorded wait and this
+grace, the agent no longer cancels the call, and the replay reports it (an
+``unreplayable`` divergence) instead of hanging. A call cancelled by the run's own end (a
+run cancelled from outside, which ended ``aborted``) is reported at once: the record ends
+inside it."""
 
 _CANCELLED_TYPES = frozenset({"asyncio.exceptions.CancelledError", "asyncio.CancelledError"})
 
@@ -345,8 +349,22 @@ async def _until_cancelled(call: _Call, ticket: CallTicket, what: str) -> NoRetu
     goes up from the wait); report it if nothing does within :data:`CANCELLED_WAIT`."""
     import asyncio  # an async client's call: asyncio is imported already
 
-    await asyncio.sleep(CANCELLED_WAIT)
-    call.not_cancelled(ticket, f"{what}; nothing cancelled it within {CANCELLED_WAIT:g} s")
+    engine = ticket.session.engine
+    elapsed, ended = (
+        engine.cancelled_in_record(ticket.completion)
+        if engine is not None and ticket.completion is not None
+        else (None, False)
+    )
+    if ended:
+        call.unservable(
+            ticket,
+            f"The call of {call.name!r} was under way when the recorded run was cancelled "
+            "from outside (it ended aborted): the record ends inside this call, and holds "
+            "no answer to serve.",
+        )
+    wait = CANCELLED_WAIT + 2 * (elapsed or 0.0)
+    await asyncio.sleep(wait)
+    call.not_cancelled(ticket, f"{what}; nothing cancelled it within {wait:.3g} s")
 
 
 class _StreamEnd:

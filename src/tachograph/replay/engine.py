@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
+import datetime
 import os
 import socket
 import sys
@@ -407,6 +409,30 @@ class ReplayEngine:
             DivergenceKind.UNREPLAYABLE, completion.seq, completion, None, [], explanation
         )
 
+    def cancelled_in_record(self, completion: Event) -> tuple[float | None, bool]:
+        """For a call recorded as cancelled (its ``completion``): the seconds from its
+        request to the cancellation, and whether the cancellation was the run's own end
+        (the run ended ``aborted`` with no call after it), not the agent's code."""
+        events = self.history.events
+        request = next(
+            (
+                e
+                for e in reversed(events)
+                if e.seq < completion.seq and e.idempotency_key == completion.idempotency_key
+            ),
+            None,
+        )
+        elapsed = None
+        if request is not None:
+            with contextlib.suppress(ValueError, AttributeError):
+                elapsed = max(0.0, _seconds(completion.ts) - _seconds(request.ts))
+        finished = self.history.finished
+        ended = finished is not None and (finished.payload or {}).get("status") == "aborted"
+        last = ended and not any(
+            e.seq > completion.seq and e.type.startswith(("model.", "tool.")) for e in events
+        )
+        return elapsed, last
+
     def check_end(self, status: str, output: Any, error: dict[str, Any] | None) -> None:
         """Compare how the agent ended with how the recorded run ended."""
         finished = self.matcher.finished_event
@@ -660,3 +686,8 @@ def confirmation_required(run_id: str, tool: Any, request: Event) -> Confirmatio
         seq=request.seq,
         key=request.idempotency_key,
     )
+
+
+def _seconds(ts: str) -> float:
+    """A recorded timestamp (RFC 3339, UTC) as seconds since the epoch."""
+    return datetime.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
