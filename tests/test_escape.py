@@ -47,3 +47,17 @@ def test_json_output_escapes_them_and_stays_equal() -> None:
     assert json.loads(shown) == value
     assert all(ord(c) not in UNSAFE or ord(c) < 0x7F for c in shown)
     assert "\\udb40\\udc41" in shown  # past U+FFFF as a surrogate pair, as JSON spells it
+
+
+def test_every_default_ignorable_code_point_is_escaped() -> None:
+    """Drawn as nothing wherever they appear (Unicode's DerivedCoreProperties): U+034F, the
+    Khmer inherent vowels, the unassigned U+2065, U+FFF0-FFF8 and U+E0000-E0FFF among them."""
+    ignorable = [
+        *range(0x00AD, 0x00AE), 0x034F, 0x061C, *range(0x115F, 0x1161), *range(0x17B4, 0x17B6),
+        *range(0x180B, 0x1810), *range(0x200B, 0x2010), *range(0x202A, 0x202F),
+        *range(0x2060, 0x2070), 0x3164, *range(0xFE00, 0xFE10), 0xFEFF, 0xFFA0,
+        *range(0xFFF0, 0xFFF9), *range(0x1BCA0, 0x1BCA4), *range(0x1D173, 0x1D17B),
+        *range(0xE0000, 0xE1000),
+    ]  # fmt: skip
+    missing = [f"U+{p:04X}" for p in ignorable if p not in UNSAFE]
+    assert missing == []

@@ -43,6 +43,7 @@ def test_replay_names_the_tenant_with_an_option(twins: Tacho) -> None:
     assert ambiguous.exit_code == EXIT_STORE, ambiguous.output
     assert "--tenant T" in ambiguous.output
     assert "?tenant=T" in ambiguous.output
+    assert "name one with tenant=" not in ambiguous.output  # the Python keyword
     named = twins.json("replay", "run_same_id", "--agent", AGENT, "--tenant", "beta")
     assert named["verdict"] == "reproduced"
     forked = twins.json("fork", "run_same_id", "--at", "3", "--agent", AGENT, "--tenant", "beta")

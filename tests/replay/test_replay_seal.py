@@ -134,3 +134,30 @@ def test_tacho_show_says_when_a_runs_seal_fails(tmp_path: Path) -> None:
     data = json.loads(runner.invoke(main, [*args, "--json"]).output)
     assert data["verification"]["status"] == "verified"
     assert data["seal"]["status"] == "failed"
+
+
+def test_state_diff_export_and_otel_export_say_when_a_runs_seal_fails(tmp_path: Path) -> None:
+    """Each showed or sent a run cut after it was sealed as if whole (exit 0, nothing said),
+    while ``verify``, ``show`` and ``replay`` failed it."""
+    db = tmp_path / "runs.db"
+    result = tg.record_run(_agent(), 3, store=db)
+    _cut_last_event(db, result.run_id)
+    runner = CliRunner()
+
+    def tacho(*args: str) -> Any:
+        return runner.invoke(main, ["--store", str(db), *args], catch_exceptions=False)
+
+    state = tacho("state", result.run_id)
+    assert state.exit_code == 1, state.output
+    assert "SEAL FAILED" in state.output
+    assert json.loads(tacho("state", result.run_id, "--json").stdout)["seal"]["status"] == "failed"
+    diff = tacho("diff", result.run_id, result.run_id)
+    assert diff.exit_code == 1
+    assert "SEAL FAILED" in diff.output
+    exported = tacho("export", result.run_id, "-o", str(tmp_path / "out.jsonl"))
+    assert exported.exit_code == 1
+    assert "SEAL FAILED" in exported.stderr
+    pytest.importorskip("opentelemetry.sdk.trace")
+    sent = tacho("otel", "export", result.run_id, "--endpoint", "http://127.0.0.1:9/v1/traces")
+    assert sent.exit_code == 1
+    assert "refusing to export a run that does not verify: its seal failed" in sent.output

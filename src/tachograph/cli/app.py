@@ -386,9 +386,9 @@ def _hints_for(exc: TachographError) -> list[str]:
         return ["Pass --confirm to allow it."]
     if getattr(exc, "several_tenants", False):
         return [
-            "Name the tenant with --tenant T, or in the store URL on any command: "
-            "tacho --store 'sqlite:///FILE?tenant=T' ... (tacho runs --json lists each run's "
-            "tenant)"
+            "Name the tenant with --tenant T (show, state, replay, fork, resume, save, erase, "
+            "otel export), or on any command in the store URL: tacho --store "
+            "'sqlite:///FILE?tenant=T' ... (tacho runs lists each run's tenant)"
         ]
     return []
 
@@ -499,7 +499,10 @@ class TachoGroup(click.Group):
             # a failure that Ctrl-C caused (a write it interrupted) is reported, as 130
             interrupt = _interrupted(exc)
             code = _interrupt_code(interrupt) if interrupt is not None else exit_code_for(exc)
-            raise CliError(str(exc), exit_code=code, hints=_hints_for(exc)) from exc
+            message = str(exc)
+            if getattr(exc, "several_tenants", False):  # "tenant=" is the Python API's word
+                message = f"run id {exc.run_id!r} exists under several tenants"
+            raise CliError(message, exit_code=code, hints=_hints_for(exc)) from exc
         except KeyboardInterrupt as interrupt:
             _stopped(interrupt)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):

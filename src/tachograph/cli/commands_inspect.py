@@ -111,6 +111,14 @@ def tampered_line(report: VerifyReport) -> str:
     return text
 
 
+def seal_of(store: Store, run_id: str, tenant: str) -> Any:
+    """The run's sealing verdict, as ``tacho verify RUN`` and ``show`` give it: a run its
+    owner cut or changed after it was sealed verifies as a chain, and fails here."""
+    from ..sealing.verdict import seal_verdict_of  # here: only for a run's content
+
+    return seal_verdict_of(store, run_id, tenant)
+
+
 def _unvouched(events: Iterable[Event]) -> list[dict[str, Any]]:
     return [c.to_dict() for c in unvouched_calls(events)]
 
@@ -467,17 +475,20 @@ def state_cmd(run_id: str, at: int | None, tenant: str | None, purpose: str, as_
         # As ``show``: the state is shown, and marked when the run fails verification. The
         # rows are verified as stored: through a purpose, a withheld payload verifies as erased.
         report = verify_stored(raw, run_id, tenant=info.tenant)
+        seal = seal_of(raw, run_id, info.tenant)
         result = fold(store.read(run_id, tenant=info.tenant), at)
     data = result.to_dict()
     if as_json:
-        emit_json({**data, "verification": report.to_dict()})
+        emit_json({**data, "verification": report.to_dict(), "seal": seal.to_dict()})
     else:
         out = Output()
         out.line(f"state of {run_id} after seq {result.last_seq} ({result.status})", style="bold")
         if not report.ok:
             out.line(tampered_line(report), style="bold red")
+        if not seal.ok:
+            out.line(f"SEAL FAILED: {seal.reason}", style="bold red")
         out.json(data)
-    if not report.ok:
+    if not report.ok or not seal.ok:
         sys.exit(EXIT_FAILED)
 
 
@@ -829,13 +840,14 @@ def diff_cmd(run_a: str, run_b: str, purpose: str, as_json: bool) -> None:
         # As ``show``: what is compared is marked when it fails verification (as stored).
         keys = [(a.tenant, a.run_id), (b.tenant, b.run_id)]
         checked = {k: verify_stored(raw, k[1], tenant=k[0]) for k in dict.fromkeys(keys)}
+        seals = {k: seal_of(raw, k[1], k[0]) for k in checked}
         reports = [checked[k] for k in keys]
         result = diff_runs(
             store.read(a.run_id, tenant=a.tenant),
             store.read(b.run_id, tenant=b.tenant),
             names=(a.run_id, b.run_id),
         )
-    verified = all(r.ok for r in reports)
+    verified = all(r.ok for r in reports) and all(v.ok for v in seals.values())
     if as_json:
         emit_json(
             {
@@ -844,14 +856,18 @@ def diff_cmd(run_a: str, run_b: str, purpose: str, as_json: bool) -> None:
                     "ok": verified,
                     "run_a": reports[0].to_dict(),
                     "run_b": reports[1].to_dict(),
+                    "seal_a": seals[keys[0]].to_dict(),
+                    "seal_b": seals[keys[1]].to_dict(),
                 },
             }
         )
     else:
         out = Output()
-        for report in checked.values():  # a run named twice is marked once
+        for key, report in checked.items():  # a run named twice is marked once
             if not report.ok:
                 out.line(tampered_line(report), style="bold red")
+            if not seals[key].ok:
+                out.line(f"SEAL FAILED: {key[1]}: {seals[key].reason}", style="bold red")
         # split at line feeds only: a recorded CR or U+2028 is escaped, never a line break
         lines = result.render().rstrip("\n").split("\n")
         out.line(lines[0], style="bold green" if result.same else "bold red")

@@ -166,10 +166,16 @@ def export_cmd(
         )
         # Exported bytes are the stored ones, tampered or not (they are the evidence), but a
         # run that does not verify is named on stderr and the export exits 1.
-        failed = [
-            report
-            for report in (verify_stored(raw, run_id, tenant=tenant) for tenant, run_id in keys)
-            if not report.ok
+        reports = [verify_stored(raw, run_id, tenant=tenant) for tenant, run_id in keys]
+        failed = [report for report in reports if not report.ok]
+        # and held against its seals (each tenant's log audited once): a run its owner cut
+        # after sealing verifies as a chain
+        from .commands_inspect import seal_verdicts_of
+
+        unsealed = [
+            (run_id, verdict)
+            for (_tenant, run_id), verdict in seal_verdicts_of(raw, reports).items()
+            if not verdict.ok
         ]
         total = 0
         with _destination(output) as out:
@@ -184,7 +190,9 @@ def export_cmd(
         )
     for report in failed:
         click.echo(f"TAMPERED: {escape(report.render())}", err=True)
-    if failed:
+    for run_id, verdict in unsealed:
+        click.echo(f"SEAL FAILED: {escape(f'{run_id}: {verdict.reason}')}", err=True)
+    if failed or unsealed:
         sys.exit(EXIT_FAILED)
 
 

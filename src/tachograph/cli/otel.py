@@ -28,6 +28,7 @@ from .app import (
     regular_file,
     resolve_run,
 )
+from .commands_inspect import seal_of
 from .privacy import purpose_option, scoped_store
 
 __all__ = ["register"]
@@ -135,9 +136,11 @@ def export_command(
         # A tracing backend shows what it is sent as the run: a run that does not verify (as
         # stored, as ``tacho verify`` checks it) is not sent unless asked for.
         report = verify_stored(raw, info.run_id, tenant=info.tenant)
-        if not report.ok and not allow_unverified:
+        seal = seal_of(raw, info.run_id, info.tenant)
+        if (not report.ok or not seal.ok) and not allow_unverified:
+            why = report.render() if not report.ok else f"its seal failed: {seal.reason}"
             raise CliError(
-                f"refusing to export a run that does not verify: {report.render()}",
+                f"refusing to export a run that does not verify: {why}",
                 exit_code=EXIT_FAILED,
                 hints=("pass --allow-unverified to send it anyway",),
             )
@@ -154,8 +157,10 @@ def export_command(
         )
     if not report.ok:
         click.echo(f"TAMPERED: {escape(report.render())}", err=True)
+    if not seal.ok:
+        click.echo(f"SEAL FAILED: {escape(str(seal.reason))}", err=True)
     if as_json:
-        emit_json({**result.to_dict(), "verification": report.to_dict()})
+        emit_json({**result.to_dict(), "verification": report.to_dict(), "seal": seal.to_dict()})
     elif result.ok:
         click.echo(
             escape(

@@ -38,6 +38,11 @@ def _unsafe_codepoints() -> frozenset[int]:
     points.update(range(0xE0100, 0xE01F0))
     points.update(range(0x180B, 0x1810))
     points.update((0x115F, 0x1160, 0x3164, 0xFFA0))
+    # the rest of Unicode's default-ignorable code points (drawn as nothing): the combining
+    # grapheme joiner, Khmer's inherent vowels, and the unassigned ones kept for more
+    points.update((0x034F, 0x17B4, 0x17B5, 0x2065))
+    points.update(range(0xFFF0, 0xFFF9))
+    points.update(range(0xE0000, 0xE1000))
     return frozenset(points)
 
 
