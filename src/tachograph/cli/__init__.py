@@ -6,11 +6,12 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -19,6 +20,7 @@ __all__ = [
     "interrupt_in",
     "is_sqlite_file",
     "main",
+    "own_streams",
     "verify_workers",
 ]
 
@@ -38,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # app.TachoGroup.invoke): while Python imports the command line, a tenth of a second or
     # more, or while it ends workers started ahead. Reported as the command reports it, not
     # as a traceback of whatever was being imported.
+    own_streams()
     try:
         _import_orjson()
         _main(argv)
@@ -50,6 +53,78 @@ def main(argv: Sequence[str] | None = None) -> None:
         if wrapped is None:
             raise
         _stopped(wrapped)
+
+
+class _Dropping(io.RawIOBase):
+    """stderr's descriptor as a raw stream that drops what cannot be written."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        try:
+            return os.isatty(self._fd)
+        except OSError:
+            return False
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError:
+            pass  # a closed pipe, a full disk: the message is lost, the command goes on
+        return memoryview(data).nbytes
+
+
+def _null_fd(fd: int) -> None:
+    """Open the null device on descriptor ``fd`` if it is closed (``>&-``), so that no file
+    the command opens lands there (and is written to as stdout or stderr)."""
+    try:
+        os.fstat(fd)
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+
+
+def own_streams() -> None:
+    """Make ``tacho``'s standard streams safe to write to, before a command runs.
+
+    A closed stdout or stderr (``>&-``, ``2>&-``: Python's ``sys.stdout`` or ``sys.stderr``
+    is then ``None``) is the null device, as ``> /dev/null`` would be: what goes there is
+    lost, and an error meant for stderr never reaches stdout (click writes to stdout when
+    stderr is ``None``). And stderr drops what it cannot write (a closed pipe, a full disk):
+    a message, a warning or a progress bar that fails must not end the command or change its
+    exit status, which belong to what it does and to stdout. Only the process's own streams
+    are replaced (not those a caller of :func:`main` redirected); calling it again does
+    nothing."""
+    if sys.stdout is None:
+        _null_fd(1)
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - until exit
+    if sys.stderr is None:
+        _null_fd(2)
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - until exit
+    elif (own := sys.__stderr__) is not None and sys.stderr is own:
+        try:
+            fd = own.fileno()
+            own.flush()
+        except (OSError, ValueError):
+            return  # not a descriptor's stream: left as it is
+        sys.stderr = io.TextIOWrapper(
+            io.BufferedWriter(_Dropping(fd)),
+            encoding=own.encoding,
+            errors=own.errors,
+            line_buffering=True,
+        )
 
 
 def _stopped(interrupt: KeyboardInterrupt) -> NoReturn:

@@ -14,7 +14,8 @@ Conventions (for every command module, built in or plugged in):
   opened or read, or the run is not in it, or a read's ``--purpose`` is denied
   (:class:`~tachograph.errors.PurposeDenied`); :data:`EXIT_PIPE` (141) stdout's reader went
   away. A :class:`~tachograph.errors.TachographError` that escapes a command is mapped to one
-  of these by :class:`TachoGroup`, and stdout failing (:data:`CANNOT_WRITE`) to 141 or 2.
+  of these by :class:`TachoGroup`, and stdout failing (:data:`CANNOT_WRITE`) to 141 or 2,
+  or 1 once the command has said its result is a failure (:func:`mark_failed`).
 - A command module ``tachograph.cli.<name>`` defines ``register(group)``, which adds its
   commands. :data:`COMMANDS` names the module of each command; a module is imported when one
   of its commands is asked for (or all of them, for ``tacho --help``), so that a command
@@ -55,7 +56,7 @@ from ..errors import (
 from ..store import RunInfo, Store, store_url
 from ..store import open_store as _open_store
 from ..views.text import escape, escape_json, redact_url, spell_surrogates
-from . import EXIT_INTERRUPTED, EXIT_TERMINATED, interrupt_in
+from . import EXIT_INTERRUPTED, EXIT_TERMINATED, interrupt_in, own_streams
 
 __all__ = [
     "COMMANDS",
@@ -77,6 +78,7 @@ __all__ = [
     "exit_code_for",
     "json_option",
     "load_plugged",
+    "mark_failed",
     "open_store",
     "regular_file",
     "resolve_run",
@@ -93,7 +95,8 @@ EXIT_STORE = 3
 """The store cannot be opened or read, or the named run is not in it."""
 EXIT_PIPE = 141
 """The reader of stdout went away (``| head``): the output was cut short, as a pipe's end
-ends other tools (128 + SIGPIPE); not a failure of what the command checked."""
+ends other tools (128 + SIGPIPE); not a failure of what the command checked (a command that
+has found one exits :data:`EXIT_FAILED` instead)."""
 
 PLUGGED = ("corpus", "otel", "seal", "privacy", "migrate", "doctor")
 """Command modules loaded when present: each defines ``register(cli: click.Group)``."""
@@ -130,6 +133,8 @@ class CliError(click.ClickException):
     def show(self, file: IO[Any] | None = None) -> None:
         """Print ``Error: message`` and the hints to stderr."""
         out = file if file is not None else sys.stderr
+        if out is None:
+            return  # no stderr (2>&-): never stdout, which click.echo writes to instead
         # Messages quote run ids, actors and file contents: recorded text, escaped.
         click.echo(f"Error: {escape(self.format_message())}", file=out)
         for hint in self.hints:
@@ -142,6 +147,10 @@ class CliState:
 
     store: str | None = None
     """The ``--store`` URL as given; ``None`` means ``TACHOGRAPH_STORE`` or the default."""
+
+    failed: bool = False
+    """Set (by :func:`mark_failed`) once the command knows it exits 1: if stdout's reader
+    goes away while it writes, it still exits 1, not 141, which says nothing failed."""
 
     @property
     def store_url(self) -> str:
@@ -156,6 +165,20 @@ def state(ctx: click.Context | None = None) -> CliState:
     if found is None:
         found = ctx.ensure_object(CliState)
     return found
+
+
+def mark_failed(failed: bool = True) -> None:
+    """Say, before writing the output, that the command's result is a failure (exit 1): a
+    run that does not verify, runs that differ. A command whose output is then cut short
+    (``| head``) exits 1, not 141, so that the failure is not hidden."""
+    if failed:
+        state().failed = True
+
+
+def _failed_so_far() -> bool:
+    ctx = click.get_current_context(silent=True)
+    found = ctx.find_object(CliState) if ctx is not None else None
+    return found is not None and found.failed
 
 
 def open_store(ctx: click.Context | None = None, *, create: bool = False) -> Store:
@@ -269,7 +292,8 @@ def agent_output(as_json: bool) -> Iterator[None]:
     if not as_json:
         yield
         return
-    sys.stdout.flush()
+    if sys.stdout is not None:
+        sys.stdout.flush()
     try:
         saved = os.dup(1)
     except OSError:  # no descriptor 1 at all: only Python's own stdout can be redirected
@@ -277,8 +301,14 @@ def agent_output(as_json: bool) -> Iterator[None]:
             yield
         return
     try:
-        sys.stderr.flush()
-        os.dup2(2, 1)
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        try:
+            os.dup2(2, 1)
+        except OSError:  # no descriptor 2 either: what the agent prints goes nowhere
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.close(null)
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
@@ -489,6 +519,10 @@ class TachoGroup(click.Group):
             return super().make_context(info_name, args, parent=parent, **extra)
         except KeyboardInterrupt as interrupt:
             _stopped(interrupt)
+        except OSError as exc:  # the root's --help or --version, written here
+            if not _writing_output(exc):
+                raise
+            output_failed(exc)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; map a :class:`TachographError` to its documented exit code."""
@@ -548,17 +582,23 @@ def _quiet(stream: IO[str]) -> None:
             os.close(null)
 
 
-def output_failed(exc: OSError) -> NoReturn:
+def output_failed(exc: OSError, *, failed: bool | None = None) -> NoReturn:
     """End a command whose output cannot be written: 141 when the reader went away (no
-    message: it asked for no more), else an error on stderr and 2 (as for ``export -o``).
-    The streams are made quiet first: Python flushes them again at exit."""
-    _quiet(sys.stdout)
+    message: it asked for no more), else an error on stderr and 2 (as for ``export -o``);
+    1 either way for a command that knew its result is a failure (``failed``, by default
+    whether it said so with :func:`mark_failed`). The streams are made quiet first: Python
+    flushes them again at exit."""
+    if failed is None:
+        failed = _failed_so_far()
+    if sys.stdout is not None:
+        _quiet(sys.stdout)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stdout until the process ends
-    if exc.errno == errno.EPIPE:
-        raise click.exceptions.Exit(EXIT_PIPE)
-    with contextlib.suppress(OSError):
-        click.echo(f"Error: cannot write the output: {exc.strerror or exc}", err=True)
-    raise click.exceptions.Exit(EXIT_USAGE)
+    if exc.errno != errno.EPIPE:
+        with contextlib.suppress(OSError):
+            click.echo(f"Error: cannot write the output: {exc.strerror or exc}", err=True)
+    if failed:
+        raise click.exceptions.Exit(EXIT_FAILED)
+    raise click.exceptions.Exit(EXIT_PIPE if exc.errno == errno.EPIPE else EXIT_USAGE)
 
 
 def _stopped(interrupt: KeyboardInterrupt) -> NoReturn:
@@ -612,16 +652,18 @@ def load_plugged(group: click.Group, names: Sequence[str], package: str) -> list
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``tacho`` console script."""
+    own_streams()
     try:
         cli.main(args=list(argv) if argv is not None else None, prog_name="tacho")
     except SystemExit as done:
         # output still buffered is written here, not at the interpreter's exit (where a
         # closed pipe is an "Exception ignored" and exit 120)
         try:
-            sys.stdout.flush()
+            if sys.stdout is not None:
+                sys.stdout.flush()
         except OSError as exc:
             try:
-                output_failed(exc)
+                output_failed(exc, failed=done.code == EXIT_FAILED)
             except click.exceptions.Exit as failed:
                 raise SystemExit(failed.exit_code) from None
         raise done

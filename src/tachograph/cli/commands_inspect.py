@@ -46,6 +46,7 @@ from .app import (
     emit_json,
     emit_json_rows,
     json_option,
+    mark_failed,
     open_store,
     regular_file,
     resolve_run,
@@ -336,6 +337,7 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
             from ..sealing.verdict import seal_verdict_of
 
             seal = seal_verdict_of(raw, info.run_id, info.tenant)
+    mark_failed(not report.ok or (seal is not None and not seal.ok))
     if as_json:
         emit_json_rows(
             {
@@ -478,6 +480,7 @@ def state_cmd(run_id: str, at: int | None, tenant: str | None, purpose: str, as_
         seal = seal_of(raw, run_id, info.tenant)
         result = fold(store.read(run_id, tenant=info.tenant), at)
     data = result.to_dict()
+    mark_failed(not report.ok or not seal.ok)
     if as_json:
         emit_json({**data, "verification": report.to_dict(), "seal": seal.to_dict()})
     else:
@@ -629,6 +632,7 @@ def verify_cmd(
     # An empty file handed over as evidence proves nothing: that is a failure, not a pass.
     # (An empty store is merely empty.)
     empty_file = not reports and target is not None and Path(target).is_file()
+    mark_failed(bool(failed or empty_file or orphans))
     if as_json:
         emit_json(
             {
@@ -848,6 +852,7 @@ def diff_cmd(run_a: str, run_b: str, purpose: str, as_json: bool) -> None:
             names=(a.run_id, b.run_id),
         )
     verified = all(r.ok for r in reports) and all(v.ok for v in seals.values())
+    mark_failed(not result.same or not verified)
     if as_json:
         emit_json(
             {

@@ -28,6 +28,7 @@ from .app import (
     CliError,
     emit_json,
     json_option,
+    mark_failed,
     open_store,
     output_failed,
     regular_file,
@@ -177,6 +178,12 @@ def export_cmd(
             for (_tenant, run_id), verdict in seal_verdicts_of(raw, reports).items()
             if not verdict.ok
         ]
+        # named before the data, which a reader may stop reading (| head): it exits 1, not 141
+        mark_failed(bool(failed or unsealed))
+        for report in failed:
+            click.echo(f"TAMPERED: {escape(report.render())}", err=True)
+        for run_id, verdict in unsealed:
+            click.echo(f"SEAL FAILED: {escape(f'{run_id}: {verdict.reason}')}", err=True)
         total = 0
         with _destination(output) as out:
             for tenant, run_id in keys:
@@ -188,10 +195,6 @@ def export_cmd(
             escape(f"exported {len(keys)} run(s), {total} events to {output}{blobs_note}"),
             err=True,
         )
-    for report in failed:
-        click.echo(f"TAMPERED: {escape(report.render())}", err=True)
-    for run_id, verdict in unsealed:
-        click.echo(f"SEAL FAILED: {escape(f'{run_id}: {verdict.reason}')}", err=True)
     if failed or unsealed:
         sys.exit(EXIT_FAILED)
 
