@@ -26,6 +26,9 @@ from tachograph.cli.app import (
     CliError,
     agent_output,
 )
+from tachograph.regression.corpus import NAME_BYTES
+
+from .conftest import Tacho
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -256,3 +259,20 @@ def test_root_help_and_version_to_a_reader_gone_exit_141(
         os.close(write)
     assert done.returncode == EXIT_PIPE, done.stderr
     assert done.stderr == ""
+
+
+# -- 5. a saved run's name that no file can have ---------------------------------------------
+
+
+def test_save_refuses_a_name_too_long_for_a_file(tacho: Tacho, run_id: str, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    for name in ("a" * 300, "é" * (NAME_BYTES // 2 + 1), "a" * (NAME_BYTES + 1)):
+        result = tacho("save", run_id, "--to", str(corpus), "--verdict", "good", "--name", name)
+        assert result.exit_code == EXIT_USAGE, result.output
+        assert "is too long" in result.stderr
+        assert not any(corpus.iterdir())
+    fits = tacho(
+        "save", run_id, "--to", str(corpus), "--verdict", "good", "--name", "a" * NAME_BYTES
+    )
+    assert fits.exit_code == EXIT_OK, fits.output
+    assert (corpus / ("a" * NAME_BYTES + ".tacho.json")).is_file()

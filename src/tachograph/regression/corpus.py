@@ -111,6 +111,16 @@ def _file_stem(run_id: str) -> str:
     return run_id.replace(":", "_")
 
 
+NAME_BYTES = 255 - len(f".{SIDECAR_SUFFIX}.{'0' * 16}.partial")
+"""The most bytes (UTF-8) of a saved run's name: every file a save writes must have a name
+of at most 255 bytes, the sidecar's temporary one (``.NAME.tacho.json.<16 hex>.partial``)
+the longest."""
+
+
+def _name_fits(stem: str) -> bool:
+    return len(stem.encode("utf-8", "surrogateescape")) <= NAME_BYTES
+
+
 def _plain_name(name: str) -> bool:
     """A saved run's file name that stays in its folder and prints as itself."""
     return (
@@ -301,6 +311,13 @@ def save_run(
             path=str(folder),
         )
     stem = name or _file_stem(run_id)
+    if not _name_fits(stem):
+        raise CorpusError(
+            f"name {stem[:40]!r}... is too long: {len(stem.encode('utf-8', 'surrogateescape'))} "
+            f"bytes in UTF-8, at most {NAME_BYTES} fit a file name with the suffixes a save "
+            "adds" + ("" if name else " (give a shorter one with name=, tacho save --name)"),
+            path=str(folder),
+        )
     path = folder / f"{stem}.jsonl"
     sidecar = _sidecar_of(path)
     if not overwrite and (path.exists() or sidecar.exists()):
