@@ -6,6 +6,7 @@ state matters."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -13,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -276,3 +278,39 @@ def test_save_refuses_a_name_too_long_for_a_file(tacho: Tacho, run_id: str, tmp_
     )
     assert fits.exit_code == EXIT_OK, fits.output
     assert (corpus / ("a" * NAME_BYTES + ".tacho.json")).is_file()
+
+
+# -- 6. a key that cannot be written -----------------------------------------------------------
+
+
+def test_keys_init_on_a_full_disk_leaves_no_key_behind(
+    tacho: Tacho, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("cryptography")
+    target = tmp_path_factory.mktemp("keys") / "log.key"  # apart from the store's folder
+    real = os.fdopen
+
+    class Full:
+        """A file on a full disk (the OS's answer, which a test cannot get unprivileged)."""
+
+        def __init__(self, fd: int) -> None:
+            self._file = real(fd, "w")
+
+        def __enter__(self) -> Full:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self._file.close()
+
+        def write(self, text: str) -> Any:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: Full(fd))
+    full = tacho("keys", "init", "-o", str(target))
+    assert full.exit_code == EXIT_USAGE, full.output
+    assert f"Error: cannot write the key {target}: No space left on device" in full.stderr
+    assert not target.exists()
+    monkeypatch.setattr(os, "fdopen", real)
+    again = tacho("keys", "init", "-o", str(target))  # the retry is not refused
+    assert again.exit_code == EXIT_OK, again.output
+    assert target.read_text().startswith("PRIVATE+KEY+")

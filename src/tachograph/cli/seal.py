@@ -132,8 +132,19 @@ def keys_init(out: Path | None, name: str | None, for_witness: bool, as_json: bo
         raise CliError(
             f"cannot write {target}: {exc.strerror or exc}", exit_code=EXIT_USAGE
         ) from None
-    with os.fdopen(fd, "w") as f:
-        f.write(key.encode() + "\n")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(key.encode() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException as exc:
+        # a part of a key is no key, and would refuse the next try ("exists")
+        target.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
+        raise CliError(
+            f"cannot write the key {target}: {exc.strerror or exc}", exit_code=EXIT_USAGE
+        ) from None
     data = {"key_file": str(target), "name": key.name, "verifier_key": str(key.verifier)}
     if as_json:
         emit_json(data)
