@@ -28,7 +28,9 @@ from tachograph.cli.app import (
     CliError,
     agent_output,
 )
+from tachograph.errors import ReplayError
 from tachograph.regression.corpus import NAME_BYTES
+from tachograph.replay.guard import parse_allow
 
 from .conftest import Tacho
 
@@ -314,3 +316,28 @@ def test_keys_init_on_a_full_disk_leaves_no_key_behind(
     again = tacho("keys", "init", "-o", str(target))  # the retry is not refused
     assert again.exit_code == EXIT_OK, again.output
     assert target.read_text().startswith("PRIVATE+KEY+")
+
+
+# -- 7. numbers out of range -------------------------------------------------------------------
+
+
+def test_verify_refuses_a_negative_min_witnesses(tacho: Tacho) -> None:
+    result = tacho("verify", "--min-witnesses", "-5")
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "--min-witnesses" in result.stderr
+
+
+@pytest.mark.parametrize("entry", ["host:99999", "host:65536", "host:²", "host:" + "9" * 5000])
+def test_an_allowed_port_outside_0_to_65535_is_refused(
+    tacho: Tacho, run_id: str, entry: str
+) -> None:
+    with pytest.raises(ReplayError):
+        parse_allow([entry])
+    agent = "tachograph.demo.agent:billing_agent"
+    result = tacho("replay", run_id, "--agent", agent, "--allow-network", entry)
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "a port 0-65535" in result.stderr
+
+
+def test_the_ports_0_to_65535_are_allowed() -> None:
+    assert parse_allow(["host:0", "host:65535", "host:*"]) == {"host:0", "host:65535", "host:*"}

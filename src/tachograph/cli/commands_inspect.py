@@ -549,7 +549,12 @@ def _open_store_at(path: str) -> Store:
 @click.option("--key", "keys", multiple=True, help="Trusted log verifier key (string or file).")
 @click.option("--witness", "witnesses", multiple=True, help="Witness URL or directory to consult.")
 @click.option("--witness-key", "witness_keys", multiple=True, help="Trusted witness key.")
-@click.option("--min-witnesses", default=0, type=int, help="Cosignatures an evidence folder needs.")
+@click.option(
+    "--min-witnesses",
+    default=0,
+    type=click.IntRange(min=0),
+    help="Cosignatures an evidence folder needs.",
+)
 @click.option(
     "--workers",
     default=1,

@@ -53,7 +53,7 @@ def _check_allow(
             parse_allow([entry])
         except ReplayError:
             raise click.BadParameter(
-                f"{entry!r} is not HOST:PORT, HOST:*, unix:PATH or exec:PROGRAM"
+                f"{entry!r} is not HOST:PORT (a port 0-65535), HOST:*, unix:PATH or exec:PROGRAM"
             ) from None
     return value
 

@@ -88,10 +88,12 @@ def parse_allow(entries: Sequence[str]) -> frozenset[str]:
         text = str(entry).strip()
         host, sep, port = text.rpartition(":")
         ok = text.startswith(("unix:", "exec:")) and len(text) > 5
-        ok = ok or (bool(sep) and bool(host) and (port == "*" or port.isdigit()))
+        number = port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535
+        ok = ok or (bool(sep) and bool(host) and (port == "*" or number))
         if not ok:
             raise ReplayError(
-                f"allow_network entry {entry!r} is not HOST:PORT, HOST:*, unix:PATH or exec:PROGRAM"
+                f"allow_network entry {entry!r} is not HOST:PORT (a port 0-65535), HOST:*, "
+                "unix:PATH or exec:PROGRAM"
             )
         out.add(text.lower() if not text.startswith("unix:") else text)
     return frozenset(out)
