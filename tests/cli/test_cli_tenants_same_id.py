@@ -50,3 +50,20 @@ def test_replay_names_the_tenant_with_an_option(twins: Tacho) -> None:
     assert forked["new_run_id"].startswith("run_same_id.fork-")
     finished = twins("resume", "run_same_id", "--agent", AGENT, "--tenant", "alpha")
     assert "has finished" in finished.output  # the run was found in its tenant
+
+
+def test_verify_diff_and_export_take_the_tenant_too(twins: Tacho, tmp_path: Path) -> None:
+    assert twins("verify", "run_same_id").exit_code == EXIT_STORE
+    verified = twins.json("verify", "run_same_id", "--tenant", "beta")
+    assert [(r["tenant"], r["status"]) for r in verified["runs"]] == [("beta", "verified")]
+    assert twins("verify", "--tenant", "beta").exit_code == 2  # a RUN's tenant: needs the RUN
+    same = twins("diff", "run_same_id", "run_same_id", "--tenant", "alpha")
+    assert same.exit_code == EXIT_OK, same.output
+    out = tmp_path / "beta.jsonl"
+    assert twins("export", "run_same_id", "--tenant", "beta", "-o", str(out)).exit_code == 0
+    lines = out.read_text().splitlines()
+    assert lines
+    assert all('"tenant":"beta"' in line for line in lines)
+    everything = tmp_path / "all-beta.jsonl"
+    assert twins("export", "--all", "--tenant", "beta", "-o", str(everything)).exit_code == 0
+    assert everything.read_text() == out.read_text()

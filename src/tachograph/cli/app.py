@@ -416,8 +416,7 @@ def _hints_for(exc: TachographError) -> list[str]:
         return ["Pass --confirm to allow it."]
     if getattr(exc, "several_tenants", False):
         return [
-            "Name the tenant with --tenant T (show, state, replay, fork, resume, save, erase, "
-            "otel export), or on any command in the store URL: tacho --store "
+            "Name the tenant with --tenant T, or in the store URL: tacho --store "
             "'sqlite:///FILE?tenant=T' ... (tacho runs lists each run's tenant)"
         ]
     return []

@@ -501,9 +501,11 @@ def _verify_reports(
     run_id: str | None,
     workers: int = 1,
     scans: Sequence[RowScan] = (),
+    *,
+    tenant: str | None = None,
 ) -> list[VerifyReport]:
     if run_id is not None:
-        info = resolve_run(store, run_id)
+        info = resolve_run(store, run_id, tenant=tenant)
         with out.progress(info.events, f"verifying {info.run_id}") as advance:
             return [
                 verify_stored(
@@ -562,6 +564,7 @@ def _open_store_at(path: str) -> Store:
     show_default=True,
     help="Processes that verify a store's runs, this one included (large runs in chunks).",
 )
+@click.option("--tenant", help="With RUN: the run's tenant, if its id exists under several.")
 @json_option
 def verify_cmd(
     target: str | None,
@@ -571,6 +574,7 @@ def verify_cmd(
     witness_keys: tuple[str, ...],
     min_witnesses: int,
     workers: int,
+    tenant: str | None,
     as_json: bool,
 ) -> None:
     """Verify the hash chain of a run, of every run, or of a JSONL file (SPEC section 8),
@@ -582,6 +586,8 @@ def verify_cmd(
     """
     if target is not None and all_runs:
         raise click.UsageError("give a RUN or FILE, or --all, not both")
+    if tenant is not None and target is None:
+        raise click.UsageError("--tenant names a RUN's tenant: give the RUN")
     if target is not None and Path(target).is_dir():
         from .seal import verify_evidence_dir
 
@@ -617,7 +623,7 @@ def verify_cmd(
             scans = blobcheck.scans_of(store)
             if target is not None:
                 scans.append(UnvouchedScan())
-            reports = _verify_reports(store, out, target, workers, scans)
+            reports = _verify_reports(store, out, target, workers, scans, tenant=tenant)
             verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
             if target is None:
                 orphans = orphan_seals_of(store, reports, keys, witnesses, witness_keys)
@@ -832,9 +838,10 @@ def with_seal(report: VerifyReport, verdict: Any) -> dict[str, Any]:
 @click.command("diff", short_help="Show where two runs first differ.")
 @click.argument("run_a", metavar="RUN_A")
 @click.argument("run_b", metavar="RUN_B")
+@click.option("--tenant", help="The run's tenant, if its id exists under several.")
 @purpose_option
 @json_option
-def diff_cmd(run_a: str, run_b: str, purpose: str, as_json: bool) -> None:
+def diff_cmd(run_a: str, run_b: str, tenant: str | None, purpose: str, as_json: bool) -> None:
     """Show the first step where two runs differ. Exits 1 when they differ, like diff(1).
 
     Payloads are read for --purpose (recorded in the store audit); what it may not read is
@@ -844,8 +851,8 @@ def diff_cmd(run_a: str, run_b: str, purpose: str, as_json: bool) -> None:
 
     with open_store() as raw:
         store = scoped_store(raw, purpose)
-        a = resolve_run(store, run_a)
-        b = resolve_run(store, run_b)
+        a = resolve_run(store, run_a, tenant=tenant)
+        b = resolve_run(store, run_b, tenant=tenant)
         # As ``show``: what is compared is marked when it fails verification (as stored).
         keys = [(a.tenant, a.run_id), (b.tenant, b.run_id)]
         checked = {k: verify_stored(raw, k[1], tenant=k[0]) for k in dict.fromkeys(keys)}

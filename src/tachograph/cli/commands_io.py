@@ -140,9 +140,20 @@ def _in_place(path: str) -> Iterator[IO[bytes]]:
     is_flag=True,
     help="Also copy the blobs the runs reference into FILE.blobs/ (needs --output).",
 )
+@click.option(
+    "--tenant",
+    "only_tenant",
+    help="The runs' tenant: of a RUN whose id exists under several, or with --all the "
+    "tenant whose runs are exported.",
+)
 @purpose_option
 def export_cmd(
-    run_ids: tuple[str, ...], all_runs: bool, output: str | None, with_blobs: bool, purpose: str
+    run_ids: tuple[str, ...],
+    all_runs: bool,
+    output: str | None,
+    with_blobs: bool,
+    only_tenant: str | None,
+    purpose: str,
 ) -> None:
     """Export runs as JSON Lines (SPEC section 4), one event per line, in seq order.
 
@@ -157,10 +168,10 @@ def export_cmd(
         store = scoped_store(raw, purpose, whole_events=True)
 
         def named(run_id: str) -> RunInfo:
-            return resolve_run(store, run_id)
+            return resolve_run(store, run_id, tenant=only_tenant)
 
         keys = (
-            store.run_keys()
+            [k for k in store.run_keys() if only_tenant is None or k[0] == only_tenant]
             if all_runs
             # a run named twice (or by its id and a prefix) is exported once
             else list(dict.fromkeys((i.tenant, i.run_id) for i in map(named, run_ids)))

@@ -262,6 +262,7 @@ def witness_cmd(
 @click.option(
     "--witness-key", "witness_keys", multiple=True, help="Witness verifier key(s) to list."
 )
+@click.option("--tenant", help="The run's tenant, if its id exists under several.")
 @purpose_option
 @json_option
 def evidence_cmd(
@@ -270,6 +271,7 @@ def evidence_cmd(
     keys: tuple[str, ...],
     witness: str | None,
     witness_keys: tuple[str, ...],
+    tenant: str | None,
     purpose: str,
     as_json: bool,
 ) -> None:
@@ -281,7 +283,7 @@ def evidence_cmd(
     log_keys = parse_keys(keys) or _default_keys()
     wkeys = parse_keys(witness_keys)
     with open_store() as store:
-        info = resolve_run(store, run_id)
+        info = resolve_run(store, run_id, tenant=tenant)
         note = None
         if witness is not None:
             # Asked for a witness's checkpoint: never fall back to the store's uncosigned one.
