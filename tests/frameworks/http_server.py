@@ -26,6 +26,15 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server.shop.lock:
             self.server.shop.requests.append((self.command, self.path))
 
+    def do_HEAD(self) -> None:
+        """``HEAD /raw/<name>``: the headers of ``GET /raw/<name>``, its length among them."""
+        self._count()
+        content_type, data = self.server.shop.raw[self.path.removeprefix("/raw/")]
+        self.send_response(200)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+
     def do_GET(self) -> None:
         self._count()
         if self.path.startswith("/raw/"):  # a body as given, under its content type

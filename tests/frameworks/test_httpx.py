@@ -406,6 +406,24 @@ def test_a_body_reaches_the_agent_as_sent_and_only_json_is_recorded_parsed(
 
 
 @pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_a_head_answer_keeps_its_content_length(lib: Any, shop: Shop, db: str) -> None:
+    """An agent that sizes a download with HEAD read no content-length once instrumented
+    (live too): the header was dropped with every answer's."""
+    shop.raw["big"] = ("application/octet-stream", b"x" * 4096)
+    client = instrument(lib.Client())
+
+    def agent(_: Any) -> str:
+        return str(client.head(f"{shop.url}/raw/big").headers.get("content-length"))
+
+    result = tachograph.record_run(_plain(agent), None, store=db)
+    assert result.output == "4096"
+    shop.stop()
+    report = tachograph.replay(db, result.run_id, _plain(agent))
+    assert report.reproduced, report.render()
+    assert report.output == "4096"
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
 def test_a_json_body_in_another_charset_is_kept_as_sent(lib: Any, shop: Shop, db: str) -> None:
     """Served back, a parsed body is UTF-8: one whose content type names another charset
     was read as other text in the replay ("cafÃ©"), or failed to decode (UTF-16)."""

@@ -144,11 +144,15 @@ def _body(data: bytes, content_type: str | None) -> dict[str, Any]:
         return {"base64": base64.b64encode(data).decode("ascii")}
 
 
-def _headers(headers: Any) -> dict[str, str]:
+def _headers(headers: Any, *, head: bool = False) -> dict[str, str]:
+    """The headers an answer is recorded with. A ``HEAD`` answer keeps its
+    ``content-length`` (the size of what a ``GET`` would get: the answer's own subject,
+    since it has no body); any other answer's is dropped, as its body may be served back
+    re-encoded."""
     out: dict[str, str] = {}
     for name, value in headers.multi_items():
         key = name.lower()
-        if key in _RESPONSE_DROP:
+        if key in _RESPONSE_DROP and not (head and key == "content-length"):
             continue
         out[key] = f"{out[key]}, {value}" if key in out else value
     return out
@@ -227,7 +231,8 @@ class _Exchange:
     # -- answers -------------------------------------------------------------------------
 
     def answer(self, live: Any, data: bytes) -> dict[str, Any]:
-        record: dict[str, Any] = {"status": live.status_code, "headers": _headers(live.headers)}
+        headers = _headers(live.headers, head=self.method == "HEAD")
+        record: dict[str, Any] = {"status": live.status_code, "headers": headers}
         record.update(_body(data, live.headers.get("content-type")))
         return record
 
