@@ -24,10 +24,10 @@ SDK retries are separate HTTP attempts, so each one is its own request and answe
 rebuilt as an ``httpx2.Response`` and the SDK parses it, raises from it and retries on it
 exactly as it did live. A recorded error the SDK would retry is served with
 ``retry-after-ms: 1`` (when ``fast_retries``), so that replays do not sleep. A call recorded
-as cancelled neither answers nor raises until the agent cancels it again (within
-:data:`CANCELLED_WAIT`). What the record cannot serve is an ``unreplayable`` divergence: a
-stream the recording stopped reading early (``"incomplete": true``) read past its recorded
-events, or a cancelled call the agent no longer cancels.
+as cancelled neither answers nor raises until the agent cancels it again (within twice
+the recorded wait and :data:`CANCELLED_WAIT`). What the record cannot serve is an
+``unreplayable`` divergence: a stream the recording stopped reading early (``"incomplete":
+true``) read past its recorded events, or a cancelled call the agent no longer cancels.
 """
 
 from __future__ import annotations
