@@ -586,3 +586,14 @@ def test_a_claim_of_this_host_under_a_pii_policy_is_asked_as_this_hosts(
         claims = [e.payload for e in store.events("pii") if e.type == "tachograph.resume"]
     assert len(claims) == 2
     assert all(str(c["host"]).startswith("pii1:k1:") for c in claims)
+
+
+def test_a_change_of_a_path_on_one_side_only_names_the_absent_side() -> None:
+    """In JSON, an absent side was written {"missing": true}, which a recorded value of
+    that shape could not be told from; it is left out and named in ``absent``."""
+    from tachograph.replay.diff import MISSING, Change
+
+    assert Change("$.a", MISSING, 1).to_dict() == {"path": "$.a", "new": 1, "absent": ["old"]}
+    assert Change("$.a", 1, MISSING).to_dict() == {"path": "$.a", "old": 1, "absent": ["new"]}
+    recorded = {"missing": True}
+    assert Change("$.a", recorded, 2).to_dict() == {"path": "$.a", "old": recorded, "new": 2}

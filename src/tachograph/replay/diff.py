@@ -58,12 +58,19 @@ class Change:
     new: Any
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form; a missing side is reported as ``{"missing": true}``."""
-        return {
-            "path": self.path,
-            "old": {"missing": True} if self.old is MISSING else self.old,
-            "new": {"missing": True} if self.new is MISSING else self.new,
-        }
+        """JSON form: a side that is absent (the path exists on one side only) is left out
+        and named in ``absent`` (``["old"]`` or ``["new"]``); any value, ``{"missing":
+        true}`` included, is a value that was there."""
+        out: dict[str, Any] = {"path": self.path}
+        absent = []
+        for side, value in (("old", self.old), ("new", self.new)):
+            if value is MISSING:
+                absent.append(side)
+            else:
+                out[side] = value
+        if absent:
+            out["absent"] = absent
+        return out
 
     def render(self) -> str:
         """``path: old -> new`` with values shortened for a terminal. Two long strings show
