@@ -172,3 +172,27 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Run the test with ``tmp_path`` as the current directory."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def long_store(tmp_path: Path) -> Path:
+    """A store whose run prints more than a pipe holds (64 KiB on Linux)."""
+    db = tmp_path / "long.db"
+    with tg.record(str(db), run_id="long", actor="a"):
+        for i in range(1500):
+            tg.decide("step", {"i": i, "pad": "x" * 100})
+    return db
+
+
+def read_and_close(tacho_exe: str, env: dict[str, str], *args: str) -> tuple[int, str]:
+    """Run ``tacho ARGS``, read 5 bytes of its stdout and close it, as ``| head -c5`` does;
+    return its exit status and stderr."""
+    child = subprocess.Popen(
+        [tacho_exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert child.stdout is not None
+    assert child.stderr is not None
+    child.stdout.read(5)
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    return child.wait(timeout=120), err

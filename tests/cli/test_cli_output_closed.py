@@ -11,30 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import tachograph as tg
 from tachograph.cli.app import EXIT_OK, EXIT_PIPE, EXIT_USAGE
 
-
-@pytest.fixture
-def long_store(tmp_path: Path) -> Path:
-    """A store whose run prints more than a pipe holds (64 KiB on Linux)."""
-    db = tmp_path / "long.db"
-    with tg.record(str(db), run_id="long", actor="a"):
-        for i in range(1500):
-            tg.decide("step", {"i": i, "pad": "x" * 100})
-    return db
-
-
-def _read_and_close(tacho_exe: str, env: dict[str, str], *args: str) -> tuple[int, str]:
-    child = subprocess.Popen(
-        [tacho_exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    assert child.stdout is not None
-    assert child.stderr is not None
-    child.stdout.read(5)
-    child.stdout.close()  # as `| head -c5` does
-    err = child.stderr.read().decode()
-    return child.wait(timeout=120), err
+from .conftest import read_and_close
 
 
 @pytest.mark.parametrize(
@@ -55,7 +34,7 @@ def test_a_reader_that_goes_away_ends_the_command_with_141_quietly(
         [tacho_exe, "--store", str(long_store), *args], capture_output=True, env=env, check=False
     )
     assert whole.returncode == EXIT_OK, whole.stderr
-    code, err = _read_and_close(tacho_exe, env, "--store", str(long_store), *args)
+    code, err = read_and_close(tacho_exe, env, "--store", str(long_store), *args)
     assert code == EXIT_PIPE, err
     assert err == ""
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-import tachograph as tg
 from tachograph.cli.app import (
     EXIT_FAILED,
     EXIT_OK,
@@ -32,7 +31,7 @@ from tachograph.errors import ReplayError
 from tachograph.regression.corpus import NAME_BYTES
 from tachograph.replay.guard import parse_allow
 
-from .conftest import Tacho
+from .conftest import Tacho, read_and_close
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -75,16 +74,6 @@ def sh(tacho_exe: str, env: dict[str, str], tmp_path: Path) -> Run:
         )
 
     return run
-
-
-@pytest.fixture
-def long_store(tmp_path: Path) -> Path:
-    """A store whose run prints more than a pipe holds (64 KiB on Linux)."""
-    db = tmp_path / "long.db"
-    with tg.record(str(db), run_id="long", actor="a"):
-        for i in range(1500):
-            tg.decide("step", {"i": i, "pad": "x" * 100})
-    return db
 
 
 # -- 1. a closed stdout or stderr ----------------------------------------------------------
@@ -199,18 +188,6 @@ def test_stderr_whose_reader_went_away_does_not_end_the_command(
 # -- 3. a failure found before the reader went away ------------------------------------------
 
 
-def _read_and_close(tacho_exe: str, env: dict[str, str], *args: str) -> tuple[int, str]:
-    child = subprocess.Popen(
-        [tacho_exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    assert child.stdout is not None
-    assert child.stderr is not None
-    child.stdout.read(5)
-    child.stdout.close()  # as `| head -c5` does
-    err = child.stderr.read().decode()
-    return child.wait(timeout=120), err
-
-
 @pytest.mark.parametrize(
     "args",
     [
@@ -225,7 +202,7 @@ def test_a_failure_found_before_the_reader_went_away_exits_1_not_141(
     tacho_exe: str, env: dict[str, str], long_store: Path, args: tuple[str, ...]
 ) -> None:
     _tamper(long_store, "long", 700, b'"pad":"x', b'"pad":"y')
-    code, err = _read_and_close(tacho_exe, env, "--store", str(long_store), *args)
+    code, err = read_and_close(tacho_exe, env, "--store", str(long_store), *args)
     assert code == EXIT_FAILED, err
     assert "Traceback" not in err
     if args[0] == "export":  # named on stderr before the data

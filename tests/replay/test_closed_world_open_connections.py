@@ -25,23 +25,13 @@ import tachograph as tg
 from tachograph.errors import UnrecordedCall
 from tachograph.replay.report import DivergenceKind
 
+from .test_closed_world import Counter
 
-class KeepAlive(http.server.BaseHTTPRequestHandler):
+
+class KeepAlive(Counter):
+    """The closed-world tests' counting server, keeping its connections open."""
+
     protocol_version = "HTTP/1.1"  # the connection stays open between requests
-    hits: list[str]
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        type(self).hits.append(self.path)
-        body = b'{"ok": true}'
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture
@@ -277,10 +267,7 @@ def _self_signed(where: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-def test_a_request_on_a_tls_connection_opened_before_the_replay_is_refused(
-    tmp_path: Path,
-) -> None:
-    """An SSL socket sends through its own ``send``, not the plain socket's."""
+def _tls_server(tmp_path: Path) -> tuple[http.server.ThreadingHTTPServer, Path, list[str]]:
     import ssl
 
     cert, key = _self_signed(tmp_path)
@@ -292,9 +279,25 @@ def test_a_request_on_a_tls_connection_opened_before_the_replay_is_refused(
     server_side.load_cert_chain(cert, key)
     httpd.socket = server_side.wrap_socket(httpd.socket, server_side=True)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, cert, hits
+
+
+def _trusting(cert: Path) -> Any:
+    """A client's TLS context that trusts ``cert`` (a self-signed one, for 127.0.0.1)."""
+    import ssl
+
     client_side = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client_side.check_hostname = False
     client_side.load_verify_locations(cert)
+    return client_side
+
+
+def test_a_request_on_a_tls_connection_opened_before_the_replay_is_refused(
+    tmp_path: Path,
+) -> None:
+    """An SSL socket sends through its own ``send``, not the plain socket's."""
+    httpd, cert, hits = _tls_server(tmp_path)
+    client_side = _trusting(cert)
     conn = http.client.HTTPSConnection(
         "127.0.0.1", httpd.server_address[1], timeout=5, context=client_side
     )
@@ -321,31 +324,13 @@ def test_a_request_on_a_tls_connection_opened_before_the_replay_is_refused(
         httpd.server_close()
 
 
-def _tls_server(tmp_path: Path) -> tuple[http.server.ThreadingHTTPServer, Path, list[str]]:
-    import ssl
-
-    cert, key = _self_signed(tmp_path)
-    hits: list[str] = []
-    handler = type("Handler", (KeepAlive,), {"hits": hits})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_side.load_cert_chain(cert, key)
-    httpd.socket = server_side.wrap_socket(httpd.socket, server_side=True)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd, cert, hits
-
-
 def test_an_allowed_name_covers_its_tls_connection(tmp_path: Path) -> None:
     """The TLS socket is a new object over the connection the allow list let through by
     name: its sends are that connection's (they were judged again, by address, and refused)."""
-    import ssl
 
     httpd, cert, hits = _tls_server(tmp_path)
     port = httpd.server_address[1]
-    client_side = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    client_side.check_hostname = False
-    client_side.load_verify_locations(cert)
+    client_side = _trusting(cert)
 
     def agent(task: Any) -> Any:
         conn = http.client.HTTPSConnection("localhost", port, timeout=5, context=client_side)

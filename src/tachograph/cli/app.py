@@ -414,7 +414,7 @@ def _hints_for(exc: TachographError) -> list[str]:
         return ["List the runs in this store with: tacho runs"]
     if isinstance(exc, ConfirmationRequired):
         return ["Pass --confirm to allow it."]
-    if getattr(exc, "several_tenants", False):
+    if isinstance(exc, StoreError) and exc.several_tenants:
         return [
             "Name the tenant with --tenant T, or in the store URL: tacho --store "
             "'sqlite:///FILE?tenant=T' ... (tacho runs lists each run's tenant)"
@@ -533,7 +533,7 @@ class TachoGroup(click.Group):
             interrupt = _interrupted(exc)
             code = _interrupt_code(interrupt) if interrupt is not None else exit_code_for(exc)
             message = str(exc)
-            if getattr(exc, "several_tenants", False):  # "tenant=" is the Python API's word
+            if isinstance(exc, StoreError) and exc.several_tenants:  # not the API's "tenant="
                 message = f"run id {exc.run_id!r} exists under several tenants"
             raise CliError(message, exit_code=code, hints=_hints_for(exc)) from exc
         except KeyboardInterrupt as interrupt:

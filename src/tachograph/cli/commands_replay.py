@@ -162,11 +162,10 @@ def replay_cmd(
         try:
             history = RunHistory.from_jsonl(run_id, allow_unverified=allow_unverified)
         except FormatError as exc:
-            runs = getattr(exc, "runs", None)
-            if runs is None:
+            if exc.runs is None:
                 raise
             raise CliError(
-                f"{run_id} holds {runs} runs; replay takes a file of one run: export "
+                f"{run_id} holds {exc.runs} runs; replay takes a file of one run: export "
                 "the run alone (tacho export RUN -o FILE), or replay it from its store",
                 exit_code=EXIT_USAGE,
             ) from exc

@@ -28,7 +28,6 @@ from .app import (
     regular_file,
     resolve_run,
 )
-from .commands_inspect import seal_of
 from .privacy import purpose_option, scoped_store
 
 __all__ = ["register"]
@@ -130,6 +129,8 @@ def export_command(
         header_map = parse_headers(headers)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--header") from None
+    from .commands_inspect import seal_of  # only for an export: not with `otel import`
+
     with open_store() as raw:
         store = scoped_store(raw, purpose)
         info = resolve_run(store, run_id, tenant=tenant)
