@@ -10,6 +10,7 @@ import asyncio
 import http.client
 import http.server
 import inspect
+import json
 import subprocess
 import sys
 import threading
@@ -314,3 +315,45 @@ def test_the_standard_library_asking_the_system_about_itself_is_not_refused(
     tg.record_run(agent, "x", store=db, run_id="plat")
     report = tg.replay(db, "plat", agent)
     assert report.reproduced, report.render()
+
+
+def test_a_refused_call_reports_no_secret_of_its_url_or_command(
+    tmp_path: Path, server: tuple[str, int, list[str]]
+) -> None:
+    """The report (text and JSON) and the error raised into the agent show an unrecorded
+    call's URL and command line with their credentials hidden, as a recording would."""
+    host, port, hits = server
+    key = "AIzaSyA1234567890abcdefghijklmnopqrstu"
+    bearer = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
+    marker = tmp_path / "spawned"
+
+    def agent(task: Any) -> Any:
+        url = f"http://{host}:{port}/notify?key={key}&q=1"
+        req = urllib.request.Request(url, data=b"{}", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                status = resp.status
+        except OSError as exc:
+            status = str(exc)
+        code = f"open({str(marker)!r}, 'a').write('x')  # Authorization: Bearer {bearer}"
+        try:
+            subprocess.run([sys.executable, "-c", code], check=True)
+        except OSError as exc:
+            return {"status": status, "spawn": str(exc)}
+        return {"status": status}
+
+    store = tg.open_store(tmp_path / "runs.db")
+    tg.record_run(agent, None, store=store, run_id="secret-1")
+    assert len(hits) == 1
+    assert marker.read_text() == "x"
+
+    report = tg.replay(store, "secret-1", agent, collect=True)
+    assert len(hits) == 1
+    assert marker.read_text() == "x"
+    refused = [d for d in report.divergences if d.kind is DivergenceKind.UNRECORDED_CALL]
+    assert [d.actual["type"] for d in refused if d.actual] == ["network.connect", "process.spawn"]
+    shown = report.render() + json.dumps(report.to_dict()) + json.dumps(report.output)
+    assert key not in shown
+    assert bearer not in shown
+    assert "[redacted:secret:" in shown
+    assert "q=1" in shown  # the rest of the URL is still there to read

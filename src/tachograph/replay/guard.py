@@ -34,6 +34,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ReplayError, UnrecordedCall
+from ..privacy import redact_secrets
 
 _posixsubprocess: Any
 try:
@@ -194,6 +195,13 @@ class NetworkGuard:
                 self.allowed.append(allowed)
             return
         method, url = _http_hint(frame)
+        # what a refusal reports (in the replay report, its --json, the error raised into the
+        # agent) hides the secrets a URL or a command line carries (api_key=, a URL's
+        # password, a bearer token), as a recording would
+        if url:
+            url = redact_secrets.redact_text(url)
+        if command is not None:
+            command = redact_secrets.redact_text(command)
         detail: dict[str, Any] = {"kind": kind, "target": target, "frame": where}
         if host is not None:
             detail["host"], detail["port"] = host, port
