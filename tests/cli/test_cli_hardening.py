@@ -378,11 +378,9 @@ def test_a_writer_waiting_for_the_lock_says_so_and_stops_on_ctrl_c(
     assert "waiting for the write lock" in line
     assert str(path) in line
     demo.send_signal(signal.SIGINT)
-    started = time.monotonic()
-    demo.wait(timeout=30)
+    demo.wait(timeout=30)  # stopped, rather than waiting out the lock (or TimeoutExpired)
     err = demo.stderr.read()
     assert demo.returncode == 130, err  # 128 + SIGINT, not 1 (a failed verification)
-    assert time.monotonic() - started < 30  # stopped, rather than waiting out the lock
     demo.stdout.close() if demo.stdout else None
     demo.stderr.close()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -430,11 +429,9 @@ def test_openai_retries_injected_error_then_succeeds(
     srv: FakeLLMServer, oai: openai.OpenAI, status: int
 ) -> None:
     srv.fail_next(1, status=status)
-    started = time.monotonic()
     completion = oai.chat.completions.create(
         model=OPENAI_MODEL, messages=[{"role": "user", "content": "retry"}]
     )
-    assert time.monotonic() - started < 2
     assert completion.choices[0].message.content == "Hello! You said: retry"
     assert srv.request_count == 2
     assert [request.headers["x-stainless-retry-count"] for request in srv.requests] == ["0", "1"]
@@ -446,11 +443,9 @@ def test_anthropic_retries_injected_error_then_succeeds(
     srv: FakeLLMServer, claude: anthropic.Anthropic, status: int
 ) -> None:
     srv.fail_next(1, status=status)
-    started = time.monotonic()
     message = claude.messages.create(
         model=ANTHROPIC_MODEL, max_tokens=64, messages=[{"role": "user", "content": "retry"}]
     )
-    assert time.monotonic() - started < 2
     assert message.stop_reason == "end_turn"
     assert srv.request_count == 2
     assert [request.headers["x-stainless-retry-count"] for request in srv.requests] == ["0", "1"]

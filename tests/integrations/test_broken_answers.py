@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +18,7 @@ import openai
 import pytest
 
 import tachograph
+from tachograph.capture import boundary
 from tachograph.integrations.anthropic import instrument as instrument_anthropic
 from tachograph.integrations.openai import instrument as instrument_openai
 from tachograph.providers.http import parse_sse
@@ -307,21 +306,18 @@ def test_a_cancelled_call_is_recorded_failed_and_waits_to_be_cancelled_in_replay
         "message": "",
     }
 
-    started = time.monotonic()
     report = tachograph.replay(db, result.run_id, plain(agent))
 
+    # reproduced: the agent's own 0.3 s deadline cancelled the served call (had the wait
+    # run out first, the call would be an unreplayable divergence)
     assert report.reproduced, report.render()
     assert report.output == result.output
-    assert time.monotonic() - started < 5  # the agent's 0.3 s, not the 30 s bound
     assert not report.notes  # the cancellation is rebuilt, not a RecordedError
     # the agent code no longer cancels the call: a divergence, not a hang
-    transport = sys.modules["tachograph.integrations.transport"]
     patient = _impatient(url, 60)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transport, "CANCELLED_WAIT", 0.2)
-        started = time.monotonic()
+        patch.setattr(boundary, "CANCELLED_WAIT", 0.2)
         diverged = tachograph.replay(db, result.run_id, plain(patient))
-    assert time.monotonic() - started < 5
     assert not diverged.reproduced
     assert diverged.first is not None
     assert (diverged.first.kind, diverged.first.seq) == ("unreplayable", cancelled.seq)
@@ -488,13 +484,12 @@ def test_a_deadline_longer_than_the_grace_replays_at_its_own_time(db: str) -> No
         agent = _impatient(server.url, 1.2)
         result = tachograph.record_run(plain(agent), "hi", store=db)
     assert result.output == ["timed out", "quick"]
-    transport = sys.modules["tachograph.integrations.transport"]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transport, "CANCELLED_WAIT", 0.2)  # a grace shorter than the deadline
-        started = time.monotonic()
+        patch.setattr(boundary, "CANCELLED_WAIT", 0.2)  # a grace shorter than the deadline
         report = tachograph.replay(db, result.run_id, plain(agent))
+    # reproduced: the served call waited for the agent's own 1.2 s deadline (a wait of the
+    # grace alone would have run out first, an unreplayable divergence)
     assert report.reproduced, report.render()
-    assert time.monotonic() - started >= 1.2  # the agent's deadline, kept
 
 
 def test_a_call_the_runs_own_cancellation_ended_is_where_the_record_ends(db: str) -> None:
@@ -521,9 +516,9 @@ def test_a_call_the_runs_own_cancellation_ended_is_where_the_record_ends(db: str
         asyncio.run(cancelled_from_outside())
     recorded = events(db, "aborted")
     assert recorded[-1].payload["status"] == "aborted"
-    started = time.monotonic()
     report = tachograph.replay(db, "aborted", agent)
-    assert time.monotonic() - started < 5  # at once, not after the grace
     assert report.first is not None
     assert report.first.kind == "unreplayable"
+    # at once: the explanation of a call nothing cancelled after the wait is another one
     assert "cancelled from outside" in report.first.explanation
+    assert "nothing cancelled it" not in report.first.explanation

@@ -470,3 +470,13 @@ def test_a_non_json_output_finishes_the_run_as_an_error(store: tg.SQLiteStore) -
     assert last.payload["status"] == "error"
     assert last.payload["error"]["type"] == "tachograph.errors.ProfileError"
     assert store.run_info("bad-output").status == "error"
+
+
+def test_model_without_its_model_id_is_a_clear_error() -> None:
+    """``@tachograph.model`` used bare (the function where the id goes) names what it needs,
+    rather than failing inside with a TypeError."""
+    with pytest.raises(tg.errors.RecordingError, match="exact model id"):
+
+        @tg.model  # type: ignore[arg-type]
+        def ask(prompt: str) -> str:
+            return prompt

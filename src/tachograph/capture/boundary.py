@@ -6,11 +6,12 @@ Decorators, HTTP transports and framework adapters all do the same three things:
     if ticket is None:            # no run: do the plain thing
         return fn(**args)
     if ticket.served:             # replay: the record answers, nothing runs
-        return ticket.answer()
+        return ticket.answer()    # (await ticket.answer_async() in async code)
     try:
         result = fn(**args)       # live (or dry run: ticket.dry_run)
-    except Exception as exc:
-        ticket.fail(exc)
+    except BaseException as exc:
+        if ends_call(exc):        # an Exception, or asyncio's CancelledError
+            ticket.fail(exc)
         raise
     return ticket.complete(result)
 
@@ -27,10 +28,11 @@ import contextvars
 import enum
 import functools
 import inspect
+import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol, TypeVar
 
-from ..errors import ProfileError, RecordingError
+from ..errors import ProfileError, RecordingError, Unreplayable
 from ..record.compiled import NATIVE
 from ..record.event import Effect, Event, EventType
 
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
     from .session import Session
 
 __all__ = [
+    "CANCELLED_WAIT",
     "CURRENT_SESSION",
     "MODEL_CALL",
     "TOOL_CALL",
@@ -67,7 +70,10 @@ __all__ = [
     "Engine",
     "ReplayStopped",
     "begin_call",
+    "cancelled",
+    "ends_call",
     "error_info",
+    "recorded_as_cancelled",
     "wrap_call",
 ]
 
@@ -120,6 +126,43 @@ def error_info(exc: BaseException) -> dict[str, str]:
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
     return {"type": name, "message": str(exc)}
+
+
+CANCELLED_WAIT: float = 10.0
+"""Seconds of grace a replayed call that was recorded as cancelled waits for the agent to
+cancel it, beyond twice the time the recorded call ran before it was cancelled.
+
+The recording says that the agent cancelled the call before it answered (an
+``asyncio.wait_for`` timeout, say) and when; the replay then serves neither an answer nor
+an error, and waits, as the live call did, until the agent's own code cancels it (at its
+own deadline, however long). If nothing does within twice the recorded wait and this
+grace, the agent no longer cancels the call, and the replay reports it (an
+``unreplayable`` divergence) instead of hanging. A call cancelled by the run's own end (a
+run cancelled from outside, which ended ``aborted``) is reported at once: the record ends
+inside it."""
+
+_CANCELLED_TYPES: Final = frozenset({"asyncio.exceptions.CancelledError", "asyncio.CancelledError"})
+
+
+def cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is asyncio's ``CancelledError`` (asyncio is not imported for it)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
+
+
+def ends_call(exc: BaseException) -> bool:
+    """Whether a call that raised ``exc`` is recorded as failed: any ``Exception``, and a
+    cancellation (``asyncio.CancelledError``: an ``asyncio.wait_for`` that timed out, a
+    cancelled task), which is how the agent's own code ended the call. Anything else
+    (``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit``) leaves the call without a
+    completion, as the process dying would."""
+    return isinstance(exc, Exception) or cancelled(exc)
+
+
+def recorded_as_cancelled(error: BaseException | None) -> bool:
+    """Whether a served failure is a cancellation (rebuilt, or named when asyncio is not
+    imported in the replay)."""
+    return error is not None and error_info(error)["type"] in _CANCELLED_TYPES
 
 
 class Engine(Protocol):
@@ -252,6 +295,54 @@ class CallTicket:
         if self.error is not None:
             raise self.error
         return self.value
+
+    def unservable(self, explanation: str) -> NoReturn:
+        """Report that the agent asks of this served call what its record does not hold (an
+        ``unreplayable`` divergence at its completion, which may stop the replay) and raise
+        :class:`~tachograph.errors.Unreplayable` into the agent."""
+        engine = self.session.engine
+        if engine is not None and self.completion is not None:
+            engine.unservable(self.completion, explanation)
+        raise Unreplayable(explanation, key=self.key)
+
+    def not_cancelled(self, why: str, *, name: str | None = None) -> NoReturn:
+        """A call recorded as cancelled that the agent does not cancel in the replay."""
+        seq = self.completion.seq if self.completion is not None else "?"
+        self.unservable(
+            f"The call of {name or self.name!r} was cancelled by the agent when it was "
+            f"recorded (seq {seq}: asyncio.CancelledError) before it answered; in this "
+            f"replay the agent did not cancel it ({why}). The record holds no answer to serve."
+        )
+
+    async def until_cancelled(self, what: str, *, name: str | None = None) -> NoReturn:
+        """For a served call recorded as cancelled: wait, as the recorded call did, until the
+        agent cancels it (the ``CancelledError`` goes up from the wait), and report it if
+        nothing does within twice the recorded wait and :data:`CANCELLED_WAIT`. A call the
+        run's own end cancelled (the run ended ``aborted``) is reported at once."""
+        import asyncio  # an async call: asyncio is imported already
+
+        engine = self.session.engine
+        elapsed, ended = (
+            engine.cancelled_in_record(self.completion)
+            if engine is not None and self.completion is not None
+            else (None, False)
+        )
+        if ended:
+            self.unservable(
+                f"The call of {name or self.name!r} was under way when the recorded run was "
+                "cancelled from outside (it ended aborted): the record ends inside this "
+                "call, and holds no answer to serve."
+            )
+        wait = CANCELLED_WAIT + 2 * (elapsed or 0.0)
+        await asyncio.sleep(wait)
+        self.not_cancelled(f"{what}; nothing cancelled it within {wait:.3g} s", name=name)
+
+    async def answer_async(self) -> Any:
+        """:meth:`answer` for an async call: one recorded as cancelled waits until the agent
+        cancels it again (:meth:`until_cancelled`), as it did live."""
+        if recorded_as_cancelled(self.error):
+            await self.until_cancelled("it was cancelled before it answered")
+        return self.answer()
 
     def complete(
         self,
@@ -463,13 +554,16 @@ def wrap_call(
             if ticket is None:
                 return await fn(*args, **kwargs)
             if ticket.served:
+                if recorded_as_cancelled(ticket.error):
+                    await ticket.until_cancelled("it was cancelled before it answered")
                 return serve(ticket)
             try:
                 result = fn(*args, **kwargs) if run is None else run()
                 if inspect.isawaitable(result):
                     result = await result
-            except Exception as exc:
-                ticket.fail(exc)
+            except BaseException as exc:
+                if ends_call(exc):  # a cancellation too: the agent's code ended the call
+                    ticket.fail(exc)
                 raise
             return done(ticket, result)
 
@@ -486,8 +580,9 @@ def wrap_call(
             return serve(ticket)
         try:
             result = fn(*args, **kwargs) if run is None else run()
-        except Exception as exc:
-            ticket.fail(exc)
+        except BaseException as exc:
+            if ends_call(exc):
+                ticket.fail(exc)
             raise
         return ticket.complete(result) if finish is None else finish(ticket, result)  # done()
 

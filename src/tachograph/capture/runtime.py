@@ -325,6 +325,16 @@ def model(
     the declared one. ``dump`` turns a response object into JSON (default: pydantic's
     ``model_dump``); ``load`` rebuilds the object from recorded JSON during replay.
     """
+    if not isinstance(model_id, str) or not model_id:
+        what = (
+            f"the function {getattr(model_id, '__qualname__', '?')!r}"
+            if callable(model_id)
+            else repr(model_id)
+        )
+        raise RecordingError(
+            f"@tachograph.model needs the exact model id first, not {what}: "
+            "@tachograph.model('gpt-5.6-2026-08-07')"
+        )
     if _ALIAS.search(model_id):
         warnings.warn(
             f"model {model_id!r} looks like an alias; declare the exact, dated model id so "

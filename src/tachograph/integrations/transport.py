@@ -25,14 +25,14 @@ rebuilt as an ``httpx2.Response`` and the SDK parses it, raises from it and retr
 exactly as it did live. A recorded error the SDK would retry is served with
 ``retry-after-ms: 1`` (when ``fast_retries``), so that replays do not sleep. A call recorded
 as cancelled neither answers nor raises until the agent cancels it again (within twice
-the recorded wait and :data:`CANCELLED_WAIT`). What the record cannot serve is an
-``unreplayable`` divergence: a stream the recording stopped reading early (``"incomplete":
-true``) read past its recorded events, or a cancelled call the agent no longer cancels.
+the recorded wait and :data:`tachograph.capture.boundary.CANCELLED_WAIT`). What the record
+cannot serve is an ``unreplayable`` divergence: a stream the recording stopped reading early
+(``"incomplete": true``) read past its recorded events, or a cancelled call the agent no
+longer cancels.
 """
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -40,7 +40,14 @@ from typing import Any, NoReturn, TypeVar
 
 import httpx2
 
-from ..capture.boundary import CallKind, CallTicket, begin_call, error_info
+from ..capture.boundary import (
+    CallKind,
+    CallTicket,
+    begin_call,
+    ends_call,
+    error_info,
+    recorded_as_cancelled,
+)
 from ..capture.session import current_session
 from ..errors import RecordingError, Unreplayable
 from ..providers.http import without_boundary
@@ -59,7 +66,6 @@ from .wire import (
 )
 
 __all__ = [
-    "CANCELLED_WAIT",
     "DEFAULT_REQUEST_HEADERS",
     "AsyncRecordingTransport",
     "Provider",
@@ -72,34 +78,7 @@ __all__ = [
 DEFAULT_REQUEST_HEADERS: tuple[str, ...] = ("anthropic-beta", "openai-beta")
 """Request headers kept (and compared in replay) by default: they change the model's behaviour."""
 
-CANCELLED_WAIT: float = 10.0
-"""Seconds of grace a replayed call that was recorded as cancelled waits for the agent to
-cancel it, beyond twice the time the recorded call ran before it was cancelled.
-
-The recording says that the agent cancelled the call before it answered (an
-``asyncio.wait_for`` timeout, say) and when; the replay then serves neither an answer nor
-an error, and waits, as the live call did, until the agent's own code cancels it (at its
-own deadline, however long). If nothing does within twice the recorded wait and this
-grace, the agent no longer cancels the call, and the replay reports it (an
-``unreplayable`` divergence) instead of hanging. A call cancelled by the run's own end (a
-run cancelled from outside, which ended ``aborted``) is reported at once: the record ends
-inside it."""
-
-_CANCELLED_TYPES = frozenset({"asyncio.exceptions.CancelledError", "asyncio.CancelledError"})
-
 C = TypeVar("C")
-
-
-def _cancelled(exc: BaseException) -> bool:
-    """Whether ``exc`` is asyncio's ``CancelledError`` (asyncio is not imported for it)."""
-    asyncio = sys.modules.get("asyncio")
-    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
-
-
-def _recorded_as_cancelled(error: BaseException | None) -> bool:
-    """Whether a served failure is a cancellation (rebuilt, or named when asyncio is not
-    imported in the replay)."""
-    return error is not None and error_info(error)["type"] in _CANCELLED_TYPES
 
 
 @dataclass(frozen=True)
@@ -201,8 +180,8 @@ class _Call:
         if ticket.error is not None:
             record = _recorded_failure(ticket)
             if record is None:  # a transport error: raise it where the transport raised it
-                if _recorded_as_cancelled(ticket.error):
-                    self.not_cancelled(ticket, "a synchronous call cannot be cancelled")
+                if recorded_as_cancelled(ticket.error):
+                    ticket.not_cancelled("a synchronous call cannot be cancelled", name=self.name)
                 raise ticket.error
             return self._rebuild(ticket, record, error=ticket.error)
         record = ticket.value
@@ -221,27 +200,9 @@ class _Call:
     async def served_async(self, ticket: CallTicket) -> httpx2.Response:
         """:meth:`served` for an async client: a call recorded as cancelled waits until the
         agent cancels it again (``CancelledError`` goes up from here, as it did live)."""
-        if _recorded_as_cancelled(ticket.error) and _recorded_failure(ticket) is None:
-            await _until_cancelled(self, ticket, "it was cancelled before it answered")
+        if recorded_as_cancelled(ticket.error) and _recorded_failure(ticket) is None:
+            await ticket.until_cancelled("it was cancelled before it answered", name=self.name)
         return self.served(ticket)
-
-    def unservable(self, ticket: CallTicket, explanation: str) -> NoReturn:
-        """Report what the record cannot serve (a divergence, which may stop the replay) and
-        raise it into the agent."""
-        engine = ticket.session.engine
-        if engine is not None and ticket.completion is not None:
-            engine.unservable(ticket.completion, explanation)
-        raise Unreplayable(explanation, key=ticket.key)
-
-    def not_cancelled(self, ticket: CallTicket, why: str) -> NoReturn:
-        """A call recorded as cancelled that the agent does not cancel in the replay."""
-        seq = ticket.completion.seq if ticket.completion is not None else "?"
-        self.unservable(
-            ticket,
-            f"The call of {self.name!r} was cancelled by the agent when it was recorded "
-            f"(seq {seq}: asyncio.CancelledError) before it answered; in this replay the "
-            f"agent did not cancel it ({why}). The record holds no answer to serve.",
-        )
 
     def _rebuild(
         self,
@@ -344,29 +305,6 @@ def _recorded_failure(ticket: CallTicket) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and "status" in record else None
 
 
-async def _until_cancelled(call: _Call, ticket: CallTicket, what: str) -> NoReturn:
-    """Wait, as the recorded call did, until the agent cancels it (the ``CancelledError``
-    goes up from the wait); report it if nothing does within :data:`CANCELLED_WAIT`."""
-    import asyncio  # an async client's call: asyncio is imported already
-
-    engine = ticket.session.engine
-    elapsed, ended = (
-        engine.cancelled_in_record(ticket.completion)
-        if engine is not None and ticket.completion is not None
-        else (None, False)
-    )
-    if ended:
-        call.unservable(
-            ticket,
-            f"The call of {call.name!r} was under way when the recorded run was cancelled "
-            "from outside (it ended aborted): the record ends inside this call, and holds "
-            "no answer to serve.",
-        )
-    wait = CANCELLED_WAIT + 2 * (elapsed or 0.0)
-    await asyncio.sleep(wait)
-    call.not_cancelled(ticket, f"{what}; nothing cancelled it within {wait:.3g} s")
-
-
 class _StreamEnd:
     """What a replayed stream does after its recorded events: end, raise the recorded error
     (a stream that broke), wait to be cancelled (a stream read when the agent cancelled it),
@@ -386,22 +324,23 @@ class _StreamEnd:
             if self.incomplete:
                 self._beyond()
             return
-        if _recorded_as_cancelled(error):
-            self.call.not_cancelled(self.ticket, "a synchronous stream cannot be cancelled")
+        if recorded_as_cancelled(error):
+            self.ticket.not_cancelled(
+                "a synchronous stream cannot be cancelled", name=self.call.name
+            )
         raise error
 
     async def areached(self) -> None:
-        if _recorded_as_cancelled(self.error):
-            await _until_cancelled(
-                self.call, self.ticket, "it was cancelled while its stream was read"
+        if recorded_as_cancelled(self.error):
+            await self.ticket.until_cancelled(
+                "it was cancelled while its stream was read", name=self.call.name
             )
         self.reached()
 
     def _beyond(self) -> NoReturn:
         completion = self.ticket.completion
         seq = completion.seq if completion is not None else "?"
-        self.call.unservable(
-            self.ticket,
+        self.ticket.unservable(
             f"The stream answering {self.call.name!r} (seq {seq}) was recorded incomplete: "
             "the agent stopped reading it there, so the record ends after its recorded "
             "events and cannot say what came next. In this replay the agent reads past them.",
@@ -526,7 +465,7 @@ class _AsyncTee(httpx2.AsyncByteStream):
                 tee.chunks.append(chunk)
                 yield chunk
         except BaseException as exc:
-            if isinstance(exc, Exception) or _cancelled(exc):  # not GeneratorExit
+            if ends_call(exc):  # not GeneratorExit
                 tee.error = exc
             raise
         tee.eof = True
@@ -603,7 +542,7 @@ class AsyncRecordingTransport(httpx2.AsyncBaseTransport):
         try:
             live = await self.inner.handle_async_request(request)
         except BaseException as exc:
-            if isinstance(exc, Exception) or _cancelled(exc):
+            if ends_call(exc):
                 call.transport_failed(ticket, exc)
             raise
         live.request = request  # the SDK's error classes read it
@@ -618,7 +557,7 @@ class AsyncRecordingTransport(httpx2.AsyncBaseTransport):
         try:
             data = await live.aread()
         except BaseException as exc:  # cut short, timed out or cancelled after the headers
-            if isinstance(exc, Exception) or _cancelled(exc):
+            if ends_call(exc):
                 call.transport_failed(ticket, exc)
             raise
         call.answered(ticket, live, data)

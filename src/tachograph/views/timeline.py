@@ -163,8 +163,7 @@ def summarize(event: Event) -> str:
         return text
     if t == EventType.RUN_FINISHED.value:
         if p.get("error"):
-            err = p["error"]
-            return f"{p.get('status')}: {err.get('type')}: {short(err.get('message'), 40)}"
+            return f"{p.get('status')}: {_error(p['error'], 40)}"
         value = NOT_CAPTURED if "output" in missing else short(p.get("output"), 50)
         return f"{p.get('status')}: {value}"
     if t == EventType.MODEL_REQUEST.value:
@@ -187,7 +186,7 @@ def summarize(event: Event) -> str:
     if t == EventType.MODEL_FAILED.value or t == EventType.TOOL_FAILED.value:
         err = p.get("error") or {}
         prefix = f"{p['tool']}: " if t == EventType.TOOL_FAILED.value and "tool" in p else ""
-        return f"{prefix}{err.get('type')}: {short(err.get('message'), 50)}"
+        return f"{prefix}{_error(err, 50)}"
     if t == EventType.TOOL_REQUESTED.value:
         args = NOT_CAPTURED if "args" in missing else _args(p.get("args"))
         return f"{p.get('tool')}({args})  [{p.get('effect')}]"
@@ -307,3 +306,14 @@ def run_rows(runs: Iterable[RunInfo]) -> list[RunRow]:
         )
         for r in runs
     ]
+
+
+def _error(err: Any, width: int) -> str:
+    """``type: message`` of a recorded error; its type alone when it has no message (a
+    cancellation: ``asyncio.exceptions.CancelledError``)."""
+    if not isinstance(err, dict):
+        return short(err, width)
+    message = err.get("message")
+    if message in (None, ""):
+        return str(err.get("type"))
+    return f"{err.get('type')}: {short(message, width)}"
