@@ -195,7 +195,8 @@ def test_an_erased_payload_in_the_bundle_is_reported(bundle: tuple[Path, str, Pa
     assert data["ok"] is True
     assert data["erased"] == [5]
     text = tacho("verify", str(folder), "--key", vkey).output
-    assert "1 payload(s) erased at seq 5" in text
+    assert "1 payload(s) not in the bundle (erased, or withheld" in text
+    assert "at seq 5" in text
 
 
 def test_writing_a_bundle_is_a_read_recorded_in_the_store_audit(
@@ -216,4 +217,81 @@ def test_writing_a_bundle_is_a_read_recorded_in_the_store_audit(
     assert len(reads) == len(before) + 1
     assert reads[-1].detail["purpose"] == "audit"
     assert reads[-1].detail["run_id"] == "run-a"
-    assert _verify(again, vkey)["ok"] is True
+    verified = _verify(again, vkey)
+    assert verified["ok"] is True
+    # what the purpose may not read is withheld: the bundle reads it as erased, and the
+    # command says which seqs it withheld (the store erased none of them)
+    withheld = verified["erased"]
+    assert withheld
+    assert f"{len(withheld)} payload(s) withheld for purpose audit" in made.stderr
+    as_json = tacho(
+        "evidence",
+        "run-a",
+        "-o",
+        str(tmp_path / "ev-c"),
+        "--purpose",
+        "audit",
+        "--json",
+        store=db,
+    )
+    assert json.loads(as_json.stdout)["withheld"] == withheld
+    plain = tacho("evidence", "run-a", "-o", str(tmp_path / "ev-d"), "--json", store=db)
+    assert json.loads(plain.stdout)["withheld"] == []
+
+
+def test_a_bundle_whose_run_file_is_a_directory_fails_the_run_check(
+    bundle: tuple[Path, str, Path],
+) -> None:
+    folder, vkey, _ = bundle
+    (folder / "run.jsonl").unlink()
+    (folder / "run.jsonl").mkdir()
+    data = _verify(folder, vkey)
+    assert data["failed_check"] == "run"
+    assert "cannot read run.jsonl" in str(data["message"])
+
+
+def test_the_events_after_the_last_seal_are_counted_as_unsealed(tmp_path: Path) -> None:
+    """SPEC section 9: the events after a run's last seal are reported as unsealed; a
+    reader of ``--json`` must see them, since nothing proves them (a forged end among
+    them verifies)."""
+    key, _ = make_key(tmp_path)
+    db = tmp_path / "store" / "t.db"
+    with SQLiteStore(db) as store:
+        record(store, "run-a", 8, key=key, finish=False)  # sealed at seq 4 only
+    out = tmp_path / "ev"
+    vkey = str(key.verifier)
+    assert tacho("evidence", "run-a", "-o", str(out), "--key", vkey, store=db).exit_code == 0
+    data = _verify(out, vkey)
+    assert data["ok"] is True
+    assert (data["sealed_seq"], data["final"], data["unsealed_events"]) == (4, False, 3)
+    text = tacho("verify", str(out), "--key", vkey).output
+    assert "3 event(s) after it are not sealed: nothing proves them" in text
+    with SQLiteStore(db) as store:
+        record(store, "run-b", 7, key=key)
+    tacho("evidence", "run-b", "-o", str(tmp_path / "ev-b"), "--key", vkey, store=db)
+    data = _verify(tmp_path / "ev-b", vkey)
+    assert (data["final"], data["unsealed_events"]) == (True, 0)
+
+
+def test_a_final_seal_on_an_event_other_than_run_finished_fails(tmp_path: Path) -> None:
+    """SPEC section 9: ``final`` is true only when the sealed event is the run's
+    ``run.finished``; a signed leaf that says otherwise proves no end of the run."""
+    from tachograph.record.merkle import SealLeaf
+    from tachograph.sealing import SealLog
+
+    key, _ = make_key(tmp_path)
+    db = tmp_path / "store" / "t.db"
+    with SQLiteStore(db) as store:
+        record(store, "run-a", 6, key=None, finish=False, every=100)
+        last = store.events("run-a")[-1]
+        assert last.type == "decision"
+        SealLog(store, key=key).seal([SealLeaf("default", "run-a", last.seq, last.hash, True)])
+    out = tmp_path / "ev"
+    vkey = str(key.verifier)
+    tacho("evidence", "run-a", "-o", str(out), "--key", vkey, store=db)
+    data = _verify(out, vkey)
+    assert data["failed_check"] == "leaf"
+    assert "not run.finished" in str(data["message"])
+    stored = json.loads(tacho("verify", "--json", "--key", vkey, store=db).output)
+    assert stored["ok"] is False
+    assert "not run.finished" in stored["runs"][0]["seal"]["reason"]

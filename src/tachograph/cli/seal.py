@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import EventError, SealingError
+from ..errors import EventError, SealingError, TachographError
 from ..record.checkpoint import COSIGNATURE, SIGNATURE, Checkpoint, Note, SigningKey, VerifierKey
 from ..record.event import check_tenant
 from ..record.verify import VerifyReport
@@ -315,6 +315,9 @@ def evidence_cmd(
         # not verify, or whose seals show it was changed, is named, as export names it.
         problems: list[str] = []
         report = store.verify(info.run_id, tenant=info.tenant)
+        # A payload the purpose may not read reads in the bundle as an erased one: say which
+        # ones were withheld, so that whoever hands the bundle over can tell the auditor.
+        withheld = _withheld(path, report.erased)
         if not report.ok:
             problems.append(f"TAMPERED: {report.render()}")
         else:
@@ -334,14 +337,37 @@ def evidence_cmd(
                 "directory": str(path),
                 "ok": not problems,
                 "problems": problems,
+                "withheld": withheld,
             }
         )
     else:
         click.echo(escape(f"evidence for {info.run_id} written to {path}"))
+        if withheld:
+            shown = ", ".join(str(seq) for seq in withheld[:10]) + (
+                ", ..." if len(withheld) > 10 else ""
+            )
+            click.echo(
+                f"note: {len(withheld)} payload(s) withheld for purpose {escape(purpose)} "
+                f"(seq {shown}): the bundle reads them as erased",
+                err=True,
+            )
         for problem in problems:
             click.echo(escape(problem), err=True)
     if problems:
         sys.exit(EXIT_FAILED)
+
+
+def _withheld(folder: Path, erased: Sequence[int]) -> list[int]:
+    """The seqs whose payloads the bundle in ``folder`` lacks though the store has them."""
+    from ..record.jsonl import verify_jsonl
+    from ..sealing.evidence import RUN_FILE
+
+    try:
+        reports = verify_jsonl(folder / RUN_FILE)
+    except (OSError, TachographError):
+        return []
+    kept = set(erased)
+    return sorted(seq for r in reports for seq in r.erased if seq not in kept)
 
 
 def verify_evidence_dir(

@@ -19,6 +19,7 @@ import base64
 import binascii
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "TlogProof",
     "VerifierKey",
     "cosign",
+    "decimal",
     "generate_key",
     "verify_cosignature",
 ]
@@ -47,6 +49,16 @@ COSIGNATURE = 0x04
 COSIGNATURE_BYTES = 72
 """Length of a ``cosignature/v1``: an 8-byte timestamp and an Ed25519 signature (a note's
 signature is the 64 bytes alone)."""
+
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,19}")
+
+
+def decimal(text: str) -> int | None:
+    """``text`` as the number a checkpoint, a proof or a witness request writes: ASCII
+    digits with no leading zero, at most 20 of them (a 64-bit size); ``None`` for anything
+    else (``"²"`` and ``"٣"`` are digits to :meth:`str.isdigit`, not decimals here)."""
+    return int(text) if _DECIMAL.fullmatch(text) else None
+
 
 _DASH = "\u2014"
 _PROOF_HEADER = "c2sp.org/tlog-proof@v1"
@@ -309,16 +321,19 @@ class Checkpoint:
             raise CheckpointError(
                 "a checkpoint has an origin, a size and a root", what="checkpoint"
             )
-        origin, size, root = lines[:3]
-        if not size.isdigit() or (size != "0" and size.startswith("0")):
-            raise CheckpointError(f"checkpoint size {size!r} is not a decimal", what="checkpoint")
+        origin, size_text, root = lines[:3]
+        size = decimal(size_text)
+        if size is None:
+            raise CheckpointError(
+                f"checkpoint size {size_text!r} is not a decimal", what="checkpoint"
+            )
         try:
             digest = base64.b64decode(root, validate=True)
         except binascii.Error:
             digest = b""
         if len(digest) != 32:
             raise CheckpointError("checkpoint root is not a base64 SHA-256", what="checkpoint")
-        return cls(origin, int(size), digest, tuple(lines[3:-1]))
+        return cls(origin, size, digest, tuple(lines[3:-1]))
 
 
 def _cosigned_message(body: str, timestamp: int) -> bytes:
@@ -390,11 +405,12 @@ class TlogProof:
                 extra = base64.b64decode(lines[pos][6:], validate=True)
                 pos += 1
             number = lines[pos][6:] if len(lines) > pos and lines[pos].startswith("index ") else ""
-            if not number.isdigit() or (number != "0" and number.startswith("0")):
-                raise CheckpointError("a tlog-proof needs an index line", what="proof")
+            index = decimal(number)
+            if index is None:
+                raise CheckpointError("a tlog-proof needs an index line (a decimal)", what="proof")
             path = tuple(base64.b64decode(line, validate=True) for line in lines[pos + 1 :])
         except binascii.Error:
             raise CheckpointError("a tlog-proof line is not base64", what="proof") from None
         if any(len(h) != 32 for h in path):
             raise CheckpointError("an inclusion proof hash has 32 bytes", what="proof")
-        return cls(int(number), path, Note.parse(rest), extra)
+        return cls(index, path, Note.parse(rest), extra)

@@ -387,7 +387,7 @@ def parse_default_key(key: str, run_id: str) -> tuple[str, str, int] | None:
     h, hashsep, count = tail.partition("#")
     if len(h) != 16 or any(c not in "0123456789abcdef" for c in h):
         return None
-    if hashsep and (not count.isdigit() or count.startswith("0")):
+    if hashsep and (not (count.isascii() and count.isdigit()) or count.startswith("0")):
         return None
     return name, h, int(count) if hashsep else 0
 

@@ -172,8 +172,20 @@ class EvidenceReport:
     signed_by: str | None = None
     witnessed_by: tuple[str, ...] = ()
     erased: tuple[int, ...] = ()
-    """The seqs whose payloads were erased (SPEC section 8, check 5: reported)."""
+    """The seqs whose payloads the bundle lacks (SPEC section 8, check 5: reported): erased
+    in the store, or withheld from the bundle for the purpose it was written for
+    (``tacho evidence --purpose``); the lines cannot tell which."""
+    final: bool = False
+    """Whether the seal is the run's end (its ``run.finished``): then every event is sealed."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def unsealed_events(self) -> int | None:
+        """How many events come after the sealed one: no seal proves them (SPEC section 9,
+        a verifier reports them as unsealed); ``None`` before the leaf was checked."""
+        if self.sealed_seq is None:
+            return None
+        return max(0, self.events - 1 - self.sealed_seq)
 
     @property
     def ok(self) -> bool:
@@ -197,6 +209,8 @@ class EvidenceReport:
             "run_id": self.run_id,
             "events": self.events,
             "sealed_seq": self.sealed_seq,
+            "final": self.final,
+            "unsealed_events": self.unsealed_events,
             "checkpoint_size": self.checkpoint_size,
             "signed_by": self.signed_by,
             "witnessed_by": list(self.witnessed_by),
@@ -212,12 +226,20 @@ class EvidenceReport:
             name, message = self.failure or ("", "")
             return f"evidence {self.directory}: FAILED ({name}): {message}"
         witnessed = f", witnessed by {', '.join(self.witnessed_by)}" if self.witnessed_by else ""
-        after = self.events - 1 - (self.sealed_seq or 0)
-        tail = f"; {after} event(s) after it are not sealed" if after > 0 else ""
+        after = self.unsealed_events or 0
+        tail = (
+            f"; {after} event(s) after it are not sealed: nothing proves them, the run's end "
+            "included"
+            if after > 0
+            else ""
+        )
         if self.erased:
             shown = ", ".join(str(s) for s in self.erased[:10])
             more = ", ..." if len(self.erased) > 10 else ""
-            tail += f"; {len(self.erased)} payload(s) erased at seq {shown}{more}"
+            tail += (
+                f"; {len(self.erased)} payload(s) not in the bundle (erased, or withheld for "
+                f"the purpose it was written for) at seq {shown}{more}"
+            )
         return (
             f"evidence {self.directory}: run {self.run_id} verified and sealed up to seq "
             f"{self.sealed_seq} (checkpoint of size {self.checkpoint_size}, signed by "
@@ -247,8 +269,11 @@ def verify_evidence(
     # 1. the run (SPEC section 8)
     try:
         reports = verify_jsonl(folder / RUN_FILE)
+        data = (folder / RUN_FILE).read_bytes()
     except FormatError as exc:
         return fail("run", str(exc))
+    except OSError as exc:  # missing, a directory, unreadable
+        return fail("run", f"cannot read {RUN_FILE}: {exc.strerror or exc}")
     if len(reports) != 1:
         return fail("run", f"{RUN_FILE} must hold exactly one run, it holds {len(reports)}")
     report = reports[0]
@@ -257,9 +282,7 @@ def verify_evidence(
         first = report.first_failure
         where = f" at seq {first.seq}: {first.message}" if first else ""
         return fail("run", f"the run's chain does not verify{where}")
-    lines = [
-        json.loads(raw) for raw in (folder / RUN_FILE).read_bytes().splitlines() if raw.strip()
-    ]
+    lines = [json.loads(raw) for raw in data.splitlines() if raw.strip()]
     checks.append(("run", True, f"{report.events} events, chain intact"))
     # 2. the proof file and its leaf
     try:
@@ -289,6 +312,12 @@ def verify_evidence(
             f"the event at seq {leaf.seq} hashes to {lines[leaf.seq]['hash']}, but the seal "
             f"records {leaf.hash}: the run was changed before that point",
         )
+    if leaf.final and lines[leaf.seq].get("type") != "run.finished":
+        return fail(
+            "leaf",
+            f"the seal at seq {leaf.seq} says it is the run's end, but that event is "
+            f"{lines[leaf.seq].get('type')!r}, not run.finished",
+        )
     if leaf.final and len(lines) != leaf.seq + 1:
         return fail(
             "leaf",
@@ -296,6 +325,7 @@ def verify_evidence(
             "events were appended after its end",
         )
     facts["sealed_seq"] = leaf.seq
+    facts["final"] = leaf.final
     checks.append(("leaf", True, f"seq {leaf.seq} has the sealed hash"))
     # 4. the checkpoint is signed by a trusted key
     try:

@@ -289,7 +289,13 @@ def audit_tenant(
         # No checkpoint the store can be held to (none kept, or no log key to trust one by):
         # the witnesses' own checkpoints, those a witness key vouches for, still are. The
         # tree is built only for them: without, the unsigned verdict needs no root (most of
-        # the audit's time when no key is configured).
+        # the audit's time when no key is configured). A kept checkpoint that does not even
+        # read as one was changed behind the store's back, key or no key.
+        if row is not None:
+            try:
+                Checkpoint.parse(Note.parse(row.note).text)
+            except SealingError as exc:
+                return TenantAudit(tenant, None, None, problem=f"latest checkpoint: {exc}")
         held = _held_by_witnesses(tenant, origin, witness_notes, keys, witness_keys)
         if isinstance(held, str):
             return TenantAudit(tenant, None, None, problem=held)

@@ -265,6 +265,15 @@ def _held_against(
                     reason=f"the event at seq {seq} hashes to {hashes[seq][0]}, but the seal "
                     f"records {leaf.hash}: the run was changed",
                 )
+            if leaf.final and hashes[seq][1] != "run.finished":
+                return SealVerdict(
+                    info.run_id,
+                    info.tenant,
+                    status="failed",
+                    events=count,
+                    reason=f"the seal at seq {seq} says it is the run's end, but that event is "
+                    f"{hashes[seq][1]!r}, not run.finished",
+                )
             if leaf.final and seq != last:
                 return SealVerdict(
                     info.run_id,

@@ -32,7 +32,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ..errors import SealingError
-from ..record.checkpoint import Checkpoint, Note, NoteSignature, SigningKey, VerifierKey, cosign
+from ..record.checkpoint import (
+    Checkpoint,
+    Note,
+    NoteSignature,
+    SigningKey,
+    VerifierKey,
+    cosign,
+    decimal,
+)
 from ..record.merkle import EMPTY_ROOT, ProofError, verify_consistency
 
 __all__ = ["HTTPWitness", "Witness", "WitnessConflict", "WitnessRefused", "serve", "witness_for"]
@@ -225,9 +233,10 @@ class HTTPWitness:
                 text = response.read().decode()
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace").strip()
-            if exc.code == 409:
+            held = decimal(detail) if exc.code == 409 else None
+            if held is not None:
                 raise WitnessConflict(
-                    f"the witness holds size {detail}", status=409, size=int(detail or 0)
+                    f"the witness holds size {held}", status=409, size=held
                 ) from None
             raise WitnessRefused(
                 f"{self.url} refused the checkpoint ({exc.code}): {detail}",
@@ -315,14 +324,14 @@ def _parse_request(body: bytes) -> tuple[int, list[bytes], Note]:
     lines = head.split("\n")
     if not sep or not lines[0].startswith("old "):
         raise WitnessRefused("the body starts with an old size line", status=400)
-    number = lines[0][4:]
-    if not number.isdigit() or (number != "0" and number.startswith("0")) or len(lines) > 64:
+    old = decimal(lines[0][4:])
+    if old is None or len(lines) > 64:
         raise WitnessRefused("bad old size line or too many proof lines", status=400)
     try:
         proof = [base64.b64decode(line, validate=True) for line in lines[1:]]
     except binascii.Error:
         raise WitnessRefused("a proof line is not base64", status=400) from None
-    return int(number), proof, Note.parse(rest)
+    return old, proof, Note.parse(rest)
 
 
 def serve(witness: Witness, *, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
@@ -343,7 +352,10 @@ def serve(witness: Witness, *, host: str = "127.0.0.1", port: int = 0) -> Thread
             if self.path != "/add-checkpoint":
                 self._reply(404, b"not found\n")
                 return
-            length = int(self.headers.get("Content-Length") or 0)
+            length = decimal(self.headers.get("Content-Length") or "0")
+            if length is None:
+                self._reply(400, b"Content-Length is not a decimal\n")
+                return
             try:
                 old, proof, note = _parse_request(self.rfile.read(min(length, 1 << 20)))
                 sigs = witness.add_checkpoint(old, proof, note)
