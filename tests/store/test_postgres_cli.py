@@ -111,13 +111,17 @@ def test_migrate_sqlite_to_postgres_and_back(
     tmp_path: Path, child_env: dict[str, str], pg_url: str
 ) -> None:
     made = _fill_sqlite(tmp_path / "src.db", 6, 40)
+    with SQLiteStore(tmp_path / "src.db") as src:  # a data subject's links go with the run
+        src.link_subjects("acme", "run-00", [(3, "cust-9"), (1, "cust-9"), (1, "cust-1")])
     out = _tacho(child_env, tmp_path, "migrate", str(tmp_path / "src.db"), pg_url, "--json")
     report = json.loads(out.stdout)
     assert (report["ok"], report["runs"], report["copied_runs"]) == (True, 6, 6)
-    assert report["events_copied"] == 240
+    assert (report["events_copied"], report["subject_links"]) == (240, 3)
     with PostgresStore(pg_url) as pg:
         for run_id, events in made.items():
             assert list(pg.read(run_id)) == events
+        assert pg.run_subjects("acme", "run-00") == [(1, "cust-1"), (1, "cust-9"), (3, "cust-9")]
+        assert pg.subject_events("acme", "cust-9") == [("run-00", 1), ("run-00", 3)]
     again = json.loads(
         _tacho(child_env, tmp_path, "migrate", str(tmp_path / "src.db"), pg_url, "--json").stdout
     )
@@ -130,6 +134,7 @@ def test_migrate_sqlite_to_postgres_and_back(
     with SQLiteStore(back) as copy:
         for run_id, events in made.items():
             assert list(copy.read(run_id)) == events
+        assert copy.run_subjects("acme", "run-00") == [(1, "cust-1"), (1, "cust-9"), (3, "cust-9")]
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")

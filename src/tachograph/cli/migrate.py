@@ -3,7 +3,9 @@
 Each run is verified in the source before it is copied and in the destination after. A run the
 destination already holds in full (same head) and that verifies there is skipped, and a run it
 holds in part continues from its head, so a migration killed at any moment is resumed by
-running the same command again: appends are atomic per batch and dedupe what is there.
+running the same command again: appends are atomic per batch and dedupe what is there. A run's
+data-subject links (what ``tacho erase --subject`` finds) go with it, once it verifies in the
+destination: without them, an erasure asked of the new store would find nothing to erase.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class MigrateReport:
     skipped_runs: int = 0
     resumed_runs: int = 0
     events_copied: int = 0
+    subject_links: int = 0
+    """Data-subject links the destination did not hold yet, copied with their runs."""
     failed: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -43,6 +47,7 @@ class MigrateReport:
             "skipped_runs": self.skipped_runs,
             "resumed_runs": self.resumed_runs,
             "events_copied": self.events_copied,
+            "subject_links": self.subject_links,
             "failed": self.failed,
             "ok": not self.failed,
         }
@@ -86,6 +91,7 @@ def migrate(
             after = verify_stored(dst, run_id, tenant=tenant)
             if after.ok:
                 report.skipped_runs += 1
+                report.subject_links += _copy_links(src, dst, tenant, run_id)
                 if progress is not None:
                     progress(f"{tenant}/{run_id}: already copied and verified ({after.events})")
                 continue
@@ -106,8 +112,16 @@ def migrate(
                  "report": after.render()}
             )  # fmt: skip
             continue
+        report.subject_links += _copy_links(src, dst, tenant, run_id)
         report.copied_runs += 1
     return report
+
+
+def _copy_links(src: Store, dst: Store, tenant: str, run_id: str) -> int:
+    """Copy one run's data-subject links (linking twice is harmless: a resumed migration
+    copies only what is missing); how many were new."""
+    links = src.run_subjects(tenant, run_id)
+    return dst.link_subjects(tenant, run_id, links) if links else 0
 
 
 def _open(url: str, *, create: bool) -> Store:
@@ -160,8 +174,9 @@ def migrate_command(src: str, dst: str, batch: int, quiet: bool, as_json: bool) 
     else:
         click.echo(
             f"{report.runs} runs: {report.copied_runs} copied ({report.resumed_runs} resumed), "
-            f"{report.skipped_runs} already there; {report.events_copied} events in "
-            f"{elapsed:.1f}s"
+            f"{report.skipped_runs} already there; {report.events_copied} events"
+            + (f", {report.subject_links} subject links" if report.subject_links else "")
+            + f" in {elapsed:.1f}s"
         )
         for failure in report.failed:
             # the report quotes the stores' own text (a tampered summary's hash): escaped

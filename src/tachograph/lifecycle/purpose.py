@@ -446,6 +446,10 @@ class ScopedStore(Store):
         """The inner store's subject index."""
         return self.inner.subject_events(tenant, subject)
 
+    def run_subjects(self, tenant: str, run_id: str) -> list[tuple[int, str]]:
+        """The inner store's subject index."""
+        return self.inner.run_subjects(tenant, run_id)
+
     # -- the seal log: envelopes only (leaf hashes and checkpoints), read by every purpose
 
     def append_seals(self, tenant: str, seals: Sequence[SealRow]) -> int:

@@ -454,6 +454,11 @@ class Store(abc.ABC):
     def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
         """``(run_id, seq)`` of every event linked to ``subject`` in ``tenant``, in order."""
 
+    @abc.abstractmethod
+    def run_subjects(self, tenant: str, run_id: str) -> list[tuple[int, str]]:
+        """``(seq, subject)`` of every subject link of one run, by seq then subject: what
+        :meth:`link_subjects` was given for it (``tacho migrate`` copies them)."""
+
     def run_keys(self) -> list[tuple[str, str]]:
         """Every ``(tenant, run_id)`` in the store, in that order (code point by code point, as
         Python sorts them); engines also list orphaned events' runs. ``verify_all`` reports

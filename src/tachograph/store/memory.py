@@ -447,3 +447,16 @@ class MemoryStore(Store):
         data = self._open()
         with data.lock:
             return sorted(data.subjects.get((tenant, subject), set()))
+
+    def run_subjects(self, tenant: str, run_id: str) -> list[tuple[int, str]]:
+        """``(seq, subject)`` of one run's subject links, by seq then subject."""
+        self.scoped_tenant(tenant, run_id=run_id)
+        data = self._open()
+        with data.lock:
+            return sorted(
+                (seq, subject)
+                for (t, subject), linked in data.subjects.items()
+                if t == tenant
+                for run, seq in linked
+                if run == run_id
+            )

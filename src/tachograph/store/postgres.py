@@ -1099,3 +1099,13 @@ class PostgresStore(Store):
             (tenant, subject),
         )
         return [(str(r), int(q)) for r, q in rows]
+
+    def run_subjects(self, tenant: str, run_id: str) -> list[tuple[int, str]]:
+        """``(seq, subject)`` of one run's subject links, by seq then subject."""
+        rows = self._query(
+            tenant,
+            "SELECT seq, subject FROM tachograph.subjects WHERE tenant = %s AND run_id = %s "
+            'ORDER BY seq, subject COLLATE "C"',
+            (tenant, run_id),
+        )
+        return [(int(q), str(s)) for q, s in rows]

@@ -366,6 +366,17 @@ class SQLiteLifecycle:
             ).fetchall()
         return [(str(r), int(s)) for r, s in rows]
 
+    def run_subjects(self, tenant: str, run_id: str) -> list[tuple[int, str]]:
+        """``(seq, subject)`` of one run's subject links, by seq then subject."""
+        self.scoped_tenant(tenant, run_id=run_id)
+        with self._using("reading the data subjects of") as db:
+            rows = db.execute(
+                "SELECT seq, subject FROM subjects WHERE tenant=? AND run_id=? "
+                "ORDER BY seq, subject",
+                (tenant, run_id),
+            ).fetchall()
+        return [(int(s), str(subject)) for s, subject in rows]
+
 
 def lenient_fetch(db: sqlite3.Connection, sql: str, args: Sequence[Any] = ()) -> list[Any]:
     """``db.execute(sql, args).fetchall()``; a TEXT value that is not UTF-8 (only a file
