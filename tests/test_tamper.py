@@ -397,3 +397,19 @@ def test_parallel_verification_reports_exactly_what_the_serial_one_does(
         assert parallel == serial
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("body", [b'{"', b'{"tool": NaN}', b"\xff\xfe"])
+def test_a_payload_that_is_not_json_is_named_as_such(scene: Scene, body: bytes) -> None:
+    """The message says the stored payload is not JSON of the profile; it read "payload and
+    salt digest to sha256:(stored payload is outside the JSON profile)", a digest that is
+    none."""
+    scene.set_payload(T, body=body)
+    scene.db.close()
+    with SQLiteStore(scene.path) as store:
+        report = store.verify(RUN, tenant=TENANT)
+    first = report.first_failure
+    assert first is not None
+    assert (first.seq, first.check) == (T, PAYLOAD)
+    assert "the stored payload is not JSON of the profile" in first.message
+    assert "digest to sha256:(" not in report.render()

@@ -479,7 +479,15 @@ class LineChecker:
                 h = hashlib.sha256(salt_bytes)
                 h.update(canonical(payload, "payload"))
                 actual = "sha256:" + h.hexdigest()
-            if actual != payload_digest:
+            if actual == _OUTSIDE:
+                self._fail_at(
+                    pos,
+                    Check.PAYLOAD,
+                    "the stored payload is not JSON of the profile (SPEC section 2), so it "
+                    f"cannot digest to payload_digest {payload_digest}",
+                    line,
+                )
+            elif actual != payload_digest:
                 self._fail_at(
                     pos,
                     Check.PAYLOAD,
