@@ -480,3 +480,20 @@ def test_model_without_its_model_id_is_a_clear_error() -> None:
         @tg.model  # type: ignore[arg-type]
         def ask(prompt: str) -> str:
             return prompt
+
+
+def test_a_prompts_hash_cannot_confirm_a_secret_in_it() -> None:
+    """``env.prompts`` hashes a template with its secrets redacted: the unsalted SHA-256 of
+    the raw text would confirm a guessed key; a template with none hashes as it is."""
+    secret = "sk-proj-" + "A1b2C3d4E5" * 4
+
+    @tg.agent(name="ag", prompts={"system": f"Use key {secret}.", "plain": "You help."})
+    def ag(task: str) -> str:
+        return task
+
+    prompts = ag.fingerprint()["prompts"]
+    raw = "sha256:" + hashlib.sha256(f"Use key {secret}.".encode()).hexdigest()
+    assert prompts["system"] != raw
+    assert prompts["plain"] == "sha256:" + hashlib.sha256(b"You help.").hexdigest()
+    # the same template hashes alike in every run, so a replay sees no drift
+    assert ag.fingerprint()["prompts"] == prompts

@@ -26,7 +26,7 @@ from typing import Any, overload
 
 from .._version import __version__
 from ..errors import ProfileError, RecordingError, WriteFailed
-from ..privacy.redactor import default_processors
+from ..privacy.redactor import default_processors, redact_secrets
 from ..record.event import EventType, new_ulid
 from ..record.seal import KEY_SECRET_FIELD, new_key_secret, sha256_text
 from ..store import Store, open_store
@@ -325,7 +325,9 @@ def fingerprint(
     """Build the ``env`` of ``run.started``: what the agent declared. Undeclared models and
     tools are listed as none (never every ``@model`` and ``@tool`` this process happens to
     have imported); what a run used is in its events (each model call names its exact model
-    id, each tool call its tool), and replay compares those."""
+    id, each tool call its tool), and replay compares those. A prompt is hashed with its
+    secrets redacted (an API key pasted into a template): its hash, unsalted, would let
+    anyone who guesses the key confirm it, as a redacted payload must not (SPEC section 5)."""
     model_ids = sorted(set(models)) if models is not None else []
     specs = [_tool_spec(t) for t in tools] if tools is not None else []
     return {
@@ -333,7 +335,10 @@ def fingerprint(
         "runtime": _runtime(),
         "recorder": RECORDER,
         "models": model_ids,
-        "prompts": {name: sha256_text(text) for name, text in sorted((prompts or {}).items())},
+        "prompts": {
+            name: sha256_text(redact_secrets.redact_text(text))
+            for name, text in sorted((prompts or {}).items())
+        },
         "tools": {spec.name: spec.fingerprint() for spec in sorted(specs, key=lambda s: s.name)},
     }
 
