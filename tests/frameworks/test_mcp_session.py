@@ -1,9 +1,11 @@
 """The MCP adapter's parts: effects from annotations and the override table, ``_meta`` kept out
 of matching, a hand-built ``ClientSession`` over a recording dispatcher (the stdio server not
-spawned in replay), server errors, and divergences raised inside the client's task group."""
+spawned in replay), server errors, divergences raised inside the client's task group, and a
+tool call the agent cancels."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import uuid
@@ -13,9 +15,12 @@ from typing import Any
 import pytest
 from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
+from mcp.types import ToolAnnotations
 
 import tachograph
+from tachograph.capture import boundary
 from tachograph.integrations.mcp import (
     dispatcher,
     effect_from_annotations,
@@ -226,3 +231,83 @@ def test_a_divergence_inside_the_client_task_group_gives_a_normal_report(tmp_pat
     assert "lookup_order" in text
     assert "ExceptionGroup" not in text
     assert count(tmp_path / "refunds.json") == 0
+
+
+CANCELLED = {"type": "asyncio.exceptions.CancelledError", "message": ""}
+
+
+def _slow_shop() -> MCPServer:
+    server = MCPServer("slow-shop")
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    async def slow_lookup(order_id: str) -> dict[str, Any]:
+        """Look an order up, slowly."""
+        await asyncio.sleep(30)
+        return {"order_id": order_id, "late": True}
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def lookup_order(order_id: str) -> dict[str, Any]:
+        """Look an order up."""
+        return {"order_id": order_id, "total": 19.99}
+
+    return server
+
+
+def _impatient(server: MCPServer, deadline: float) -> tachograph.Agent:
+    async def agent(order: str) -> Any:
+        async with instrument(Client(server)) as client:
+            await client.list_tools()
+            try:
+                call = client.call_tool("slow_lookup", {"order_id": order})
+                found: Any = (await asyncio.wait_for(call, deadline)).structured_content
+            except asyncio.TimeoutError:
+                found = "timed out"
+            quick = await client.call_tool("lookup_order", {"order_id": order})
+        return {"found": found, "quick": quick.structured_content}
+
+    return tachograph.Agent(fn=agent, name="mcp_parts")
+
+
+def test_a_tool_call_the_agent_times_out_is_recorded_cancelled_and_replayed(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "runs.db")
+    server = _slow_shop()
+    result = _record(db, _impatient(server, 0.5).fn)
+    assert result.output["found"] == "timed out"
+    events = tachograph.open_store(db).events(result.run_id)
+    calls = [(e.type, e.payload) for e in events if e.type.startswith("tool.")]
+    assert [t for t, _ in calls] == [
+        "tool.requested",
+        "tool.failed",
+        "tool.requested",
+        "tool.completed",
+    ]
+    assert calls[1][1] == {"tool": "slow_lookup", "error": CANCELLED}
+    assert tachograph.verify_events(events).ok
+
+    # the served call waits until the agent's own deadline cancels it again
+    report = tachograph.replay(db, result.run_id, _impatient(server, 0.5))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+
+
+def test_an_agent_that_no_longer_cancels_the_tool_call_diverges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = str(tmp_path / "runs.db")
+    server = _slow_shop()
+    result = _record(db, _impatient(server, 0.5).fn)
+    failed = next(
+        e for e in tachograph.open_store(db).events(result.run_id) if e.type == "tool.failed"
+    )
+    monkeypatch.setattr(boundary, "CANCELLED_WAIT", 0.2)
+    report = tachograph.replay(db, result.run_id, _impatient(server, 600))
+    assert not report.reproduced
+    assert report.first is not None
+    assert (report.first.kind, report.first.seq) == (
+        tachograph.DivergenceKind.UNREPLAYABLE,
+        failed.seq,
+    )
+    assert "nothing cancelled it" in report.first.explanation
+    assert "slow_lookup" in report.first.explanation

@@ -28,7 +28,9 @@ Inside a run:
   "server"?}`` (made durable before the request leaves when the effect is ``write`` or
   ``irreversible``), then ``tool.completed`` with the raw ``CallToolResult`` (a failing tool
   is ``{"isError": true, ...}``, as MCP answers it), or ``tool.failed`` when the server
-  answered with a JSON-RPC error (replay raises the same ``MCPError``);
+  answered with a JSON-RPC error (replay raises the same ``MCPError``) or when the agent
+  cancelled the call (``asyncio.CancelledError``: an ``asyncio.wait_for`` that timed out;
+  replay answers nothing until the agent cancels it again);
 * every other request (``server/discover``, ``initialize``, ``tools/list``,
   ``resources/read``, ``prompts/get``, ...) is an ``external.read`` ``{"source": "mcp",
   "key": <method>, "request"?: <params>, "meta"?}`` whose ``value`` is the raw result (or
@@ -68,7 +70,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "tachograph.integrations.mcp needs the MCP Python SDK 2.x: pip install 'tachograph[mcp]'"
     ) from exc
 
-from ..capture.boundary import CallKind, CallTicket, begin_call
+from ..capture.boundary import (
+    CallKind,
+    CallTicket,
+    begin_call,
+    ends_call,
+    recorded_as_cancelled,
+)
 from ..capture.session import Session, current_session
 from ..record.event import Effect, EventType
 from .mcp_server import RecordingMiddleware, effect_from_annotations
@@ -282,6 +290,9 @@ class RecordingDispatcher:
         )
         assert ticket is not None  # only called inside a run
         if ticket.served:
+            if recorded_as_cancelled(ticket.error):
+                # the agent cancelled it live: no answer until it cancels it again
+                await ticket.until_cancelled("it was cancelled before it answered")
             return _served(ticket)
         if ticket.dry_run:
             simulated = {"dry_run": True, "status": "simulated", "tool": name}
@@ -299,8 +310,9 @@ class RecordingDispatcher:
         except MCPError as exc:
             ticket.fail(exc, info=_error_info(exc))
             raise
-        except Exception as exc:
-            ticket.fail(exc)
+        except BaseException as exc:
+            if ends_call(exc):  # a cancellation too: the agent's code ended the call
+                ticket.fail(exc)
             raise
         return dict(ticket.complete(result))
 
