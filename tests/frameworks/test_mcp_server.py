@@ -1,13 +1,15 @@
 """The server middleware: each tool call an MCP server handles becomes tool events of a run,
-one run per request or per client session."""
+one run per request or per client session; a call the client cancels is recorded failed."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client
+from mcp.server.mcpserver import MCPServer
 
 import tachograph
 from tachograph.errors import RecordingError
@@ -87,3 +89,47 @@ def test_one_run_per_session_finished_by_close(tmp_path: Path) -> None:
     assert events[-1].payload["status"] == "ok"
     with pytest.raises(RecordingError, match="per="):
         RecordingMiddleware(db, per="forever")
+
+
+@pytest.mark.parametrize("per", ["request", "session"])
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_tool_call_the_client_cancels_is_recorded_failed(
+    tmp_path: Path, mode: str, per: str
+) -> None:
+    """The client's ``asyncio.wait_for`` times out: the SDK sends ``notifications/cancelled``
+    and the server cancels the handler. The call ends with ``tool.failed`` naming the
+    cancellation, not with no completion, which reads as a server that died in the call."""
+    db = str(tmp_path / "server.db")
+    server = MCPServer("slow-shop")
+
+    @server.tool()
+    async def slow_lookup(order_id: str) -> dict[str, Any]:
+        """Look an order up, slowly."""
+        await asyncio.sleep(30)
+        return {"order_id": order_id}
+
+    middleware = RecordingMiddleware(db, per=per, effects={"slow_lookup": "read"})
+    server.middleware.append(middleware)
+
+    async def impatient() -> None:
+        async with Client(server, mode=mode) as client:  # type: ignore[arg-type]
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(client.call_tool("slow_lookup", {"order_id": "A-1"}), 0.5)
+
+    asyncio.run(impatient())
+    middleware.close()
+
+    store = tachograph.open_store(db)
+    assert len(middleware.run_ids) == 1
+    events = store.events(middleware.run_ids[0])
+    assert tachograph.verify_events(events).ok
+    assert [e.type for e in events] == [
+        "run.started",
+        "tool.requested",
+        "tool.failed",
+        "run.finished",
+    ]
+    failed = events[2].payload
+    assert failed["tool"] == "slow_lookup"
+    # the message is anyio's when a cancel scope cancelled the handler: not compared
+    assert failed["error"]["type"] == "asyncio.exceptions.CancelledError"

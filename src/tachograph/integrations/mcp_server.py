@@ -10,7 +10,8 @@
 
 ``RecordingMiddleware`` is an MCP 2.x ``ServerMiddleware`` (``(ctx, call_next)``). Each
 ``tools/call`` the server handles becomes a ``tool.requested`` / ``tool.completed`` pair (or
-``tool.failed`` when the handler raised) in a tachograph run:
+``tool.failed`` when the handler raised, or was cancelled: ``asyncio.CancelledError`` when the
+client cancelled the request) in a tachograph run:
 
 * ``per="request"`` (the default): one run per tool call, ``run.started`` ``{"input":
   {"tool", "arguments"}}`` ... ``run.finished`` with the result as output. Each run is
@@ -37,7 +38,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..capture.agent import record
-from ..capture.boundary import CURRENT_SESSION, CallKind, begin_call
+from ..capture.boundary import CURRENT_SESSION, CallKind, begin_call, ends_call
 from ..errors import RecordingError
 from ..record.event import Effect
 from ..store import Store, open_store
@@ -149,8 +150,10 @@ class RecordingMiddleware:
         assert ticket is not None  # called inside a run
         try:
             result = await call_next(ctx)
-        except Exception as exc:
-            ticket.fail(exc)
+        except BaseException as exc:
+            # a cancellation too: the client cancelled the request (notifications/cancelled)
+            if ends_call(exc):
+                ticket.fail(exc)
             raise
         ticket.complete(_dump(result))
         return result
