@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from pydantic_ai import Agent, ModelRetry, Tool
 
 import tachograph
 from fakes.llm_server import FakeLLMServer, Reply, ScriptRequest, ToolCall
+from tachograph.capture import boundary
 from tachograph.integrations.pydantic_ai import AGENT_STARTED, Tachograph
 
 from .pyai_agent import example, script
@@ -302,6 +304,94 @@ def test_a_tool_that_asks_the_model_to_retry_is_replayed_as_the_same_retry(
     report = tachograph.replay(db, result.run_id, agent)
     assert report.reproduced, report.render()
     assert calls == ["nope", "B-2002"]  # served, not run
+
+
+CANCELLED_TYPE = "asyncio.exceptions.CancelledError"
+
+
+def _impatient_finder(srv: FakeLLMServer, release: threading.Event) -> Any:
+    """An agent that gives up on a model call that does not answer, then on a slow tool:
+    ``impatient(deadline)`` is its run with that ``asyncio.wait_for`` deadline."""
+
+    def stalls(request: ScriptRequest) -> Any:
+        if "stall" in request.user_text:
+            release.wait(10)  # answers once the test is over: too late
+            return Reply(text="late")
+        if not request.tool_results:
+            return Reply(tool_calls=[ToolCall("slow_lookup", {"order_id": "B-2002"})])
+        return Reply(text="found it")
+
+    srv.script = stalls
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIChatModel(
+        "gpt-5.6", provider=OpenAIProvider(base_url=srv.openai_base_url, api_key="sk-test")
+    )
+    finder = Agent(model, name="finder", capabilities=[Tachograph(default_effect="read")])
+
+    @finder.tool_plain
+    async def slow_lookup(order_id: str) -> str:
+        await asyncio.sleep(30)
+        return "late"
+
+    def impatient(deadline: float) -> Any:
+        async def agent(prompt: str) -> list[str]:
+            said = []
+            for ask in ("stall, please", prompt):
+                try:
+                    said.append((await asyncio.wait_for(finder.run(ask), deadline)).output)
+                except asyncio.TimeoutError:
+                    said.append("timed out")
+            return said
+
+        return agent
+
+    return impatient
+
+
+def test_a_model_call_and_a_tool_the_agent_times_out_are_recorded_cancelled_and_replayed(
+    srv: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    impatient = _impatient_finder(srv, release)
+    db = str(tmp_path / "runs.db")
+    try:
+        result = tachograph.record_run(impatient(1.0), "find B-2002", store=db)
+    finally:
+        release.set()
+    assert result.status == "ok", result
+    assert result.output == ["timed out", "timed out"]
+    recorded = tachograph.open_store(db).events(result.run_id)
+    assert [e.type for e in recorded] == [
+        "run.started",
+        AGENT_STARTED,
+        "model.request",
+        "model.failed",  # the model that never answered
+        AGENT_STARTED,
+        "model.request",
+        "model.response",
+        "tool.requested",
+        "tool.failed",  # the slow tool
+        "run.finished",
+    ]
+    assert recorded[3].payload["error"]["type"] == CANCELLED_TYPE
+    assert recorded[8].payload["tool"] == "slow_lookup"
+    assert recorded[8].payload["error"]["type"] == CANCELLED_TYPE
+    srv.stop()
+
+    # each served call waits until the agent's own deadline cancels it again
+    report = tachograph.replay(db, result.run_id, impatient(1.0))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+
+    # an agent that no longer gives up: reported at the first call, instead of hanging
+    monkeypatch.setattr(boundary, "CANCELLED_WAIT", 0.2)
+    report = tachograph.replay(db, result.run_id, impatient(600))
+    assert not report.reproduced
+    assert report.first is not None
+    assert (report.first.kind, report.first.seq) == (tachograph.DivergenceKind.UNREPLAYABLE, 3)
+    assert "nothing cancelled it" in report.first.explanation
 
 
 def test_outside_a_run_the_capability_passes_everything_through(

@@ -29,6 +29,12 @@ framework provides for wrapping calls, so no tool and no model is decorated:
   (output validators, structured output) is ``output.accepted`` (``by`` the agent, with the
   output) or ``output.rejected`` (with the reason sent back to the model).
 
+A model call or tool the agent cancels (an ``asyncio.wait_for`` around the run that times
+out, a cancelled task) is recorded ``model.failed`` / ``tool.failed`` with
+``asyncio.CancelledError``, and its replay answers nothing until the agent cancels it again.
+A tool's own ``timeout`` is not a cancellation here: pydantic-ai turns it into the
+``ModelRetry`` it sends the model, and it is recorded as that.
+
 Outside a tachograph run the capability passes everything through. Limits: a tool's result is
 recorded as its JSON form (``pydantic_core.to_jsonable_python``), and replay returns that
 form (a pydantic model comes back as a dict, which the model sees as the same JSON);
@@ -58,7 +64,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from pydantic import ValidationError
 
-from ..capture.boundary import CallKind, begin_call
+from ..capture.boundary import CallKind, begin_call, ends_call
 from ..capture.runtime import accept_output, emit, handoff, reject_output
 from ..capture.session import current_session
 from ..record.event import Effect
@@ -176,12 +182,14 @@ class Tachograph(AbstractCapability[Any]):
         ticket = begin_call(CallKind.MODEL, name, model_request(request_context), model=name)
         assert ticket is not None
         if ticket.served:
-            recorded = ticket.answer()
+            # a call recorded as cancelled waits until the agent cancels it again
+            recorded = await ticket.answer_async()
             return ModelMessagesTypeAdapter.validate_python([recorded])[0]
         try:
             response = await handler(request_context)
-        except Exception as exc:
-            ticket.fail(exc)
+        except BaseException as exc:
+            if ends_call(exc):  # a cancellation too: the agent's code ended the call
+                ticket.fail(exc)
             raise
         if isinstance(response, ModelResponse):
             body = ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
@@ -204,7 +212,7 @@ class Tachograph(AbstractCapability[Any]):
         ticket = begin_call(CallKind.TOOL, name, arguments, effect=self.effect_of(name))
         assert ticket is not None
         if ticket.served:
-            return ticket.answer()
+            return await ticket.answer_async()
         if ticket.dry_run:
             simulated = {"dry_run": True, "status": "simulated", "tool": name}
             ticket.complete(simulated)
@@ -218,8 +226,9 @@ class Tachograph(AbstractCapability[Any]):
             message = content if isinstance(content, str) else str(exc)
             ticket.fail(info={"type": "pydantic_ai.exceptions.ModelRetry", "message": message})
             raise
-        except Exception as exc:
-            ticket.fail(exc)
+        except BaseException as exc:
+            if ends_call(exc):
+                ticket.fail(exc)
             raise
         ticket.complete(_json(result))
         return result
