@@ -3,20 +3,26 @@ replayed with the fake model server gone.
 
 The real ``langchain`` / ``langgraph`` runtime drives ``ChatOpenAI`` against the fake Chat
 Completions API on 127.0.0.1, with a read tool and a refund tool whose side effect is a
-counter in a file. Replay must send no request and leave the counter alone.
+counter in a file. Replay must send no request and leave the counter alone. A tool and a model
+call the agent times out are recorded cancelled and replayed waiting for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langchain.agents import create_agent
+from langchain_core.tools import tool
 
 import tachograph
-from fakes.llm_server import FakeLLMServer
+from fakes.llm_server import FakeLLMServer, Reply, ScriptRequest, ToolCall
+from tachograph.capture import boundary
 from tachograph.integrations.langchain import (
     TachographMiddleware,
     instrument_model,
@@ -295,3 +301,100 @@ def test_a_setting_held_on_the_model_is_recorded_and_a_change_diverges(tmp_path:
             paths = [c.path for c in first.changes]
             assert path in paths, paths
         assert srv.request_count == sent  # nothing reached the server in any replay
+
+
+CANCELLED_TYPE = "asyncio.exceptions.CancelledError"
+
+
+def _impatient_graph(srv: FakeLLMServer, release: threading.Event) -> Any:
+    """``create_agent`` with a slow tool and a model that does not answer "stall":
+    ``impatient(deadline)`` is an agent that gives up on each with ``asyncio.wait_for``."""
+
+    def stalls(request: ScriptRequest) -> Any:
+        if "stall" in request.user_text:
+            release.wait(10)  # answers once the test is over: too late
+            return Reply(text="late")
+        if not request.tool_results:
+            return Reply(tool_calls=[ToolCall("slow_lookup", {"order_id": "B-2002"})])
+        return Reply(text="found it")
+
+    srv.script = stalls
+
+    @tool
+    async def slow_lookup(order_id: str) -> str:
+        """Look an order up, slowly."""
+        await asyncio.sleep(30)
+        return "late"
+
+    graph = create_agent(
+        chat_model(srv.openai_base_url),
+        [slow_lookup],
+        middleware=[TachographMiddleware(effects={"slow_lookup": "read"})],
+    )
+
+    def impatient(deadline: float) -> Any:
+        async def agent(prompt: str) -> list[str]:
+            said = []
+            for ask in (prompt, "stall, please"):
+                messages = {"messages": [{"role": "user", "content": ask}]}
+                try:
+                    state = await asyncio.wait_for(graph.ainvoke(messages), deadline)
+                    said.append(str(state["messages"][-1].content))
+                except asyncio.TimeoutError:
+                    said.append("timed out")
+            return said
+
+        return agent
+
+    def sync_agent(prompt: str) -> str:  # the same graph, run synchronously
+        state = graph.invoke({"messages": [{"role": "user", "content": prompt}]})
+        return str(state["messages"][-1].content)
+
+    return impatient, sync_agent
+
+
+def test_a_tool_and_a_model_call_the_agent_times_out_are_recorded_cancelled_and_replayed(
+    srv: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    impatient, sync_agent = _impatient_graph(srv, release)
+    db = str(tmp_path / "runs.db")
+    try:
+        result = tachograph.record_run(impatient(1.5), "find B-2002", store=db)
+    finally:
+        release.set()
+    assert result.status == "ok", result
+    assert result.output == ["timed out", "timed out"]
+    recorded = tachograph.open_store(db).events(result.run_id)
+    assert [e.type for e in recorded] == [
+        "run.started",
+        "model.request",
+        "model.response",
+        "tool.requested",
+        "tool.failed",  # the slow tool
+        "model.request",
+        "model.failed",  # the model that never answered
+        "run.finished",
+    ]
+    assert recorded[4].payload["tool"] == "slow_lookup"
+    assert recorded[4].payload["error"]["type"] == CANCELLED_TYPE
+    assert recorded[6].payload["error"]["type"] == CANCELLED_TYPE
+    srv.stop()
+
+    # each served call waits until the agent's own deadline cancels it again
+    report = tachograph.replay(db, result.run_id, impatient(1.5))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+
+    # an agent that no longer gives up: reported at the tool, instead of hanging
+    monkeypatch.setattr(boundary, "CANCELLED_WAIT", 0.2)
+    report = tachograph.replay(db, result.run_id, impatient(600))
+    assert report.first is not None
+    assert (report.first.kind, report.first.seq) == (tachograph.DivergenceKind.UNREPLAYABLE, 4)
+    assert "nothing cancelled it" in report.first.explanation
+
+    # nor can a synchronous run of the graph cancel it: reported at once
+    report = tachograph.replay(db, result.run_id, sync_agent)
+    assert report.first is not None
+    assert (report.first.kind, report.first.seq) == (tachograph.DivergenceKind.UNREPLAYABLE, 4)
+    assert "a synchronous call cannot be cancelled" in report.first.explanation

@@ -36,6 +36,11 @@ What it records, inside a tachograph run (outside one everything behaves as befo
   checkpoint (the node an ``interrupt()`` stopped, the node a crash cut short) is answered
   from the log, and ``langgraph.answer.reused`` names where the answer was recorded.
 
+A model call or tool the agent cancels (an ``asyncio.wait_for`` around ``ainvoke`` that
+times out, a cancelled task) is recorded ``model.failed`` / ``tool.failed`` with
+``asyncio.CancelledError``; its replay answers nothing until the agent cancels it again, and a
+synchronous run (``invoke``), which cannot cancel it, is an ``unreplayable`` divergence there.
+
 Limits: ``llm.stream()`` called directly (not through ``invoke`` or a graph) is not recorded;
 streamed tokens are not replayed one by one (a served answer arrives whole). A tool that
 returns a ``Command`` is recorded, but replay cannot rebuild it.
@@ -62,7 +67,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'tachograph[langchain]'"
     ) from exc
 
-from ..capture.boundary import CallKind, CallTicket, begin_call
+from ..capture.boundary import (
+    CallKind,
+    CallTicket,
+    begin_call,
+    ends_call,
+    recorded_as_cancelled,
+)
 from ..capture.runtime import emit
 from ..capture.session import current_session
 from ..errors import ProfileError
@@ -341,6 +352,8 @@ def instrument_model(model: M) -> M:
         ticket, found, identity = _model_ticket(model, messages, stop, kwargs)
         if ticket is None:
             return generate(messages, stop, run_manager, **kwargs)
+        if recorded_as_cancelled(ticket.error):  # recorded by arecorded: the agent changed
+            ticket.not_cancelled("a synchronous call cannot be cancelled")
         if not ticket.served:
             try:
                 result = generate(messages, stop, run_manager, **kwargs)
@@ -361,11 +374,15 @@ def instrument_model(model: M) -> M:
         ticket, found, identity = _model_ticket(model, messages, stop, kwargs)
         if ticket is None:
             return await agenerate(messages, stop, run_manager, **kwargs)
+        if recorded_as_cancelled(ticket.error):
+            # the agent cancelled it live: no answer until it cancels it again
+            await ticket.until_cancelled("it was cancelled before it answered")
         if not ticket.served:
             try:
                 result = await agenerate(messages, stop, run_manager, **kwargs)
-            except Exception as exc:
-                ticket.fail(exc)
+            except BaseException as exc:
+                if ends_call(exc):  # a cancellation too: the agent's code ended the call
+                    ticket.fail(exc)
                 raise
             body = _result_of(result)
             _finish_model(ticket, body)
@@ -466,6 +483,8 @@ class TachographMiddleware(AgentMiddleware[Any, Any]):
             ticket.complete(reused)
             ticket.served, ticket.value = True, reused
         if ticket.served:
+            if recorded_as_cancelled(ticket.error):
+                return ticket, _CANCELLED  # the caller waits (async) or reports it (sync)
             _raise_interrupt(ticket)
             message = _tool_message(ticket.answer(), call)
             _remember(found, identity, ticket.value)
@@ -487,6 +506,8 @@ class TachographMiddleware(AgentMiddleware[Any, Any]):
         ticket, state = self._begin(request)
         if ticket is None:
             return handler(request)
+        if state is _CANCELLED:  # recorded by awrap_tool_call: the agent changed
+            ticket.not_cancelled("a synchronous call cannot be cancelled")
         if ticket.served:
             return state
         if ticket.dry_run:
@@ -504,22 +525,30 @@ class TachographMiddleware(AgentMiddleware[Any, Any]):
         ticket, state = self._begin(request)
         if ticket is None:
             return await handler(request)
+        if state is _CANCELLED:
+            # the agent cancelled it live: no answer until it cancels it again
+            await ticket.until_cancelled("it was cancelled before it answered")
         if ticket.served:
             return state
         if ticket.dry_run:
             return self._done(ticket, state, _simulated(request))
         try:
             output = await handler(request)
-        except Exception as exc:
-            _fail(ticket, exc)
+        except BaseException as exc:
+            if ends_call(exc):  # a cancellation too: the agent's code ended the call
+                _fail(ticket, exc)
             raise
         return self._done(ticket, state, output)
 
 
 _INTERRUPT = "langgraph.errors.GraphInterrupt"
 
+_CANCELLED = object()
+"""What :meth:`TachographMiddleware._begin` hands back for a served call recorded as
+cancelled, in place of its message."""
 
-def _fail(ticket: CallTicket, exc: Exception) -> None:
+
+def _fail(ticket: CallTicket, exc: BaseException) -> None:
     """Record a failed tool call; an ``interrupt()`` keeps what it asked, so that replay
     stops the graph at the same question."""
     if not isinstance(exc, GraphInterrupt):
