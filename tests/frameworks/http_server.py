@@ -56,6 +56,13 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/uploads":  # any body (a multipart form): its size is the answer
             self._reply(201, {"upload_id": "up_1", "bytes": len(data)})
             return
+        if self.path == "/slow":  # answers once released (or after 10 s), too late for a test
+            self.server.shop.release.wait(10)
+            try:
+                self._reply(201, {"late": True})
+            except OSError:  # the client gave up and closed the connection
+                self.close_connection = True
+            return
         body = json.loads(data or b"{}")
         with self.server.shop.lock:
             self.server.shop.refunds.append(body)
@@ -77,7 +84,8 @@ class _Server(ThreadingHTTPServer):
 class Shop:
     """``GET /orders/<id>``, ``POST /refunds`` and ``POST /uploads`` (any body); ``requests``
     counts what arrived. ``GET /raw/<name>`` answers ``raw[name]``, a ``(content type,
-    bytes)`` pair, as it is.
+    bytes)`` pair, as it is. ``POST /slow`` answers only once ``release`` is set (by
+    :meth:`stop` at the latest), for a client that gives up waiting.
 
     ``total`` is the total every order is said to have (a test changes it to change the
     shop's answer)."""
@@ -88,6 +96,7 @@ class Shop:
         self.requests: list[tuple[str, str]] = []
         self.refunds: list[Any] = []
         self.raw: dict[str, tuple[str, bytes]] = {}
+        self.release = threading.Event()
         self._httpd: _Server | None = _Server(self)
         host, port = self._httpd.server_address[:2]
         self.url = f"http://{host!s}:{port}"
@@ -98,6 +107,7 @@ class Shop:
 
     def stop(self) -> int:
         """Stop serving (a leaked request is then refused) and return the request count."""
+        self.release.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()

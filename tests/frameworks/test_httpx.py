@@ -3,11 +3,13 @@
 A GET is an ``external.read``, a POST a ``write`` tool; replay serves both from the record,
 the shop's request counter does not move, and a changed body diverges at the POST's seq. A
 GET made ``pure`` by a rule is sent again by ``rerun_pure=True``: a changed answer from the
-shop diverges at its seq.
+shop diverges at its seq. A POST the agent times out is recorded cancelled and replayed
+waiting for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ import openai
 import pytest
 
 import tachograph
+from tachograph.capture import boundary
 from tachograph.integrations.httpx import instrument, is_instrumented, uninstrument
 
 from .http_server import Shop
@@ -316,6 +319,66 @@ def test_a_refused_read_of_an_async_client_is_recorded_and_raised_again(lib: Any
     report = tachograph.replay(db, result.run_id, _plain(agent))
     assert report.reproduced, report.render()
     assert report.output == "failed: ConnectError"
+
+
+def _impatient(lib: Any, base: str, deadline: float) -> tachograph.Agent:
+    async def agent(order_id: str) -> dict[str, Any]:
+        async with instrument(lib.AsyncClient()) as client:
+            try:
+                post = client.post(f"{base}/slow", json={"order_id": order_id})
+                slow: Any = (await asyncio.wait_for(post, deadline)).json()
+            except asyncio.TimeoutError:
+                slow = "timed out"
+            refund = await client.post(f"{base}/refunds", json={"order_id": order_id, "amount": 5})
+        return {"slow": slow, "refund": refund.json()}
+
+    return _plain(agent)
+
+
+@pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)
+def test_a_write_the_agent_times_out_is_recorded_cancelled_and_replayed(
+    lib: Any, shop: Shop, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = tachograph.record_run(_impatient(lib, shop.url, 0.5), "A-1", store=db)
+    assert result.status == "ok", result
+    assert result.output["slow"] == "timed out"
+    recorded = tachograph.open_store(db).events(result.run_id)
+    assert [e.type for e in recorded] == [
+        "run.started",
+        "tool.requested",
+        "tool.failed",  # the POST the agent gave up on
+        "tool.requested",
+        "tool.completed",
+        "run.finished",
+    ]
+    assert recorded[2].payload == {
+        "tool": "http.post",
+        "error": {"type": "asyncio.exceptions.CancelledError", "message": ""},
+    }
+    count = shop.stop()
+
+    # the served call waits until the agent's own deadline cancels it again
+    report = tachograph.replay(db, result.run_id, _impatient(lib, shop.url, 0.5))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+
+    # an agent that no longer gives up: reported at the call, instead of hanging
+    monkeypatch.setattr(boundary, "CANCELLED_WAIT", 0.2)
+    report = tachograph.replay(db, result.run_id, _impatient(lib, shop.url, 600))
+    assert report.first is not None
+    assert (report.first.kind, report.first.seq) == (tachograph.DivergenceKind.UNREPLAYABLE, 2)
+    assert "nothing cancelled it" in report.first.explanation
+
+    # a synchronous client cannot cancel it: reported at once
+    def sync_agent(order_id: str) -> Any:
+        with instrument(lib.Client()) as client:
+            return client.post(f"{shop.url}/slow", json={"order_id": order_id}).json()
+
+    report = tachograph.replay(db, result.run_id, _plain(sync_agent))
+    assert report.first is not None
+    assert (report.first.kind, report.first.seq) == (tachograph.DivergenceKind.UNREPLAYABLE, 2)
+    assert "a synchronous call cannot be cancelled" in report.first.explanation
+    assert len(shop.requests) == count == 2  # nothing reached the shop in any replay
 
 
 @pytest.mark.parametrize("lib", LIBS, ids=lambda m: m.__name__)

@@ -15,7 +15,9 @@ Inside a run, every request the client sends is one step of the record:
 * anything else (``POST``, ``PUT``, ``PATCH``, ``DELETE``) is a tool call:
   ``tool.requested`` ``{"tool": "http.post", "args": {"method", "url", "body"?, "headers"?},
   "effect": "write"}``, made durable before the request leaves, then ``tool.completed`` with
-  the answer, or ``tool.failed`` when no answer came (connection refused, timeout).
+  the answer, or ``tool.failed`` when no answer came (connection refused, timeout, an async
+  request the agent cancelled: ``asyncio.CancelledError``, whose replay answers nothing until
+  the agent cancels it again; a sync client, which cannot, is told ``unreplayable``).
 
 A request body that is not JSON is recorded as ``text`` (``body_sha256`` when it is not
 UTF-8); a multipart body with its boundary, drawn at random for every request, replaced by a
@@ -49,7 +51,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
-from ..capture.boundary import CallKind, CallTicket, begin_call, error_info
+from ..capture.boundary import (
+    CallKind,
+    CallTicket,
+    begin_call,
+    ends_call,
+    error_info,
+    recorded_as_cancelled,
+)
 from ..capture.session import Session, current_session
 from ..errors import RecordingError
 from ..providers.http import body_bytes, body_fields, digest, json_or_none, without_boundary
@@ -292,6 +301,8 @@ def _sync_transport(lib: Any) -> type:
                 return ex.delivered(record, data)
             ticket = ex.begin_tool()
             if ticket.served:
+                if recorded_as_cancelled(ticket.error):  # recorded by an async client
+                    ticket.not_cancelled("a synchronous call cannot be cancelled")
                 return ex.rebuild(ticket.answer())
             if ticket.dry_run:
                 return ex.rebuild(ticket.complete(ex.simulated(ticket)))
@@ -339,14 +350,16 @@ def _async_transport(lib: Any) -> type:
                 return ex.delivered(record, data)
             ticket = ex.begin_tool()
             if ticket.served:
-                return ex.rebuild(ticket.answer())
+                # a call recorded as cancelled waits until the agent cancels it again
+                return ex.rebuild(await ticket.answer_async())
             if ticket.dry_run:
                 return ex.rebuild(ticket.complete(ex.simulated(ticket)))
             try:
                 live = await self.inner.handle_async_request(request)
                 data = await live.aread()
-            except Exception as exc:
-                ticket.fail(exc)
+            except BaseException as exc:
+                if ends_call(exc):  # a cancellation too: the agent's code ended the call
+                    ticket.fail(exc)
                 raise
             return ex.delivered(ticket.complete(ex.answer(live, data)), data)
 
