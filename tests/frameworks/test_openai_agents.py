@@ -2,11 +2,14 @@
 
 The real ``agents`` runner drives a triage agent that hands off to a billing agent (a read
 tool and a refund tool whose side effect is a counter in a file), against the fake Responses
-API on 127.0.0.1. Replay must send no request and leave the counter alone.
+API on 127.0.0.1. Replay must send no request and leave the counter alone. A tool cancelled
+by the SDK's own ``timeout_seconds`` or by the agent's ``asyncio.wait_for`` is recorded
+cancelled and replayed waiting for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +20,8 @@ import openai
 import pytest
 
 import tachograph
-from fakes.llm_server import FakeLLMServer
+from fakes.llm_server import FakeLLMServer, Reply, ScriptRequest, ToolCall
+from tachograph.capture import boundary
 from tachograph.integrations.openai_agents import AGENT_STARTED, instrument, is_instrumented
 
 from .agents_sdk import PROMPT, build, run_agent, script
@@ -235,3 +239,87 @@ def test_tools_nobody_classified_are_irreversible_and_instrumenting_twice_wraps_
         instrument(object())
     with pytest.raises(tachograph.EventError):
         instrument(triage, effects={"lookup_order": "harmless"})
+
+
+def _slow_finder(srv: FakeLLMServer, timeout: float | None) -> agents.Agent[Any]:
+    """An agent whose one tool is slow; ``timeout`` is the SDK's own ``timeout_seconds``."""
+
+    def finds(request: ScriptRequest) -> Any:
+        if not request.tool_results:
+            return Reply(tool_calls=[ToolCall("slow_lookup", {"order_id": "B-2002"})])
+        return Reply(text=f"answer: {request.tool_results[-1].output}")
+
+    srv.script = finds
+
+    @agents.function_tool(timeout=timeout)
+    async def slow_lookup(order_id: str) -> str:
+        """Look an order up, slowly."""
+        await asyncio.sleep(30)
+        return "late"
+
+    finder = agents.Agent(name="finder", instructions="Find.", model="gpt-5.6", tools=[slow_lookup])
+    client = openai.AsyncOpenAI(base_url=srv.openai_base_url, api_key="sk-test")
+    return instrument(finder, client=client, effects={"slow_lookup": "read"})
+
+
+def _run(finder: agents.Agent[Any], deadline: float | None = None) -> tachograph.Agent:
+    async def agent(prompt: str) -> Any:
+        run = agents.Runner.run(finder, prompt)
+        if deadline is None:
+            return (await run).final_output
+        try:
+            return (await asyncio.wait_for(run, deadline)).final_output
+        except asyncio.TimeoutError:
+            return "timed out"
+
+    return tachograph.Agent(fn=agent, name="finder", tools=tuple(finder.tools), code_version="t-1")
+
+
+@pytest.mark.parametrize("by", ["sdk timeout_seconds", "agent wait_for"])
+def test_a_tool_cancelled_by_a_timeout_is_recorded_cancelled_and_replayed(
+    srv: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by: str
+) -> None:
+    """The SDK runs a tool with ``timeout_seconds`` under ``asyncio.wait_for`` and tells the
+    model it timed out: the wrapped ``on_invoke_tool`` sees the cancellation, and its replay
+    waits until the SDK's own timeout cancels it again."""
+    db = str(tmp_path / "runs.db")
+    sdk = by == "sdk timeout_seconds"
+    finder = _slow_finder(srv, 0.5 if sdk else None)
+    agent = _run(finder, None if sdk else 1.5)
+    # the same agent with nothing that cancels the tool (no timeout, no deadline)
+    patient = _run(_slow_finder(srv, None), None if sdk else 600)
+
+    result = tachograph.record_run(agent, "find B-2002", store=db)
+
+    assert result.status == "ok", result
+    tail = ["model.request", "model.response", "run.finished"] if sdk else ["run.finished"]
+    recorded = tachograph.open_store(db).events(result.run_id)
+    assert [e.type for e in recorded] == [
+        "run.started",
+        AGENT_STARTED,
+        "model.request",
+        "model.response",
+        "tool.requested",
+        "tool.failed",
+        *tail,
+    ]
+    assert recorded[5].payload == {
+        "tool": "slow_lookup",
+        "error": {"type": "asyncio.exceptions.CancelledError", "message": ""},
+    }
+    if sdk:  # the SDK told the model, which answered
+        assert result.output == "answer: Tool 'slow_lookup' timed out after 0.5 seconds."
+    else:
+        assert result.output == "timed out"
+    srv.stop()
+
+    report = tachograph.replay(db, result.run_id, agent)
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+
+    # nothing cancels the tool any more: reported, instead of a hang
+    monkeypatch.setattr(boundary, "CANCELLED_WAIT", 0.2)
+    report = tachograph.replay(db, result.run_id, patient)
+    assert report.first is not None
+    assert (report.first.kind, report.first.seq) == (tachograph.DivergenceKind.UNREPLAYABLE, 5)
+    assert "nothing cancelled it" in report.first.explanation

@@ -16,7 +16,10 @@ What it does, for the agent and every agent it can hand off to:
   functions): ``tool.requested`` with the arguments the model gave and the tool's effect,
   then ``tool.completed``. In replay the recorded result is handed to the SDK and the tool
   does not run. ``effects`` maps tool names to effects (or is a callable); a tool it does not
-  name is ``irreversible``, so its intent is durable before it runs.
+  name is ``irreversible``, so its intent is durable before it runs. A tool cancelled before
+  it answered (the SDK's own ``timeout_seconds``, which then tells the model it timed out; the
+  agent's ``asyncio.wait_for``) is ``tool.failed`` with ``asyncio.CancelledError``, and its
+  replay answers nothing until it is cancelled again.
 * **guardrails**: every input and output guardrail's verdict is a ``guardrail.passed`` or a
   ``guardrail.tripwire`` (``blocked: true``, since the SDK stops the run) event.
 * **handoffs** are ``handoff`` events (``from``, ``to``); each time an agent starts,
@@ -46,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'tachograph[agents]'"
     ) from exc
 
-from ..capture.boundary import CallKind, begin_call
+from ..capture.boundary import CallKind, begin_call, ends_call
 from ..capture.runtime import emit, guardrail, handoff
 from ..capture.session import current_session
 from ..errors import ProfileError
@@ -107,15 +110,18 @@ def _wrap_tool(tool: Any, effect: Effect) -> Any:
         ticket = begin_call(CallKind.TOOL, name, _arguments(raw), effect=effect)
         assert ticket is not None
         if ticket.served:
-            return _served(ticket.answer())
+            # a call recorded as cancelled (the SDK's own timeout_seconds, the agent's
+            # wait_for) waits until it is cancelled again
+            return _served(await ticket.answer_async())
         if ticket.dry_run:
             simulated = {"dry_run": True, "status": "simulated", "tool": name}
             ticket.complete(simulated)
             return json.dumps(simulated, separators=(",", ":"))
         try:
             output = await original(ctx, raw)
-        except Exception as exc:
-            ticket.fail(exc)
+        except BaseException as exc:
+            if ends_call(exc):  # a cancellation too: the agent's code ended the call
+                ticket.fail(exc)
             raise
         if isinstance(output, str):
             ticket.complete(output)
