@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from google.genai import types
 
 import tachograph
 from fakes.llm_server import FakeLLMServer, Reply, ScriptRequest, ToolCall
+from tachograph.capture import boundary
 from tachograph.integrations.google_adk import AGENT_STARTED, TachographPlugin
 
 from .adk_agent import example, script
@@ -292,6 +294,117 @@ def test_a_failing_tool_is_recorded_and_not_run_again_in_replay(
     assert report.reproduced, report.render()
     assert report.output == result.output  # the recorded LookupError, as the cause
     assert calls == ["B-2002"]  # served, not run again
+
+
+CANCELLED = {"type": "asyncio.exceptions.CancelledError", "message": ""}
+
+
+def _impatient(srv: FakeLLMServer, release: threading.Event, ask: str) -> Any:
+    """A helper agent whose one tool is slow and whose model does not answer "stall":
+    ``impatient(deadline)`` asks it ``ask`` and gives up after ``deadline`` seconds."""
+
+    def stalls(request: ScriptRequest) -> Any:
+        if "stall" in request.user_text:
+            release.wait(10)  # answers once the test is over: too late
+            return Reply(text="late")
+        if not request.tool_results:
+            return Reply(tool_calls=[ToolCall("slow_lookup", {"order_id": "B-2002"})])
+        return Reply(text="found it")
+
+    srv.script = stalls
+
+    async def slow_lookup(order_id: str) -> dict[str, Any]:
+        """Look an order up, slowly."""
+        await asyncio.sleep(30)
+        return {"order_id": order_id}
+
+    runner = _helper(srv.base_url, slow_lookup)
+
+    def impatient(deadline: float) -> Any:
+        async def agent(_: str) -> str:
+            session = await runner.session_service.create_session(app_name="shop", user_id="u1")
+            message = types.Content(role="user", parts=[types.Part(text=ask)])
+
+            async def turn() -> str:
+                said: list[str] = []
+                events = runner.run_async(user_id="u1", session_id=session.id, new_message=message)
+                async for event in events:
+                    if event.content and event.content.parts:
+                        said.extend(p.text for p in event.content.parts if p.text)
+                return " ".join(said)
+
+            try:
+                return await asyncio.wait_for(turn(), deadline)
+            except asyncio.TimeoutError:
+                return "timed out"
+
+        return agent
+
+    return impatient
+
+
+def test_a_tool_the_agent_times_out_is_recorded_cancelled_and_replayed(
+    srv: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ADK hands a cancelled tool call to ``on_tool_error_callback`` (for clean-up): it is
+    recorded failed, and ``before_tool_callback`` waits in replay until the agent cancels
+    the call again."""
+    release = threading.Event()
+    impatient = _impatient(srv, release, "find B-2002")
+    db = str(tmp_path / "runs.db")
+    try:
+        result = tachograph.record_run(impatient(2.0), "", store=db)
+    finally:
+        release.set()
+    assert result.output == "timed out"
+    recorded = tachograph.open_store(db).events(result.run_id)
+    assert [e.type for e in recorded] == [
+        "run.started",
+        AGENT_STARTED,
+        "model.request",
+        "model.response",
+        "tool.requested",
+        "tool.failed",
+        "run.finished",
+    ]
+    assert recorded[5].payload == {"tool": "slow_lookup", "error": CANCELLED}
+    srv.stop()
+
+    report = tachograph.replay(db, result.run_id, impatient(2.0))
+    assert report.reproduced, report.render()
+    assert report.output == result.output
+
+    monkeypatch.setattr(boundary, "CANCELLED_WAIT", 0.2)
+    report = tachograph.replay(db, result.run_id, impatient(600))
+    assert report.first is not None
+    assert (report.first.kind, report.first.seq) == (tachograph.DivergenceKind.UNREPLAYABLE, 5)
+    assert "nothing cancelled it" in report.first.explanation
+
+
+def test_a_model_call_the_agent_times_out_is_recorded_cancelled_and_replayed(
+    srv: FakeLLMServer, tmp_path: Path
+) -> None:
+    release = threading.Event()
+    impatient = _impatient(srv, release, "stall, please")
+    db = str(tmp_path / "runs.db")
+    try:
+        result = tachograph.record_run(impatient(1.0), "", store=db)
+    finally:
+        release.set()
+    assert result.output == "timed out"
+    recorded = tachograph.open_store(db).events(result.run_id)
+    kinds = [e.type for e in recorded]
+    if "model.failed" not in kinds:  # the plugin hears of it only through ADK
+        pytest.skip("this ADK does not tell plugins of a cancelled model call")
+    assert kinds == ["run.started", AGENT_STARTED, "model.request", "model.failed", "run.finished"]
+    assert recorded[3].payload["error"] == CANCELLED
+    srv.stop()
+
+    # before its fix the served cancellation was raised at once, and ADK ended the turn
+    # quietly with no answer ("" instead of "timed out")
+    report = tachograph.replay(db, result.run_id, impatient(1.0))
+    assert report.reproduced, report.render()
+    assert report.output == "timed out"
 
 
 def test_outside_a_run_the_plugin_does_nothing(srv: FakeLLMServer, counter: Path) -> None:

@@ -24,6 +24,14 @@ call and tool of every agent it runs, so no tool and no agent is changed.
   (``transfer_to_agent``, or any tool that sets ``actions.transfer_to_agent``) is a ``handoff``
   ``{from, to, reason?}``; an ``AgentTool`` call is a ``handoff`` with reason ``agent_tool``.
 
+A call cancelled before it answered (the agent's ``asyncio.wait_for`` around the runner)
+reaches the plugin only through ADK, which hands the ``asyncio.CancelledError`` to
+``on_tool_error_callback`` (and, in recent releases, ``on_model_error_callback``) for clean-up:
+it is recorded ``tool.failed`` / ``model.failed``, and in replay the before-callback answers
+nothing until the agent cancels the call again. (Served at once, the cancellation ended the
+turn quietly with no answer: ADK took it for the runner's own.) An ADK that does not hand the
+plugin a cancelled model call leaves that call with no completion, as a crash would.
+
 ADK's own control tools (``transfer_to_agent``, ``exit_loop``) and ``AgentTool`` (which runs
 another agent) are not calls of their own: they only steer the run, so they run in replay too,
 and the inner agent's model calls and tools are served one by one. Outside a tachograph run the
@@ -49,7 +57,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "tachograph.integrations.google_adk needs Google ADK: pip install 'tachograph[google-adk]'"
     ) from exc
 
-from ..capture.boundary import CallKind, CallTicket, begin_call
+from ..capture.boundary import CallKind, CallTicket, begin_call, recorded_as_cancelled
 from ..capture.runtime import emit, handoff
 from ..capture.session import current_session
 from ..record.event import Effect
@@ -145,6 +153,9 @@ class TachographPlugin(BasePlugin):  # type: ignore[misc,unused-ignore]  # untyp
         ticket = begin_call(CallKind.MODEL, name, model_request(llm_request), model=name)
         assert ticket is not None
         if ticket.served:
+            if recorded_as_cancelled(ticket.error):
+                # the agent cancelled it live: no answer until it cancels it again
+                await ticket.until_cancelled("it was cancelled before it answered")
             return LlmResponse.model_validate(ticket.answer())
         self._models[_model_key(callback_context)] = ticket
         return None
@@ -157,7 +168,7 @@ class TachographPlugin(BasePlugin):  # type: ignore[misc,unused-ignore]  # untyp
         return None
 
     async def on_model_error_callback(
-        self, *, callback_context: Any, llm_request: Any, error: Exception
+        self, *, callback_context: Any, llm_request: Any, error: BaseException
     ) -> Any:
         ticket = self._models.pop(_model_key(callback_context), None)
         if ticket is not None:
@@ -182,6 +193,8 @@ class TachographPlugin(BasePlugin):  # type: ignore[misc,unused-ignore]  # untyp
         ticket = begin_call(CallKind.TOOL, name, arguments, effect=self.effect_of(name))
         assert ticket is not None
         if ticket.served:
+            if recorded_as_cancelled(ticket.error):
+                await ticket.until_cancelled("it was cancelled before it answered")
             recorded = ticket.answer()
             # ADK hands a tool's non-dict result to the model as {"result": value}.
             return recorded if isinstance(recorded, dict) else {"result": recorded}
@@ -205,7 +218,7 @@ class TachographPlugin(BasePlugin):  # type: ignore[misc,unused-ignore]  # untyp
         return None
 
     async def on_tool_error_callback(
-        self, *, tool: Any, tool_args: Any, tool_context: Any, error: Exception
+        self, *, tool: Any, tool_args: Any, tool_context: Any, error: BaseException
     ) -> Any:
         ticket = self._tools.pop(str(tool_context.function_call_id), None)
         if ticket is not None:
