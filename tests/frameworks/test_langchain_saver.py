@@ -153,3 +153,26 @@ def test_resuming_from_a_recorded_checkpoint_serves_the_recorded_calls(tmp_path:
         assert report.reproduced, report.render()
         assert report.output == run.output
     assert counter_value(counter) == 1
+
+
+def test_a_saver_given_no_store_journals_in_memory_and_writes_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no store, the journal of writes outside a run is an in-memory store: it was a
+    SQLite file named ``memory:`` in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    saver = TachographSaver()
+    config: Any = {"configurable": {"thread_id": "t-1", "checkpoint_ns": ""}}
+    checkpoint: Any = {
+        "v": 1,
+        "id": "1ef0",
+        "ts": "2026-12-07T00:00:00+00:00",
+        "channel_values": {},
+        "channel_versions": {},
+        "versions_seen": {},
+        "pending_sends": [],
+    }
+    saver.put(config, checkpoint, {"source": "input", "step": -1}, {})
+    assert saver.journal_run_id is not None
+    saver.close()
+    assert list(tmp_path.iterdir()) == []

@@ -152,3 +152,25 @@ def test_a_sync_tool_that_raises_cancelled_error_itself_is_served_it(tmp_path: P
     assert recorded[2].type == "tool.failed"
     assert recorded[2].payload["error"] == CANCELLED
     assert tg.replay(db, "c-5", agent).reproduced
+
+
+def test_a_cancellations_message_is_not_recorded(tmp_path: Path) -> None:
+    """anyio cancels with "Cancelled via cancel scope 7f... by <Task ... /path/...>": an
+    address and local paths, different in every run. The record keeps the type alone."""
+    db = str(tmp_path / "runs.db")
+
+    async def agent(task: Any) -> Any:
+        call = asyncio.ensure_future(slow_lookup(order="A-1"))
+        await asyncio.sleep(0.05)
+        call.cancel("Cancelled via cancel scope 7f3a9c by <Task pending /home/me/agent.py:3>")
+        try:
+            await call
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "answered"
+
+    result = tg.record_run(agent, None, store=db, run_id="c-6")
+    assert result.output == "cancelled"
+    failed = [e for e in tg.open_store(db).events("c-6") if e.type == "tool.failed"]
+    assert [e.payload["error"] for e in failed] == [CANCELLED]
+    assert tg.replay(db, "c-6", agent).reproduced

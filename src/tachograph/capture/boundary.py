@@ -117,7 +117,11 @@ MODEL_CALL: Final = CallKind.MODEL
 
 
 def error_info(exc: BaseException) -> dict[str, str]:
-    """``{type, message}`` for an exception; ``type`` is ``module.Class`` outside builtins."""
+    """``{type, message}`` for an exception; ``type`` is ``module.Class`` outside builtins.
+
+    A cancellation's message is not kept: anyio writes its cancel scope's memory address and
+    the cancelling task (with local paths) into it, which is neither the record's business
+    nor the same in two runs, so that a replay would diverge on it."""
     recorded = getattr(exc, "recorded_info", None)
     if isinstance(recorded, dict) and isinstance(recorded.get("type"), str):
         return {"type": recorded["type"], "message": str(recorded.get("message", ""))}
@@ -125,7 +129,7 @@ def error_info(exc: BaseException) -> dict[str, str]:
     name = (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
-    return {"type": name, "message": str(exc)}
+    return {"type": name, "message": "" if cancelled(exc) else str(exc)}
 
 
 CANCELLED_WAIT: float = 10.0

@@ -127,7 +127,7 @@ class TachographSaver(InMemorySaver):
             return session
         with self._lock:
             if self._journal is None:
-                store = self._store if self._store is not None else "memory:"
+                store = self._store if self._store is not None else "memory://"
                 self._journal = record(store, actor=self._actor)
                 run = self._journal.start()
                 self._journal_run_id = run.run_id
