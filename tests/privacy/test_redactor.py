@@ -1057,6 +1057,38 @@ def test_personal_data_streamed_in_pieces_becomes_its_token() -> None:
     assert "canary" not in orjson.dumps(out).decode()
 
 
+def _deltas_of(payload: dict[str, Any]) -> list[str]:
+    return [
+        e["data"]["choices"][0]["delta"]["content"]
+        for e in payload["response"]["events"]
+        if isinstance(e["data"], dict)
+    ]
+
+
+def test_a_secret_whose_first_piece_is_a_whole_match_leaves_no_tail() -> None:
+    """The first delta alone matches (an OpenAI key is 20 characters on); redacted alone
+    first, it hid the rest of the key, which the next delta kept in clear."""
+    key = "sk-proj-ABCDEFGHIJKLMNOPQRSTUV" + "WXYZ0123CANARYTAIL"
+    payload = _stream("my key " + key[:30], key[30:], " ok")
+    out = redact_secrets("model.response", payload)
+    assert "CANARY" not in orjson.dumps(out).decode()
+    assert "WXYZ" not in orjson.dumps(out).decode()
+    # the marker whole, in the delta the key began in; nothing of the key after it
+    assert _deltas_of(out) == ["my key [redacted:secret:openai]", "", " ok"]
+
+
+def test_an_address_split_after_a_whole_match_gets_the_token_of_the_whole() -> None:
+    payload = _stream("mail canary.person@example.co", "m now")
+    out = POLICY("model.response", payload)
+    assert _deltas_of(out) == [f"mail {KEY.token('canary.person@example.com')}", " now"]
+
+
+def test_a_marker_is_never_cut_across_deltas() -> None:
+    payload = _stream('{"pass', 'word": "hunter22', '"}')
+    out = redact_secrets("model.response", payload)
+    assert _deltas_of(out) == ['{"password": "[redacted:secret:password]', "", '"}']
+
+
 def test_a_stream_with_nothing_to_redact_is_the_same_object() -> None:
     payload = _stream("Hello", "! How", " can I help?")
     assert redact_secrets("model.response", payload) is payload

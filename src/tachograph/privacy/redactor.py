@@ -292,6 +292,42 @@ def _deltas(
                 _deltas(item, (*path, i), index, streams)
 
 
+def _split_at(
+    texts: Sequence[str], joined: str, spans: Sequence[tuple[int, int, str]]
+) -> list[str]:
+    """``joined`` (``"".join(texts)``) with each span ``(start, end, new)`` replaced, cut
+    where ``texts`` were: the text outside the spans stays in its piece, each ``new`` goes
+    whole to the piece its span began in, and the rest of the span is gone from the pieces
+    after it."""
+    bounds: list[int] = []
+    end = 0
+    for text in texts:
+        end += len(text)
+        bounds.append(end)
+    out = [""] * len(texts)
+    piece = 0
+
+    def keep(start: int, stop: int) -> None:
+        nonlocal piece
+        position = start
+        while position < stop:
+            while bounds[piece] <= position:
+                piece += 1
+            cut = min(stop, bounds[piece])
+            out[piece] += joined[position:cut]
+            position = cut
+
+    position = 0
+    for start, stop, new in spans:
+        keep(position, start)
+        while bounds[piece] <= start:
+            piece += 1
+        out[piece] += new
+        position = stop
+    keep(position, len(joined))
+    return out
+
+
 def _split_as(texts: Sequence[str], redacted: str) -> list[str]:
     """``redacted`` (the redaction of ``"".join(texts)``) cut where ``texts`` were: text kept
     as it was stays in its piece, a replaced span goes to the piece it began in."""
@@ -560,11 +596,11 @@ class Redactor:
             # per-type lookup (it runs on every recorded event)
             out = payload if self._engine.clean(payload) else self._dict(payload, ())
             if "response" in out:  # a model's answer, maybe streamed: see _streamed
-                return self._streamed(out)
+                return self._streamed(payload, out)
             return out
         out = self._by_rules(event_type, payload)
-        if type(out) is dict and "response" in out:
-            return self._streamed(out)
+        if type(out) is dict and "response" in out and type(payload) is dict:
+            return self._streamed(payload, out)
         return out
 
     def _by_rules(self, event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -580,16 +616,20 @@ class Redactor:
             return payload
         return self._dict(payload, starts)
 
-    def _streamed(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def _streamed(self, original: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
         """A streamed answer (``response.events``, as the SDK integrations record one) with
         what its deltas spell together redacted: a key or an e-mail the model wrote came in
         pieces ("sk", "-proj", "-AbC..."), none of which a detector takes alone. The texts of
-        each stream (the deltas at one place of the events, in order) are joined, the joined
-        text goes through the detectors, and each delta keeps its part of the result; a
-        replaced span goes to the delta it began in."""
-        response = payload["response"]
+        each stream (the deltas at one place of the events, in order) are joined as they
+        came (from ``original``, before each delta was redacted alone: a first piece that is
+        a whole match by itself would have hidden the rest of the key in the next one), the
+        joined text goes through the detectors, and each delta of ``payload`` (the redacted
+        payload) gets its part of the result: a replaced span, whole, in the delta it began
+        in, and nothing of it in the deltas after."""
+        response = original["response"]
         events = response.get("events") if type(response) is dict else None
-        if type(events) is not list or len(events) < 2:
+        done = payload["response"]
+        if type(events) is not list or len(events) < 2 or type(done) is not dict:
             return payload
         streams: dict[tuple[Any, ...], list[tuple[int, tuple[Any, ...], str]]] = {}
         for index, event in enumerate(events):
@@ -600,21 +640,47 @@ class Redactor:
                 continue
             texts = [text for _, _, text in parts]
             joined = "".join(texts)
-            redacted = self._text(joined)
-            if redacted == joined:
+            spans = self._spans(joined)
+            if spans is None:  # found only percent-decoded: no spans in the text as it is
+                redacted = self._text(joined)
+                if redacted == joined:
+                    continue
+                pieces = _split_as(texts, redacted)
+            elif not spans:
                 continue
-            for (index, path, text), new in zip(parts, _split_as(texts, redacted), strict=True):
-                if new != text:
-                    changed.append((index, path, new))
+            else:
+                pieces = _split_at(texts, joined, spans)
+            changed.extend(
+                (index, path, new) for (index, path, _), new in zip(parts, pieces, strict=True)
+            )
         if not changed:
             return payload
-        copied = orjson.loads(orjson.dumps(events))  # the input is never changed in place
+        copied = orjson.loads(orjson.dumps(done.get("events")))  # never changed in place
         for index, path, new in changed:
-            holder = copied[index]
-            for step in path[:-1]:
-                holder = holder[step]
-            holder[path[-1]] = new
-        return {**payload, "response": {**payload["response"], "events": copied}}
+            holder: Any = copied
+            for step in (index, *path[:-1]):
+                try:
+                    holder = holder[step]
+                except (IndexError, KeyError, TypeError):
+                    holder = None  # a rule replaced what held it: left as the rule left it
+                    break
+            if type(holder) is dict and type(holder.get(path[-1])) is str:
+                holder[path[-1]] = new
+        return {**payload, "response": {**done, "events": copied}}
+
+    def _spans(self, text: str) -> list[tuple[int, int, str]] | None:
+        """The replacements :meth:`_text` makes in ``text``, as ``(start, end, new)``; ``[]``
+        for none, ``None`` when it would redact the text percent-decoded (no spans then)."""
+        engine = self._engine
+        if engine.maybe(text):
+            spans = []
+            for m in engine.pattern.finditer(text):
+                new = self._replace(m)
+                if new != m.group(0):
+                    spans.append((m.start(), m.end(), new))
+            if spans:
+                return spans
+        return None if self._text(text) != text else []
 
     def _walk(self, value: Any, states: tuple[tuple[int, int], ...]) -> Any:
         kind = type(value)
