@@ -239,6 +239,17 @@ def _blobs(store: Store) -> Iterator[Finding]:
         result = check_stored_blobs(store, run_id, blobs, tenant=tenant)
         checked += len(result.verified)
         expired += len(result.expired)
+        if result.malformed:
+            seq, where, message = result.malformed[0]
+            more = f" (and {len(result.malformed) - 1} more)" if len(result.malformed) > 1 else ""
+            yield Finding(
+                "blobs",
+                "warning",
+                f"run {run_id} seq {seq} {where}: {message}{more}",
+                "A value shaped like a blob reference that is not one was recorded: it is kept "
+                "as a plain value and checked against no blob. Record references made by "
+                "BlobRule or BlobStore.put.",
+            )
         for seq, where, message in result.failures:
             bad = True
             yield Finding(

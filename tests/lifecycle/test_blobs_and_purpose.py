@@ -174,21 +174,24 @@ def test_tacho_verify_checks_blobs_in_a_store_and_beside_a_file(
         [],
         True,
     )
-    assert data["blobs"] == {"verified": 2, "expired": 0, "failed": 0}
+    assert data["blobs"] == {"verified": 2, "expired": 0, "failed": 0, "malformed": 0}
     assert "2 verified, 0 expired" in text
 
     # an export with its blobs verifies them beside the file, and reports a file without them
     target = tmp_path / "out.jsonl"
     runner.invoke(cli, ["--store", store.path, "export", run_id, "-o", str(target), "--blobs"])
     code, data, _ = verify(str(target))
-    assert (code, data["blobs"]) == (0, {"verified": 2, "expired": 0, "failed": 0})
+    assert (code, data["blobs"]) == (
+        0,
+        {"verified": 2, "expired": 0, "failed": 0, "malformed": 0},
+    )
     bare = tmp_path / "bare.jsonl"
     bare.write_bytes(target.read_bytes())
     code, data, text = verify(str(bare))
     assert (code, data["ok"], data["blobs"]) == (
         0,
         True,
-        {"verified": 0, "expired": 2, "failed": 0},
+        {"verified": 0, "expired": 2, "failed": 0, "malformed": 0},
     )
     assert "2 expired" in text
 
@@ -311,3 +314,89 @@ def test_a_blob_key_spelled_with_an_escape_is_still_checked(store: SQLiteStore) 
     check = check_stored_blobs(store, run_id, blobs)
     assert [(s, p) for s, p, _ in check.failures] == [(2, "$.big")]
     assert check == check_blobs(store.read(run_id), blobs)  # as the decoded reading finds
+
+
+# -- what is a reference (SPEC section 6) ----------------------------------------------------
+
+_HEX = "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ({"$blob": "sha256:" + _HEX, "size": 0, "media_type": ""}, None),
+        ({"$blob": "sha256:" + _HEX, "size": 3.0, "media_type": "t"}, None),  # JSON's 3
+        ({"$blob": "sha256:zz", "size": 3, "media_type": "t"}, "$blob is 'sha256:zz'"),
+        ({"$blob": "sha256:" + _HEX.upper(), "size": 3, "media_type": "t"}, "$blob is"),
+        ({"$blob": "sha256:" + _HEX + "0", "size": 3, "media_type": "t"}, "$blob is"),
+        ({"$blob": "sha256:" + _HEX + "\n", "size": 3, "media_type": "t"}, "$blob is"),
+        ({"$blob": 7, "size": 3, "media_type": "t"}, "$blob is 7"),
+        ({"$blob": "sha256:" + _HEX, "size": -5, "media_type": "t"}, "size is -5"),
+        ({"$blob": "sha256:" + _HEX, "size": True, "media_type": "t"}, "size is True"),
+        ({"$blob": "sha256:" + _HEX, "size": 2.5, "media_type": "t"}, "size is 2.5"),
+        ({"$blob": "sha256:" + _HEX, "size": "3", "media_type": "t"}, "size is '3'"),
+        ({"$blob": "sha256:" + _HEX, "size": 3, "media_type": None}, "media_type is None"),
+        ({"$blob": "sha256:" + _HEX, "size": 3}, "its keys are $blob, size"),
+        ({"$blob": "sha256:" + _HEX, "size": 3, "media_type": "t", "x": 1}, "its keys are"),
+    ],
+)
+def test_a_reference_is_exactly_the_shape_the_spec_gives(
+    value: dict[str, object], why: str | None
+) -> None:
+    from tachograph.lifecycle.blobs import malformed_refs_in, ref_problem
+
+    assert is_blob_ref(value) is (why is None)
+    problem = ref_problem(value)
+    assert (problem is None) is (why is None)
+    if why is not None:
+        assert problem is not None
+        assert why in problem
+        payload = {"a": [1, {"b": value}]}
+        assert list(refs_in(payload)) == []
+        assert list(malformed_refs_in(payload)) == [("$.a[1].b", problem)]
+
+
+def test_a_value_shaped_like_a_reference_is_reported_and_walked_not_checked(
+    store: SQLiteStore,
+) -> None:
+    """Not a reference: it names no blob (checked against none, never a path in the
+    folder), is reported as malformed and is not a failure; a reference inside it is one."""
+    from tachograph.lifecycle.blobs import check_stored_blobs
+
+    blobs = BlobStore.beside(store)
+    inner = blobs.put(b"inside")
+    odd = {"$blob": "sha256:zz", "size": 3, "media_type": "t", "note": {"keep": inner}}
+    with tachograph.record(store, actor="a", input={}) as run:
+        tachograph.emit("acme.doc", {"doc": odd})
+    tachograph.capture.recorder.writer_for(store).drain()
+    check = check_blobs(store.events(run.run_id), blobs)
+    assert check.ok
+    assert check.verified == (inner["$blob"],)
+    assert [(s, p) for s, p, _ in check.malformed] == [(1, "$.doc")]
+    assert check == check_stored_blobs(store, run.run_id, blobs)
+    assert check.to_dict()["malformed"] == [
+        {"seq": 1, "path": "$.doc", "message": check.malformed[0][2]}
+    ]
+    assert "1 malformed (not references: not checked)" in check.render()
+
+
+def test_erasing_and_doctor_pass_over_a_value_shaped_like_a_reference(
+    store: SQLiteStore,
+) -> None:
+    """Both used to stop at it (``not a blob digest``); doctor warns of it, and neither
+    counts it as a blob."""
+    from tachograph.doctor import run_checks
+    from tachograph.lifecycle.erasure import erase
+
+    blobs = BlobStore.beside(store)
+    kept = blobs.put(b"kept")
+    with tachograph.record(store, actor="a", input={}) as run:
+        tachograph.emit("acme.doc", {"doc": {"$blob": "sha256:zz", "size": 3, "media_type": "t"}})
+        tachograph.emit("acme.doc", {"doc": kept})
+    tachograph.capture.recorder.writer_for(store).drain()
+    found = [f for f in run_checks(store) if f.check == "blobs"]
+    assert [f.level for f in found] == ["warning", "ok"]
+    assert "seq 1 $.doc: not a blob reference" in found[0].message
+    report = erase(store, run.run_id, reason="subject request", seqs=[1, 2])
+    assert report.runs[0].blobs == 1
+    assert blobs.get(kept["$blob"]) is None

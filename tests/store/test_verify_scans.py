@@ -78,6 +78,8 @@ def _payload(kind: str, draw: dict[str, Any], blobs: BlobStore, index: int) -> d
         data = f"blob {index} {blob}".encode()
         if blob == "missing":
             ref = {"$blob": "sha256:" + f"{index:064x}", "size": 3, "media_type": "text/plain"}
+        elif blob == "malformed":  # shaped like a reference, not one: a bad digest or size
+            ref = {"$blob": f"sha256:{index}", "size": -index, "media_type": "text/plain"}
         else:
             ref = blobs.put(data, media_type="text/plain")
             if blob == "damaged":
@@ -92,7 +94,7 @@ _STEP = st.fixed_dictionaries(
         "tools": st.lists(st.sampled_from(TOOLS), max_size=3),
         "shape": st.integers(0, 2),
         "flag": st.booleans(),
-        "blob": st.sampled_from([None, None, None, "present", "missing", "damaged"]),
+        "blob": st.sampled_from([None, None, None, "present", "missing", "damaged", "malformed"]),
         # what is done to the stored bytes afterwards
         "stored": st.sampled_from(
             ["as is"] * 6 + ["erased", "not json", "escaped key", "text", "null"]

@@ -13,7 +13,7 @@ from ..record.scan import RowScan
 from ..record.verify import VerifyReport, iter_jsonl_runs
 from ..store import Store
 
-__all__ = ["BlobChecks", "check_file", "of_reports", "scans_of", "totals"]
+__all__ = ["BlobChecks", "check_file", "of_report", "of_reports", "scans_of", "totals"]
 
 BlobChecks = dict[tuple[str | None, str | None], BlobCheck]
 """``(tenant, run_id)`` -> the blob check of that run."""
@@ -25,24 +25,34 @@ def scans_of(store: Store) -> list[RowScan]:
     return [BlobScan.beside(store)]
 
 
+def of_report(store: Store, report: VerifyReport) -> BlobCheck | None:
+    """The blob check of one reported run, from what its verification's scan found. A run
+    whose scan said nothing (its rows could not all be read or decoded, so its report
+    already fails) is checked again on its own (:func:`check_stored_blobs`, which reads only
+    the rows that may name a blob); ``None`` if that cannot read it either. A run that
+    verified has been read whole: a check of it that raises is an error, never dropped."""
+    if report.run_id is None:
+        return None
+    check = report.scanned.get("blobs")
+    if isinstance(check, BlobCheck):
+        return check
+    try:
+        return check_stored_blobs(
+            store, report.run_id, BlobStore.beside(store), tenant=report.tenant
+        )
+    except Exception:
+        if report.ok:
+            raise  # read whole as it verified: not a run whose rows could not be read
+        return None  # a store error, or a payload that is not JSON: its report says so
+
+
 def of_reports(store: Store, reports: list[VerifyReport]) -> BlobChecks:
-    """The blob check of every run reported, from what its verification's scan found. A run
-    whose rows could not all be read (its report already fails) is checked again on its own
-    (:func:`check_stored_blobs`, which reads only the rows that may name a blob), and left
-    out if that cannot be read either."""
+    """:func:`of_report` of every run reported (those it gives ``None`` left out)."""
     out: BlobChecks = {}
     for report in reports:
-        if report.run_id is None:
-            continue
-        check = report.scanned.get("blobs")
-        if not isinstance(check, BlobCheck):
-            try:
-                check = check_stored_blobs(
-                    store, report.run_id, BlobStore.beside(store), tenant=report.tenant
-                )
-            except Exception:
-                continue
-        out[report.tenant, report.run_id] = check
+        check = of_report(store, report)
+        if check is not None:
+            out[report.tenant, report.run_id] = check
     return out
 
 
@@ -70,4 +80,5 @@ def totals(checks: BlobChecks) -> dict[str, Any]:
         "verified": sum(len(c.verified) for c in checks.values()),
         "expired": sum(len(c.expired) for c in checks.values()),
         "failed": sum(len(c.failures) for c in checks.values()),
+        "malformed": sum(len(c.malformed) for c in checks.values()),
     }

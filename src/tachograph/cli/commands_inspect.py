@@ -18,6 +18,7 @@ import orjson
 from ..capture.vouch import FIELD as UNVOUCHED
 from ..capture.vouch import HOW_TO_RECORD, UnvouchedScan, unvouched_calls
 from ..errors import FormatError, PrivacyError, StoreError, TachographError
+from ..lifecycle.blobs import BlobCheck
 from ..record.event import FORMAT_VERSION, Event
 from ..record.jsonl import read_jsonl, verify_jsonl
 from ..record.scan import RowScan
@@ -651,7 +652,10 @@ def verify_cmd(
                 "ok": not failed and not empty_file and not orphans,
                 "runs": [
                     {
-                        **_with_blobs(with_seal(r, verdicts.get((r.tenant, r.run_id))), r, blobs),
+                        **_with_blobs(
+                            with_seal(r, verdicts.get((r.tenant, r.run_id))),
+                            blobs.get((r.tenant, r.run_id)),
+                        ),
                         # wherever the check ran (one run, a file), even with none found
                         **(
                             {"unvouched": unvouched[(r.tenant, r.run_id)]}
@@ -693,11 +697,17 @@ def verify_cmd(
         for report in reports:
             # a run's blobs get a line when it has any (listed or not: expired ones are news)
             check = blobs.get((report.tenant, report.run_id))
-            if check is None or not (check.verified or check.expired or check.failures):
+            if check is None or check.empty:
                 continue
-            if report not in listed and not (check.expired or check.failures):
+            if report not in listed and not (check.expired or check.failures or check.malformed):
                 continue
-            style = "bold red" if check.failures else "yellow" if check.expired else "green"
+            style = (
+                "bold red"
+                if check.failures
+                else "yellow"
+                if check.expired or check.malformed
+                else "green"
+            )
             for line in check.render().split("\n"):
                 out.line("  " + line, style=style)
         for tenant, problem in orphans.items():
@@ -804,10 +814,9 @@ def orphan_seals_of(
     )
 
 
-def _with_blobs(
-    data: dict[str, Any], report: VerifyReport, blobs: blobcheck.BlobChecks
-) -> dict[str, Any]:
-    check = blobs.get((report.tenant, report.run_id))
+def _with_blobs(data: dict[str, Any], check: BlobCheck | None) -> dict[str, Any]:
+    """A run's verification report as JSON with its blob check (``blobs``); a blob that
+    fails fails the run."""
     if check is not None:
         data["blobs"] = {k: v for k, v in check.to_dict().items() if k != "run_id"}
         if not check.ok:

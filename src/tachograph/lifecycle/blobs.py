@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,22 +38,58 @@ __all__ = [
     "check_stored_blobs",
     "copy_blobs",
     "is_blob_ref",
+    "malformed_refs_in",
+    "ref_problem",
     "refs_in",
 ]
 
 BLOB_KEY = "$blob"
 
 
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}\Z")
+_REF_KEYS = frozenset({BLOB_KEY, "size", "media_type"})
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_size(value: Any) -> bool:
+    """A byte count: an integer >= 0 (not a boolean). A JSON number is its double (SPEC
+    section 2), so ``3.0``, which hashes as ``3``, is the size 3 too."""
+    if type(value) is int:
+        return value >= 0
+    return type(value) is float and value.is_integer() and value >= 0
+
+
+def ref_problem(value: dict[str, Any]) -> str | None:
+    """Why an object holding the key ``$blob`` is not a reference of SPEC section 6
+    (``None``: it is one): exactly the keys ``$blob``, ``size`` and ``media_type``; the
+    digest ``sha256:`` and 64 lower-case hex digits; the size an integer >= 0; the media
+    type a string."""
+    if value.keys() != _REF_KEYS:
+        keys = ", ".join(sorted(map(str, value)))
+        return (
+            f"not a blob reference: its keys are {keys} "
+            "(a reference has $blob, size and media_type)"
+        )
+    digest = value[BLOB_KEY]
+    if not isinstance(digest, str) or _DIGEST.match(digest) is None:
+        return (
+            f"not a blob reference: $blob is {_shown(digest)}, "
+            "not sha256: and 64 lower-case hex digits"
+        )
+    if not _is_size(value["size"]):
+        return f"not a blob reference: size is {_shown(value['size'])}, not an integer >= 0"
+    if not isinstance(value["media_type"], str):
+        return f"not a blob reference: media_type is {_shown(value['media_type'])}, not a string"
+    return None
+
+
 def is_blob_ref(value: Any) -> bool:
-    """True for a reference object of SPEC section 6."""
-    return (
-        isinstance(value, dict)
-        and set(value) == {BLOB_KEY, "size", "media_type"}
-        and isinstance(value[BLOB_KEY], str)
-        and value[BLOB_KEY].startswith("sha256:")
-        and isinstance(value["size"], int)
-        and isinstance(value["media_type"], str)
-    )
+    """True for a reference object of SPEC section 6 (see :func:`ref_problem`)."""
+    return isinstance(value, dict) and BLOB_KEY in value and ref_problem(value) is None
 
 
 def blob_ref(data: bytes, media_type: str) -> dict[str, Any]:
@@ -64,16 +101,36 @@ def blob_ref(data: bytes, media_type: str) -> dict[str, Any]:
     }
 
 
-def refs_in(value: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(path, reference)`` for every blob reference inside a payload."""
-    if is_blob_ref(value):
-        yield path, value
-    elif isinstance(value, dict):
+def _walk(value: Any, path: str) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+    """``(path, object, problem)`` for every object holding the key ``$blob``: a reference
+    (problem ``None``), or a plain value shaped like one, whose values are walked too."""
+    if isinstance(value, dict):
+        if BLOB_KEY in value:
+            problem = ref_problem(value)
+            yield path, value, problem
+            if problem is None:
+                return
         for key, item in value.items():
-            yield from refs_in(item, f"{path}.{key}")
+            yield from _walk(item, f"{path}.{key}")
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from refs_in(item, f"{path}[{index}]")
+            yield from _walk(item, f"{path}[{index}]")
+
+
+def refs_in(value: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(path, reference)`` for every blob reference inside a payload."""
+    for where, ref, problem in _walk(value, path):
+        if problem is None:
+            yield where, ref
+
+
+def malformed_refs_in(value: Any, path: str = "$") -> Iterator[tuple[str, str]]:
+    """``(path, why)`` for every object inside a payload that holds the key ``$blob`` but is
+    not a reference of SPEC section 6 (:func:`ref_problem`): a plain value, never checked
+    against a blob."""
+    for where, _value, problem in _walk(value, path):
+        if problem is not None:
+            yield where, problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,14 +341,20 @@ class BlobRule:
 
 @dataclass(frozen=True, slots=True)
 class BlobCheck:
-    """Blobs referenced by a run: verified, expired (missing: not a failure), or failing."""
+    """Blobs referenced by a run: verified, expired (missing: not a failure), or failing;
+    and the values shaped like a reference that are not one (malformed: not a failure)."""
 
     run_id: str | None
     verified: tuple[str, ...] = ()
     expired: tuple[tuple[int, str, str], ...] = ()
     """``(seq, path, digest)`` of references whose blob is gone."""
     failures: tuple[tuple[int, str, str], ...] = field(default=())
-    """``(seq, path, message)`` of blobs whose bytes do not match their reference."""
+    """``(seq, path, message)`` of blobs whose bytes do not match their reference (or that
+    are there but cannot be read)."""
+    malformed: tuple[tuple[int, str, str], ...] = field(default=())
+    """``(seq, path, message)`` of objects holding the key ``$blob`` that are not a
+    reference of SPEC section 6 (:func:`ref_problem`): plain values, checked against no
+    blob. The chain commits to them as recorded, so they are reported, not failed."""
 
     @property
     def ok(self) -> bool:
@@ -306,16 +369,26 @@ class BlobCheck:
             "verified": list(self.verified),
             "expired": [{"seq": s, "path": p, "digest": d} for s, p, d in self.expired],
             "failures": [{"seq": s, "path": p, "message": m} for s, p, m in self.failures],
+            "malformed": [{"seq": s, "path": p, "message": m} for s, p, m in self.malformed],
         }
 
     def render(self) -> str:
-        """One line, then one per failure."""
+        """One line, then one per failure and one per malformed reference."""
         head = f"blobs of {self.run_id}: {len(self.verified)} verified, {len(self.expired)} expired"
         if self.failures:
             head += f", {len(self.failures)} FAILED"
+        if self.malformed:
+            head += f", {len(self.malformed)} malformed (not references: not checked)"
         return "\n".join(
-            [head] + [f"  seq {s} {p}: check 5 (payload digest): {m}" for s, p, m in self.failures]
+            [head]
+            + [f"  seq {s} {p}: check 5 (payload digest): {m}" for s, p, m in self.failures]
+            + [f"  seq {s} {p}: {m}" for s, p, m in self.malformed]
         )
+
+    @property
+    def empty(self) -> bool:
+        """True when the run holds no blob reference, nor anything shaped like one."""
+        return not (self.verified or self.expired or self.failures or self.malformed)
 
 
 _MAY_NAME_A_BLOB = (BLOB_KEY.encode(), b"\\u")
@@ -354,8 +427,10 @@ def check_blobs(
     events: Iterable[Event], blobs: BlobStore, *, run_id: str | None = None
 ) -> BlobCheck:
     """Check the blobs a run references: a present blob's digest and size must match (SPEC
-    section 6); a missing one is reported as expired. Events read with ``decode=False`` are
-    decoded only when their payload bytes name a blob. ``run_id`` names the run when no
+    section 6); a missing one is reported as expired. An object holding the key ``$blob``
+    that is not a reference (:func:`ref_problem`) is reported as malformed, not checked: the
+    chain commits to it as recorded, and it names no blob. Events read with ``decode=False``
+    are decoded only when their payload bytes name a blob. ``run_id`` names the run when no
     event does (none given)."""
     found = _Found(blobs)
     for event in events:
@@ -373,17 +448,27 @@ def check_blobs(
 class _Found:
     """The blobs a run references, checked one payload at a time."""
 
-    __slots__ = ("blobs", "expired", "failures", "verified")
+    __slots__ = ("blobs", "expired", "failures", "malformed", "verified")
 
     def __init__(self, blobs: BlobStore) -> None:
         self.blobs = blobs
         self.verified: list[str] = []
         self.expired: list[tuple[int, str, str]] = []
         self.failures: list[tuple[int, str, str]] = []
+        self.malformed: list[tuple[int, str, str]] = []
 
     def check(self, seq: int, payload: Any) -> None:
-        for path, ref in refs_in(payload):
-            data = self.blobs.get(ref[BLOB_KEY])
+        for path, ref, problem in _walk(payload, "$"):
+            if problem is not None:
+                self.malformed.append((seq, path, problem))
+                continue
+            try:
+                data = self.blobs.get(ref[BLOB_KEY])
+            except OSError as exc:  # there, but not readable: not verified, and not expired
+                self.failures.append(
+                    (seq, path, f"blob {ref[BLOB_KEY]} cannot be read: {exc.strerror or exc}")
+                )
+                continue
             if data is None:
                 self.expired.append((seq, path, ref[BLOB_KEY]))
                 continue
@@ -400,8 +485,13 @@ class _Found:
             else:
                 self.verified.append(ref[BLOB_KEY])
 
-    def result(self) -> tuple[tuple[str, ...], tuple[Any, ...], tuple[Any, ...]]:
-        return tuple(self.verified), tuple(self.expired), tuple(self.failures)
+    def result(self) -> tuple[tuple[str, ...], tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
+        return (
+            tuple(self.verified),
+            tuple(self.expired),
+            tuple(self.failures),
+            tuple(self.malformed),
+        )
 
     # a part of a BlobScan: fed the pages of rows a verification reads
     def feed(self, rows: Sequence[Any]) -> None:
@@ -442,11 +532,13 @@ class BlobScan:
         verified: list[str] = []
         expired: list[tuple[int, str, str]] = []
         failures: list[tuple[int, str, str]] = []
-        for part_verified, part_expired, part_failures in parts:
+        malformed: list[tuple[int, str, str]] = []
+        for part_verified, part_expired, part_failures, part_malformed in parts:
             verified.extend(part_verified)
             expired.extend(part_expired)
             failures.extend(part_failures)
-        return BlobCheck(run_id, tuple(verified), tuple(expired), tuple(failures))
+            malformed.extend(part_malformed)
+        return BlobCheck(run_id, tuple(verified), tuple(expired), tuple(failures), tuple(malformed))
 
 
 def copy_blobs(events: Iterable[Event], source: BlobStore, dest: BlobStore) -> int:
