@@ -1,6 +1,6 @@
 """Blob references (SPEC section 6) through ``tacho``: values shaped like a reference that are
-not one, and blobs that cannot be read, in ``verify``. Real stores, real blob folders, real
-``tacho`` processes."""
+not one, and blobs whose bytes no longer match their reference, in ``verify``, ``show`` and
+``export``. Real stores, real blob folders, real ``tacho`` processes."""
 
 from __future__ import annotations
 
@@ -153,6 +153,69 @@ def damaged(tmp_path: Path) -> tuple[Path, str, Path]:
     target = blobs.path_for(ref["$blob"])
     target.write_bytes(b"hello worlD")
     return path, run.run_id, target
+
+
+def test_export_names_a_run_whose_blob_fails_and_exits_1(
+    damaged: tuple[Path, str, Path], run_tacho: Run, tmp_path: Path
+) -> None:
+    """The damaged blob is copied as stored (the evidence, as a tampered run's bytes are),
+    but the run is named on stderr and the export exits 1; the copy fails its verify too."""
+    path, run_id, target = damaged
+    result = run_tacho("--store", str(path), "export", "--all", "-o", "o.jsonl", "--blobs")
+    assert result.returncode == 1, result.stderr
+    assert f"TAMPERED: {run_id}: FAILED at seq 1, check 5 (payload digest): $.doc:" in (
+        result.stderr
+    )
+    assert "exported 1 run(s), 4 events to o.jsonl and 2 blob(s)" in result.stderr
+    copied = tmp_path / "o.jsonl.blobs" / target.relative_to(f"{path}.blobs")
+    assert copied.read_bytes() == b"hello worlD"
+    again = run_tacho("verify", "o.jsonl", "--json")
+    assert again.returncode == 1
+    (run,) = json.loads(again.stdout)["runs"]
+    assert (run["status"], [f["seq"] for f in run["blobs"]["failures"]]) == ("failed", [1])
+
+    # without --blobs too: the run fails verification wherever its blobs are not copied
+    bare = run_tacho("--store", str(path), "export", run_id, "-o", "bare.jsonl")
+    assert bare.returncode == 1
+    assert f"TAMPERED: {run_id}: FAILED at seq 1" in bare.stderr
+    assert not (tmp_path / "bare.jsonl.blobs").exists()
+
+
+def test_show_marks_an_event_whose_blob_fails(
+    damaged: tuple[Path, str, Path], run_tacho: Run
+) -> None:
+    path, run_id, _target = damaged
+    text = run_tacho("--store", str(path), "show", run_id)
+    assert text.returncode == 1, text.stderr
+    assert f"TAMPERED: {run_id}: FAILED at seq 1, check 5 (payload digest)" in text.stdout
+    marked = [line for line in text.stdout.splitlines() if "TAMPERED  " in line]
+    assert len(marked) == 1
+    assert marked[0].startswith("1 ")
+
+    as_json = run_tacho("--store", str(path), "show", run_id, "--json")
+    assert as_json.returncode == 1
+    data = json.loads(as_json.stdout)
+    assert [e["tampered"] for e in data["events"]] == [False, True, False, False]
+    verification = data["verification"]
+    assert verification["status"] == "failed"
+    assert [f["path"] for f in verification["blobs"]["failures"]] == ["$.doc"]
+    assert len(verification["blobs"]["verified"]) == 1
+
+
+def test_verify_does_not_call_a_run_whose_blob_fails_verified(
+    damaged: tuple[Path, str, Path], run_tacho: Run
+) -> None:
+    path, run_id, _target = damaged
+    for args in (("verify",), ("verify", run_id)):
+        result = run_tacho("--store", str(path), *args)
+        assert result.returncode == 1, result.stdout
+        head = result.stdout.splitlines()[0]
+        assert head.startswith(f"{run_id}: FAILED at seq 1, check 5 (payload digest): $.doc:")
+        assert "chain intact, 4 events" in head
+        assert "verified," not in head
+        assert f"blobs of {run_id}: 1 verified, 0 expired, 1 FAILED" in result.stdout
+    whole = run_tacho("--store", str(path), "verify")
+    assert "0 of 1 run(s) verified, 1 FAILED" in whole.stdout
 
 
 def test_a_blob_that_cannot_be_read_fails_its_run(

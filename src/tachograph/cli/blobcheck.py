@@ -13,7 +13,7 @@ from ..record.scan import RowScan
 from ..record.verify import VerifyReport, iter_jsonl_runs
 from ..store import Store
 
-__all__ = ["BlobChecks", "check_file", "of_report", "of_reports", "scans_of", "totals"]
+__all__ = ["BlobChecks", "check_file", "headline", "of_report", "of_reports", "scans_of", "totals"]
 
 BlobChecks = dict[tuple[str | None, str | None], BlobCheck]
 """``(tenant, run_id)`` -> the blob check of that run."""
@@ -54,6 +54,14 @@ def of_reports(store: Store, reports: list[VerifyReport]) -> BlobChecks:
         if check is not None:
             out[report.tenant, report.run_id] = check
     return out
+
+
+def headline(report: VerifyReport, check: BlobCheck | None) -> str:
+    """A run's verification line: :meth:`VerifyReport.render`, or for a run whose chain holds
+    but whose blob fails, :meth:`BlobCheck.headline` (never "verified")."""
+    if report.ok and check is not None and not check.ok:
+        return check.headline(report.events)
+    return report.render()
 
 
 def _file_runs(path: Path) -> Iterator[list[Event]]:

@@ -325,8 +325,15 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
         # What is shown must say when it cannot be trusted: verify what is read (first, so
         # that each row is marked as it is read), and hold it against its seals (a run its
         # owner cut or changed after sealing verifies alone).
-        report = verify_stored(raw, info.run_id, tenant=info.tenant)
-        shown = _Shown(frozenset(f.seq for f in report.failures), as_json=as_json, full=full)
+        # Its blobs too (SPEC section 6), in the same read: an event whose blob does not
+        # match its reference is marked as a tampered one is.
+        report = verify_stored(raw, info.run_id, tenant=info.tenant, scans=blobcheck.scans_of(raw))
+        blobs = blobcheck.of_report(raw, report)
+        blobs_fail = blobs is not None and not blobs.ok
+        tampered = frozenset(f.seq for f in report.failures)
+        if blobs is not None:
+            tampered |= blobs.failed_seqs()
+        shown = _Shown(tampered, as_json=as_json, full=full)
         # One read of what the purpose may see (one audit record), kept as it will be
         # printed rather than as events (which a run of 100,000 held at 1.8 KB each). The
         # payloads are decoded here, so that one that is not JSON is shown as such.
@@ -338,12 +345,13 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
             from ..sealing.verdict import seal_verdict_of
 
             seal = seal_verdict_of(raw, info.run_id, info.tenant)
-    mark_failed(not report.ok or (seal is not None and not seal.ok))
+    failed = not report.ok or blobs_fail or (seal is not None and not seal.ok)
+    mark_failed(failed)
     if as_json:
         emit_json_rows(
             {
                 "run": info.to_dict(),
-                "verification": report.to_dict(),
+                "verification": _with_blobs(report.to_dict(), blobs),
                 "seal": seal.to_dict() if seal is not None else None,
                 "unvouched": unvouched,
             },
@@ -351,14 +359,15 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
             shown.rows,
         )
     else:
-        _show_text(info, report, seal, unvouched, shown, full=full)
-    if not report.ok or (seal is not None and not seal.ok):
+        _show_text(info, report, blobs, seal, unvouched, shown, full=full)
+    if failed:
         sys.exit(EXIT_FAILED)  # shown whole, and marked: as state and diff, a failure
 
 
 def _show_text(
     info: RunInfo,
     report: VerifyReport,
+    blobs: BlobCheck | None,
     seal: Any,
     unvouched: list[dict[str, Any]],
     shown: _Shown,
@@ -367,8 +376,8 @@ def _show_text(
 ) -> None:
     out = Output()
     run_header(out, info, shown.first)
-    if not report.ok:
-        out.line(f"  TAMPERED: {report.render()}", style="bold red")
+    if not report.ok or (blobs is not None and not blobs.ok):
+        out.line(f"  TAMPERED: {blobcheck.headline(report, blobs)}", style="bold red")
     if seal is not None and not seal.ok:
         out.line(f"  SEAL FAILED: {seal.reason}", style="bold red")
     elif seal is not None and seal.sealed_seq is not None:
@@ -685,9 +694,11 @@ def verify_cmd(
         listed = reports if len(reports) <= _LIST_VERIFIED else failed
         for report in listed:
             verdict = verdicts.get((report.tenant, report.run_id))
+            check = blobs.get((report.tenant, report.run_id))
+            fine = report.ok and (verdict is None or verdict.ok) and (check is None or check.ok)
             out.line(
-                render_with_seal(report, verdict),
-                style="green" if report.ok and (verdict is None or verdict.ok) else "bold red",
+                render_with_seal(report, verdict, check),
+                style="green" if fine else "bold red",
             )
             calls = unvouched.get((report.tenant, report.run_id))
             if calls:
@@ -824,10 +835,11 @@ def _with_blobs(data: dict[str, Any], check: BlobCheck | None) -> dict[str, Any]
     return data
 
 
-def render_with_seal(report: VerifyReport, verdict: Any) -> str:
+def render_with_seal(report: VerifyReport, verdict: Any, blobs: BlobCheck | None = None) -> str:
     """A run's verification line with its sealing verdict in place of the chain-only
-    "unsealed" remark (which knows nothing of the seal log)."""
-    text = report.render()
+    "unsealed" remark (which knows nothing of the seal log); a run whose chain holds but
+    whose ``blobs`` check fails is named as failing (:func:`blobcheck.headline`)."""
+    text = blobcheck.headline(report, blobs)
     if verdict is None:
         return text
     return text.split("; unsealed (", 1)[0] + "; " + str(verdict.render())

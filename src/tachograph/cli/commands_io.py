@@ -177,9 +177,20 @@ def export_cmd(
             else list(dict.fromkeys((i.tenant, i.run_id) for i in map(named, run_ids)))
         )
         # Exported bytes are the stored ones, tampered or not (they are the evidence), but a
-        # run that does not verify is named on stderr and the export exits 1.
-        reports = [verify_stored(raw, run_id, tenant=tenant) for tenant, run_id in keys]
-        failed = [report for report in reports if not report.ok]
+        # run that does not verify is named on stderr and the export exits 1; so is one whose
+        # blob does not match its reference (SPEC section 6: check 5), read as it verifies.
+        from . import blobcheck
+
+        scans = blobcheck.scans_of(raw)
+        reports = [
+            verify_stored(raw, run_id, tenant=tenant, scans=scans) for tenant, run_id in keys
+        ]
+        blobs = [blobcheck.of_report(raw, report) for report in reports]
+        failed = [
+            (report, check)
+            for report, check in zip(reports, blobs, strict=True)
+            if not report.ok or (check is not None and not check.ok)
+        ]
         # and held against its seals (each tenant's log audited once): a run its owner cut
         # after sealing verifies as a chain
         from .commands_inspect import seal_verdicts_of
@@ -191,8 +202,8 @@ def export_cmd(
         ]
         # named before the data, which a reader may stop reading (| head): it exits 1, not 141
         mark_failed(bool(failed or unsealed))
-        for report in failed:
-            click.echo(f"TAMPERED: {escape(report.render())}", err=True)
+        for report, check in failed:
+            click.echo(f"TAMPERED: {escape(blobcheck.headline(report, check))}", err=True)
         for run_id, verdict in unsealed:
             click.echo(f"SEAL FAILED: {escape(f'{run_id}: {verdict.reason}')}", err=True)
         total = 0

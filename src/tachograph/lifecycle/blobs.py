@@ -372,6 +372,22 @@ class BlobCheck:
             "malformed": [{"seq": s, "path": p, "message": m} for s, p, m in self.malformed],
         }
 
+    def failed_seqs(self) -> frozenset[int]:
+        """The seqs of the events whose blobs fail."""
+        return frozenset(s for s, _p, _m in self.failures)
+
+    def headline(self, events: int) -> str:
+        """A run's verification line when its chain holds (of ``events`` events) but a blob
+        fails: as a chain failure is named, the first failing seq and check 5."""
+        seq, path, message = self.failures[0]
+        text = (
+            f"{self.run_id or '(unnamed run)'}: FAILED at seq {seq}, check 5 (payload digest): "
+            f"{path}: {message}"
+        )
+        if len(self.failures) > 1:
+            text += f" [{len(self.failures) - 1} more blob failure(s)]"
+        return text + f"; chain intact, {events} events"
+
     def render(self) -> str:
         """One line, then one per failure and one per malformed reference."""
         head = f"blobs of {self.run_id}: {len(self.verified)} verified, {len(self.expired)} expired"
