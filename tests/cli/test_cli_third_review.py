@@ -145,3 +145,22 @@ def test_redact_url_hides_passwords_and_credential_parameters() -> None:
         redact_url("https://fn.example/api/otlp?code=V6x7Qm3Rt9Zp6&country_code=FR")
         == "https://fn.example/api/otlp?code=***&country_code=FR"
     )
+
+
+def test_a_password_in_a_store_urls_query_is_not_printed(tacho: Tacho) -> None:
+    """libpq takes ``?password=`` as well as ``user:pw@``; ``version`` printed the store URL
+    as given, and a PostgreSQL store's ``url`` (in --json, in errors) kept the query's."""
+    from tachograph.store.postgres import redact
+
+    url = "postgresql://app:CANARYpw1@127.0.0.1:1/db?password=CANARYpw2&sslmode=bogus"
+    for args in (("--store", url, "version"), ("--store", url, "version", "--json")):
+        result = tacho(*args, store=False)
+        assert result.exit_code == 0, result.output
+        assert "CANARYpw" not in result.output, result.output
+    failed = tacho("--store", url, "runs", store=False)
+    assert failed.exit_code != 0
+    assert "CANARYpw" not in failed.output, failed.output
+    assert redact("postgresql://h/db?password=s&sslpassword=t&tenant=acme") == (
+        "postgresql://h/db?password=***&sslpassword=***&tenant=acme"
+    )
+    assert redact("postgresql://app@h/db?tenant=acme") == "postgresql://app@h/db?tenant=acme"

@@ -27,7 +27,7 @@ from ..record.verify import VerifyReport
 from ..store import DEFAULT_STORE, RunInfo, Store, verify_all, verify_stored
 from ..store import open_store as open_store_raw
 from ..views.captured import NOT_CAPTURED, display_payload
-from ..views.text import spell_surrogates
+from ..views.text import redact_url, spell_surrogates
 from ..views.timeline import (
     TimelineRow,
     event_row,
@@ -925,7 +925,8 @@ def version_cmd(as_json: bool) -> None:
         "tachograph": __version__,
         "format_version": FORMAT_VERSION,
         "python": platform.python_version(),
-        "store": state().store_url,
+        # the URL as given may hold a password (postgresql://app:pw@..., ?password=)
+        "store": redact_url(state().store_url),
         "default_store": DEFAULT_STORE,
     }
     if as_json:

@@ -152,14 +152,35 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     return urllib.parse.urlunsplit(parts._replace(query=rest)), ours
 
 
+_SECRET_PARAMETERS = frozenset({"password", "sslpassword", "passfile", "sslkey"})
+"""libpq connection parameters a URL's query may carry that must not be printed."""
+
+
 def redact(url: str) -> str:
-    """``url`` without its password, for messages and ``Store.url``."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
+    """``url`` without its password (``user:***@host``, and ``password=***`` and the other
+    libpq parameters that hold or name a secret in its query), for messages and
+    ``Store.url``."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        password = parts.password
+    except ValueError:
         return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    netloc = parts.netloc
+    if password is not None:
+        host = netloc.rsplit("@", 1)[1]
+        netloc = f"{parts.username or ''}:***@{host}"
+    query = parts.query
+    if query:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+        if any(k.lower() in _SECRET_PARAMETERS for k, _ in pairs):
+            query = "&".join(
+                f"{urllib.parse.quote(k, safe='')}="
+                + ("***" if k.lower() in _SECRET_PARAMETERS else urllib.parse.quote(v, safe=""))
+                for k, v in pairs
+            )
+    if netloc == parts.netloc and query == parts.query:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 class PostgresStore(Store):
