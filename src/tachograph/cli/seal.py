@@ -98,12 +98,11 @@ def keys_init(out: Path | None, name: str | None, for_witness: bool, as_json: bo
     target = out or (Path(os.environ[SIGNING_KEY_ENV]) if os.environ.get(SIGNING_KEY_ENV) else None)
     if target is None:
         raise click.UsageError(f"give --out PATH (or set {SIGNING_KEY_ENV})")
-    store_url = state().store_url
-    store_path = (
-        Path(store_url.split("sqlite:///", 1)[-1])
-        if "://" not in store_url or (store_url.startswith("sqlite:///"))
-        else None
-    )
+    from ..store.sqlite import sqlite_file_of
+
+    # the file the store in force is opened at (a sqlite:/// URL resolved as opening it
+    # resolves it, its ?tenant= left out), whether given by --store or TACHOGRAPH_STORE
+    store_path = sqlite_file_of(state().store_url)
     if store_path is not None and _inside(target, store_path.parent):
         raise CliError(
             f"{target} is inside the store's folder {store_path.parent.resolve()}: a signing key "

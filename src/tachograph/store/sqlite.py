@@ -59,7 +59,7 @@ from .sqlite_lifecycle import (
 )
 from .sqlite_seals import SEAL_SCHEMA, SQLiteSealLog, insert_seals
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore", "interrupt_waits"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "interrupt_waits", "sqlite_file_of"]
 
 SCHEMA_VERSION = 8
 
@@ -313,6 +313,25 @@ def _parse_url(url: str) -> tuple[str, dict[str, str]]:
             raise StoreError(f"store URL {url!r} names no file", location=url)
         return _absolute_if_meant(path), query
     return url, query
+
+
+def sqlite_file_of(url: str) -> Path | None:
+    """The database file a store URL names when it is a SQLite store, resolved as opening
+    it resolves it (``sqlite:///srv/runs.db`` is ``/srv/runs.db`` when there is no ``./srv``;
+    a ``?tenant=`` query is not part of the path); ``None`` for another engine or an
+    in-memory database."""
+    if "://" not in url:
+        path = url  # a plain path: opened as it is written
+    elif url.split("://", 1)[0].lower() == "sqlite":
+        try:
+            path, _ = _parse_url(url)
+        except StoreError:
+            return None
+    else:
+        return None
+    if path == ":memory:" or not path.strip():
+        return None
+    return Path(path)
 
 
 def _create_private(target: Path) -> None:

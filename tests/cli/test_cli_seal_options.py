@@ -1,0 +1,80 @@
+"""The sealing side of the command line says what it did and refuses what it cannot do.
+
+``verify`` refuses an option that would have no effect on its target (an evidence folder, a
+JSONL file, a store) rather than ignore it, and holds a store's runs to ``--min-witnesses``
+through the witnesses it consults (a real ``tacho witness`` process); ``keys init`` finds the
+store's folder however the store is named; ``seal`` signs nothing for a tenant with nothing
+to seal; ``state`` and ``diff`` give a run whose seal fails the status ``verify`` gives it;
+a checkpoint whose signature line names the trusted key with another key id is not said to
+be signed by that key. Real SQLite stores, the real CLI, no mocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sealing.helpers import make_key, record, tacho
+from tachograph.record.checkpoint import SigningKey
+from tachograph.store import SQLiteStore
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TACHOGRAPH_STORE", "TACHOGRAPH_SIGNING_KEY", "TACHOGRAPH_LOG_NAME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@dataclass
+class Sealed:
+    db: Path
+    key: SigningKey
+    key_file: Path
+    tmp: Path
+
+    @property
+    def vkey(self) -> str:
+        return str(self.key.verifier)
+
+
+@pytest.fixture
+def sealed(tmp_path: Path) -> Sealed:
+    """A store of three finished runs, sealed and checkpointed as they were recorded."""
+    key, key_file = make_key(tmp_path / "keys")
+    db = tmp_path / "store" / "s.db"
+    with SQLiteStore(db) as store:
+        for run in ("r1", "r2", "r3"):
+            record(store, run, 6, key=key)
+    return Sealed(db, key, key_file, tmp_path)
+
+
+# D8. keys init finds the store's folder however the store is named
+
+
+@pytest.mark.parametrize("form", ["sqlite://{}", "sqlite:///{}", "sqlite://{}?tenant=acme", "{}"])
+def test_keys_init_refuses_a_key_inside_the_folder_of_a_store_given_as_a_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    db = tmp_path / "t" / "base.db"
+    SQLiteStore(db).close()
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    monkeypatch.chdir(work)  # no ./tmp here: sqlite:///tmp/... is the absolute /tmp/...
+    inside = db.parent / "inside.key"
+    for via_env in (False, True):
+        if via_env:
+            monkeypatch.setenv("TACHOGRAPH_STORE", form.format(db))
+            result = tacho("keys", "init", "-o", str(inside))
+        else:
+            monkeypatch.delenv("TACHOGRAPH_STORE", raising=False)
+            result = tacho("--store", form.format(db), "keys", "init", "-o", str(inside))
+        assert result.exit_code == 2, (form, result.output)
+        assert "inside the store's folder" in result.stderr
+        assert not inside.exists()
+    monkeypatch.delenv("TACHOGRAPH_STORE")
+    apart = tmp_path / "keys" / "log.key"
+    made = tacho("--store", form.format(db), "keys", "init", "-o", str(apart))
+    assert made.exit_code == 0, made.output
+    assert apart.exists()
