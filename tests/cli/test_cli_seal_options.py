@@ -11,6 +11,8 @@ be signed by that key. Real SQLite stores, the real CLI, no mocks.
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 
 from sealing.helpers import make_key, record, tacho
 from tachograph.record.checkpoint import SigningKey
+from tachograph.sealing import SealLog
 from tachograph.store import SQLiteStore
 
 
@@ -78,3 +81,51 @@ def test_keys_init_refuses_a_key_inside_the_folder_of_a_store_given_as_a_url(
     made = tacho("--store", form.format(db), "keys", "init", "-o", str(apart))
     assert made.exit_code == 0, made.output
     assert apart.exists()
+
+
+# D9. seal signs nothing for a tenant with nothing to seal
+
+
+def test_seal_refuses_a_tenant_with_no_seal_and_keeps_nothing(sealed: Sealed) -> None:
+    result = tacho(
+        "seal", "--key-file", str(sealed.key_file), "--tenant", "TYPO", "--json", store=sealed.db
+    )
+    assert result.exit_code == 3, result.output
+    assert result.stdout == ""
+    assert "tenant 'TYPO' has no seal and no checkpoint in this store" in result.stderr
+    assert "the store holds no run of it" in result.stderr
+    with SQLiteStore(sealed.db) as store:
+        assert store.latest_checkpoint("TYPO") is None
+    raw = sqlite3.connect(sealed.db)
+    assert raw.execute("SELECT count(*) FROM checkpoints WHERE tenant='TYPO'").fetchone() == (0,)
+    raw.close()
+    # the tenant that has seals is sealed as before
+    again = tacho("seal", "--key-file", str(sealed.key_file), "--json", store=sealed.db)
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["issued"] is False
+
+
+def test_seal_refuses_a_tenant_whose_runs_have_no_seal(tmp_path: Path) -> None:
+    _, key_file = make_key(tmp_path / "keys")
+    db = tmp_path / "store" / "s.db"
+    with SQLiteStore(db) as store:
+        record(store, "plain", 4, key=None, every=100, finish=False)  # before its first seal
+    result = tacho("seal", "--key-file", str(key_file), store=db)
+    assert result.exit_code == 3
+    assert "its runs have no seal" in result.stderr
+    with SQLiteStore(db) as store:
+        assert store.latest_checkpoint("default") is None
+
+
+def test_a_first_checkpoint_of_an_empty_log_is_reported_as_issued(tmp_path: Path) -> None:
+    key, _ = make_key(tmp_path / "keys")
+    with SQLiteStore(tmp_path / "e.db") as store:
+        log = SealLog(store, tenant="empty", key=key)
+        log.issue()
+        assert log.issued_new is True  # it was signed and kept now
+        row = store.latest_checkpoint("empty")
+        assert row is not None
+        assert row.size == 0
+        again = SealLog(store, tenant="empty", key=key)
+        again.issue()
+        assert again.issued_new is False  # the latest, returned

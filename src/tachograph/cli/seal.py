@@ -17,7 +17,16 @@ from ..record.event import check_tenant
 from ..record.verify import VerifyReport
 from ..store import Store
 from ..views.text import escape
-from .app import EXIT_FAILED, EXIT_USAGE, CliError, emit_json, json_option, open_store, state
+from .app import (
+    EXIT_FAILED,
+    EXIT_STORE,
+    EXIT_USAGE,
+    CliError,
+    emit_json,
+    json_option,
+    open_store,
+    state,
+)
 from .privacy import purpose_option
 
 if TYPE_CHECKING:
@@ -179,9 +188,24 @@ def seal_cmd(
         except EventError as exc:
             raise CliError(f"--tenant: {exc}", exit_code=EXIT_USAGE) from None
     with open_store() as store:
+        name = store.writing_tenant(tenant)
+        if store.seal_count(name) == 0 and store.latest_checkpoint(name) is None:
+            # Nothing to sign: a checkpoint of an empty log, once kept, is kept for good (a
+            # mistyped --tenant would leave one behind) and vouches for nothing.
+            runs = store.runs(tenant=name, limit=1)
+            why = (
+                "its runs have no seal (recorded with sealing off, or not yet at their first)"
+                if runs
+                else "the store holds no run of it (tacho runs lists each run's tenant)"
+            )
+            raise CliError(
+                f"tenant {name!r} has no seal and no checkpoint in this store: nothing to "
+                f"seal, and no checkpoint was signed; {why}",
+                exit_code=EXIT_STORE,
+            )
         log = SealLog(
             store,
-            tenant=store.writing_tenant(tenant),
+            tenant=name,
             key=key,
             witnesses=[witness_for(w, log_keys=[key.verifier]) for w in witnesses],
         )

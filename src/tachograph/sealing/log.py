@@ -174,7 +174,9 @@ class SealLog:
                 self.push(note)
             return note
         self._issued = issued
-        self.issued_new = bool(issued.new_hashes)
+        # signed and kept now, whatever it covers: a first checkpoint of an empty log too (a
+        # size-0 checkpoint has no new leaf, and is new all the same)
+        self.issued_new = True
         if self.witnesses:
             if issued.new_hashes:
                 self._push(issued.note, issued.old, list(issued.new_hashes))
