@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sealing.helpers import make_key, record, tacho
-from tachograph.record.checkpoint import SigningKey
+from tachograph.record.checkpoint import Note, NoteSignature, SigningKey
 from tachograph.sealing import SealLog
 from tachograph.store import SQLiteStore
 
@@ -129,3 +129,36 @@ def test_a_first_checkpoint_of_an_empty_log_is_reported_as_issued(tmp_path: Path
         again = SealLog(store, tenant="empty", key=key)
         again.issue()
         assert again.issued_new is False  # the latest, returned
+
+
+# D11. a signature line with another key id is not the trusted key's
+
+
+def test_a_checkpoint_whose_key_id_was_changed_is_not_said_signed_by_the_trusted_key(
+    sealed: Sealed,
+) -> None:
+    raw = sqlite3.connect(sealed.db, isolation_level=None)
+    raw.execute("DROP TRIGGER checkpoints_append_only_update")
+    size, text = raw.execute(
+        "SELECT size, note FROM checkpoints ORDER BY size DESC LIMIT 1"
+    ).fetchone()
+    note = Note.parse(text)
+    (sig,) = note.signatures
+    other = bytes([sig.key_id[0] ^ 0xFF]) + sig.key_id[1:]
+    forged = Note(note.text, (NoteSignature(sig.name, other, sig.signature),))
+    raw.execute("UPDATE checkpoints SET note=? WHERE size=?", (forged.to_bytes().decode(), size))
+    raw.close()
+    result = tacho("verify", "--key", sealed.vkey, "--json", store=sealed.db)
+    assert result.exit_code == 1
+    reason = json.loads(result.stdout)["runs"][0]["seal"]["reason"]
+    assert f"is signed by {sealed.key.name}" not in reason
+    assert reason == (
+        f"checkpoint {size} carries no signature by a trusted key: the signature line named "
+        f"{sealed.key.name} carries key id {other.hex()}, not the id of the trusted key of that "
+        f"name ({sealed.key.verifier.key_id.hex()}): it matches no trusted key"
+    )
+    # a checkpoint signed by another key altogether names that key as no trusted one
+    stranger, _ = make_key(sealed.tmp / "k2", "stranger.example/tachograph")
+    named = tacho("verify", "--key", str(stranger.verifier), "--json", store=sealed.db)
+    assert named.exit_code == 1
+    assert "matches no trusted key" in json.loads(named.stdout)["runs"][0]["seal"]["reason"]

@@ -331,13 +331,7 @@ def audit_tenant(
     except SealingError as exc:
         return TenantAudit(tenant, None, None, problem=f"latest checkpoint: {exc}")
     if not signers:
-        names = ", ".join(s.name for s in note.signatures) or "nobody"
-        return TenantAudit(
-            tenant,
-            None,
-            None,
-            problem=f"checkpoint {cp.size} is signed by {names}, not by a trusted key",
-        )
+        return TenantAudit(tenant, None, None, problem=_untrusted_signatures(cp, note, keys))
     if cp.origin != origin and not cp.origin.endswith(f"/tachograph/{tenant}"):
         return TenantAudit(
             tenant, None, None, problem=f"checkpoint origin {cp.origin!r} is not this tenant's"
@@ -367,6 +361,33 @@ def audit_tenant(
     return TenantAudit(
         tenant, cp.size, signers[0].name, tuple(witnessed), tree=tree, checkpoint=note
     )
+
+
+def _untrusted_signatures(cp: Checkpoint, note: Note, keys: Sequence[VerifierKey]) -> str:
+    """Why no signature line of the checkpoint ``note`` is a trusted key's. A line is matched
+    to a key by its name and its key id together: a line that bears a trusted key's name with
+    another key id is no signature by that key (and the name alone is anyone's to write)."""
+    lines = []
+    for sig in note.signatures:
+        ids = [k.key_id.hex() for k in keys if k.name == sig.name]
+        if sig.key_id.hex() in ids:  # a key given as trusted, but not a log key
+            lines.append(
+                f"the signature line of {sig.name} (key id {sig.key_id.hex()}) is by a key "
+                "trusted as a witness (cosignature) key, not as a log key"
+            )
+        elif ids:
+            lines.append(
+                f"the signature line named {sig.name} carries key id {sig.key_id.hex()}, not "
+                f"the id of the trusted key of that name ({', '.join(ids)}): it matches no "
+                "trusted key"
+            )
+        else:
+            lines.append(
+                f"the signature line named {sig.name} (key id {sig.key_id.hex()}) matches no "
+                "trusted key"
+            )
+    found = "; ".join(lines) if lines else "it carries no signature line"
+    return f"checkpoint {cp.size} carries no signature by a trusted key: {found}"
 
 
 def _tenant_of_origin(origin: str) -> str | None:
