@@ -131,6 +131,53 @@ def test_a_first_checkpoint_of_an_empty_log_is_reported_as_issued(tmp_path: Path
         assert again.issued_new is False  # the latest, returned
 
 
+# D10. state and diff give a run whose seal fails the status verify gives it
+
+
+def _cut_tail(db: Path) -> None:
+    """Cut run r1's tail (seq 4..) after it was sealed, and make its summary agree: the
+    chain alone then verifies."""
+    raw = sqlite3.connect(db, isolation_level=None)
+    for trigger in ("events_append_only_delete", "payloads_no_delete"):
+        raw.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    head = raw.execute("SELECT hash FROM events WHERE run_id='r1' AND seq=3").fetchone()[0]
+    raw.execute(
+        "DELETE FROM payloads WHERE id IN (SELECT id FROM events WHERE run_id='r1' AND seq>=4)"
+    )
+    raw.execute("DELETE FROM events WHERE run_id='r1' AND seq>=4")
+    raw.execute("UPDATE runs SET events=4, head_hash=? WHERE run_id='r1'", (head,))
+    raw.close()
+
+
+def test_state_and_diff_report_a_failed_seal_as_verify_does(
+    sealed: Sealed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _cut_tail(sealed.db)
+    monkeypatch.setenv("TACHOGRAPH_SIGNING_KEY", str(sealed.key_file))
+    verified = tacho("verify", "r1", "--json", store=sealed.db)
+    assert verified.exit_code == 1
+    (run,) = json.loads(verified.stdout)["runs"]
+    assert run["status"] == "failed"
+    assert run["first_failure"] is None  # the chain verifies: the seal fails
+    state = tacho("state", "r1", "--at", "2", "--json", store=sealed.db)
+    assert state.exit_code == 1
+    data = json.loads(state.stdout)
+    assert data["seal"]["status"] == "failed"
+    assert data["verification"]["status"] == "failed"  # was "verified"
+    assert data["verification"]["sealed"] is False
+    diff = tacho("diff", "r1", "r2", "--json", store=sealed.db)
+    assert diff.exit_code == 1
+    check = json.loads(diff.stdout)["verification"]
+    assert check["ok"] is False
+    assert check["seal_a"]["status"] == "failed"
+    assert check["run_a"]["status"] == "failed"  # was "verified"
+    assert check["run_b"]["status"] == "verified"
+    assert check["run_b"]["sealed"] is True  # signed by the trusted key in force
+    intact = json.loads(tacho("state", "r2", "--json", store=sealed.db).stdout)
+    assert intact["verification"]["status"] == "verified"
+    assert intact["verification"]["sealed"] is True
+
+
 # D11. a signature line with another key id is not the trusted key's
 
 

@@ -378,3 +378,35 @@ def test_cli_export_refuses_a_run_that_does_not_verify(
     assert "TAMPERED" not in done.stderr
     assert json.loads(done.stdout)["verification"]["status"] == "verified"
     assert len(receiver.requests) == 2
+
+
+def test_cli_export_gives_a_run_whose_seal_fails_the_status_verify_gives_it(
+    tmp_path: Path, store: SQLiteStore, receiver: OTLPReceiver
+) -> None:
+    run_id = _record(store)
+    assert store.seals_for_run("default", run_id)  # sealed as recorded (the default)
+    db = tmp_path / "runs.db"
+    # Its last event cut, with the run summary made to agree: the chain alone verifies, the
+    # final seal shows the cut.
+    con = sqlite3.connect(db, isolation_level=None)
+    for trigger in ("events_append_only_delete", "payloads_no_delete"):
+        con.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    (last,) = con.execute("SELECT max(seq) FROM events WHERE run_id=?", (run_id,)).fetchone()
+    (head,) = con.execute(
+        "SELECT hash FROM events WHERE run_id=? AND seq=?", (run_id, last - 1)
+    ).fetchone()
+    con.execute(
+        "DELETE FROM payloads WHERE id IN (SELECT id FROM events WHERE run_id=? AND seq=?)",
+        (run_id, last),
+    )
+    con.execute("DELETE FROM events WHERE run_id=? AND seq=?", (run_id, last))
+    con.execute("UPDATE runs SET events=?, head_hash=? WHERE run_id=?", (last, head, run_id))
+    con.close()
+    send = ("otel", "export", "--endpoint", receiver.traces_url, "--allow-unverified")
+    allowed = _tacho(db, *send, run_id, "--json")
+    assert allowed.exit_code == 0, allowed.output
+    assert allowed.stderr.startswith("SEAL FAILED: ")
+    report = json.loads(allowed.stdout)
+    assert report["seal"]["status"] == "failed"
+    assert report["verification"]["first_failure"] is None  # the chain verifies
+    assert report["verification"]["status"] == "failed"  # as tacho verify has it

@@ -63,6 +63,7 @@ __all__ = [
     "seal_verdicts_of",
     "show_timeline",
     "tampered_line",
+    "verification_of",
     "with_seal",
 ]
 
@@ -492,7 +493,7 @@ def state_cmd(run_id: str, at: int | None, tenant: str | None, purpose: str, as_
     data = result.to_dict()
     mark_failed(not report.ok or not seal.ok)
     if as_json:
-        emit_json({**data, "verification": report.to_dict(), "seal": seal.to_dict()})
+        emit_json({**data, "verification": verification_of(report, seal), "seal": seal.to_dict()})
     else:
         out = Output()
         out.line(f"state of {run_id} after seq {result.last_seq} ({result.status})", style="bold")
@@ -847,9 +848,20 @@ def render_with_seal(report: VerifyReport, verdict: Any, blobs: BlobCheck | None
 
 def with_seal(report: VerifyReport, verdict: Any) -> dict[str, Any]:
     """A run's verification report as JSON, with its sealing verdict (``seal``, ``sealed``)."""
-    data = report.to_dict()
+    data = verification_of(report, verdict)
     if verdict is not None:
         data["seal"] = verdict.to_dict()
+    return data
+
+
+def verification_of(report: VerifyReport, verdict: Any) -> dict[str, Any]:
+    """A run's verification report as JSON, as ``tacho verify --json`` gives its status:
+    ``failed`` when its seal fails (a run cut or changed after it was sealed verifies as a
+    chain), and ``sealed`` true when a trusted checkpoint covers it. The verdict itself goes
+    beside it (``seal``), where a command shows it. A run whose chain fails is not held
+    against its seals (as ``verify``): it is failed, and not sealed, whatever they say."""
+    data = report.to_dict()
+    if verdict is not None and report.ok:
         data["sealed"] = verdict.status == "sealed"
         if not verdict.ok:
             data["status"] = "failed"
@@ -892,8 +904,8 @@ def diff_cmd(run_a: str, run_b: str, tenant: str | None, purpose: str, as_json: 
                 **result.to_dict(),
                 "verification": {
                     "ok": verified,
-                    "run_a": reports[0].to_dict(),
-                    "run_b": reports[1].to_dict(),
+                    "run_a": verification_of(reports[0], seals[keys[0]]),
+                    "run_b": verification_of(reports[1], seals[keys[1]]),
                     "seal_a": seals[keys[0]].to_dict(),
                     "seal_b": seals[keys[1]].to_dict(),
                 },

@@ -129,7 +129,8 @@ def export_command(
         header_map = parse_headers(headers)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--header") from None
-    from .commands_inspect import seal_of  # only for an export: not with `otel import`
+    # only for an export: not with `otel import`
+    from .commands_inspect import seal_of, verification_of
 
     with open_store() as raw:
         store = scoped_store(raw, purpose)
@@ -161,7 +162,13 @@ def export_command(
     if not seal.ok:
         click.echo(f"SEAL FAILED: {escape(str(seal.reason))}", err=True)
     if as_json:
-        emit_json({**result.to_dict(), "verification": report.to_dict(), "seal": seal.to_dict()})
+        emit_json(
+            {
+                **result.to_dict(),
+                "verification": verification_of(report, seal),
+                "seal": seal.to_dict(),
+            }
+        )
     elif result.ok:
         click.echo(
             escape(
