@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from sealing.helpers import make_key, record, tacho
+from sealing.helpers import make_key, record, start_witness, tacho
 from tachograph.record.checkpoint import Note, NoteSignature, SigningKey
 from tachograph.sealing import SealLog
 from tachograph.store import SQLiteStore
@@ -51,6 +52,160 @@ def sealed(tmp_path: Path) -> Sealed:
         for run in ("r1", "r2", "r3"):
             record(store, run, 6, key=key)
     return Sealed(db, key, key_file, tmp_path)
+
+
+# D5. verify refuses the options that do not apply to its target
+
+
+def _evidence(s: Sealed) -> Path:
+    folder = s.tmp / "evidence"
+    made = tacho("evidence", "r1", "-o", str(folder), "--key", s.vkey, store=s.db)
+    assert made.exit_code == 0, made.output
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--witness", "http://127.0.0.1:1"], "--witness does not apply to an evidence folder"),
+        (["--workers", "4"], "--workers does not apply to an evidence folder"),
+        (["--tenant", "zz"], "--tenant does not apply to an evidence folder"),
+    ],
+)
+def test_an_evidence_folder_refuses_each_option_that_has_no_effect(
+    sealed: Sealed, extra: list[str], named: str
+) -> None:
+    folder = _evidence(sealed)
+    assert tacho("verify", str(folder), "--key", sealed.vkey).exit_code == 0
+    refused = tacho("verify", str(folder), "--key", sealed.vkey, *extra)
+    assert refused.exit_code == 2, refused.output
+    assert named in refused.stderr
+
+
+def test_the_reviewers_evidence_command_line_is_a_usage_error(sealed: Sealed) -> None:
+    # was: exit 0, and the witness (nothing listens on port 1) never contacted
+    folder = _evidence(sealed)
+    result = tacho(
+        "verify",
+        str(folder),
+        "--key",
+        sealed.vkey,
+        "--witness",
+        "http://127.0.0.1:1",
+        "--tenant",
+        "zz",
+        "--workers",
+        "4",
+    )
+    assert result.exit_code == 2
+    assert "does not apply to an evidence folder" in result.stderr
+    assert "verified" not in result.stdout
+
+
+def test_min_witnesses_in_an_evidence_folder_needs_a_witness_key(sealed: Sealed) -> None:
+    folder = _evidence(sealed)
+    result = tacho("verify", str(folder), "--key", sealed.vkey, "--min-witnesses", "1")
+    assert result.exit_code == 2
+    assert "--min-witnesses counts cosignatures by trusted witness keys" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--key", "KEY"],
+        ["--witness", "http://127.0.0.1:1"],
+        ["--witness-key", "KEY"],
+        ["--min-witnesses", "1"],
+        ["--workers", "2"],
+        ["--tenant", "zz"],
+    ],
+)
+def test_a_jsonl_file_refuses_the_sealing_and_store_options(
+    sealed: Sealed, extra: list[str]
+) -> None:
+    exported = sealed.tmp / "r1.jsonl"
+    assert tacho("export", "r1", "-o", str(exported), store=sealed.db).exit_code == 0
+    assert tacho("verify", str(exported)).exit_code == 0
+    extra = [sealed.vkey if v == "KEY" else v for v in extra]
+    refused = tacho("verify", str(exported), *extra)
+    assert refused.exit_code == 2, refused.output
+    assert f"{extra[0]} does not apply to a JSONL file" in refused.stderr
+
+
+def test_a_store_file_refuses_tenant(sealed: Sealed) -> None:
+    refused = tacho("verify", str(sealed.db), "--tenant", "default")
+    assert refused.exit_code == 2
+    assert "--tenant does not apply to a store file" in refused.stderr
+
+
+def test_min_witnesses_on_a_store_without_a_witness_is_a_usage_error(sealed: Sealed) -> None:
+    # was: "3 of 3 run(s) verified", exit 0: no cosignature counted, none asked for
+    wkey, _ = make_key(sealed.tmp / "wkeys", "witness.example/w1", witness=True)
+    for extra in ([], ["--witness-key", str(wkey.verifier)]):
+        result = tacho(
+            "verify", "--key", sealed.vkey, "--min-witnesses", "2", *extra, store=sealed.db
+        )
+        assert result.exit_code == 2, result.output
+        assert "--min-witnesses needs --witness (and --witness-key) for a store" in result.stderr
+        assert "run(s) verified" not in result.stdout
+    lone = tacho(
+        "verify", "--key", sealed.vkey, "--witness-key", str(wkey.verifier), store=sealed.db
+    )
+    assert lone.exit_code == 2
+    assert "--witness-key needs --witness for a store" in lone.stderr
+
+
+@pytest.fixture
+def witness(sealed: Sealed) -> Iterator[tuple[str, SigningKey]]:
+    """A ``tacho witness`` process trusting the store's log key: (its URL, its key)."""
+    wkey, wkey_file = make_key(sealed.tmp / "wkeys", "witness.example/w1", witness=True)
+    proc, url = start_witness(sealed.tmp / "wstate", wkey_file, sealed.vkey)
+    try:
+        yield url, wkey
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_min_witnesses_on_a_store_counts_the_witnesses_cosignatures(
+    sealed: Sealed, witness: tuple[str, SigningKey]
+) -> None:
+    url, wkey = witness
+    pushed = tacho("seal", "--key-file", str(sealed.key_file), "--witness", url, store=sealed.db)
+    assert pushed.exit_code == 0, pushed.output
+    keyless = ("--key", sealed.vkey, "--witness", url, "--min-witnesses", "1")
+    refused = tacho("verify", *keyless, store=sealed.db)
+    assert refused.exit_code == 2  # no witness key to count cosignatures by
+    assert "--min-witnesses counts cosignatures by trusted witness keys" in refused.stderr
+    policy = ("--key", sealed.vkey, "--witness", url, "--witness-key", str(wkey.verifier))
+    one = tacho("verify", *policy, "--min-witnesses", "1", "--json", store=sealed.db)
+    assert one.exit_code == 0, one.output
+    runs = {r["run_id"]: r for r in json.loads(one.stdout)["runs"]}
+    assert {r["seal"]["witnessed_by"][0] for r in runs.values()} == {wkey.name}
+    # Two cosignatures asked for, one witness: every run fails, saying so.
+    two = tacho("verify", *policy, "--min-witnesses", "2", "--json", store=sealed.db)
+    assert two.exit_code == 1
+    data = json.loads(two.stdout)
+    assert data["ok"] is False
+    assert data["failed"] == 3
+    for run in data["runs"]:
+        assert run["status"] == "failed"
+        assert run["seal"]["status"] == "failed"
+        assert run["seal"]["reason"].startswith(
+            f"1 witness(es) ({wkey.name}) cosigned a checkpoint covering its seal at seq 5; "
+            "--min-witnesses asks for 2"
+        )
+    text = tacho("verify", *policy, "--min-witnesses", "2", store=sealed.db)
+    assert text.exit_code == 1
+    assert "0 of 3 run(s) verified, 3 FAILED" in text.stdout
+    # A run sealed after the witness's checkpoint is not vouched for by it.
+    with SQLiteStore(sealed.db) as store:
+        record(store, "r4", 6, key=sealed.key)
+    later = tacho("verify", *policy, "--min-witnesses", "1", "--json", store=sealed.db)
+    assert later.exit_code == 1
+    runs = {r["run_id"]: r for r in json.loads(later.stdout)["runs"]}
+    assert [r for r, v in runs.items() if v["status"] == "failed"] == ["r4"]
+    assert "0 witness(es) cosigned a checkpoint covering its seal" in runs["r4"]["seal"]["reason"]
 
 
 # D8. keys init finds the store's folder however the store is named

@@ -158,15 +158,20 @@ def test_verify_with_workers_starts_them_before_the_command_line_loads(
 def test_verify_of_a_file_starts_no_workers_ahead(
     tmp_path: Path, store_path: Path, python: str, child_env: dict[str, str]
 ) -> None:
-    # A JSONL file is verified in this process: no worker is started for it.
+    # A JSONL file is verified in this process: no worker is started for it, and --workers,
+    # which would have no effect, is refused (a usage error) before anything is verified.
     exported = tmp_path / "run.jsonl"
     with tg.open_store(store_path) as store, exported.open("wb") as out:
         (run,) = store.runs()
         write_events(store.read(run.run_id, tenant=run.tenant), out)
     got = _watched(python, child_env, "verify", str(exported), "--workers", "2", "--json")
-    assert got["code"] == 0
-    assert json.loads(got["out"])["ok"] is True
+    assert got["code"] == 2
+    assert got["out"] == ""
     assert got["started"] == []
+    plain = _watched(python, child_env, "verify", str(exported), "--json")
+    assert plain["code"] == 0
+    assert json.loads(plain["out"])["ok"] is True
+    assert plain["started"] == []
 
 
 def test_workers_started_ahead_for_a_command_that_then_fails_are_ended(

@@ -59,6 +59,7 @@ from .render import Output, event_style
 __all__ = [
     "register",
     "render_with_seal",
+    "require_witnesses",
     "run_header",
     "seal_verdicts_of",
     "show_timeline",
@@ -556,6 +557,130 @@ def _open_store_at(path: str) -> Store:
         raise CliError(f"cannot open store {path}: {exc}", exit_code=EXIT_STORE) from exc
 
 
+_EVIDENCE = "an evidence folder"
+_JSONL = "a JSONL file"
+_STORE_FILE = "a store file"
+_STORE = "the store"
+
+_OFFLINE = "it is checked offline, against --key and the cosignatures it carries (--witness-key)"
+_CHAIN_ONLY = (
+    "a file's runs are checked as hash chains only, with no seal log to hold them to (write "
+    "a run's evidence folder with tacho evidence, and verify that)"
+)
+_NOT_APPLICABLE: dict[str, dict[str, str]] = {
+    _EVIDENCE: {
+        "--witness": _OFFLINE + ", and no witness is consulted",
+        "--workers": "it holds one run, verified in this process",
+        "--tenant": "it holds one run, of the tenant its proof names",
+    },
+    _JSONL: {
+        "--key": _CHAIN_ONLY,
+        "--witness": _CHAIN_ONLY,
+        "--witness-key": _CHAIN_ONLY,
+        "--min-witnesses": _CHAIN_ONLY,
+        "--workers": "a file is verified in this process",
+        "--tenant": "every run of the file is verified (--tenant names a RUN's tenant)",
+    },
+    _STORE_FILE: {
+        "--tenant": "every run of the store is verified (--tenant names a RUN's tenant: give "
+        "the store as --store and the RUN)",
+    },
+}
+"""Per kind of target, the options that have no effect on it, and why: each is refused."""
+
+_PARAMS = {
+    "keys": "--key",
+    "witnesses": "--witness",
+    "witness_keys": "--witness-key",
+    "min_witnesses": "--min-witnesses",
+    "workers": "--workers",
+    "tenant": "--tenant",
+}
+
+
+def _target_kind(target: str | None) -> str:
+    """What ``tacho verify TARGET`` verifies, decided as the command decides it."""
+    if target is None:
+        return _STORE
+    if Path(target).is_dir():
+        return _EVIDENCE
+    if Path(target).is_file() and is_sqlite_file(target):
+        return _STORE_FILE
+    if Path(target).is_file() or _looks_like_file(target):
+        return _JSONL
+    return _STORE  # a RUN
+
+
+def _given_options() -> list[str]:
+    """The options of this ``verify`` given on its command line (not left to their default)."""
+    ctx = click.get_current_context()
+    given = []
+    for param, option in _PARAMS.items():
+        source = ctx.get_parameter_source(param)
+        if source is not None and source is not click.core.ParameterSource.DEFAULT:
+            given.append(option)
+    return given
+
+
+def _refuse_what_does_not_apply(
+    kind: str,
+    *,
+    given: Sequence[str],
+    witnesses: Sequence[str],
+    witness_keys: Sequence[str],
+    min_witnesses: int,
+) -> None:
+    """A usage error for an option that would have no effect on the target: an option that
+    is silently ignored reads as a check that was made."""
+    for option in given:
+        why = _NOT_APPLICABLE.get(kind, {}).get(option)
+        if why is not None:
+            raise click.UsageError(f"{option} does not apply to {kind}: {why}")
+    if kind in (_STORE, _STORE_FILE) and not witnesses:
+        if min_witnesses > 0:
+            raise click.UsageError(
+                "--min-witnesses needs --witness (and --witness-key) for a store: a store "
+                "keeps no cosignature (its checkpoints are signed by the log key only), so "
+                "the witnesses that cosigned its checkpoints must be consulted"
+            )
+        if witness_keys:
+            raise click.UsageError(
+                "--witness-key needs --witness for a store: it vouches for the checkpoints a "
+                "witness holds, and no witness is consulted"
+            )
+    if min_witnesses > 0 and not witness_keys:
+        raise click.UsageError(
+            "--min-witnesses counts cosignatures by trusted witness keys: give the "
+            "--witness-key of each witness whose cosignature counts"
+        )
+
+
+def require_witnesses(verdicts: dict[Any, Any], min_witnesses: int) -> dict[Any, Any]:
+    """The sealing verdicts with the runs that ``min_witnesses`` trusted witnesses do not
+    vouch for failed: a run's latest seal under the trusted checkpoint must be covered by
+    a checkpoint each of ``min_witnesses`` witnesses (by key name) cosigned."""
+    if min_witnesses <= 0:
+        return verdicts
+    held = {}
+    for key, verdict in verdicts.items():
+        names = sorted(set(verdict.witnessed_by))
+        if verdict.ok and len(names) < min_witnesses:
+            if verdict.status == "sealed":
+                cosigned = f" ({', '.join(names)})" if names else ""
+                why = (
+                    f"{len(names)} witness(es){cosigned} cosigned a checkpoint covering its "
+                    f"seal at seq {verdict.sealed_seq}; --min-witnesses asks for {min_witnesses}"
+                )
+            else:
+                why = (
+                    f"no trusted checkpoint covers it ({verdict.status}: {verdict.reason}); "
+                    f"--min-witnesses asks for {min_witnesses} witness cosignature(s)"
+                )
+            verdict = dataclasses.replace(verdict, status="failed", reason=why)
+        held[key] = verdict
+    return held
+
+
 @click.command("verify", short_help="Verify runs, a store, a JSONL file or an evidence folder.")
 @click.argument("target", metavar="[RUN|FILE|DIR]", required=False)
 @click.option("--all", "all_runs", is_flag=True, help="Verify every run in the store (default).")
@@ -566,7 +691,7 @@ def _open_store_at(path: str) -> Store:
     "--min-witnesses",
     default=0,
     type=click.IntRange(min=0),
-    help="Cosignatures an evidence folder needs.",
+    help="Witness cosignatures each run needs (a store: with --witness).",
 )
 @click.option(
     "--workers",
@@ -599,7 +724,15 @@ def verify_cmd(
         raise click.UsageError("give a RUN or FILE, or --all, not both")
     if tenant is not None and target is None:
         raise click.UsageError("--tenant names a RUN's tenant: give the RUN")
-    if target is not None and Path(target).is_dir():
+    kind = _target_kind(target)
+    _refuse_what_does_not_apply(
+        kind,
+        given=_given_options(),
+        witnesses=witnesses,
+        witness_keys=witness_keys,
+        min_witnesses=min_witnesses,
+    )
+    if target is not None and kind == _EVIDENCE:
         from .seal import verify_evidence_dir
 
         verify_evidence_dir(Path(target), keys, witness_keys, min_witnesses, as_json)
@@ -609,17 +742,18 @@ def verify_cmd(
     unvouched: dict[tuple[str | None, str | None], list[dict[str, Any]]] = {}
     orphans: dict[str, str] = {}  # tenant -> what its seal log shows with no run left
     unrecorded: dict[tuple[str | None, str | None], list[int]] = {}  # erased, no audit record
-    if target is not None and Path(target).is_file() and is_sqlite_file(target):
+    if target is not None and kind == _STORE_FILE:
         # ``tacho verify store.db``: every run of that store, as ``--store store.db verify``.
         with _open_store_at(target) as store:
             source = store.url
             reports = _verify_reports(store, out, None, workers, blobcheck.scans_of(store))
             verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
+            verdicts = require_witnesses(verdicts, min_witnesses)
             orphans = orphan_seals_of(store, reports, keys, witnesses, witness_keys)
             unrecorded = erasures_without_record(store, reports)
             blobs = blobcheck.of_reports(store, reports)
         target = None
-    elif target is not None and (Path(target).is_file() or _looks_like_file(target)):
+    elif target is not None and kind == _JSONL:
         path = regular_file(Path(target))
         source = str(path)
         reports = _verify_file(path, out)
@@ -636,6 +770,7 @@ def verify_cmd(
                 scans.append(UnvouchedScan())
             reports = _verify_reports(store, out, target, workers, scans, tenant=tenant)
             verdicts = seal_verdicts_of(store, reports, keys, witnesses, witness_keys)
+            verdicts = require_witnesses(verdicts, min_witnesses)
             if target is None:
                 orphans = orphan_seals_of(store, reports, keys, witnesses, witness_keys)
             unrecorded = erasures_without_record(store, reports)
