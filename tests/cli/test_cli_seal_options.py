@@ -12,6 +12,7 @@ be signed by that key. Real SQLite stores, the real CLI, no mocks.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -364,3 +365,23 @@ def test_a_checkpoint_whose_key_id_was_changed_is_not_said_signed_by_the_trusted
     named = tacho("verify", "--key", str(stranger.verifier), "--json", store=sealed.db)
     assert named.exit_code == 1
     assert "matches no trusted key" in json.loads(named.stdout)["runs"][0]["seal"]["reason"]
+
+
+# D13. docs/cli.md gives one shape for tacho evidence --json, the one it prints
+
+
+def test_every_json_shape_the_evidence_section_documents_is_the_one_printed(
+    sealed: Sealed,
+) -> None:
+    made = tacho(
+        "evidence", "r1", "-o", str(sealed.tmp / "ev"), "--key", sealed.vkey, "--json",
+        store=sealed.db,
+    )  # fmt: skip
+    assert made.exit_code == 0, made.output
+    printed = set(json.loads(made.stdout))
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    section = docs.split("### `tacho evidence`", 1)[1].split("\n### ", 1)[0]
+    shapes = re.findall(r"`(\{\"run_id\"[^`]*\})`", section)
+    assert len(shapes) >= 2  # the prose and the option table
+    for shape in shapes:
+        assert set(re.findall(r'"([a-z_]+)"', shape)) == printed, shape
