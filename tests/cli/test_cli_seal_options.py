@@ -332,6 +332,11 @@ def test_state_and_diff_report_a_failed_seal_as_verify_does(
     intact = json.loads(tacho("state", "r2", "--json", store=sealed.db).stdout)
     assert intact["verification"]["status"] == "verified"
     assert intact["verification"]["sealed"] is True
+    shown = tacho("show", "r1", "--json", store=sealed.db)
+    assert shown.exit_code == 1
+    data = json.loads(shown.stdout)
+    assert data["seal"]["status"] == "failed"
+    assert data["verification"]["status"] == "failed"  # was "verified"
 
 
 # D11. a signature line with another key id is not the trusted key's

@@ -353,7 +353,7 @@ def show_cmd(run_id: str, full: bool, tenant: str | None, purpose: str, as_json:
         emit_json_rows(
             {
                 "run": info.to_dict(),
-                "verification": _with_blobs(report.to_dict(), blobs),
+                "verification": _with_blobs(verification_of(report, seal), blobs),
                 "seal": seal.to_dict() if seal is not None else None,
                 "unvouched": unvouched,
             },
