@@ -92,6 +92,13 @@ def test_migrate_names_its_source_not_the_global_store_option(
     assert f"no tachograph store at {where / 'nope.db'} (SRC)" in result.output
     assert "--store" not in result.output
     assert not (where / "to.db").exists()
+    # a destination that cannot be opened is named as DST, not blamed on SRC
+    blocked = where / "file"
+    blocked.write_text("x")
+    into = tacho("migrate", str(tacho.store), str(blocked / "to.db"), store=False)
+    assert into.exit_code == 3, into.output
+    assert "(DST)" in into.output
+    assert "(SRC)" not in into.output
 
 
 def test_replay_of_a_missing_file_or_a_file_of_many_runs_is_a_usage_error(
@@ -106,3 +113,16 @@ def test_replay_of_a_missing_file_or_a_file_of_many_runs_is_a_usage_error(
     many = tacho("replay", str(where / "all.jsonl"), "--agent", AGENT)
     assert many.exit_code == EXIT_USAGE, many.output
     assert "holds 2 runs; replay takes a file of one run" in many.output
+
+
+def test_a_store_under_a_file_is_a_clear_error(
+    tacho: Tacho, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A store path whose folder is a file: one line, exit 3 (it was a NotADirectoryError
+    traceback)."""
+    where = tmp_path_factory.mktemp("under")
+    (where / "afile").write_text("x")
+    result = tacho("--store", str(where / "afile" / "x.db"), "demo", store=False)
+    assert result.exit_code == 3, result.output
+    assert "cannot create a store at" in result.output
+    assert "Not a directory" in result.output

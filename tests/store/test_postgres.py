@@ -91,3 +91,36 @@ def test_an_orphan_run_is_found_by_its_id_alone(pg_cluster: PgCluster, tmp_path:
             list(store.read("run-two"))
         with pytest.raises(RunNotFound):
             list(store.read("run-x"))
+
+
+def test_a_store_connects_again_after_its_session_was_lost(
+    pg_cluster: PgCluster, tmp_path: Path
+) -> None:
+    """A backend killed (a server restart, a dropped network): the call that met the loss
+    fails, StoreUnavailable; the next one gets a new session. Every later call failed, and a
+    service holding one store stopped recording after one blip of its database."""
+    import psycopg
+
+    from tachograph.errors import StoreUnavailable
+    from tachograph.store.postgres import PostgresStore
+    from tachograph.testing import build_run
+
+    url = pg_cluster.url(database_for(pg_cluster, tmp_path), APP)
+    with PostgresStore(url) as store:
+        events = build_run("r-1", 6)
+        store.append(events[:3])
+        (pid,) = store._conn.execute("SELECT pg_backend_pid()").fetchone()
+        with psycopg.connect(pg_cluster.admin, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        try:  # the call that meets the loss fails, unless the loss was seen before it
+            store.append(events[3:])
+        except StoreUnavailable:
+            store.append(events[3:])  # a new session: the append goes through
+        (again,) = store._conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert again != pid
+        assert list(store.read("r-1")) == events
+        assert store.verify("r-1").ok
+    closed = PostgresStore(url)
+    closed.close()
+    with pytest.raises(Exception, match="closed"):  # closed by its owner: stays closed
+        closed.runs()

@@ -124,15 +124,17 @@ def _copy_links(src: Store, dst: Store, tenant: str, run_id: str) -> int:
     return dst.link_subjects(tenant, run_id, links) if links else 0
 
 
-def _open(url: str, *, create: bool) -> Store:
+def _open(url: str, *, create: bool, role: str) -> Store:
     try:
         return open_store_raw(url, create=create)
     except StoreNotFound as exc:
-        # the store's own message names --store and TACHOGRAPH_STORE: here SRC was given
+        # the store's own message names --store and TACHOGRAPH_STORE: here SRC or DST was
         where = getattr(exc, "location", None) or redact_url(url)
-        raise CliError(f"no tachograph store at {where} (SRC)", exit_code=EXIT_STORE) from exc
+        raise CliError(f"no tachograph store at {where} ({role})", exit_code=EXIT_STORE) from exc
     except StoreError as exc:
-        raise CliError(f"cannot open store {redact_url(url)}: {exc}", exit_code=EXIT_STORE) from exc
+        raise CliError(
+            f"cannot open store {redact_url(url)} ({role}): {exc}", exit_code=EXIT_STORE
+        ) from exc
 
 
 @click.command("migrate")
@@ -150,9 +152,9 @@ def migrate_command(src: str, dst: str, batch: int, quiet: bool, as_json: bool) 
     Runs already in DST in full are skipped; partly copied runs continue from their head, so
     an interrupted migration resumes when run again. Exit 1 if any run fails to verify.
     """
-    source = _open(src, create=False)
+    source = _open(src, create=False, role="SRC")
     try:
-        target = _open(dst, create=True)
+        target = _open(dst, create=True, role="DST")
         try:
             started = time.monotonic()
 

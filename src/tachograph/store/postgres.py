@@ -206,8 +206,19 @@ class PostgresStore(Store):
         self.tenant = tenant if tenant is not None else options.get("tenant") or None
         self.purpose = purpose if purpose is not None else options.get("purpose") or "default"
         self._lock = threading.RLock()
+        self._conninfo = conninfo
+        self._connection: Any = self._connect()
         try:
-            self._conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+            self._open(create=create, partitions=partitions)
+        except BaseException:
+            self._connection.close()
+            raise
+        self._pid = os.getpid()
+        forks.track(self)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as exc:
             text = str(exc)
             if "does not exist" in text and "database" in text:
@@ -217,13 +228,21 @@ class PostgresStore(Store):
             raise StoreUnavailable(
                 f"cannot connect to {self.url}: {text.strip()}", location=self.url
             ) from exc
-        try:
-            self._open(create=create, partitions=partitions)
-        except BaseException:
-            self._conn.close()
-            raise
-        self._pid = os.getpid()
-        forks.track(self)
+
+    @property
+    def _conn(self) -> psycopg.Connection[Any]:
+        """The session, connected again when the last one was lost (the server restarted, a
+        backend was killed, the network dropped): the call that met the loss failed
+        (:class:`StoreUnavailable`), and the next one gets a new session, rather than every
+        later call failing for the life of the store. A store closed by :meth:`close` stays
+        closed; what was not committed was not written, and an append that is sent again
+        finds what did commit (appends dedupe)."""
+        connection = self._connection
+        if getattr(connection, "broken", False):
+            with contextlib.suppress(Exception):
+                connection.close()
+            self._connection = connection = self._connect()
+        return connection  # type: ignore[no-any-return] # or the stand-in of a forked child
 
     def _after_fork(self) -> None:
         """In a forked child (see :mod:`tachograph.store.forks`). The connection came along:
@@ -231,10 +250,10 @@ class PostgresStore(Store):
         messages with the parent's, and both sessions failed or read each other's answers.
         The parent's connection is set aside (psycopg does not close it when a child frees
         it either), and this copy of the store refuses to be used, saying so."""
-        if self._conn.closed:
+        if self._connection.closed:
             return
-        self._conn = forks.set_aside(
-            self._conn,
+        self._connection = forks.set_aside(
+            self._connection,
             self.url,
             self._pid,
             "a PostgreSQL session must not cross a fork",
@@ -341,7 +360,7 @@ class PostgresStore(Store):
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
-            self._conn.close()
+            self._connection.close()
 
     # -- plumbing ----------------------------------------------------------------------------
 

@@ -474,7 +474,13 @@ class SQLiteStore(SQLiteSealLog, SQLiteLifecycle, Store):
                         "--store, TACHOGRAPH_STORE or the default ./.tachograph/tachograph.db)",
                         location=str(target.resolve()),
                     )
-                _create_private(target)
+                try:
+                    _create_private(target)
+                except OSError as exc:  # a folder on the way is a file; no permission; ...
+                    raise StoreError(
+                        f"cannot create a store at {target}: {exc.strerror or exc}",
+                        location=str(target),
+                    ) from exc
             elif not create and target.is_file() and target.stat().st_size == 0:
                 # SQLite would take an empty file for an empty database and write a schema
                 # into it: a read must never turn someone's file into a store.
