@@ -106,10 +106,29 @@ def dies_on_order_c0007(task: str) -> str:
     out-of-memory killer would)."""
     import multiprocessing
     import os
+    import signal
 
     if "C-0007" in task and multiprocessing.parent_process() is not None:
-        os._exit(9)
+        os.kill(os.getpid(), signal.SIGKILL)
     return demo.billing_agent_v2(task)
+
+
+def broken_billing_agent(task: str) -> str:
+    """The billing agent after a deploy that broke it: a dependency it needs is missing."""
+    raise ImportError("No module named 'openai'")
+
+
+def exiting_billing_agent(task: str) -> str:
+    """An agent that exits cleanly before doing anything: ``sys.exit(0)``."""
+    raise SystemExit(0)
+
+
+def os_exiting_billing_agent(task: str) -> str:
+    """An agent that ends its process with status 0 before doing anything: ``os._exit(0)``
+    (a CLI entry point called as a library, a child-process idiom in the wrong place)."""
+    import os
+
+    os._exit(0)
 
 
 def waits_in_workers(task: str) -> str:
@@ -127,3 +146,9 @@ def waits_in_workers(task: str) -> str:
             out.write(f"{os.getpid()}\n")
         time.sleep(600)
     return demo.billing_agent_v2(task)
+
+
+def raises_after_billing_agent_v2(task: str) -> str:
+    """``billing_agent_v2``, then a crash once it has done everything it did."""
+    demo.billing_agent_v2(task)
+    raise RuntimeError("crashed after the fact")

@@ -265,7 +265,7 @@ def test_a_run_whose_replay_ends_its_worker_is_reported_and_the_rest_still_run(
     for result in data["results"]:
         if result["name"] in dying:
             assert result["outcome"] == "unreplayable"
-            assert "ended with exit code 9" in result["reason"]
+            assert "ended on signal SIGKILL" in result["reason"]
 
 
 def test_how_a_replaying_process_ended_is_said_in_words() -> None:
@@ -275,3 +275,80 @@ def test_how_a_replaying_process_ended_is_said_in_words() -> None:
     assert _how_ended(-9) == "on signal SIGKILL"
     assert _how_ended(-11) == "on signal SIGSEGV"
     assert _how_ended(None) == "with exit code None"
+
+
+# -- an agent that raises or exits is never a fix ----------------------------------------------
+
+
+@pytest.fixture
+def bad_runs(tmp_path: Path) -> Path:
+    """The example corpus's three bad runs, alone: a corpus of bad runs only."""
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    for path in (REPO / "corpus" / "demo").glob("demo-bad-*"):
+        shutil.copy(path, folder / path.name)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("agent", "workers", "said"),
+    [
+        ("broken_billing_agent", "2", "the agent raised ImportError: No module named 'openai'"),
+        ("broken_billing_agent", "1", "the agent raised ImportError: No module named 'openai'"),
+        ("exiting_billing_agent", "1", "the agent exited (SystemExit: 0)"),
+        ("os_exiting_billing_agent", "1", "the agent called os._exit(0)"),
+        ("os_exiting_billing_agent", "2", "the agent called os._exit(0)"),
+    ],
+)
+def test_an_agent_that_raises_or_exits_fixes_no_bad_run(
+    bad_runs: Path, tmp_path: Path, agent: str, workers: str, said: str
+) -> None:
+    """A deploy that breaks the agent (a missing dependency, an early exit) made every bad
+    run diverge at seq 1, ``fixed``: a corpus of bad runs passed, exit 0. ``os._exit(0)``
+    replayed in this process ended ``tacho test`` itself with status 0, no report, no JUnit.
+    Each run is now ``raised``, naming what the agent raised; the command fails."""
+    junit = tmp_path / "reports" / "corpus.xml"
+    proc = tacho(
+        "test",
+        str(bad_runs),
+        "--agent",
+        f"tests.regression.agents:{agent}",
+        "--workers",
+        workers,
+        "--junit",
+        str(junit),
+        "--json",
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ok"] is False
+    assert data["counts"]["raised"] == 3
+    assert data["counts"]["fixed"] == 0
+    for result in data["results"]:
+        assert result["outcome"] == "raised", result
+        assert result["passed"] is False
+        assert result["reason"].startswith(said), result["reason"]
+        assert "where the recording ended ok" in result["reason"]
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None
+    assert suite.get("errors") == "3"
+    for case in suite.findall("testcase"):
+        error = case.find("error")
+        assert error is not None
+        assert error.get("type") == "raised"
+        assert said in (error.get("message") or "")
+
+
+def test_a_single_run_corpus_replayed_in_process_is_not_ended_by_os_exit(
+    bad_runs: Path, tmp_path: Path
+) -> None:
+    """A one-run corpus is replayed in this process whatever ``--workers`` says."""
+    one = tmp_path / "one"
+    one.mkdir()
+    for path in bad_runs.glob("demo-bad-half-refund-a4471.*"):
+        shutil.copy(path, one / path.name)
+    proc = tacho("test", str(one), "--agent", "tests.regression.agents:os_exiting_billing_agent")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "raised" in proc.stdout
+    assert "the agent called os._exit(0)" in proc.stdout
+    assert "FAILED (1 failing)" in proc.stdout

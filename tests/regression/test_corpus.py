@@ -134,6 +134,7 @@ def test_every_outcome_is_recognised(corpus_master: Path) -> None:
         "changed": 2,
         "fixed": 2,
         "still_wrong": 2,
+        "raised": 0,
         "unreplayable": 4,
     }
     assert not report.ok
@@ -358,3 +359,36 @@ def test_a_crashed_bad_run_is_judged_on_what_it_recorded(
 def test_an_unknown_match_mode_fails_loudly(corpus_master: Path) -> None:
     with pytest.raises(CorpusError, match="expected 'strict' or 'key'"):
         test_corpus(corpus_master, UNDER_TEST, match="fuzzy")
+
+
+def test_a_bad_run_whose_wrong_step_is_taken_before_the_agent_raises_is_still_wrong(
+    corpus_master: Path,
+) -> None:
+    from .agents import raises_after_billing_agent_v2
+
+    report = test_corpus(corpus_master, raises_after_billing_agent_v2, workers=1)
+    results = {r.name: r for r in report.results}
+    half = results["bad-half-a4471"]
+    assert half.outcome is Outcome.STILL_WRONG
+    assert "then the agent raised RuntimeError: crashed after the fact" in half.reason
+    # a good run it reproduced up to the end, then raised: raised, not changed
+    assert results["good-half-a4471"].outcome is Outcome.RAISED
+    # diverging before the wrong step, then raising: not a fix
+    assert results["bad-accepted-a4471"].outcome is Outcome.RAISED
+    # the replay stopped the agent where it left the record (nothing to serve): it never
+    # raised there, and the wrong step is not taken
+    assert results["bad-lenient-b1002"].outcome is Outcome.FIXED
+
+
+def test_a_good_run_that_now_raises_can_be_accepted(corpus: Path) -> None:
+    from .agents import broken_billing_agent
+
+    first = test_corpus(corpus, broken_billing_agent, workers=1, accept=["good-no-order"])
+    accepted = {r.name: r for r in first.results}["good-no-order"]
+    assert accepted.outcome is Outcome.REPRODUCED
+    assert accepted.accepted
+    again = {r.name: r for r in test_corpus(corpus, broken_billing_agent, workers=1).results}
+    assert again["good-no-order"].outcome is Outcome.REPRODUCED
+    assert again["good-escalate-b1002"].outcome is Outcome.RAISED
+    back = {r.name: r for r in test_corpus(corpus, UNDER_TEST, workers=1).results}
+    assert back["good-no-order"].outcome is Outcome.CHANGED

@@ -135,3 +135,24 @@ def test_importing_the_plugin_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert proc.stdout.strip() == "[]"
+
+
+def test_an_agent_that_ends_the_process_fails_its_runs_under_pytest(tmp_path: Path) -> None:
+    """Without xdist the runs are replayed in pytest's own process: an agent's ``os._exit(0)``
+    ended pytest with status 0 and no --junitxml. Each run now fails, saying so."""
+    proc = pytest_run(
+        tmp_path,
+        "--tacho-corpus",
+        str(REPO / "corpus" / "demo"),
+        "--tacho-agent",
+        "tests.regression.agents:os_exiting_billing_agent",
+        "--junitxml",
+        "out.xml",
+        "-q",
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "8 failed" in proc.stdout
+    assert "the agent called os._exit(0)" in proc.stdout
+    suite = ET.parse(tmp_path / "out.xml").getroot().find("testsuite")
+    assert suite is not None
+    assert suite.get("failures") == "8"

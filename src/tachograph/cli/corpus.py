@@ -2,7 +2,8 @@
 
 ``tacho save RUN --to DIR --verdict good|bad`` keeps a run from the store as a fixture;
 ``tacho test DIR --agent module:attr`` replays every fixture against the agent and exits 1
-when any run is ``changed``, ``still wrong`` or ``unreplayable``. See docs/regression.md.
+when any run is ``changed``, ``still wrong``, ``raised`` or ``unreplayable``. See
+docs/regression.md.
 """
 
 from __future__ import annotations
@@ -185,8 +186,8 @@ def save_command(
     "accept",
     multiple=True,
     metavar="RUN",
-    help="Record RUN's current behaviour, if changed, as its new expectation (in its sidecar; "
-    "the log is never edited). Repeatable; RUN is a file name or run id.",
+    help="Record RUN's current behaviour, if changed or raised, as its new expectation (in its "
+    "sidecar; the log is never edited). Repeatable; RUN is a file name or run id.",
 )
 @click.option(
     "--match",
@@ -212,6 +213,8 @@ def test_command(
     fixed         a bad run that now diverges at or before its
                   wrong step                                        passes
     still wrong   a bad run whose wrong step is reproduced          fails
+    raised        the agent raised or exited where the recording
+                  did not end so (never a fix)                      fails
     unreplayable  erased payloads or a run that does not verify     fails
 
     Environment drift (code version, models, prompts, tools) is reported per run: such a

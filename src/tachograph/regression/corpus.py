@@ -68,6 +68,7 @@ class Outcome(str, enum.Enum):
     CHANGED = "changed"
     FIXED = "fixed"
     STILL_WRONG = "still_wrong"
+    RAISED = "raised"
     UNREPLAYABLE = "unreplayable"
 
     @property

@@ -4,9 +4,10 @@ A *corpus* is a folder of runs kept as fixtures: each run is one JSONL file (SPE
 ``NAME.jsonl``) with a sidecar beside it (``NAME.tacho.json``) that says whether the run was
 **good** or **bad**, why, and for a bad run the ``seq`` of the step that was wrong. Replaying
 the corpus against a build gives each run an :class:`Outcome`: ``reproduced`` and ``fixed``
-pass; ``changed``, ``still_wrong`` and ``unreplayable`` fail. A reviewed change is accepted
-without editing the log: a digest of the divergences the new code produces is appended to the
-sidecar, and a replay that produces exactly those counts as ``reproduced``. The CLI is
+pass; ``changed``, ``still_wrong``, ``raised`` (the agent raised or exited) and
+``unreplayable`` fail. A reviewed change is accepted without editing the log: a digest of
+the divergences the new code produces is appended to the sidecar, and a replay that
+produces exactly those counts as ``reproduced``. The CLI is
 ``tacho save`` / ``tacho test``; the pytest plugin is :mod:`tachograph.pytest_plugin`.
 """
 
@@ -34,6 +35,7 @@ from ..errors import FormatError, TachographError, Unreplayable, VerificationFai
 from ..record.canonical import canonical
 from ..record.event import Event, now_ts
 from ..record.jsonl import read_jsonl
+from ..replay.guard import EXIT_REFUSED
 from ..replay.report import DivergenceKind, Drift, ReplayReport, one_line
 from ..store.parallel import ctrl_c_held, end_pool, leave_ctrl_c_to_caller
 from ..views.text import escape
@@ -226,7 +228,7 @@ def check_run(
         if isinstance(exc, Unreplayable):
             why = str(exc)
         return _unreplayable(entry, why, run_id=run_id, seconds=time.perf_counter() - started)
-    result = _classify(entry, report)
+    result = _classify(entry, report, _raised(events, report))
     current = agent.fingerprint().get("code_version") if isinstance(agent, Agent) else None
     return replace(
         result,
@@ -237,7 +239,49 @@ def check_run(
     )
 
 
-def _verdict_of(entry: CorpusRun, report: ReplayReport, digest: str) -> tuple[Outcome, str]:
+def _same_error_type(recorded: Any, now: Any) -> bool:
+    if not isinstance(recorded, str) or not isinstance(now, str):
+        return False
+    if recorded == now:
+        return True
+    # a class recorded as __main__.X with the agent run as a script, imported now as mod.X
+    return recorded.startswith("__main__.") and now.endswith(recorded[len("__main__") :])
+
+
+def _raised(events: Sequence[Event], report: ReplayReport) -> str | None:
+    """What the agent raised (or how it exited) when the recording did not end that way, in
+    words; ``None`` when it returned, or ended as the recording ended (the same status and
+    exception type: its steps then decide)."""
+    error = report.error
+    if not isinstance(error, dict):
+        return None
+    last = events[-1] if events else None
+    payload = last.payload if last is not None and last.type == "run.finished" else None
+    recorded = payload if isinstance(payload, dict) else {}
+    status = recorded.get("status")
+    recorded_error = recorded.get("error")
+    if (
+        status in ("error", "aborted")
+        and isinstance(recorded_error, dict)
+        and _same_error_type(recorded_error.get("type"), error.get("type"))
+    ):
+        return None
+    kind, message = str(error.get("type") or "an exception"), str(error.get("message") or "")
+    if kind == EXIT_REFUSED:
+        what = f"the agent called {message.partition(' ')[0] or 'os._exit'}"
+    elif kind == "SystemExit":
+        what = f"the agent exited (SystemExit: {message or None})"
+    else:
+        what = f"the agent raised {kind}" + (f": {message}" if message else "")
+    frame = error.get("frame")  # file:line; the file's name is enough here (the report has all)
+    where = f" ({os.path.basename(frame)})" if isinstance(frame, str) and frame else ""
+    ended = f"ended {status}" if isinstance(status, str) else "never finished"
+    return f"{what}{where}, where the recording {ended}"
+
+
+def _verdict_of(
+    entry: CorpusRun, report: ReplayReport, digest: str, raised: str | None = None
+) -> tuple[Outcome, str]:
     first = report.first
     wrong_at = entry.wrong_at or 0
     if report.unreplayable:
@@ -259,10 +303,16 @@ def _verdict_of(entry: CorpusRun, report: ReplayReport, digest: str) -> tuple[Ou
     where = f"seq {first.seq} ({first.kind.value})" if first else "the end"
     if entry.verdict is Verdict.BAD:
         if first is not None and first.seq <= wrong_at:
+            if raised is not None:
+                # the agent stopped, it did not decide otherwise: a broken agent fixes nothing
+                return Outcome.RAISED, f"{raised}; the replay diverges at {where}"
             return Outcome.FIXED, f"diverges at {where}, at or before the wrong step {wrong_at}"
         later = f"; the replay first diverges later, at {where}" if first else ""
-        return Outcome.STILL_WRONG, f"the wrong step at seq {wrong_at} is reproduced{later}"
+        then = f"; then {raised}" if raised is not None else ""
+        return Outcome.STILL_WRONG, f"the wrong step at seq {wrong_at} is reproduced{later}{then}"
     expected, record = _expected_digest(entry)
+    if raised is not None and (expected is None or digest != expected):
+        return Outcome.RAISED, f"{raised}; the replay diverges at {where}"
     if expected is None:
         if report.reproduced:
             return Outcome.REPRODUCED, f"same decisions ({report.served} events matched)"
@@ -278,10 +328,10 @@ def _verdict_of(entry: CorpusRun, report: ReplayReport, digest: str) -> tuple[Ou
     return Outcome.CHANGED, f"differs from the change accepted on {when}, first at {where}"
 
 
-def _classify(entry: CorpusRun, report: ReplayReport) -> CaseResult:
+def _classify(entry: CorpusRun, report: ReplayReport, raised: str | None = None) -> CaseResult:
     first = report.first
     digest = _digest(report)
-    outcome, reason = _verdict_of(entry, report, digest)
+    outcome, reason = _verdict_of(entry, report, digest, raised)
     seq = first.seq if first else None
     if outcome is Outcome.STILL_WRONG:
         seq = entry.wrong_at
@@ -390,13 +440,14 @@ def _xml_text(text: str) -> str:
 def junit_xml(report: CorpusReport) -> str:
     """The report as JUnit XML: one ``testcase`` per run, failures carrying the report.
 
-    ``changed`` and ``still_wrong`` are ``failure`` elements, ``unreplayable`` an ``error``
-    (the test could not run); each message names the run, the outcome and the step.
+    ``changed`` and ``still_wrong`` are ``failure`` elements, ``raised`` and ``unreplayable``
+    an ``error`` (the agent raised, or the test could not run); each message names the run,
+    the outcome and the step.
     """
     from xml.etree import ElementTree as ET
 
     failures = sum(1 for r in report.results if r.outcome in (Outcome.CHANGED, Outcome.STILL_WRONG))
-    errors = sum(1 for r in report.results if r.outcome is Outcome.UNREPLAYABLE)
+    errors = sum(1 for r in report.results if r.outcome in (Outcome.RAISED, Outcome.UNREPLAYABLE))
     total = f"{sum(r.seconds for r in report.results):.3f}"
     attrs = {
         "name": _xml_text(f"tacho test {report.corpus}"),
@@ -421,7 +472,7 @@ def junit_xml(report: CorpusReport) -> str:
         step = f" at seq {r.seq}" if r.seq is not None else ""
         message = _xml_text(f"{r.run_id or r.name}: {r.outcome.label}{step}: {r.reason}")
         if not r.passed:
-            tag = "error" if r.outcome is Outcome.UNREPLAYABLE else "failure"
+            tag = "error" if r.outcome in (Outcome.RAISED, Outcome.UNREPLAYABLE) else "failure"
             node = ET.SubElement(case, tag, {"message": message, "type": r.outcome.value})
             node.text = _xml_text(r.render())
         extra = [f"{r.outcome.label}: {r.reason}"]
@@ -635,7 +686,8 @@ def _agent_name(agent: Callable[..., Any] | Agent) -> str:
 
 
 def _accept(entry: CorpusRun, result: CaseResult, agent: str) -> CaseResult:
-    if result.verdict is not Verdict.GOOD or result.outcome is not Outcome.CHANGED:
+    acceptable = (Outcome.CHANGED, Outcome.RAISED)
+    if result.verdict is not Verdict.GOOD or result.outcome not in acceptable:
         why = (
             "a bad run is not accepted: a fix is recognised without it"
             if result.verdict is Verdict.BAD

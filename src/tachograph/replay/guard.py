@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - not on POSIX
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["Allowed", "NetworkGuard", "parse_allow"]
+__all__ = ["EXIT_REFUSED", "Allowed", "ExitRefused", "NetworkGuard", "parse_allow"]
 
 _guard: contextvars.ContextVar[NetworkGuard | None] = contextvars.ContextVar(
     "tachograph_network_guard", default=None
@@ -343,6 +343,33 @@ def _http_hint(frame: FrameType | None) -> tuple[str | None, str | None]:
             return method, _text(local.get("url"))
         frame = frame.f_back
     return None, None
+
+
+class ExitRefused(SystemExit):
+    """Raised into the agent in place of ``os._exit(code)`` while a replay guards its context:
+    a replay does not let the agent end the process that replays it (a test runner's, which
+    would then end with the agent's exit code, 0 included, and no report). A ``SystemExit``,
+    so that the agent's ``except Exception`` does not take it: the agent ends as a
+    ``sys.exit`` ends it, ``aborted``. ``exit_code`` is the code it asked for."""
+
+    def __init__(self, message: str, exit_code: Any) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+EXIT_REFUSED = f"{ExitRefused.__module__}.{ExitRefused.__qualname__}"
+"""How :func:`~tachograph.capture.boundary.error_info` names :class:`ExitRefused`."""
+
+
+def _os_exit(code: Any) -> None:
+    guard = _guard.get()
+    if guard is None or guard._closed or not guard._active():
+        _originals["os_exit"](code)
+    raise ExitRefused(
+        f"os._exit({code!r}) was called during replay: a replay does not let the agent end "
+        "the process that replays it",
+        code,
+    )
 
 
 # -- the patches ----------------------------------------------------------------------------
@@ -691,6 +718,7 @@ def _patches() -> tuple[tuple[str, Any, str, Any], ...]:
             _sock_connect,
         ),
         ("execute_child", subprocess.Popen, "_execute_child", _execute_child),
+        ("os_exit", os, "_exit", _os_exit),
         *(
             (("fork_exec", _posixsubprocess, "fork_exec", _fork_exec),)
             if _posixsubprocess is not None
