@@ -83,7 +83,11 @@ def test_save_writes_run_and_sidecar(store_path: Path, tmp_path: Path) -> None:
         (["--verdict", "bad"], 2, "needs --wrong-at"),
         (["--verdict", "good", "--wrong-at", "3"], 2, "only for --verdict bad"),
         (["--verdict", "bad", "--wrong-at", "99"], 2, "outside run"),
-        (["--verdict", "good", "--processor", "nowhere:fn"], 2, "--processor"),
+        (
+            ["--verdict", "good", "--processor", "nowhere:fn"],
+            2,
+            "--processor: cannot load processor 'nowhere:fn': no module named 'nowhere'",
+        ),
     ],
 )
 def test_save_usage_errors_exit_2(
@@ -352,3 +356,57 @@ def test_a_single_run_corpus_replayed_in_process_is_not_ended_by_os_exit(
     assert "raised" in proc.stdout
     assert "the agent called os._exit(0)" in proc.stdout
     assert "FAILED (1 failing)" in proc.stdout
+
+
+# -- --json holds one document whatever the agent's module prints -------------------------------
+
+NOISY = """
+import os
+print("importing the noisy agent")
+os.write(1, b"and writing to descriptor 1\\n")
+from tachograph.demo.agent import billing_agent
+
+
+def keep(event_type, payload):
+    return payload
+"""
+
+
+@pytest.mark.parametrize("command", ["test", "replay", "fork", "save"])
+def test_json_stdout_is_one_document_when_the_agent_module_prints_as_it_is_imported(
+    store_path: Path, tmp_path: Path, command: str
+) -> None:
+    """The agent (or processor) was imported before stdout was handed to stderr: what its
+    module printed came first on stdout, and ``--json`` was no longer one document."""
+    (tmp_path / "noisy_agent.py").write_text(NOISY)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for path in (REPO / "corpus" / "demo").glob("demo-good-refund-a4471.*"):
+        shutil.copy(path, corpus / path.name)
+    store = ["--store", str(store_path)]
+    args = {
+        "test": ["test", str(corpus), "--agent", "noisy_agent:billing_agent"],
+        "replay": [
+            "replay",
+            str(corpus / "demo-good-refund-a4471.jsonl"),
+            "--agent",
+            "noisy_agent:billing_agent",
+        ],
+        "fork": [*store, "fork", "run-a4471", "--at", "3", "--agent", "noisy_agent:billing_agent"],
+        "save": [
+            *store,
+            "save",
+            "run-a4471",
+            "--to",
+            str(tmp_path / "saved"),
+            "--verdict",
+            "good",
+            "--processor",
+            "noisy_agent:keep",
+        ],
+    }[command]
+    proc = tacho(*args, "--json", cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    json.loads(proc.stdout)  # exactly one document, nothing before it
+    assert "importing the noisy agent" in proc.stderr
+    assert "and writing to descriptor 1" in proc.stderr

@@ -14,18 +14,19 @@ from ..errors import AgentLoadError
 __all__ = ["load_agent"]
 
 
-def load_agent(target: str) -> Callable[..., Any]:
+def load_agent(target: str, *, kind: str = "agent") -> Callable[..., Any]:
     """Import ``package.module:attribute`` (the attribute may be dotted) and return it.
 
     The current directory is put first on ``sys.path``, so that an agent in the project being
     worked on imports without installing it. Every failure is an
     :class:`~tachograph.errors.AgentLoadError` (``target``, ``reason``) that says which part
     failed: the form of the path, the module, the attribute, or that it is not callable.
+    ``kind`` names what is loaded in those messages (``agent``, ``processor``).
     """
     module_name, sep, attr_path = target.partition(":")
     if not sep or not module_name or not attr_path:
         raise AgentLoadError(
-            f"--agent {target!r} is not of the form module:function "
+            f"--{kind} {target!r} is not of the form module:function "
             "(for example tachograph.demo.agent:billing_agent)",
             target=target,
             reason="form",
@@ -39,20 +40,20 @@ def load_agent(target: str) -> Callable[..., Any]:
         missing = exc.name or ""
         if module_name == missing or module_name.startswith(missing + "."):
             raise AgentLoadError(
-                f"cannot load agent {target!r}: no module named {missing!r} "
+                f"cannot load {kind} {target!r}: no module named {missing!r} "
                 f"(looked in the current directory {cwd} and on sys.path)",
                 target=target,
                 reason="module",
             ) from exc
         raise AgentLoadError(
-            f"cannot load agent {target!r}: importing {module_name!r} failed because it "
+            f"cannot load {kind} {target!r}: importing {module_name!r} failed because it "
             f"imports {missing!r}, which is not installed",
             target=target,
             reason="dependency",
         ) from exc
     except Exception as exc:
         raise AgentLoadError(
-            f"cannot load agent {target!r}: importing {module_name!r} raised "
+            f"cannot load {kind} {target!r}: importing {module_name!r} raised "
             f"{type(exc).__name__}: {exc}",
             target=target,
             reason="import",
@@ -66,7 +67,7 @@ def load_agent(target: str) -> Callable[..., Any]:
             close = difflib.get_close_matches(part, names, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise AgentLoadError(
-                f"cannot load agent {target!r}: {walked} has no attribute {part!r}{hint}",
+                f"cannot load {kind} {target!r}: {walked} has no attribute {part!r}{hint}",
                 target=target,
                 reason="attribute",
                 suggestions=close,
@@ -75,7 +76,7 @@ def load_agent(target: str) -> Callable[..., Any]:
         done.append(part)
     if not callable(obj):
         raise AgentLoadError(
-            f"cannot load agent {target!r}: it is a {type(obj).__name__}, not a callable agent",
+            f"cannot load {kind} {target!r}: it is a {type(obj).__name__}, not a callable {kind}",
             target=target,
             reason="callable",
         )

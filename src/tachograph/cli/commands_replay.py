@@ -154,7 +154,8 @@ def replay_cmd(
     store. Exits 0 when the agent reproduces the run, 1 at a divergence (the report names the
     step).
     """
-    agent = load_agent(agent_path)
+    with agent_output(as_json):  # what its module prints as it is imported: to stderr
+        agent = load_agent(agent_path)
     if not os.path.isfile(run_id) and ("/" in run_id or os.sep in run_id):
         # a run id holds no slash: this names a file, as `tacho verify FILE` takes it
         raise CliError(f"no such file: {run_id}", exit_code=EXIT_USAGE)
@@ -229,7 +230,8 @@ def fork_cmd(
 
     Tools that write or cannot be undone run in dry run unless --live is given.
     """
-    agent = load_agent(agent_path)
+    with agent_output(as_json):  # what its module prints as it is imported: to stderr
+        agent = load_agent(agent_path)
     value = _parse_override(override)
     with open_store() as store:
         info = resolve_run(store, run_id, tenant=tenant)
@@ -307,7 +309,8 @@ def resume_cmd(
     if takeover and not confirm:
         # only a confirmed resume runs an open effect again, so only it takes the run
         raise click.UsageError("--takeover goes with --confirm (only it runs an effect again)")
-    agent = load_agent(agent_path)
+    with agent_output(as_json):  # what its module prints as it is imported: to stderr
+        agent = load_agent(agent_path)
     with open_store() as store:
         info = resolve_run(store, run_id, tenant=tenant)
         run_id = info.run_id

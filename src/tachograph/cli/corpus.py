@@ -112,7 +112,8 @@ def save_command(
     loaded: list[Processor] = []
     for target in processors:
         try:
-            loaded.append(load_agent(target))
+            with agent_output(as_json):  # what its module prints is not the JSON document
+                loaded.append(load_agent(target, kind="processor"))
         except AgentLoadError as exc:
             raise CliError(f"--processor: {exc}", exit_code=EXIT_USAGE) from exc
     raw = open_store(ctx)
@@ -233,7 +234,10 @@ def test_command(
             exit_code=EXIT_USAGE,
             hints=("Save runs into it with: tacho save RUN --to DIR --verdict good",),
         )
-    load_agent(agent)  # fail early, with exit code 2, before any worker starts
+    # fail early, with exit code 2, before any worker starts; what the agent's module prints
+    # as it is imported goes to stderr under --json, as the agent's own output does
+    with agent_output(as_json):
+        load_agent(agent)
     if junit is not None:  # and a report that could not be written, before any replay
         try:
             junit.parent.mkdir(parents=True, exist_ok=True)
