@@ -410,3 +410,23 @@ def test_json_stdout_is_one_document_when_the_agent_module_prints_as_it_is_impor
     json.loads(proc.stdout)  # exactly one document, nothing before it
     assert "importing the noisy agent" in proc.stderr
     assert "and writing to descriptor 1" in proc.stderr
+
+
+def test_a_run_whose_sidecar_cannot_be_read_has_no_verdict(
+    corpus_master: Path, tmp_path: Path
+) -> None:
+    """A bad run whose sidecar is truncated was shown as a good run."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(corpus_master, corpus)
+    sidecar = corpus / "bad-half-a4471.tacho.json"
+    sidecar.write_text(sidecar.read_text()[:40])
+    proc = tacho("test", str(corpus), "--agent", UNDER_TEST, "--workers", "1")
+    assert proc.returncode == 1
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("bad-half-a4471 "))
+    assert row.split()[1:3] == ["-", "unreplayable"], row
+    assert "bad-half-a4471: UNREPLAYABLE (verdict unknown): sidecar" in proc.stdout
+    data = json.loads(
+        tacho("test", str(corpus), "--agent", UNDER_TEST, "--workers", "1", "--json").stdout
+    )
+    result = next(r for r in data["results"] if r["name"] == "bad-half-a4471")
+    assert result["verdict"] is None

@@ -93,14 +93,15 @@ class CorpusRun:
     """One saved run: its fixture file, its sidecar, and what the sidecar says.
 
     ``problem`` is set when the entry cannot be used as it is (a broken sidecar, a sidecar
-    with no run file); such an entry is reported as ``unreplayable`` with that reason.
+    with no run file); such an entry is reported as ``unreplayable`` with that reason, and
+    its ``verdict`` is ``None`` when the sidecar cannot say it.
     """
 
     name: str
     path: Path
     sidecar: Path
     run_id: str | None
-    verdict: Verdict
+    verdict: Verdict | None
     wrong_at: int | None = None
     note: str | None = None
     accepted: tuple[Mapping[str, Any], ...] = ()
@@ -196,7 +197,27 @@ def _entry(root: Path, path: Path) -> CorpusRun:
             tuple(accepted),
         )
     except CorpusError as exc:
-        return CorpusRun(name, path, sidecar, None, Verdict.GOOD, problem=str(exc))
+        # whatever the sidecar meant is unknown: never shown as a good run
+        return CorpusRun(name, path, sidecar, None, None, problem=str(exc))
+
+
+def _orphan(name: str, run_file: Path, sidecar: Path, problem: str) -> CorpusRun:
+    """A sidecar without its run: its verdict and note as it says them, if it can be read."""
+    try:
+        data = read_sidecar(sidecar)
+        verdict: Verdict | None = Verdict.parse(str(data.get("verdict")))
+    except CorpusError:
+        data, verdict = {}, None
+    note = data.get("note")
+    return CorpusRun(
+        name,
+        run_file,
+        sidecar,
+        None,
+        verdict,
+        note=note if isinstance(note, str) else None,
+        problem=problem,
+    )
 
 
 def load_corpus(directory: str | os.PathLike[str]) -> tuple[CorpusRun, ...]:
@@ -215,7 +236,7 @@ def load_corpus(directory: str | os.PathLike[str]) -> tuple[CorpusRun, ...]:
         if not run_file.exists():
             name = run_file.relative_to(root).as_posix()[: -len(".jsonl")]
             problem = f"sidecar {sidecar.name} has no run file {run_file.name}"
-            entries.append(CorpusRun(name, run_file, sidecar, None, Verdict.GOOD, problem=problem))
+            entries.append(_orphan(name, run_file, sidecar, problem))
     return tuple(sorted(entries, key=lambda e: e.name))
 
 

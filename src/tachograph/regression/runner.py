@@ -98,7 +98,8 @@ class CaseResult:
 
     name: str
     run_id: str | None
-    verdict: Verdict
+    verdict: Verdict | None
+    """``None`` when the run's sidecar cannot say it (unreadable, broken, newer)."""
     outcome: Outcome
     reason: str
     seq: int | None = None
@@ -126,7 +127,7 @@ class CaseResult:
         """JSON form (documented in docs/regression.md)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(
-            verdict=self.verdict.value,
+            verdict=self.verdict.value if self.verdict is not None else None,
             outcome=self.outcome.value,
             passed=self.passed,
             replay_kind="simulation" if self.simulation else "reproduction",
@@ -140,9 +141,8 @@ class CaseResult:
 
     def render(self) -> str:
         """A paragraph: the verdict line, then the divergence report or the reason."""
-        head = (
-            f"{self.name}: {self.outcome.label.upper()} ({self.verdict.value} run): {self.reason}"
-        )
+        verdict = f"{self.verdict.value} run" if self.verdict is not None else "verdict unknown"
+        head = f"{self.name}: {self.outcome.label.upper()} ({verdict}): {self.reason}"
         lines = [head]
         if self.note:
             lines.append(f"  note: {self.note}")
@@ -403,7 +403,7 @@ class CorpusReport:
             rows.append(
                 (
                     r.name,
-                    r.verdict.value,
+                    r.verdict.value if r.verdict is not None else "-",
                     r.outcome.label + (" (accepted)" if r.accepted else ""),
                     "-" if r.seq is None else str(r.seq),
                     "simulation" if r.simulation else "-",
