@@ -78,6 +78,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "fixture with every saved run under dir (relative to the rootdir), replayed against "
         "agent (module:attr; default --tacho-agent).",
     )
+    for verdict in ("good", "bad"):
+        config.addinivalue_line(
+            "markers",
+            f"tacho_{verdict}: a saved run of a tacho corpus whose verdict is {verdict} "
+            "(added by the plugin; select with -m).",
+        )
     if config.getoption("tacho_corpus") and not config.getoption("tacho_agent"):
         raise pytest.UsageError("--tacho-corpus needs --tacho-agent MODULE:ATTR")
 
@@ -134,11 +140,13 @@ class TachoCorpus(pytest.Collector):
         self.match = match
 
     def collect(self) -> list[TachoRunItem]:
-        """One item per saved run, in corpus order."""
+        """One item per saved run, in corpus order, marked ``tacho_corpus`` and by its
+        verdict (``tacho_good``, ``tacho_bad``), for ``-m``."""
         from .regression.runner import load_corpus
 
-        return [
-            TachoRunItem.from_parent(
+        items = []
+        for entry in load_corpus(self.path):
+            item = TachoRunItem.from_parent(
                 self,
                 name=entry.name,
                 path=entry.path,
@@ -147,8 +155,25 @@ class TachoCorpus(pytest.Collector):
                 agent=self.agent,
                 match=self.match,
             )
-            for entry in load_corpus(self.path)
-        ]
+            for mark in _marks(entry):
+                item.add_marker(mark)
+            items.append(item)
+        return items
+
+
+def _marks(entry: CorpusRun) -> list[pytest.MarkDecorator]:
+    """``tacho_corpus`` and the verdict's mark (none for a verdict its sidecar cannot say)."""
+    marks = [pytest.mark.tacho_corpus]
+    if entry.verdict is not None:
+        marks.append(getattr(pytest.mark, f"tacho_{entry.verdict.value}"))
+    return marks
+
+
+def _no_runs(what: str, path: Path) -> pytest.UsageError:
+    return pytest.UsageError(
+        f"{what}: no saved runs in {path} (an empty corpus tests nothing: a wrong path, or "
+        "files not checked out?); save runs into it with: tacho save RUN --to DIR --verdict good"
+    )
 
 
 def _node_path(config: pytest.Config, path: Path) -> str:
@@ -186,6 +211,8 @@ def pytest_collection_modifyitems(
             match=config.getoption("tacho_match"),
         )
         found = corpus.collect()
+        if not found:
+            raise _no_runs(f"--tacho-corpus {folder}", path)
         # Reported like a collected file, so "collected N items" counts the runs too.
         config.hook.pytest_collectreport(
             report=pytest.CollectReport(corpus.nodeid, "passed", None, list(found))
@@ -198,13 +225,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("tacho_corpus")
     if marker is None or "tacho_result" not in metafunc.fixturenames:
         return
-    from .regression.runner import load_corpus
+    from .regression.runner import CorpusError, load_corpus
 
     folder = marker.args[0] if marker.args else marker.kwargs.get("dir")
     if not folder:
         raise pytest.UsageError("@pytest.mark.tacho_corpus needs the corpus directory")
-    entries = load_corpus(metafunc.config.rootpath / str(folder))
-    metafunc.parametrize("tacho_result", entries, ids=[e.name for e in entries], indirect=True)
+    where = f"@pytest.mark.tacho_corpus({str(folder)!r}) on {metafunc.definition.nodeid}"
+    if not (marker.kwargs.get("agent") or metafunc.config.getoption("tacho_agent")):
+        raise pytest.UsageError(f"{where}: give agent='module:attr' or --tacho-agent")
+    path = metafunc.config.rootpath / str(folder)
+    try:
+        entries = load_corpus(path)
+    except CorpusError as exc:
+        raise pytest.UsageError(
+            f"{where}: {exc} (the directory is relative to the rootdir, {metafunc.config.rootpath})"
+        ) from None
+    if not entries:
+        raise _no_runs(where, path)
+    params = [pytest.param(e, marks=_marks(e)[1:], id=e.name) for e in entries]
+    metafunc.parametrize("tacho_result", params, indirect=True)
 
 
 @pytest.fixture

@@ -156,3 +156,87 @@ def test_an_agent_that_ends_the_process_fails_its_runs_under_pytest(tmp_path: Pa
     suite = ET.parse(tmp_path / "out.xml").getroot().find("testsuite")
     assert suite is not None
     assert suite.get("failures") == "8"
+
+
+def test_an_empty_corpus_is_a_usage_error(tmp_path: Path) -> None:
+    """An emptied corpus (a wrong path, files not checked out) added no test and pytest
+    passed, or said only "no tests ran"; ``tacho test`` calls it a usage error."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "test_other.py").write_text("def test_other():\n    pass\n")
+    proc = pytest_run(tmp_path, "--tacho-corpus", "empty", "--tacho-agent", UNDER_TEST, "-q")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "--tacho-corpus empty: no saved runs in" in proc.stderr
+
+
+def test_a_marker_on_an_empty_or_missing_corpus_or_without_agent_is_a_usage_error(
+    corpus_master: Path, tmp_path: Path
+) -> None:
+    """The marker form skipped ("got empty parameter set"), gave a raw CorpusError traceback
+    for a missing folder, and one error per run without an agent."""
+    (tmp_path / "empty").mkdir()
+    shutil.copytree(corpus_master, tmp_path / "corpus")
+    cases = {
+        f'"empty", agent="{UNDER_TEST}"': "no saved runs in",
+        f'"nowhere", agent="{UNDER_TEST}"': "no corpus directory at",
+        '"corpus"': "give agent='module:attr' or --tacho-agent",
+    }
+    for args, said in cases.items():
+        (tmp_path / "test_corpus_runs.py").write_text(
+            "import pytest\n\n\n"
+            f"@pytest.mark.tacho_corpus({args})\n"
+            "def test_run(tacho_result):\n"
+            "    assert tacho_result.passed, tacho_result.render()\n"
+        )
+        proc = pytest_run(tmp_path, "-q")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode not in (0, 5), out
+        assert said in out, out
+        assert "@pytest.mark.tacho_corpus(" in out
+        assert "Traceback" not in out
+        assert "skipped" not in out.lower()
+
+
+def test_m_selects_corpus_runs_by_their_marks(corpus_master: Path, tmp_path: Path) -> None:
+    """The docs said -m selects among the runs, but the items carried no marks."""
+    base = ["--tacho-corpus", str(corpus_master), "--tacho-agent", UNDER_TEST, "-q"]
+    bad = sum(1 for n in EXPECTED if n.startswith("bad-") and n != "bad-sidecar-b1002")
+    good = sum(1 for n in EXPECTED if not n.startswith("bad-"))
+    unknown = 1  # bad-sidecar-b1002: its sidecar cannot say its verdict
+    selected = {}
+    for expr in ("tacho_bad", "tacho_good", "tacho_corpus", "not tacho_corpus"):
+        proc = pytest_run(tmp_path, *base, "-m", expr, "--co")
+        assert proc.returncode in (0, 5), proc.stdout + proc.stderr
+        selected[expr] = sum(1 for line in proc.stdout.splitlines() if "::" in line)
+    assert selected == {
+        "tacho_bad": bad,
+        "tacho_good": good,
+        "tacho_corpus": len(EXPECTED),
+        "not tacho_corpus": 0,
+    }
+    assert bad + good + unknown == len(EXPECTED)
+    # the marker form carries the verdict's mark too
+    shutil.copytree(corpus_master, tmp_path / "corpus")
+    (tmp_path / "test_corpus_runs.py").write_text(
+        "import pytest\n\n\n"
+        f'@pytest.mark.tacho_corpus("corpus", agent="{UNDER_TEST}")\n'
+        "def test_run(tacho_result):\n"
+        "    assert tacho_result.passed, tacho_result.render()\n"
+    )
+    proc = pytest_run(tmp_path, "-q", "-m", "tacho_bad", "--strict-markers")
+    assert f"{bad} deselected" not in proc.stdout
+    assert f"{len(EXPECTED) - bad} deselected" in proc.stdout, proc.stdout
+
+
+def test_a_bad_run_whose_sidecar_cannot_be_read_is_not_shown_as_good(
+    corpus_master: Path, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(corpus_master, corpus)
+    sidecar = corpus / "bad-half-a4471.tacho.json"
+    sidecar.write_text(sidecar.read_text()[:40])  # truncated
+    proc = pytest_run(
+        tmp_path, "--tacho-corpus", "corpus", "--tacho-agent", UNDER_TEST, "-k", "bad-half"
+    )
+    assert proc.returncode == 1, proc.stdout
+    assert "bad-half-a4471: UNREPLAYABLE (verdict unknown): sidecar" in proc.stdout
+    assert "good run" not in proc.stdout
