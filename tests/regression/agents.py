@@ -152,3 +152,15 @@ def raises_after_billing_agent_v2(task: str) -> str:
     """``billing_agent_v2``, then a crash once it has done everything it did."""
     demo.billing_agent_v2(task)
     raise RuntimeError("crashed after the fact")
+
+
+def exploding_processor(event_type: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A processor that fails on the first model request it sees."""
+    if event_type == "model.request":
+        raise ValueError("processor exploded")
+    return payload
+
+
+def dropping_processor(event_type: str, payload: dict[str, Any]) -> Any:
+    """A processor that hands back no payload for tool results."""
+    return 42 if event_type == "tool.completed" else payload

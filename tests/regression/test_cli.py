@@ -430,3 +430,37 @@ def test_a_run_whose_sidecar_cannot_be_read_has_no_verdict(
     )
     result = next(r for r in data["results"] if r["name"] == "bad-half-a4471")
     assert result["verdict"] is None
+
+
+@pytest.mark.parametrize(
+    ("processor", "said"),
+    [
+        ("exploding_processor", "(model.request): raised ValueError: processor exploded"),
+        ("dropping_processor", "(tool.completed): returned int, not a payload (a dict)"),
+    ],
+)
+def test_a_processor_that_fails_is_an_error_naming_it_and_the_step(
+    store_path: Path, tmp_path: Path, processor: str, said: str
+) -> None:
+    """A processor that raised, or returned no dict, gave a traceback and exit 1 (the code
+    for a run that does not verify)."""
+    target = tmp_path / "new-corpus"
+    proc = tacho(
+        "--store",
+        str(store_path),
+        "save",
+        "run-a4471",
+        "--to",
+        str(target),
+        "--verdict",
+        "good",
+        "--processor",
+        f"tests.regression.agents:{processor}",
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(
+        f"Error: processor tests.regression.agents:{processor} failed on seq "
+    )
+    assert said in proc.stderr
+    assert not target.exists()  # nothing left on disk, not even the folder

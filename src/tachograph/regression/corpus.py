@@ -261,8 +261,46 @@ def _rechain(events: Iterable[Event], processors: Sequence[Processor]) -> list[E
                 tenant=event.tenant,
                 processors=processors,
             )
-        out.append(sealer.reseal(event))
+        try:
+            resealed = sealer.reseal(event)
+        except Exception as exc:
+            raise _processing_failed(processors, event, exc) from None
+        if not event.erased and not isinstance(resealed.payload, dict):
+            raise _processing_failed(processors, event, None)
+        out.append(resealed)
     return out
+
+
+def _processing_failed(
+    processors: Sequence[Processor], event: Event, exc: Exception | None
+) -> CorpusError:
+    """Which processor failed on ``event``, and how: it raised, or returned no payload
+    (a processor must be deterministic, so asking each again, in order, finds it)."""
+    payload: Any = dict(event.payload or {})
+    culprit, how = None, None
+    for processor in processors:
+        try:
+            payload = processor(event.type, payload)
+        except Exception as again:
+            culprit, how = processor, f"raised {type(again).__name__}: {again}"
+            break
+        if not isinstance(payload, dict):
+            culprit = processor
+            how = f"returned {type(payload).__name__}, not a payload (a dict)"
+            break
+    if culprit is None:
+        names = ", ".join(_processor_name(p) for p in processors)
+        how = f"{type(exc).__name__}: {exc}" if exc is not None else "no payload came back"
+        return CorpusError(
+            f"processing seq {event.seq} ({event.type}) with {names} failed: {how}",
+            run_id=event.run_id,
+            seq=event.seq,
+        )
+    return CorpusError(
+        f"processor {_processor_name(culprit)} failed on seq {event.seq} ({event.type}): {how}",
+        run_id=event.run_id,
+        seq=event.seq,
+    )
 
 
 def _processor_name(processor: Processor) -> str:
@@ -317,6 +355,8 @@ def save_run(
             run_id=run_id,
             seq=wrong_at,
         )
+    # processed before anything is made on disk: a processor that fails leaves nothing behind
+    written = _rechain(events, processors) if processors else events
     folder = Path(to)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -348,7 +388,6 @@ def save_run(
             path=str(path),
             run_id=run_id,
         )
-    written = _rechain(events, processors) if processors else events
     meta: dict[str, Any] = {
         "tachograph_fixture": FIXTURE_VERSION,
         "run_id": run_id,
