@@ -464,3 +464,79 @@ def test_a_processor_that_fails_is_an_error_naming_it_and_the_step(
     )
     assert said in proc.stderr
     assert not target.exists()  # nothing left on disk, not even the folder
+
+
+# -- an accepted change does not depend on where the checkout is --------------------------------
+
+NOTIFYING = """
+import urllib.request
+
+from tachograph.demo.agent import billing_agent as _billing_agent
+
+
+def billing_agent(task):
+    try:  # a notification the record does not hold: refused, reported as unrecorded_call
+        urllib.request.urlopen("http://127.0.0.1:9/notify", timeout=2)
+    except OSError:
+        pass
+    return _billing_agent(task)
+"""
+
+
+def _notifying_project(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "notifying_agent.py").write_text(NOTIFYING)
+    corpus = folder / "corpus"
+    corpus.mkdir()
+    for path in (REPO / "corpus" / "demo").glob("demo-good-refund-a4471.*"):
+        shutil.copy(path, corpus / path.name)
+    return folder
+
+
+def test_an_accepted_unrecorded_call_still_matches_in_another_checkout(tmp_path: Path) -> None:
+    """The acceptance digest held the refused call's frame (the agent file's absolute path
+    and line): moved to another folder (CI's workspace), or with a line added above the call,
+    the accepted change was ``changed`` again."""
+    first = _notifying_project(tmp_path / "laptop")
+    args = ["test", "corpus", "--agent", "notifying_agent:billing_agent", "--workers", "1"]
+    accepted = tacho(*args, "--accept", "demo-good-refund-a4471", cwd=first)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert "reproduced (accepted)" in accepted.stdout
+    moved = tmp_path / "ci-workspace"
+    shutil.copytree(first, moved)
+    agent = moved / "notifying_agent.py"
+    agent.write_text("# a line added above everything\n\n" + agent.read_text())
+    again = tacho(*args, "--json", cwd=moved)
+    assert again.returncode == 0, again.stdout + again.stderr
+    result = json.loads(again.stdout)["results"][0]
+    assert (result["outcome"], result["accepted"]) == ("reproduced", True)
+    assert result["kind"] == "unrecorded_call"
+
+
+def test_an_acceptance_saved_with_the_old_digest_still_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Acceptances saved before locations were left out hold a digest over the frame: where
+    they were made, they still match."""
+    from tachograph.regression.runner import _digest, check_run, load_corpus
+    from tachograph.replay.api import replay
+    from tachograph.replay.history import RunHistory
+
+    project = _notifying_project(tmp_path / "p")
+    monkeypatch.syspath_prepend(str(project))
+    import notifying_agent
+
+    run = project / "corpus" / "demo-good-refund-a4471.jsonl"
+    report = replay(
+        RunHistory.from_jsonl(str(run)), None, notifying_agent.billing_agent, collect=True
+    )
+    old = _digest(report, legacy=True)
+    assert old != _digest(report)
+    sidecar = run.with_name("demo-good-refund-a4471.tacho.json")
+    meta = json.loads(sidecar.read_text())
+    meta["accepted"] = [{"accepted_at": "2026-12-01T00:00:00Z", "digest": old}]
+    sidecar.write_text(json.dumps(meta))
+    (entry,) = load_corpus(project / "corpus")
+    result = check_run(entry, notifying_agent.billing_agent)
+    assert result.outcome.value == "reproduced"
+    assert result.accepted

@@ -331,6 +331,9 @@ def _verdict_of(
 def _classify(entry: CorpusRun, report: ReplayReport, raised: str | None = None) -> CaseResult:
     first = report.first
     digest = _digest(report)
+    expected, _ = _expected_digest(entry)
+    if expected is not None and expected != digest and expected == _digest(report, legacy=True):
+        digest = expected  # accepted before locations were left out of the digest
     outcome, reason = _verdict_of(entry, report, digest, raised)
     seq = first.seq if first else None
     if outcome is Outcome.STILL_WRONG:
@@ -723,13 +726,28 @@ def _accept(entry: CorpusRun, result: CaseResult, agent: str) -> CaseResult:
     )
 
 
-def _digest(report: ReplayReport) -> str:
+def _placeless(kind: DivergenceKind, actual: Any) -> Any:
+    """``actual`` without where in the agent's code it happened: an unrecorded call's
+    ``frame`` (``/abs/path/agent.py:42``) changes with the checkout's folder and with any
+    line added above it, and the digest of an accepted change must not."""
+    if kind is not DivergenceKind.UNRECORDED_CALL or not isinstance(actual, dict):
+        return actual
+    payload = actual.get("payload")
+    if not isinstance(payload, dict) or "frame" not in payload:
+        return actual
+    return {**actual, "payload": {k: v for k, v in payload.items() if k != "frame"}}
+
+
+def _digest(report: ReplayReport, *, legacy: bool = False) -> str:
+    """The digest of every divergence the replay found, as an acceptance records it.
+    ``legacy``: as tachograph computed it before locations were left out (an acceptance
+    saved then still matches where it was made)."""
     items = [
         {
             "kind": d.kind.value,
             "seq": d.seq,
             "expected": d.expected,
-            "actual": d.actual,
+            "actual": d.actual if legacy else _placeless(d.kind, d.actual),
             "changes": [c.to_dict() for c in d.changes],
         }
         for d in report.divergences
