@@ -540,3 +540,72 @@ def test_an_acceptance_saved_with_the_old_digest_still_matches(
     result = check_run(entry, notifying_agent.billing_agent)
     assert result.outcome.value == "reproduced"
     assert result.accepted
+
+
+# -- names every checkout can have -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("a:b", "it holds :"),
+        ("what?", "it holds ?"),
+        ("star*", "it holds *"),
+        ("<x>", "it holds < >"),
+        ('a"b', 'it holds "'),
+        ("x|y", "it holds |"),
+        ("CON", "device name"),
+        ("nul", "device name"),
+        ("com1", "device name"),
+        ("aux.txt", "device name"),
+        ("trail.", "trailing dot"),
+    ],
+)
+def test_save_refuses_a_name_windows_cannot_check_out(
+    store_path: Path, tmp_path: Path, name: str, said: str
+) -> None:
+    corpus = tmp_path / "c"
+    code, _, err = invoke(
+        "--store", str(store_path), "save", "run-a4471", "--to", str(corpus), "--verdict", "good",
+        "--name", name,
+    )  # fmt: skip
+    assert code == 2, err
+    assert "cannot be checked out everywhere" in err
+    assert said in err
+    assert not corpus.exists() or not list(corpus.iterdir())
+
+
+def test_save_refuses_names_that_collide_on_a_case_insensitive_or_mapped_file_name(
+    store_path: Path, tmp_path: Path
+) -> None:
+    """``Refund`` and ``refund`` are one file on Windows and macOS: a good and a bad run
+    collapsed into one. Run ids ``ci:x1`` and ``ci_x1`` both give ``ci_x1.jsonl``, and the
+    second save said only "already exists" (``--force`` replaced the other run)."""
+    with tg.SQLiteStore(str(store_path)) as st:
+        tg.record_run(billing_agent, REFUND_A, store=st, run_id="ci:x1")
+        tg.record_run(billing_agent, REFUND_A, store=st, run_id="ci_x1")
+    corpus = tmp_path / "c"
+    base = ["--store", str(store_path), "save"]
+    code, _, err = invoke(
+        *base, "run-a4471", "--to", str(corpus), "--verdict", "good", "--name", "Refund"
+    )
+    assert code == 0, err
+    code, _, err = invoke(
+        *base, "run-a4471", "--to", str(corpus), "--verdict", "bad", "--wrong-at", "5",
+        "--name", "refund", "--force",
+    )  # fmt: skip
+    assert code == 2
+    assert "'refund' differs only in case from Refund.jsonl (run 'run-a4471')" in err
+    assert not (corpus / "refund.jsonl").exists()
+    code, _, err = invoke(*base, "ci:x1", "--to", str(corpus), "--verdict", "good")
+    assert code == 0, err
+    for force in ((), ("--force",)):
+        code, _, err = invoke(*base, "ci_x1", "--to", str(corpus), "--verdict", "good", *force)
+        assert code == 2
+        assert "holds another run, 'ci:x1'" in err
+    assert json.loads((corpus / "ci_x1.tacho.json").read_text())["run_id"] == "ci:x1"
+    # the same run saved again under its own name: only "already exists"
+    code, _, err = invoke(*base, "ci:x1", "--to", str(corpus), "--verdict", "good")
+    assert code == 2
+    assert "already exists;" in err
+    assert "another run" not in err

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import os
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,58 @@ def _plain_name(name: str) -> bool:
         and name.isprintable()
         and name == name.strip()
     )
+
+
+_UNPORTABLE_CHARS = frozenset('<>:"|?*')
+_DEVICE_NAMES = frozenset(
+    {"con", "prn", "aux", "nul"}
+    | {f"com{i}" for i in "123456789¹²³"}
+    | {f"lpt{i}" for i in "123456789¹²³"}
+)
+
+
+def _unportable(stem: str) -> str | None:
+    """Why ``stem`` (of ``STEM.jsonl`` and ``STEM.tacho.json``) cannot be checked out on
+    every system a corpus is committed for (Windows refuses these names; macOS and Windows
+    fold case), or ``None``."""
+    bad = sorted({c for c in stem if c in _UNPORTABLE_CHARS})
+    if bad:
+        return f"it holds {' '.join(bad)}, which Windows does not allow in a file name"
+    if stem.split(".")[0].rstrip(" ").lower() in _DEVICE_NAMES:
+        return f"{stem.split('.')[0]!r} is a device name on Windows (CON, PRN, AUX, NUL, COM1...)"
+    if stem.endswith((".", " ")):
+        return "Windows drops a trailing dot or space from a file name"
+    return None
+
+
+def _fold(name: str) -> str:
+    """A file name as case-insensitive file systems compare it (macOS also normalizes)."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def _same_name_elsewhere(folder: Path, stem: str) -> Path | None:
+    """A run of ``folder`` whose name differs from ``stem`` only in case: one file on a
+    case-insensitive file system."""
+    if not folder.is_dir():
+        return None
+    wanted = _fold(stem)
+    for existing in folder.glob("*.jsonl"):
+        other = existing.name[: -len(".jsonl")]
+        if other != stem and _fold(other) == wanted:
+            return existing
+    for existing in folder.glob("*" + SIDECAR_SUFFIX):
+        other = existing.name[: -len(SIDECAR_SUFFIX)]
+        if other != stem and _fold(other) == wanted:
+            return existing
+    return None
+
+
+def _saved_run_id(sidecar: Path) -> str | None:
+    try:
+        run_id = read_sidecar(sidecar).get("run_id")
+    except CorpusError:
+        return None
+    return run_id if isinstance(run_id, str) else None
 
 
 def _sidecar_of(path: Path) -> Path:
@@ -373,6 +426,14 @@ def save_run(
             path=str(folder),
         )
     stem = name or _file_stem(run_id)
+    unportable = _unportable(stem)
+    if unportable is not None:
+        raise CorpusError(
+            f"name {stem!r} cannot be checked out everywhere: {unportable}; "
+            + ("choose another name" if name else "give one with name= (tacho save --name)"),
+            path=str(folder),
+            run_id=run_id,
+        )
     if not _name_fits(stem):
         raise CorpusError(
             f"name {stem[:40]!r}... is too long: {len(stem.encode('utf-8', 'surrogateescape'))} "
@@ -382,9 +443,31 @@ def save_run(
         )
     path = folder / f"{stem}.jsonl"
     sidecar = _sidecar_of(path)
-    if not overwrite and (path.exists() or sidecar.exists()):
+    twin = _same_name_elsewhere(folder, stem)
+    if twin is not None:
+        held = _saved_run_id(_sidecar_of(twin) if twin.suffix == ".jsonl" else twin)
         raise CorpusError(
-            f"{path} already exists; pass overwrite=True (tacho save --force) to replace it",
+            f"name {stem!r} differs only in case from {twin.name}"
+            + (f" (run {held!r})" if held else "")
+            + ": on a case-insensitive file system (Windows, macOS) they are one file; "
+            "choose another name, or use that one",
+            path=str(twin),
+            run_id=run_id,
+        )
+    held = _saved_run_id(sidecar) if sidecar.exists() else None
+    other = held is not None and held != run_id
+    if other and name is None:
+        # the name came from the run id (':' written '_'): never replace another run with it
+        raise CorpusError(
+            f"{path} holds another run, {held!r}, whose id gives the same file name as "
+            f"{run_id!r}; give this run its own name with name= (tacho save --name)",
+            path=str(path),
+            run_id=run_id,
+        )
+    if not overwrite and (path.exists() or sidecar.exists()):
+        holds = f" and holds another run, {held!r}" if other else ""
+        raise CorpusError(
+            f"{path} already exists{holds}; pass overwrite=True (tacho save --force) to replace it",
             path=str(path),
             run_id=run_id,
         )
