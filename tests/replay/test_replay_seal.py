@@ -132,7 +132,9 @@ def test_tacho_show_says_when_a_runs_seal_fails(tmp_path: Path) -> None:
     assert "TAMPERED" not in shown.output  # the chain alone cannot show the cut
     assert "SEAL FAILED: the run stops at seq 4, before the sealed seq 5" in shown.output
     data = json.loads(runner.invoke(main, [*args, "--json"]).output)
-    assert data["verification"]["status"] == "verified"
+    # the chain verifies (no first failure), and the run fails by its seal, as verify says
+    assert data["verification"]["first_failure"] is None
+    assert data["verification"]["status"] == "failed"
     assert data["seal"]["status"] == "failed"
 
 
