@@ -147,12 +147,12 @@ def test_the_floor_cannot_be_lowered_without_an_override(tmp_path: Path) -> None
         _policy(tmp_path, '[retention]\naudit_floor = "30d"\n')
     lowered = _policy(
         tmp_path,
-        '[retention]\naudit_floor = "30d"\n[[retention.overrides]]\nfloor = "30d"\n'
-        'reason = "sandbox tenant"\n',
+        '[retention]\naudit_floor = "30d"\n[[retention.overrides]]\ntypes = ["*"]\n'
+        'floor = "30d"\nreason = "sandbox tenant"\n',
     )
     assert lowered.floor("decision") == 30 * retention.DAY
     with pytest.raises(PolicyError, match="reason"):
-        _policy(tmp_path, '[retention]\n[[retention.overrides]]\nfloor = "30d"\n')
+        _policy(tmp_path, '[retention]\n[[retention.overrides]]\ntypes = ["*"]\nfloor = "30d"\n')
     with pytest.raises(PolicyError, match="duration"):
         _policy(tmp_path, '[retention]\ndefault = "soon"\n')
     # NaN compares false with everything: taken as a duration it lowered no floor and kept none

@@ -154,11 +154,18 @@ reads envelopes only."""
 
 
 def _strings(value: Any, key: str, path: str) -> tuple[str, ...]:
-    if isinstance(value, str):
+    if isinstance(value, str) and value:
         return (value,)
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+    if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
         return tuple(value)
-    raise PolicyError(f"{path}: {key} must be a list of strings", path=path, key=key)
+    raise PolicyError(
+        f"{path}: {key} must be a list of patterns (non-empty strings), not {value!r}",
+        path=path,
+        key=key,
+    )
+
+
+_PURPOSE_KEYS = ("payloads", "fields", "tenants", "description")
 
 
 def load_policy(path: str | os.PathLike[str]) -> PurposePolicy:
@@ -177,22 +184,38 @@ def load_policy(path: str | os.PathLike[str]) -> PurposePolicy:
         raise PolicyError(f"{where}: no [purposes.NAME] tables", path=where, key="purposes")
     rules: dict[str, PurposeRule] = {}
     for name, body in purposes.items():
+        table = f"purposes.{name}"
         if not isinstance(body, dict):
-            raise PolicyError(f"{where}: purposes.{name} must be a table", path=where, key=name)
-        unknown = set(body) - {"payloads", "fields", "tenants", "description"}
+            raise PolicyError(f"{where}: {table} must be a table", path=where, key=table)
+        unknown = sorted(set(body) - set(_PURPOSE_KEYS))
         if unknown:
             raise PolicyError(
-                f"{where}: purposes.{name} has unknown keys {sorted(unknown)}", path=where, key=name
+                f"{where}: [{table}] has unknown keys {unknown}; expected only "
+                f"{', '.join(_PURPOSE_KEYS)}",
+                path=where,
+                key=f"{table}.{unknown[0]}",
             )
         fields_table = body.get("fields", {})
         if not isinstance(fields_table, dict):
-            raise PolicyError(f"{where}: purposes.{name}.fields must be a table", path=where)
+            raise PolicyError(
+                f"{where}: [{table}.fields] must be a table of event type = [keys], "
+                f"not {fields_table!r}",
+                path=where,
+                key=f"{table}.fields",
+            )
+        description = body.get("description", "")
+        if not isinstance(description, str):
+            raise PolicyError(
+                f"{where}: {table}.description must be a string, not {description!r}",
+                path=where,
+                key=f"{table}.description",
+            )
         rules[name] = PurposeRule(
             name,
-            payloads=_strings(body.get("payloads", []), "payloads", where),
-            fields={k: _strings(v, f"fields.{k}", where) for k, v in fields_table.items()},
-            tenants=_strings(body.get("tenants", ["*"]), "tenants", where),
-            description=str(body.get("description", "")),
+            payloads=_strings(body.get("payloads", []), f"{table}.payloads", where),
+            fields={k: _strings(v, f"{table}.fields.{k}", where) for k, v in fields_table.items()},
+            tenants=_strings(body.get("tenants", ["*"]), f"{table}.tenants", where),
+            description=description,
         )
     return PurposePolicy(rules, source=where)
 

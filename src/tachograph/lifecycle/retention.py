@@ -152,18 +152,96 @@ def _matches(event_type: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(event_type, p) for p in patterns)
 
 
+_ENTRY_KEYS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # table: (required keys, optional keys)
+    "runs": (("match", "window"), ("tenant",)),
+    "holds": (("runs", "reason"), ("tenant", "actor")),
+    "overrides": (("types", "floor", "reason"), ()),
+}
+_EXPECTED = {
+    "match": 'a run id pattern (a string; "*" for every run)',
+    "runs": 'a run id pattern (a string; "*" for every run)',
+    "tenant": "a tenant pattern (a string)",
+    "actor": "an actor pattern (a string)",
+    "reason": "a non-empty string",
+    "types": 'a list of event type patterns (strings; ["*"] for every type)',
+    "window": "a duration such as '7d'",
+    "floor": "a duration such as '30d'",
+}
+
+
 def _table(data: Mapping[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+    """The entries of ``[[retention.<key>]]``, each checked for unknown and missing keys."""
     value = data.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise PolicyError(f"{where}: [[retention.{key}]] must be an array of tables", key=key)
+        raise PolicyError(
+            f"{where}: [[retention.{key}]] must be an array of tables", path=where, key=key
+        )
+    required, optional = _ENTRY_KEYS[key]
+    allowed = ", ".join(required + optional)
+    for number, item in enumerate(value, 1):
+        unknown = sorted(set(item) - set(required) - set(optional))
+        if unknown:
+            raise PolicyError(
+                f"{where}: [[retention.{key}]] entry {number}: unknown key "
+                f"{', '.join(map(repr, unknown))}; expected only {allowed}",
+                path=where,
+                key=f"{key}.{unknown[0]}",
+            )
+        for name in required:
+            if name not in item:
+                raise PolicyError(
+                    f"{where}: [[retention.{key}]] entry {number}: missing {name!r}, "
+                    f"{_EXPECTED[name]}",
+                    path=where,
+                    key=f"{key}.{name}",
+                )
     return value
 
 
-def _reason(item: Mapping[str, Any], key: str, where: str) -> str:
+def _wrong(key: str, number: int, name: str, value: Any, where: str) -> PolicyError:
+    return PolicyError(
+        f"{where}: [[retention.{key}]] entry {number}: {name} must be {_EXPECTED[name]}, "
+        f"not {value!r}",
+        path=where,
+        key=f"{key}.{name}",
+    )
+
+
+def _text(item: Mapping[str, Any], key: str, number: int, name: str, where: str) -> str:
+    """A string-valued key of an entry (a pattern; ``"*"`` when an optional one is absent)."""
+    value = item.get(name, "*")
+    if not isinstance(value, str) or not value:
+        raise _wrong(key, number, name, value, where)
+    return value
+
+
+def _reason(item: Mapping[str, Any], key: str, number: int, where: str) -> str:
     reason = item.get("reason")
     if not isinstance(reason, str) or not reason.strip():
-        raise PolicyError(f"{where}: every [[retention.{key}]] needs a reason", key=key)
+        raise PolicyError(
+            f"{where}: every [[retention.{key}]] needs a reason (entry {number}: "
+            f"{_EXPECTED['reason']}, not {reason!r})",
+            path=where,
+            key=f"{key}.reason",
+        )
     return reason
+
+
+def _patterns(item: Mapping[str, Any], key: str, number: int, where: str) -> tuple[str, ...]:
+    value = item.get("types")
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise _wrong(key, number, "types", value, where)
+    return tuple(value)
+
+
+def _duration(item: Mapping[str, Any], key: str, number: int, name: str, where: str) -> float:
+    return parse_duration(
+        item.get(name),
+        key=f"{key}.{name}",
+        path=where,
+        label=f"[[retention.{key}]] entry {number}: {name}",
+    )
 
 
 def load_policy(path: str | os.PathLike[str]) -> RetentionPolicy:
@@ -172,22 +250,36 @@ def load_policy(path: str | os.PathLike[str]) -> RetentionPolicy:
     data = load_toml(path).get("retention")
     if not isinstance(data, dict):
         raise PolicyError(f"{where}: no [retention] table", path=where, key="retention")
-    known = {"default", "types", "runs", "holds", "overrides", "audit_floor"}
-    unknown = set(data) - known
+    known = ("default", "audit_floor", "types", "runs", "holds", "overrides")
+    unknown = sorted(set(data) - set(known))
     if unknown:
-        raise PolicyError(f"{where}: unknown keys in [retention]: {sorted(unknown)}", path=where)
+        raise PolicyError(
+            f"{where}: unknown keys in [retention]: {sorted(unknown)}; expected only "
+            f"{', '.join(known)}",
+            path=where,
+            key=unknown[0],
+        )
     types_table = data.get("types", {})
     if not isinstance(types_table, dict):
-        raise PolicyError(f"{where}: [retention.types] must be a table", path=where)
+        raise PolicyError(
+            f"{where}: [retention.types] must be a table of event type = duration",
+            path=where,
+            key="types",
+        )
     overrides = tuple(
         Override(
-            floor=parse_duration(o.get("floor"), key="overrides.floor", path=where),
-            reason=_reason(o, "overrides", where),
-            types=tuple(o.get("types", ["*"])),
+            floor=_duration(o, "overrides", n, "floor", where),
+            reason=_reason(o, "overrides", n, where),
+            types=_patterns(o, "overrides", n, where),
         )
-        for o in _table(data, "overrides", where)
+        for n, o in enumerate(_table(data, "overrides", where), 1)
     )
-    floor = parse_duration(data.get("audit_floor", "183d"), key="audit_floor", path=where)
+    floor = parse_duration(
+        data.get("audit_floor", "183d"),
+        key="audit_floor",
+        path=where,
+        label="[retention] audit_floor",
+    )
     if floor < AUDIT_FLOOR and not any(o.types == ("*",) for o in overrides):
         raise PolicyError(
             f"{where}: audit_floor is below six months (183 days); lowering it needs an "
@@ -197,25 +289,30 @@ def load_policy(path: str | os.PathLike[str]) -> RetentionPolicy:
         )
     return RetentionPolicy(
         types={
-            str(k): parse_duration(v, key=f"types.{k}", path=where) for k, v in types_table.items()
+            str(k): parse_duration(
+                v, key=f"types.{k}", path=where, label=f"[retention.types] {k!r}"
+            )
+            for k, v in types_table.items()
         },
-        default=parse_duration(data.get("default", "forever"), key="default", path=where),
+        default=parse_duration(
+            data.get("default", "forever"), key="default", path=where, label="[retention] default"
+        ),
         runs=tuple(
             RunWindow(
-                match=str(r.get("match", "*")),
-                window=parse_duration(r.get("window"), key="runs.window", path=where),
-                tenant=str(r.get("tenant", "*")),
+                match=_text(r, "runs", n, "match", where),
+                window=_duration(r, "runs", n, "window", where),
+                tenant=_text(r, "runs", n, "tenant", where),
             )
-            for r in _table(data, "runs", where)
+            for n, r in enumerate(_table(data, "runs", where), 1)
         ),
         holds=tuple(
             Hold(
-                reason=_reason(h, "holds", where),
-                runs=str(h.get("runs", "*")),
-                tenant=str(h.get("tenant", "*")),
-                actor=str(h.get("actor", "*")),
+                reason=_reason(h, "holds", n, where),
+                runs=_text(h, "holds", n, "runs", where),
+                tenant=_text(h, "holds", n, "tenant", where),
+                actor=_text(h, "holds", n, "actor", where),
             )
-            for h in _table(data, "holds", where)
+            for n, h in enumerate(_table(data, "holds", where), 1)
         ),
         overrides=overrides,
         audit_floor=max(floor, AUDIT_FLOOR) if not overrides else floor,

@@ -32,16 +32,22 @@ def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_duration(value: Any, *, key: str, path: str | None = None) -> float:
+def parse_duration(
+    value: Any, *, key: str, path: str | None = None, label: str | None = None
+) -> float:
     """A duration in seconds from ``"30d"``, ``"12h"``, ``"6w"``, ``"90m"``, ``"45s"`` or a number
-    of days; ``"forever"`` is infinity."""
+    of days; ``"forever"`` is infinity. An error names the file (``path``) and ``label`` (the
+    key as the file writes it; ``key`` when not given)."""
+    where = f"{path}: {label or key}" if path else (label or key)
     if isinstance(value, bool):
-        raise PolicyError(f"{key}: expected a duration such as '30d', not {value!r}", key=key)
+        raise PolicyError(
+            f"{where}: expected a duration such as '30d', not {value!r}", key=key, path=path
+        )
     if isinstance(value, (int, float)):
         if value != value:  # NaN: every comparison with it is false, so no floor holds it
-            raise PolicyError(f"{key}: nan is not a duration", key=key, path=path)
+            raise PolicyError(f"{where}: nan is not a duration", key=key, path=path)
         if value < 0:
-            raise PolicyError(f"{key}: a duration cannot be negative", key=key, path=path)
+            raise PolicyError(f"{where}: a duration cannot be negative", key=key, path=path)
         return float(value) * 86400
     if isinstance(value, str):
         text = value.strip().lower()
@@ -56,7 +62,7 @@ def parse_duration(value: Any, *, key: str, path: str | None = None) -> float:
             if amount >= 0:
                 return amount * unit
     raise PolicyError(
-        f"{key}: {value!r} is not a duration; write e.g. '30d', '12h', '6w' or 'forever'",
+        f"{where}: {value!r} is not a duration; write e.g. '30d', '12h', '6w' or 'forever'",
         key=key,
         path=path,
     )
