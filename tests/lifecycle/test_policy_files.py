@@ -121,3 +121,22 @@ def test_a_purpose_policy_is_as_strict(text: str, named: tuple[str, ...], tmp_pa
         purpose.load_policy(path)
     for words in (str(path), *named):
         assert words in str(caught.value)
+
+
+def test_a_policy_that_is_not_utf8_is_a_policy_error(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.append(_run("r1", "2027-05-25"))
+    path = tmp_path / "p.toml"
+    path.write_bytes(b"\xff\xfe[retention]\n")
+    for load in (retention.load_policy, purpose.load_policy):
+        with pytest.raises(PolicyError, match="not UTF-8"):
+            load(path)
+    runner = CliRunner()
+    plan = runner.invoke(cli, ["--store", store.path, "retention", "plan", "--policy", str(path)])
+    assert plan.exit_code == 2, plan.output
+    assert "not UTF-8" in plan.output
+    monkeypatch.setenv("TACHOGRAPH_PURPOSE_POLICY", str(path))
+    shown = runner.invoke(cli, ["--store", store.path, "show", "r1"])
+    assert shown.exit_code == 2, shown.output
+    assert "not UTF-8" in shown.output

@@ -13,7 +13,8 @@ __all__ = ["load_toml", "parse_duration"]
 
 
 def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The TOML document at ``path``; a missing or malformed file is a :class:`PolicyError`."""
+    """The TOML document at ``path``; a missing, unreadable, non-UTF-8 or malformed file is a
+    :class:`PolicyError`."""
     if sys.version_info >= (3, 11):
         import tomllib as toml
     else:  # pragma: no cover - exercised on 3.10 only
@@ -24,6 +25,11 @@ def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
             data: dict[str, Any] = toml.load(handle)
     except OSError as exc:
         raise PolicyError(f"cannot read policy {target}: {exc.strerror}", path=str(target)) from exc
+    except UnicodeDecodeError as exc:  # TOML is UTF-8; tomllib decodes before it parses
+        raise PolicyError(
+            f"policy {target} is not UTF-8 text (byte {exc.start}: {exc.reason})",
+            path=str(target),
+        ) from exc
     except toml.TOMLDecodeError as exc:
         raise PolicyError(f"policy {target} is not valid TOML: {exc}", path=str(target)) from exc
     return data
