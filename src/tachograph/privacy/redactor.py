@@ -887,6 +887,18 @@ def pii_policy(
     return Redactor(keyring=ring, kinds=frozenset(kinds), secrets=secrets, rules=tuple(rules))
 
 
+def _leading_redactors(procs: Sequence[Processor]) -> list[Redactor]:
+    """The redactors that run before any other processor: only these have redacted a payload
+    before a processor that may write it out of the log sees it (a ``BlobRule`` writes its
+    blob file when it is called)."""
+    leading: list[Redactor] = []
+    for proc in procs:
+        if not isinstance(proc, Redactor):
+            break
+        leading.append(proc)
+    return leading
+
+
 def default_processors(
     processors: Sequence[Processor] = (),
     *,
@@ -895,16 +907,20 @@ def default_processors(
 ) -> tuple[Processor, ...]:
     """The processors a recording (or a replay, fork, resume, import) runs: the caller's,
     preceded by the default redaction unless the caller already has a :class:`Redactor` doing
-    it. With ``TACHOGRAPH_PII=on`` the default is :func:`pii_policy` from the environment;
-    else :data:`redact_secrets`, unless ``redact_secrets=False``."""
+    it before any other processor. With ``TACHOGRAPH_PII=on`` the default is :func:`pii_policy`
+    from the environment; else :data:`redact_secrets`, unless ``redact_secrets=False``.
+
+    A secrets redactor of the caller's that comes after another processor (``[BlobRule(...),
+    pii_policy(...)]``) does not stand in for the default: the default still runs first, so
+    that no processor ever sees a secret (a blob file would keep it)."""
     procs = tuple(processors)
     env = os.environ if environ is None else environ
     redactors = [p for p in procs if isinstance(p, Redactor)]
+    has_secrets = any(r.secrets for r in _leading_redactors(procs))
     if env.get(ENV_POLICY, "").strip().lower() in _ON and not any(r.kinds for r in redactors):
-        has_secrets = any(r.secrets for r in redactors)
         policy = pii_policy(environ=env, secrets=redact_secrets and not has_secrets)
         return (policy, *procs)
-    if redact_secrets and not any(r.secrets for r in redactors):
+    if redact_secrets and not has_secrets:
         return (_DEFAULT, *procs)
     return procs
 
