@@ -195,7 +195,7 @@ def audit_cmd(
         report = verify_audit(store)
         records = list_audit(store, tenant=tenant, action=action, run_id=run_id, limit=limit)
         if action is not None and not records:
-            _known_action(store, action)
+            _known_action(store, action, store.scoped_tenant(tenant))
     if as_json:
         emit_json({"verify": report.to_dict(), "records": [r.to_dict() for r in records]})
     else:
@@ -219,12 +219,16 @@ def audit_cmd(
         sys.exit(EXIT_FAILED)
 
 
-def _known_action(store: Store, action: str) -> None:
+def _known_action(store: Store, action: str, tenant: str | None) -> None:
     """Refuse an ``--action`` that names neither an action of this library (or a family of
-    them) nor one a record of this store holds: a typo would read as "nothing happened"."""
+    them) nor one a record of this store (of ``tenant``, when given) holds: a typo would read
+    as "nothing happened"."""
     if any(action_matches(known, action) for known in ACTIONS):
         return
-    if any(action_matches(record.action, action) for record in store.read_audit()):
+    if any(
+        action_matches(record.action, action) and tenant in (None, record.tenant)
+        for record in store.read_audit()
+    ):
         return
     raise CliError(
         f"unknown audit action {action!r}: the actions are {', '.join(ACTIONS)}, and "

@@ -115,7 +115,12 @@ def list_audit(
     limit: int | None = None,
 ) -> list[AuditRecord]:
     """Audit records, oldest first, filtered by tenant, action (a prefix such as ``read`` or
-    ``retention``) and run; ``limit`` keeps the newest that many."""
+    ``retention``) and run; ``limit`` keeps the newest that many.
+
+    A store confined to a tenant (``?tenant=T``) lists T's records alone, as its other
+    listings do, and naming another tenant raises :class:`~tachograph.errors.StoreError`
+    (:meth:`Store.scoped_tenant`)."""
+    tenant = store.scoped_tenant(tenant)
     found = [
         r
         for r in store.read_audit()

@@ -485,11 +485,14 @@ def apply(
     """Carry out a plan; every step is recorded in the store audit, with the time the plan
     was made as of (``as_of``). Returns what was done."""
     who = actor or current_actor()
+    # records of no one run: the store's tenant (a confined store's own audit lists them)
+    tenant = store.writing_tenant()
     for override in retention.overrides:
         store.append_audit(
             AuditEntry(
                 action="retention.override",
                 actor=who,
+                tenant=tenant,
                 detail={
                     "types": list(override.types),
                     "floor_days": override.floor / DAY,
@@ -533,6 +536,7 @@ def apply(
                     AuditEntry(
                         action="retention.blob",
                         actor=who,
+                        tenant=tenant,
                         detail={"digest": blob.digest, "expires": blob.expires},
                     )
                 )
