@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
-from ..errors import RunNotFound
+from ..errors import PrivacyError, RecordingError, RunNotFound
 from ..lifecycle.audit import ACTIONS, action_matches, current_actor, list_audit, verify_audit
 from ..lifecycle.blobs import BlobStore
-from ..lifecycle.erasure import erase
+from ..lifecycle.erasure import erase, subject_id
 from ..lifecycle.purpose import DEFAULT_PURPOSE, ScopedStore, policy_in_force, scoped
 from ..lifecycle.retention import DEFAULT_RETENTION, RetentionPlan, apply, load_policy, plan
 from ..lifecycle.times import shift
@@ -126,6 +126,11 @@ def erase_cmd(
         raise click.UsageError("name a RUN, a --subject, or both")
     if not reason.strip():
         raise click.BadParameter("must not be empty", param_hint="--reason")
+    if subject is not None:
+        try:
+            subject = subject_id(subject)
+        except RecordingError as exc:  # empty, or not Unicode: a bad value, as --reason's
+            raise click.BadParameter(str(exc), param_hint="--subject") from None
     with open_store() as store:
         target = None
         if run_id is not None:
@@ -146,6 +151,10 @@ def erase_cmd(
             if exc.seq is None:
                 raise
             # the run is there, the seq is not: a usage error, as tacho state --at says it
+            raise CliError(str(exc), exit_code=EXIT_USAGE) from exc
+        except PrivacyError as exc:
+            # the key the subject's links need is not configured: the environment is how the
+            # command was asked for, as a missing policy file is (exit 2); nothing was erased
             raise CliError(str(exc), exit_code=EXIT_USAGE) from exc
     if as_json:
         emit_json(report.to_dict())

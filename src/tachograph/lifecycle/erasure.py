@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RecordingError, RunNotFound
+from ..errors import PrivacyError, RecordingError, RunNotFound
 from ..record.canonical import loads
 from ..record.event import Event, EventType
 from ..store import open_store
@@ -35,6 +35,7 @@ __all__ = [
     "SubjectRule",
     "erase",
     "link_subject",
+    "subject_id",
     "subject_ids",
     "subject_in_audit",
 ]
@@ -137,7 +138,9 @@ def erase(
     name the subject by the keyed token of the id as given under ``keys`` (by default the
     ring the environment configures, see :meth:`KeyRing.from_env`; what a token ``Rule``
     gives that value), or as ``[redacted:subject]`` when there is no key: the record of an
-    erasure must not hold what was erased.
+    erasure must not hold what was erased. Without a key, a subject (not named by its token)
+    in a tenant that links subjects under keyed tokens raises
+    :class:`~tachograph.errors.PrivacyError` and erases nothing: its links may be its token.
 
     The blobs an erased payload references are deleted too (``blobs``, by default the folder
     beside a store file, when there is one): the reference was the payload's, the content is
@@ -164,7 +167,7 @@ def erase(
     named = None
     ring = keys
     if subject is not None:
-        subject = _subject_id(subject)
+        subject = subject_id(subject)
         from ..privacy.keys import KeyRing
 
         ring = keys or KeyRing.from_env()
@@ -175,6 +178,8 @@ def erase(
         scope = tenant or (
             _tenant_of(store, run_id, None) if run_id else (store.tenant or "default")
         )
+        if ring is None:
+            _refuse_without_key(store, scope, subject)
         by_run: dict[str, dict[str, set[int]]] = {}
         for sid in subject_ids(subject, ring):
             for linked_run, seq in store.subject_events(scope, sid):
@@ -243,7 +248,7 @@ def _refuse_missing(run_id: str, tenant: str, events: Sequence[Event], wanted: s
         )
 
 
-def _subject_id(subject: Any) -> str:
+def subject_id(subject: Any) -> str:
     """A data-subject id as links hold it (a rule links an integer as its text), refused
     when it is empty or cannot be written as UTF-8 (a lone surrogate from a bad argv)."""
     text = str(subject)
@@ -256,6 +261,27 @@ def _subject_id(subject: Any) -> str:
             f"data-subject id {text!r} is not valid Unicode (a lone surrogate)"
         ) from exc
     return text
+
+
+def _refuse_without_key(store: Store, tenant: str, subject: str) -> None:
+    """Raise :class:`PrivacyError` when no key is configured but ``tenant`` links data subjects
+    under keyed tokens: the subject may be linked so, and an erasure that finds only the id as
+    given would report a subject whose data it never looked for as erased, or as absent."""
+    from ..privacy.keys import TOKEN_PATTERN
+
+    if TOKEN_PATTERN.fullmatch(subject):
+        return  # named by its token: found as it is
+    key_ids = store.subject_key_ids(tenant)
+    if key_ids:
+        named = ", ".join(repr(k) for k in sorted(key_ids))
+        raise PrivacyError(
+            f"no PII key is configured, and tenant {tenant!r} links data subjects under keyed "
+            f"tokens (key id {named}): the subject's links may be its token, which only the "
+            "key finds. Configure the key the runs were recorded with (TACHOGRAPH_PII_KEY or "
+            "TACHOGRAPH_PII_KEY_FILE; keys= in Python), or name the subject by its token; "
+            "nothing was erased",
+            key_id=min(key_ids),
+        )
 
 
 def subject_ids(subject: str, keys: KeyRing | None) -> list[str]:
@@ -352,7 +378,7 @@ def link_subject(
 ) -> int:
     """Link events of a run (every event so far when ``seqs`` is ``None``) to a data subject,
     so that ``erase(store, subject=...)`` finds them; returns how many links are new."""
-    subject = _subject_id(subject)
+    subject = subject_id(subject)
     if seqs is None:
         picked = [e.seq for e in store.read(run_id, tenant=tenant, decode=False)]
     else:

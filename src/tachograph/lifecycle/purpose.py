@@ -473,6 +473,10 @@ class ScopedStore(Store):
         """The inner store's subject index."""
         return self.inner.run_subjects(tenant, run_id)
 
+    def subject_key_ids(self, tenant: str) -> frozenset[str] | None:
+        """The inner store's subject index."""
+        return self.inner.subject_key_ids(tenant)
+
     # -- the seal log: envelopes only (leaf hashes and checkpoints), read by every purpose
 
     def append_seals(self, tenant: str, seals: Sequence[SealRow]) -> int:

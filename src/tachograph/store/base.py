@@ -459,6 +459,12 @@ class Store(abc.ABC):
         """``(seq, subject)`` of every subject link of one run, by seq then subject: what
         :meth:`link_subjects` was given for it (``tacho migrate`` copies them)."""
 
+    def subject_key_ids(self, tenant: str) -> frozenset[str] | None:
+        """The key ids of the keyed tokens (``pii1:<key id>:<hex>``) data subjects are linked
+        under in ``tenant``: an erasure by subject without a key would not find those links,
+        and says so. ``None`` when the engine cannot tell (this default)."""
+        return None
+
     def run_keys(self) -> list[tuple[str, str]]:
         """Every ``(tenant, run_id)`` in the store, in that order (code point by code point, as
         Python sorts them); engines also list orphaned events' runs. ``verify_all`` reports

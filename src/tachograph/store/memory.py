@@ -460,3 +460,14 @@ class MemoryStore(Store):
                 for run, seq in linked
                 if run == run_id
             )
+
+    def subject_key_ids(self, tenant: str) -> frozenset[str] | None:
+        """The key ids of the tokens subjects are linked under in ``tenant``."""
+        self.scoped_tenant(tenant)
+        data = self._open()
+        with data.lock:
+            return frozenset(
+                s.split(":")[1]
+                for (t, s), links in data.subjects.items()
+                if t == tenant and links and s.startswith("pii1:") and s.count(":") >= 2
+            )

@@ -1149,3 +1149,13 @@ class PostgresStore(Store):
             (tenant, run_id),
         )
         return [(int(q), str(s)) for q, s in rows]
+
+    def subject_key_ids(self, tenant: str) -> frozenset[str] | None:
+        """The key ids of the tokens subjects are linked under in ``tenant``."""
+        rows = self._query(
+            tenant,
+            "SELECT DISTINCT split_part(subject, ':', 2) FROM tachograph.subjects "
+            "WHERE tenant = %s AND subject LIKE 'pii1:%%'",
+            (tenant,),
+        )
+        return frozenset(str(k) for (k,) in rows if k)

@@ -377,6 +377,18 @@ class SQLiteLifecycle:
             ).fetchall()
         return [(int(s), str(subject)) for s, subject in rows]
 
+    def subject_key_ids(self, tenant: str) -> frozenset[str] | None:
+        """The key ids of the tokens subjects are linked under in ``tenant`` (a range of the
+        subjects' primary key: ``pii1:`` up to ``pii1;``)."""
+        self.scoped_tenant(tenant)
+        with self._using("reading the data subjects of") as db:
+            rows = db.execute(
+                "SELECT DISTINCT substr(subject, 6, instr(substr(subject, 6), ':') - 1) "
+                "FROM subjects WHERE tenant=? AND subject >= 'pii1:' AND subject < 'pii1;'",
+                (tenant,),
+            ).fetchall()
+        return frozenset(str(k) for (k,) in rows if k)
+
 
 def lenient_fetch(db: sqlite3.Connection, sql: str, args: Sequence[Any] = ()) -> list[Any]:
     """``db.execute(sql, args).fetchall()``; a TEXT value that is not UTF-8 (only a file
