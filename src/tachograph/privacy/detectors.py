@@ -209,7 +209,10 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?i:(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*(?:password|passwd|pwd|passphrase|passcode"
         r"|secret|client_secret|secret_key|secret[_-]?access[_-]?key|api[_-]?key|token"
         r"|access[_-]?token|auth[_-]?token|session[_-]?token|signature)"
-        r"[\"']?\s*[:=]\s*[\"']?)(?P<v>[^\s\"'&,;]{3,})",
+        r"[\"']?\s*[:=]\s*[\"']?)"
+        # a quoted value to its closing quote, spaces and all (a passphrase), on its line;
+        # else (unquoted, or a quote that does not close) up to a space, quote or separator
+        r"(?P<v>(?<=\")[^\"\r\n]{1,256}(?=\")|(?<=')[^'\r\n]{1,256}(?=')|[^\s\"'&,;]{3,})",
         secret=True,
         hints_lower=(
             "pass",
