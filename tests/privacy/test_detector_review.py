@@ -61,3 +61,61 @@ def test_a_quoted_passphrase_does_not_reach_the_store(tmp_path: Path) -> None:
     stored = _recorded(tmp_path, ["password: 'CANARY with spaces'", 'PASSWORD="CANARY pw"'])
     assert b"CANARY" not in stored
     assert b"with spaces" not in stored
+
+
+# -- D7: URL credentials ------------------------------------------------------------------
+
+URL_SECRETS = [
+    # no user name: the standard Redis form
+    ("redis://:CANARYpw@localhost:6379", "redis://:[redacted:secret:url_password]@localhost:6379"),
+    # a "/" in a generated password
+    ("postgres://app:ab/CANARY@db/x", "postgres://app:[redacted:secret:url_password]@db/x"),
+    ("mongodb+srv://u:pa/ss/CANARY@c0.x.net/db?w=1",
+     "mongodb+srv://u:[redacted:secret:url_password]@c0.x.net/db?w=1"),
+    # an "@" in it: to the "@" before the host, and no further (an e-mail in the query stays)
+    ("postgres://app:p@ssCANARY@db/x?to=a@b.com",
+     "postgres://app:[redacted:secret:url_password]@db/x?to=a@b.com"),
+    # a token as the user name of a web URL, with its password if it has one
+    ("https://CANARYtok12345@github.com/x/y.git",
+     "https://[redacted:secret:url_password]@github.com/x/y.git"),
+    ("git clone https://CANARY0123456789abcdef0123456789abcdef01@github.com/o/r",
+     "git clone https://[redacted:secret:url_password]@github.com/o/r"),
+    ("https://CANARYtok12345:x-oauth-basic@github.com/a",
+     "https://[redacted:secret:url_password]@github.com/a"),
+    ("git+https://CANARYtok12345@github.com/x", "git+https://[redacted:secret:url_password]@github.com/x"),
+    ("HTTP://CANARYtok12345@host", "HTTP://[redacted:secret:url_password]@host"),
+    # as before
+    ("postgres://app:CANARY@db/x", "postgres://app:[redacted:secret:url_password]@db/x"),
+]  # fmt: skip
+
+URL_KEPT = [
+    "git@github.com:org/repo.git",
+    "ssh://git@github.com/org/repo",
+    "ssh://deploy2024user@host/x",  # ssh names users
+    "ftp://anonymous1234567@ftp.example.org/pub",
+    "user@host",
+    "https://user@host/x",  # no digit: a name
+    "https://deploy-bot@host/x",
+    "https://john.smith.2024@host/",  # a dot: a name
+    "https://short1@github.com",  # shorter than 12
+    "https://example.com:443/users/@alice",  # a port and a path, not a password
+    "https://example.com:8443?e=a@b.com",
+    "see https://medium.com/@user",
+    "http://[::1]:8080/x@y",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), URL_SECRETS)
+def test_url_credentials_are_redacted(text: str, expected: str) -> None:
+    assert _secrets(text) == expected
+    assert _secrets(expected) == expected  # idempotent
+
+
+@pytest.mark.parametrize("text", URL_KEPT)
+def test_what_only_looks_like_url_credentials_is_kept(text: str) -> None:
+    assert _secrets(text) == text
+
+
+def test_url_credentials_do_not_reach_the_store(tmp_path: Path) -> None:
+    stored = _recorded(tmp_path, [text for text, _ in URL_SECRETS])
+    assert b"CANARY" not in stored

@@ -247,10 +247,24 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "url_password",
-        # the password of a URL's user information: postgres://app:hunter2@db/...
-        r"(?i:(?<![A-Za-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s/:@\"']{1,128}:)"
-        # up to the authority's last "@": a password may hold one (p@ss), the host may not
-        r"(?P<v>[^\s/\"']{1,256})@",
+        # the credentials of a URL's user information, in one detector (one alternative of
+        # the combined pattern: each costs a try at every position of every text searched)
+        r"(?i:(?<![A-Za-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://(?:[^\s/:@\"'\[]{0,128}:)??)"
+        r"(?P<v>"
+        # a token as the user name of a web URL (https://TOKEN@github.com/..., an Azure
+        # DevOps PAT, a 40-hex GitHub token), with its password if it has one
+        # (https://TOKEN:x-oauth-basic@...): 12 to 128 letters, digits, "_" or "-", a letter
+        # and a digit among them. A name with no digit, or with a dot, is a user's
+        # (ann.lee@); ssh and other URLs name users (ssh://git@host), not tokens.
+        r"(?:(?<=(?i:https)://)|(?<=(?i:http)://))"
+        r"(?=[A-Za-z_-]{0,127}[0-9])(?=[0-9_-]{0,127}[A-Za-z])[A-Za-z0-9_-]{12,128}"
+        r"(?::[^\s\"']{0,256}?)?(?=@[^\s/@\"'?#]*(?:[/?#\s\"']|\Z))"
+        # else the password after the user name (postgres://app:hunter2@db/...; none:
+        # redis://:hunter2@cache), not a port and a path (https://host:8443/users/@ann), up
+        # to the "@" before the host: a password may hold "@" (p@ss) or "/" (generated ones
+        # do), the host holds neither and ends at "/", "?", "#", a space, a quote or the end
+        r"|(?<=:)(?![0-9]{1,5}(?:[/?#]|\Z))[^\s\"']{1,256}?"
+        r"(?=@[^\s/@\"'?#]*(?:[/?#\s\"']|\Z)))",
         secret=True,
         hints=("://",),
     ),
