@@ -119,3 +119,50 @@ def test_what_only_looks_like_url_credentials_is_kept(text: str) -> None:
 def test_url_credentials_do_not_reach_the_store(tmp_path: Path) -> None:
     stored = _recorded(tmp_path, [text for text, _ in URL_SECRETS])
     assert b"CANARY" not in stored
+
+
+# -- D9: e-mail addresses beyond ASCII ----------------------------------------------------
+
+ADDRESSES = [
+    # (text, the address in it)
+    ("ann@exämple.com", "ann@exämple.com"),
+    ("jöhn@example.com", "jöhn@example.com"),
+    ("write to jöhn.çanary@exämple.com now", "jöhn.çanary@exämple.com"),
+    ("Ärger@Bücher.de", "Ärger@Bücher.de"),
+    ("пишите на иван@пример.рф.", "иван@пример.рф"),
+    ("a@xn--e1afmkfd.xn--p1ai", "a@xn--e1afmkfd.xn--p1ai"),
+    # scripts written without spaces bound an address as punctuation does
+    ("请联系ann@example.com谢谢", "ann@example.com"),
+    ("ann@example.com으로 보내 주세요", "ann@example.com"),
+    ("メールはann@example.comまで", "ann@example.com"),
+    ("ann@example.com، شكرا", "ann@example.com"),
+]
+
+
+@pytest.mark.parametrize(("text", "address"), ADDRESSES)
+def test_an_address_beyond_ascii_is_tokenized_whole(text: str, address: str) -> None:
+    out = POLICY("x", {"s": text})["s"]
+    token = KEY.token(address.lower())
+    assert out == text.replace(address, token)  # the whole address, and nothing around it
+    assert POLICY("x", {"s": out})["s"] == out  # idempotent
+
+
+def test_a_composed_and_a_decomposed_address_are_one_token() -> None:
+    composed = POLICY("x", {"s": "jöhn@example.com"})["s"]
+    decomposed = POLICY("x", {"s": "jo\u0308hn@example.com"})["s"]
+    assert composed == decomposed == KEY.token("jöhn@example.com")
+
+
+def test_an_ascii_address_keeps_its_token() -> None:
+    assert POLICY("x", {"s": "mail Ann@Example.com now"})["s"] == (
+        f"mail {KEY.token('ann@example.com')} now"
+    )
+
+
+def test_addresses_beyond_ascii_do_not_reach_the_store(tmp_path: Path) -> None:
+    texts = ["ann@exämple.com", "jöhn@example.com", "jöhn.çanary@exämple.com"]
+    stored = _recorded(tmp_path, texts, [POLICY])
+    for text in texts:
+        assert text.encode() not in stored
+    for part in ("exämple", "jö", "hn@example", "çanary"):
+        assert part.encode() not in stored

@@ -14,6 +14,7 @@ written two ways gives one token.
 from __future__ import annotations
 
 import ipaddress
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -68,7 +69,8 @@ def iban_ok(text: str) -> bool:
 
 
 def _email(text: str) -> str | None:
-    return text.lower()
+    # one address written in composed or decomposed form is one token
+    return (text if text.isascii() else unicodedata.normalize("NFC", text)).lower()
 
 
 def _phone(text: str) -> str | None:
@@ -139,6 +141,19 @@ true), for the hints of a pattern that allows whitespace after a word."""
 # digests, ULIDs and ids do not yield cards, phones or keys.
 _W = r"(?<![A-Za-z0-9_-])"
 _E = r"(?![A-Za-z0-9_-])"
+
+# E-mail addresses beyond ASCII: the scripts written without spaces between words, whose
+# letters cannot be told from the words around an address ("请联系ann@example.com谢谢")
+_NO_SPACES = (
+    "\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u2e80-\u2fff\u3040-\u31ff"
+    "\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\uff00-\uffef"
+    "\U00020000-\U0003ffff"
+)
+# a non-ASCII letter or digit of another script, or a combining mark
+_INTL = r"[^\x00-\x7f\W" + _NO_SPACES + r"]|[\u0300-\u036f]"
+_INTL_LETTER = r"[^\x00-\x7f\W\d_" + _NO_SPACES + r"]"
+# where an e-mail address may begin: not after a non-ASCII character it could hold
+_NOT_AFTER_INTL = r"(?<![^\x00-\x7f\W" + _NO_SPACES + r"])"
 
 DETECTORS: tuple[Detector, ...] = (
     # -- secrets (markers) ---------------------------------------------------------------------
@@ -277,8 +292,22 @@ DETECTORS: tuple[Detector, ...] = (
     # -- personal data (tokens) ------------------------------------------------------------------
     Detector(
         "email",
-        _W.replace("_-", "_.+-") + r"[A-Za-z0-9._%+-]{1,64}@(?:[A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,24}"
-        r"(?![A-Za-z0-9-])",
+        # letters and digits of any script written with spaces between words (RFC 6531:
+        # ann@exämple.com, jöhn@example.com), so that a non-ASCII letter neither ends a match
+        # nor starts one mid-word, and combining marks (an address in decomposed form); not
+        # the scripts written without spaces (Chinese, Japanese, Korean, Thai...), whose
+        # words stand against an address as punctuation does. A top-level domain is letters,
+        # or IDNA (xn--p1ai). Checked cheapest first: not after a character of an address
+        # (ASCII), then that an "@" follows (a class of ranges, no Unicode categories), which
+        # rejects at once a word that is no address, and only then the other scripts'.
+        r"(?<![A-Za-z0-9_.+\u0300-\u036f-])(?=[A-Za-z0-9_.%+\x80-\U0010ffff-]{1,64}@)"
+        + _NOT_AFTER_INTL
+        + r"(?:[A-Za-z0-9_.%+-]|"
+        + _INTL
+        + r"){1,64}"
+        r"@(?:(?:[A-Za-z0-9]|" + _INTL_LETTER + r")(?:[A-Za-z0-9-]|" + _INTL + r"){0,62}\.)+"
+        r"(?:(?:[A-Za-z]|" + _INTL_LETTER + r"){2,24}|xn--[A-Za-z0-9-]{1,59})"
+        r"(?![A-Za-z0-9-]|" + _INTL + r")",
         _email,
         hints=("@",),
     ),
