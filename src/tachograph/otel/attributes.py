@@ -103,6 +103,14 @@ TACHO_RESUMED_AT: Final = "tachograph.resumed_at_seq"
 TACHO_REPLAYED: Final = "tachograph.replayed"
 TACHO_EFFECT: Final = "tachograph.effect"
 TACHO_STATUS: Final = "tachograph.status"
+STATUS_UNFINISHED: Final = "unfinished"
+"""``tachograph.status`` of a span whose events have no end in the record: the run (no
+``run.finished``) or a call (an intent with no completion). Import keeps them open."""
+NO_COMPLETION_MESSAGES: Final = frozenset(
+    {"no completion was recorded", "the run finished before the call did"}
+)
+"""The status messages tachograph writes on a call span with no completion (export, live
+bridge); read on traces written before ``tachograph.status=unfinished`` marked them."""
 
 LABEL_IMPORTED: Final = "tachograph.imported"
 LABEL_DIALECT: Final = "tachograph.dialect"

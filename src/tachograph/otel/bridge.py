@@ -335,6 +335,7 @@ class TachographSpanObserver(Observer):
             state.calls.clear()
             state.spans.clear()
         for span in leftovers:  # calls that never completed: the run ended inside them
+            span.set_attribute(A.TACHO_STATUS, A.STATUS_UNFINISHED)
             span.set_status(Status(StatusCode.ERROR, "the run finished before the call did"))
             span.end()
         root = state.root

@@ -297,6 +297,7 @@ def build_spans(
     ):
         done = completions.get(request_seq)
         if done is None:  # an intent with no completion: the run stopped inside this call
+            span.set_attribute(A.TACHO_STATUS, A.STATUS_UNFINISHED)
             span.set_status(Status(StatusCode.ERROR, "no completion was recorded"))
             span.end(end_time=ts_to_ns(last.ts))
             continue
@@ -317,7 +318,7 @@ def build_spans(
                 Status(StatusCode.ERROR, S.error_message(last, content=capture_content))
             )
     else:
-        root.set_attribute(A.TACHO_STATUS, "unfinished")
+        root.set_attribute(A.TACHO_STATUS, A.STATUS_UNFINISHED)
     root.end(end_time=ts_to_ns(last.ts))
     provider.shutdown()
     return collect.spans

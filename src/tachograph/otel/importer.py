@@ -10,7 +10,9 @@ like any run.
 Mapping (see docs/otel.md): the agent span gives ``run.started`` (at its start) and
 ``run.finished`` (at its end); each model span ``model.request`` / ``model.response`` (or
 ``model.failed``); each tool span ``tool.requested`` / ``tool.completed`` (or ``tool.failed``).
-Every event keeps the trace id and the span id it came from.
+Every event keeps the trace id and the span id it came from. What tachograph's own spans mark
+``tachograph.status=unfinished`` stays open: an agent span gives no ``run.finished``, a call
+span no completion (a crash is never turned into a failure, or into a finished run).
 
 Timestamps: the envelope ``ts`` is "the wall clock at recording", and a trace was recorded by
 its instrumentation when the spans happened, so ``ts`` is the span's start (requests) or end
@@ -188,6 +190,19 @@ class _Builder:
         )
 
 
+def _open(span: OtlpSpan) -> bool:
+    """A call span that tachograph (export or live bridge) ended without a completion: the
+    record has the intent only, so the import does too (``tachograph.status=unfinished``, or,
+    in traces written before that attribute, the status message alone)."""
+    if span.attributes.get(A.TACHO_STATUS) == A.STATUS_UNFINISHED:
+        return True
+    return (
+        span.status_code == 2
+        and span.status_message in A.NO_COMPLETION_MESSAGES
+        and A.ERROR_TYPE not in span.attributes
+    )
+
+
 def _error(span: OtlpSpan) -> dict[str, Any]:
     kind = span.attributes.get(A.ERROR_TYPE)
     return {"type": str(kind or "Error"), "message": span.status_message}
@@ -218,6 +233,8 @@ def _model_events(
     key = b.key(model, {k: keyed[k] for k in ("model", "messages") if k in keyed})
     meta = {"idempotency_key": key, "model": model}
     out = [(step["start_ns"], 1, EventType.MODEL_REQUEST.value, request_payload, meta)]
+    if _open(span):
+        return out
     if span.status_code == 2:
         out.append((step["end_ns"], 1, EventType.MODEL_FAILED.value, {"error": _error(span)}, meta))
         return out
@@ -264,6 +281,8 @@ def _tool_events(
         key = b.key(tool, b.process(EventType.TOOL_REQUESTED.value, requested).get("args"))
     meta = {"idempotency_key": key}
     out = [(step["start_ns"], 1, EventType.TOOL_REQUESTED.value, requested, meta)]
+    if _open(span):
+        return out
     if span.status_code == 2:
         failed: dict[str, Any] = {"tool": tool, "error": _error(span)}
         out.append((step["end_ns"], 1, EventType.TOOL_FAILED.value, failed, meta))
@@ -352,9 +371,15 @@ def _build_run(
     for ns, _prio, _n, type_, payload, meta, span_id in sorted(points):
         b.add(type_, payload, max(ns, start), span_id, **meta)
 
+    # tachograph's own spans say how the run ended (``tachograph.status``): an unfinished
+    # run (no run.finished in its record) stays unfinished, an aborted one aborted
+    said = root.attributes.get(A.TACHO_STATUS) if root is not None else None
+    if said == A.STATUS_UNFINISHED:
+        return ImportedRun(run_id, trace_id, dialect, tuple(b.events))
     finished: dict[str, Any]
-    if root is not None and root.status_code == 2:
-        finished = {"status": "error", "error": _error(root)}
+    if said in ("error", "aborted") or (root is not None and root.status_code == 2):
+        assert root is not None
+        finished = {"status": said if said == "aborted" else "error", "error": _error(root)}
     else:
         finished = {"status": "ok", "output": agent["output_text"] if agent else None}
         if finished["output"] is None:
@@ -507,7 +532,8 @@ def import_otlp(
             raise FormatError(
                 f"run {run.run_id!r} is already in the store with {len(stored)} events, and "
                 f"this import builds it with {len(built)} other steps (traces joined "
-                "otherwise, by --gap or --group-by): nothing was imported; import into "
+                "otherwise, by --gap or --group-by, or an unfinished run that an earlier "
+                "version imported as finished): nothing was imported; import into "
                 "another store or tenant, or as it was imported before",
                 location=name,
             )

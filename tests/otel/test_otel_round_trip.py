@@ -1,0 +1,216 @@
+"""tachograph's own export imported back: what the trace says survives, and nothing more.
+
+Crashed runs are recorded for real (the shop agent in a child process, SIGKILLed inside its
+irreversible ``issue_refund`` after the refund went through), exported with the real
+OpenTelemetry SDK (to the OTLP receiver fake, and encoded as the SDK's OTLP/JSON) and
+imported into a second real store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from google.protobuf import json_format
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from fakes.otlp_receiver import OTLPReceiver
+from shop_agents.fixtures import run_child
+from shop_agents.ledger import Ledger
+from tachograph.capture.recorder import Recorder
+from tachograph.cli.app import cli
+from tachograph.otel import TachographSpanObserver, import_otlp
+from tachograph.otel.export import export_run
+from tachograph.store import SQLiteStore
+
+
+@pytest.fixture
+def receiver() -> Iterator[OTLPReceiver]:
+    with OTLPReceiver() as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _no_content_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
+
+
+def _tacho(db: Path, *args: str) -> Any:
+    return CliRunner().invoke(cli, ["--store", str(db), *args], catch_exceptions=False)
+
+
+def _crashed_shop_run(tmp_path: Path) -> tuple[Path, str, Path]:
+    """A shop run killed inside ``issue_refund`` after the payments API applied the refund."""
+    db, books = tmp_path / "runs.db", tmp_path / "books.db"
+    run_child(db, "crashed-shop", hang_in="issue_refund", books=books, tmp_path=tmp_path)
+    return db, "crashed-shop", books
+
+
+def _exported_json(store: SQLiteStore, run_id: str, path: Path) -> Path:
+    """The run exported through ``export_run`` (the real SDK), written as OTLP/JSON."""
+    spans = InMemorySpanExporter()
+    assert export_run(store, run_id, exporter=spans, capture_content=True).ok
+    path.write_text(json_format.MessageToJson(encode_spans(spans.get_finished_spans())))
+    return path
+
+
+def test_a_crashed_run_is_imported_unfinished_with_its_intent_open(tmp_path: Path) -> None:
+    db, run_id, books = _crashed_shop_run(tmp_path)
+    ledger = Ledger(str(books))
+    try:  # the refund went through before the process died
+        assert len(ledger.applied("refund")) == 1
+    finally:
+        ledger.close()
+    with SQLiteStore(db) as store:
+        native = store.events(run_id)
+        document = _exported_json(store, run_id, tmp_path / "crashed.json")
+    assert native[-1].type == "tool.requested"
+    assert native[-1].payload["tool"] == "issue_refund"
+
+    imported_db = tmp_path / "imported.db"
+    done = _tacho(imported_db, "otel", "import", str(document), "--json")
+    assert done.exit_code == 0, done.output
+    (imported_id,) = [r["run_id"] for r in json.loads(done.stdout)["runs"]]
+    with SQLiteStore(imported_db) as other:
+        events = other.events(imported_id)
+        assert other.verify(imported_id).ok
+    types = [e.type for e in events]
+    # No claim the trace does not make: the refund did not fail, the run did not finish.
+    assert "run.finished" not in types
+    assert "tool.failed" not in types
+    assert types[-1] == "tool.requested"
+    assert events[-1].payload["tool"] == "issue_refund"
+    assert events[-1].payload["effect"] == "irreversible"
+    # every call the native run completed is completed in the import, the open one is open
+    native_calls = [e.type for e in native if e.type.startswith(("model.", "tool."))]
+    assert [t for t in types if t.startswith(("model.", "tool."))] == native_calls
+
+    listed = _tacho(imported_db, "runs", "--json")
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.stdout)["runs"]
+    assert row["status"] is None  # unfinished, as the native run is
+    unfinished = _tacho(imported_db, "runs", "--status", "unfinished", "--json")
+    assert [r["run_id"] for r in json.loads(unfinished.stdout)["runs"]] == [imported_id]
+
+
+def test_the_open_call_and_the_run_are_marked_unfinished_on_the_wire(
+    tmp_path: Path, receiver: OTLPReceiver
+) -> None:
+    db, run_id, _ = _crashed_shop_run(tmp_path)
+    done = _tacho(db, "otel", "export", run_id, "--endpoint", receiver.traces_url)
+    assert done.exit_code == 0, done.output
+    spans = {s["name"]: s for s in receiver.wait_for_spans(2)}
+    refund = spans["execute_tool issue_refund"]
+    assert refund["status"]["code_name"] == "ERROR"
+    assert refund["status"]["message"] == "no completion was recorded"
+    assert refund["attributes"]["tachograph.status"] == "unfinished"
+    assert spans["invoke_agent support"]["attributes"]["tachograph.status"] == "unfinished"
+
+
+def _sdk_json(exporter: InMemorySpanExporter) -> bytes:
+    return json_format.MessageToJson(encode_spans(exporter.get_finished_spans())).encode()
+
+
+def test_a_trace_exported_before_the_attribute_keeps_its_intent_open(
+    store: SQLiteStore,
+) -> None:
+    """Traces exported by earlier versions mark the open call only by its status message."""
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = tp.get_tracer("tachograph")
+    root = tracer.start_span(
+        "invoke_agent billing",
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "billing",
+            "tachograph.run_id": "run-1",
+            "tachograph.status": "unfinished",
+        },
+    )
+    from opentelemetry import trace
+
+    with trace.use_span(root, end_on_exit=True):
+        tool = tracer.start_span(
+            "execute_tool issue_refund",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "issue_refund",
+                "tachograph.effect": "irreversible",
+            },
+        )
+        tool.set_status(Status(StatusCode.ERROR, "no completion was recorded"))
+        tool.end()
+    tp.shutdown()
+    (run,) = import_otlp(store, _sdk_json(exporter)).runs
+    assert [e.type for e in store.events(run.run_id)] == ["run.started", "tool.requested"]
+
+
+def test_an_aborted_run_is_imported_aborted_and_a_finished_run_with_an_open_call(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    recorder = Recorder(store, run_id="aborted-run", actor="billing")
+    recorder.append("run.started", {"input": "refund A-1", "env": {}})
+    recorder.append(
+        "tool.requested",
+        {"tool": "issue_refund", "args": {"order_id": "A-1"}, "effect": "irreversible"},
+        idempotency_key="aborted-run:issue_refund:A-1",
+        durable=True,
+    )
+    recorder.append(
+        "run.finished", {"status": "aborted", "error": {"type": "Cancelled", "message": "stop"}}
+    )
+    recorder.flush()  # the writer thread has stored every event
+    document = _exported_json(store, "aborted-run", tmp_path / "aborted.json")
+    other = SQLiteStore(tmp_path / "imported.db")
+    try:
+        (run,) = import_otlp(other, document).runs
+        events = other.events(run.run_id)
+    finally:
+        other.close()
+    assert [e.type for e in events] == ["run.started", "tool.requested", "run.finished"]
+    assert events[-1].payload["status"] == "aborted"
+    assert events[-1].payload["error"]["type"] == "Cancelled"
+
+
+def test_a_call_open_when_a_traced_run_finished_stays_open(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    """The live bridge ends a call still open at run.finished with status ERROR; its import
+    has the intent and no completion, as the record has."""
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    recorder = Recorder(
+        store, run_id="left-open", actor="billing", observers=[TachographSpanObserver(tp)]
+    )
+    recorder.append("run.started", {"input": "refund A-1", "env": {}})
+    recorder.append(
+        "tool.requested",
+        {"tool": "charge_card", "args": {"order_id": "A-1"}, "effect": "irreversible"},
+        idempotency_key="left-open:charge_card:A-1",
+        durable=True,
+    )
+    recorder.append(
+        "run.finished", {"status": "error", "error": {"type": "ValueError", "message": "x"}}
+    )
+    recorder.flush()
+    tp.shutdown()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert spans["execute_tool charge_card"].attributes["tachograph.status"] == "unfinished"
+    other = SQLiteStore(tmp_path / "imported.db")
+    try:
+        (run,) = import_otlp(other, _sdk_json(exporter)).runs
+        events = other.events(run.run_id)
+    finally:
+        other.close()
+    assert [e.type for e in events] == ["run.started", "tool.requested", "run.finished"]
+    assert events[-1].payload["status"] == "error"
