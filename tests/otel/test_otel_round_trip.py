@@ -20,7 +20,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from otel_weather import weather_agent
 
+import tachograph as tg
 from fakes.otlp_receiver import OTLPReceiver
 from shop_agents.fixtures import run_child
 from shop_agents.ledger import Ledger
@@ -88,6 +90,14 @@ def test_a_crashed_run_is_imported_unfinished_with_its_intent_open(tmp_path: Pat
     assert types[-1] == "tool.requested"
     assert events[-1].payload["tool"] == "issue_refund"
     assert events[-1].payload["effect"] == "irreversible"
+    # each tool keeps the effect it was recorded with (read, pure, write, irreversible)
+    effects = [
+        (e.payload["tool"], e.payload["effect"]) for e in events if e.type == "tool.requested"
+    ]
+    assert effects == [
+        (e.payload["tool"], e.payload["effect"]) for e in native if e.type == "tool.requested"
+    ]
+    assert {effect for _, effect in effects} == {"read", "pure", "write", "irreversible"}
     # every call the native run completed is completed in the import, the open one is open
     native_calls = [e.type for e in native if e.type.startswith(("model.", "tool."))]
     assert [t for t in types if t.startswith(("model.", "tool."))] == native_calls
@@ -214,3 +224,42 @@ def test_a_call_open_when_a_traced_run_finished_stays_open(
         other.close()
     assert [e.type for e in events] == ["run.started", "tool.requested", "run.finished"]
     assert events[-1].payload["status"] == "error"
+
+
+def test_effects_and_the_original_run_id_survive_a_round_trip(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    native = tg.record_run(
+        weather_agent, "What's the weather in Paris?", store=store, actor="weather_agent"
+    )
+    document = _exported_json(store, native.run_id, tmp_path / "weather.json")
+    other = SQLiteStore(tmp_path / "imported.db")
+    try:
+        (run,) = import_otlp(other, document).runs
+        events = other.events(run.run_id)
+    finally:
+        other.close()
+    (requested,) = [e for e in events if e.type == "tool.requested"]
+    assert requested.payload["effect"] == "read"  # as recorded, not "irreversible"
+    labels = events[0].payload["labels"]
+    assert labels["tachograph.original_run_id"] == native.run_id
+    assert events[-1].payload["status"] == "ok"
+
+
+def test_an_effect_that_is_not_one_of_the_four_is_not_believed(store: SQLiteStore) -> None:
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    with tp.get_tracer("other").start_as_current_span(
+        "execute_tool x",
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "x",
+            "tachograph.effect": "harmless",
+        },
+    ):
+        pass
+    tp.shutdown()
+    (run,) = import_otlp(store, _sdk_json(exporter)).runs
+    (requested,) = [e for e in store.events(run.run_id) if e.type == "tool.requested"]
+    assert requested.payload["effect"] == "irreversible"

@@ -117,6 +117,11 @@ LABEL_DIALECT: Final = "tachograph.dialect"
 LABEL_IMPORTED_AT: Final = "tachograph.imported_at"
 LABEL_SOURCE: Final = "tachograph.source"
 LABEL_CONTENT_CAPTURED: Final = "tachograph.content_captured"
+LABEL_ORIGINAL_RUN_ID: Final = "tachograph.original_run_id"
+"""On a run imported from tachograph's own spans: the run id they name (``tachograph.run_id``
+on the agent span), the run the trace was made from."""
+EFFECTS: Final = ("pure", "read", "write", "irreversible")
+"""The values of ``tachograph.effect`` (SPEC section 6); import believes no other."""
 
 CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """``true``/``false``, or the util-genai modes ``NO_CONTENT``, ``SPAN_ONLY``, ``EVENT_ONLY``,

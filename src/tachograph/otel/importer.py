@@ -21,8 +21,9 @@ its instrumentation when the spans happened, so ``ts`` is the span's start (requ
 
 Content is present only where the trace captured it: what is missing is listed in the payload's
 ``not_captured`` (``["messages"]``, ``["message"]``, ``["args"]``, ``["result"]``,
-``["input"]``, ``["output"]``), never recorded as empty. Imported tools are of unknown effect
-and so are recorded as ``irreversible`` (tachograph's default for an unclassified tool).
+``["input"]``, ``["output"]``), never recorded as empty. A tool's effect is the
+``tachograph.effect`` its span names (tachograph's own spans); elsewhere it is unknown, and so
+recorded as ``irreversible`` (tachograph's default for an unclassified tool).
 """
 
 from __future__ import annotations
@@ -267,7 +268,10 @@ def _tool_events(
 ) -> list[tuple[int, int, str, dict[str, Any], dict[str, Any]]]:
     tool = str(step["tool_name"])
     args = step["tool_args"]
-    requested: dict[str, Any] = {"tool": tool, "effect": "irreversible"}
+    effect = span.attributes.get(A.TACHO_EFFECT)
+    if effect not in A.EFFECTS:
+        effect = "irreversible"  # unknown: tachograph's default for an unclassified tool
+    requested: dict[str, Any] = {"tool": tool, "effect": effect}
     if isinstance(args, dict):
         requested["args"] = args
     else:
@@ -343,6 +347,9 @@ def _build_run(
     }
     if source:
         labels[A.LABEL_SOURCE] = source
+    original = root.attributes.get(A.TACHO_RUN_ID) if root is not None else None
+    if isinstance(original, str) and original:
+        labels[A.LABEL_ORIGINAL_RUN_ID] = original
     started: dict[str, Any] = {
         "input": agent["input_text"] if agent else None,
         "env": {
