@@ -8,6 +8,9 @@ imported into a second real store."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,10 +26,12 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from otel_weather import weather_agent
 
 import tachograph as tg
-from fakes.otlp_receiver import OTLPReceiver
+from fakes.otlp_receiver import OTLPReceiver, ReceivedSpan
+from shop_agents import shop
 from shop_agents.fixtures import run_child
 from shop_agents.ledger import Ledger
 from tachograph.capture.recorder import Recorder
+from tachograph.capture.runtime import registered_models
 from tachograph.cli.app import cli
 from tachograph.otel import TachographSpanObserver, import_otlp
 from tachograph.otel.export import export_run
@@ -263,3 +268,73 @@ def test_an_effect_that_is_not_one_of_the_four_is_not_believed(store: SQLiteStor
     (run,) = import_otlp(store, _sdk_json(exporter)).runs
     (requested,) = [e for e in store.events(run.run_id) if e.type == "tool.requested"]
     assert requested.payload["effect"] == "irreversible"
+
+
+def _chat_providers(spans: list[ReceivedSpan]) -> list[Any]:
+    return [
+        s["attributes"].get("gen_ai.provider.name")
+        for s in sorted(spans, key=lambda s: s["start_time_unix_nano"])
+        if s["name"].startswith("chat ")
+    ]
+
+
+def test_export_is_a_function_of_the_record_not_of_the_loaded_agents(
+    tmp_path: Path, receiver: OTLPReceiver
+) -> None:
+    """The same run exported by ``tacho`` (a process that never loaded the shop agent) and
+    from Python next to the agent (whose ``@tg.model`` declares ``provider="scripted"``)."""
+    assert registered_models()[shop.MODEL_ID].provider == "scripted"  # loaded here
+    db, run_id, _ = _crashed_shop_run(tmp_path)
+    tacho = Path(sys.executable).parent / "tacho"
+    exe = str(tacho) if tacho.exists() else shutil.which("tacho")
+    assert exe is not None
+    child = subprocess.run(
+        [exe, "--store", str(db), "otel", "export", run_id, "--endpoint", receiver.traces_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    from_cli = receiver.wait_for_spans(1)
+    count = len(from_cli)
+    with SQLiteStore(db) as store:
+        assert export_run(store, run_id, endpoint=receiver.traces_url).ok
+    from_python = receiver.wait_for_spans(2 * count)[count:]
+    assert len(from_cli) == len(from_python)
+
+    def shape(spans: list[ReceivedSpan]) -> list[tuple[str, dict[str, Any]]]:
+        return sorted((s["span_id"], s["attributes"]) for s in spans)
+
+    assert shape(from_cli) == shape(from_python)
+    # The record does not name the declared provider (nor can the model family or an HTTP
+    # path tell it), so neither export claims one.
+    assert _chat_providers(from_python) == [None]
+    assert all("gen_ai.provider.name" not in s["attributes"] for s in from_python)
+
+
+@tg.model("acme-chat-2026-01-01", provider="acme")
+def _acme(request: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "a-1", "model": "acme-chat-2026-01-01", "choices": []}
+
+
+def _acme_agent(question: str) -> str:
+    _acme({"model": "acme-chat-2026-01-01", "messages": [{"role": "user", "content": question}]})
+    return "done"
+
+
+def test_the_declared_provider_is_on_live_spans_only(store: SQLiteStore) -> None:
+    """The live bridge runs where ``@tg.model`` declared the provider; the record does not
+    hold it, so an export (from anywhere) does not claim it."""
+    live = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(live))
+    run = tg.record_run(
+        _acme_agent, "hi", store=store, actor="acme", observers=[TachographSpanObserver(tp)]
+    )
+    tp.shutdown()
+    (chat,) = [s for s in live.get_finished_spans() if s.name.startswith("chat ")]
+    assert chat.attributes["gen_ai.provider.name"] == "acme"
+    exported = InMemorySpanExporter()
+    assert export_run(store, run.run_id, exporter=exported).ok
+    assert all("gen_ai.provider.name" not in s.attributes for s in exported.get_finished_spans())

@@ -223,7 +223,9 @@ class TachographSpanObserver(Observer):
         span = self.tracer.start_span(
             S.agent_span_name(recorder.actor),
             kind=SpanKind.INTERNAL,
-            attributes=S.agent_start_attributes(probe, content=self.capture_content),
+            attributes=S.agent_start_attributes(
+                probe, content=self.capture_content, provider=S.declared_run_provider(probe)
+            ),
         )
         parent = payload.get("parent")
         if isinstance(parent, dict) and type(parent.get("seq")) is int:
@@ -257,6 +259,7 @@ class TachographSpanObserver(Observer):
                     model=model,
                     seed=seed if type(seed) is int else None,
                     content=self.capture_content,
+                    declared_provider=S.provider_of(model),
                 ),
             )
         else:

@@ -234,7 +234,11 @@ def build_spans(
         )
         context = trace.set_span_in_context(NonRecordingSpan(remote))
     ids.next_span_id = int(plan.root_span_id, 16)
-    root_attrs = S.agent_start_attributes(first, content=capture_content)
+    # From the record alone, never from this process's declared models: the same run
+    # exports the same spans wherever it is exported from.
+    root_attrs = S.agent_start_attributes(
+        first, content=capture_content, provider=S.run_provider(events)
+    )
     root = tracer.start_span(
         S.agent_span_name(first.actor),
         context=context,

@@ -7,7 +7,7 @@ message form of recorded requests and responses.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -150,7 +150,9 @@ def tool_span_name(tool: str | None) -> str:
 
 
 def provider_of(model: str | None) -> str | None:
-    """The provider declared with ``@tachograph.model(..., provider=...)`` for ``model``."""
+    """The provider declared with ``@tachograph.model(..., provider=...)`` for ``model`` in
+    this process. Process state, not the record: only the live bridge reads it (it runs where
+    the models were declared); export reads the record alone (see :func:`run_provider`)."""
     if model is None:
         return None
     from ..capture.runtime import registered_models
@@ -167,20 +169,40 @@ def _text_message(role: str, value: Any, finish_reason: str | None = None) -> st
     return to_json([message])
 
 
-def agent_start_attributes(event: Event, *, content: bool = False) -> dict[str, AttributeValue]:
-    """Attributes of the ``invoke_agent`` span, from ``run.started``."""
+def declared_run_provider(event: Event) -> str | None:
+    """The one provider declared (in this process) for the models ``run.started`` names in its
+    fingerprint, if they have exactly one; the live bridge's ``invoke_agent`` provider."""
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    env = payload.get("env") if isinstance(payload.get("env"), dict) else {}
+    models = env.get("models") if isinstance(env, dict) else None
+    providers = {provider_of(m) for m in models or () if isinstance(m, str)} - {None}
+    return providers.pop() if len(providers) == 1 else None
+
+
+def run_provider(events: Iterable[Event]) -> str | None:
+    """The one provider the record gives for every model call of a run (see
+    :func:`chat_provider`, without a declared provider), if they have exactly one; export's
+    ``invoke_agent`` provider."""
+    found: set[str | None] = set()
+    for event in events:
+        if event.type == EventType.MODEL_REQUEST.value:
+            found.add(chat_provider(_as_dict(event.payload), event.model))
+    return found.pop() if len(found) == 1 else None
+
+
+def agent_start_attributes(
+    event: Event, *, content: bool = False, provider: str | None = None
+) -> dict[str, AttributeValue]:
+    """Attributes of the ``invoke_agent`` span, from ``run.started`` (and the run's
+    ``provider``, when the caller knows it has one)."""
     attrs: dict[str, AttributeValue] = {
         A.GEN_AI_OPERATION_NAME: A.OP_INVOKE_AGENT,
         A.GEN_AI_AGENT_NAME: event.actor,
         A.GEN_AI_CONVERSATION_ID: event.run_id,
         A.TACHO_RUN_ID: event.run_id,
     }
+    put(attrs, A.GEN_AI_PROVIDER_NAME, provider)
     payload = event.payload if isinstance(event.payload, dict) else {}
-    env = payload.get("env") if isinstance(payload.get("env"), dict) else {}
-    models = env.get("models") if isinstance(env, dict) else None
-    providers = {provider_of(m) for m in models or ()} - {None}
-    if len(providers) == 1:
-        put(attrs, A.GEN_AI_PROVIDER_NAME, providers.pop())
     parent = payload.get("parent")
     if isinstance(parent, dict):
         put(attrs, A.TACHO_FORK_OF, parent.get("run_id"))
@@ -226,10 +248,12 @@ def chat_start_attributes(
     model: str | None,
     seed: int | None,
     content: bool,
+    declared_provider: str | None = None,
 ) -> dict[str, AttributeValue]:
-    """Attributes of a ``chat`` span, known when the request is made."""
+    """Attributes of a ``chat`` span, known when the request is made (``declared_provider``:
+    the live bridge's :func:`provider_of`; export passes none)."""
     attrs: dict[str, AttributeValue] = {A.GEN_AI_OPERATION_NAME: A.OP_CHAT}
-    put(attrs, A.GEN_AI_PROVIDER_NAME, chat_provider(payload, model))
+    put(attrs, A.GEN_AI_PROVIDER_NAME, chat_provider(payload, model, declared=declared_provider))
     put(attrs, A.GEN_AI_REQUEST_MODEL, model)
     attrs[A.GEN_AI_CONVERSATION_ID] = run_id
     request = payload.get("request")
@@ -253,12 +277,15 @@ def chat_start_attributes(
     return attrs
 
 
-def chat_provider(payload: Mapping[str, Any], model: str | None) -> str | None:
-    """``gen_ai.provider.name`` of a model call: declared, imported, from the HTTP path, or
-    from the model family (see :func:`tachograph.providers.genai.provider_name`)."""
+def chat_provider(
+    payload: Mapping[str, Any], model: str | None, *, declared: str | None = None
+) -> str | None:
+    """``gen_ai.provider.name`` of a model call: ``declared`` (given by the live bridge
+    only), else from the record: imported, from the HTTP path, or from the model family (see
+    :func:`tachograph.providers.genai.provider_name`)."""
     http = payload.get("http")
     return genai.provider_name(
-        declared=provider_of(model),
+        declared=declared,
         recorded=payload.get("provider"),
         path=http.get("path") if isinstance(http, dict) else None,
         model=model,
