@@ -338,3 +338,26 @@ def test_the_declared_provider_is_on_live_spans_only(store: SQLiteStore) -> None
     exported = InMemorySpanExporter()
     assert export_run(store, run.run_id, exporter=exported).ok
     assert all("gen_ai.provider.name" not in s.attributes for s in exported.get_finished_spans())
+
+
+def test_a_round_trip_keeps_the_calls_and_drops_what_the_docs_say(tmp_path: Path) -> None:
+    """docs/otel.md, "A round trip": the calls and the run's ends are kept; the other events
+    (clock, random, plan, guardrail, ...) and the environment fingerprint are not."""
+    db, run_id, _ = _crashed_shop_run(tmp_path)
+    with SQLiteStore(db) as store:
+        native = store.events(run_id)
+        document = _exported_json(store, run_id, tmp_path / "crashed.json")
+    other = SQLiteStore(tmp_path / "imported.db")
+    try:
+        (run,) = import_otlp(other, document).runs
+        imported = other.events(run.run_id)
+    finally:
+        other.close()
+    kept = [e.type for e in native if e.type.startswith(("run.", "model.", "tool."))]
+    assert [e.type for e in imported] == kept
+    dropped = {e.type for e in native} - set(kept)
+    assert {"clock.read", "random.value", "plan.selected", "guardrail.tripwire"} <= dropped
+    env = imported[0].payload["env"]
+    assert (env["code_version"], env["runtime"], env["tools"]) == (None, None, {})
+    assert native[0].payload["env"]["code_version"] == "shop-1"
+    assert imported[0].payload["labels"]["tachograph.original_run_id"] == run_id
