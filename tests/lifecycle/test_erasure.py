@@ -565,3 +565,31 @@ def test_a_store_confined_to_a_tenant_erases_and_links_no_other(
         ):
             with pytest.raises(StoreError, match="confined to tenant 'acme'"):
                 call()
+
+
+def test_a_tenants_view_of_the_audit_checks_each_record_and_link_it_sees(
+    store: SQLiteStore, demo_run: str
+) -> None:
+    """What a role confined by row-level security sees of the audit (its tenant's records,
+    with gaps where the others' were): each record's hash and each link between two it sees
+    in a row are checked; a gap is counted, not taken for a break."""
+    import dataclasses
+
+    from tachograph.lifecycle.audit import _verify_visible
+
+    for n in range(4):
+        erase(store, demo_run, seqs=[2 + n], reason=f"r{n}")
+    records = list(store.read_audit())
+    assert len(records) >= 4
+    seen = [r for i, r in enumerate(records) if i not in (1, 2)]  # two hidden
+    report = _verify_visible(seen)
+    assert report.ok, report.render()
+    assert report.hidden == 2
+    assert "2 record(s) of other tenants are not visible" in report.render()
+    forged = [*seen]
+    forged[0] = dataclasses.replace(forged[0], actor="mallory")
+    bad = _verify_visible(forged)
+    assert [seq for seq, _ in bad.problems] == [0]  # its hash; the next is after a gap
+    forged = [*seen]
+    forged[-1] = dataclasses.replace(forged[-1], prev_hash="sha256:" + "0" * 64)
+    assert not _verify_visible(forged).ok  # a link between two records it sees

@@ -168,3 +168,30 @@ def test_migrate_resumes_after_a_kill(
         for run_id, events in made.items():
             assert pg.verify(run_id).ok
             assert [e.hash for e in pg.read(run_id)] == [e.hash for e in events]
+
+
+def test_tacho_audit_of_a_tenant_checks_what_it_sees_and_counts_what_it_does_not(
+    tmp_path: Path, child_env: dict[str, str], pg_cluster: PgCluster, pg_database: str
+) -> None:
+    """The store audit is one chain; row-level security hides the other tenants' records
+    from a role confined to one. Its ``tacho audit`` failed ("seq 9 where 2 was expected")
+    in every store another tenant had used: it checks the records it sees and their links,
+    and counts the hidden ones."""
+    every = ["--store", pg_cluster.url(pg_database, APP) + "?tenant=globex"]
+    acme = ["--store", pg_cluster.url(pg_database, TENANT_ROLE) + "?tenant=acme"]
+    for store in (every, acme, every, acme):  # interleaved: acme's records have gaps
+        run_id = json.loads(_tacho(child_env, tmp_path, *store, "demo", "--json").stdout)["run_id"]
+        _tacho(child_env, tmp_path, *store, "show", run_id)  # an audited read
+    seen = json.loads(_tacho(child_env, tmp_path, *acme, "audit", "--json").stdout)
+    assert seen["verify"]["ok"] is True, seen
+    assert seen["verify"]["hidden"] > 0
+    assert {r["tenant"] for r in seen["records"]} == {"acme"}
+    text = _tacho(child_env, tmp_path, *acme, "audit").stdout
+    assert "of other tenants are not visible" in text
+    whole = json.loads(
+        _tacho(
+            child_env, tmp_path, "--store", pg_cluster.url(pg_database, APP), "audit", "--json"
+        ).stdout
+    )
+    assert whole["verify"]["ok"] is True
+    assert whole["verify"]["hidden"] == 0

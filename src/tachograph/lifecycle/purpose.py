@@ -255,6 +255,7 @@ class ScopedStore(Store):
         # A store confined to a tenant (``?tenant=T``) confines this view to it too; naming
         # another tenant here is refused as the store refuses it.
         self.tenant = inner.scoped_tenant(tenant)
+        self.hides_other_tenants = inner.hides_other_tenants
         self.whole_events = whole_events
         self._rule: PurposeRule | None = None
 

@@ -227,6 +227,9 @@ class Store(abc.ABC):
     """Whether :meth:`append_sealed` stores the seals in the batch's own transaction."""
     tenant: str | None = None
     """The one tenant this store is confined to (``?tenant=T`` of its URL), or ``None``."""
+    hides_other_tenants: bool = False
+    """Whether the database itself hides other tenants' rows from a store confined to one
+    (PostgreSQL's row-level security): its store audit then has gaps that are no break."""
 
     def scoped_tenant(self, tenant: str | None = None, *, run_id: str | None = None) -> str | None:
         """The tenant an operation is for: ``tenant``, else the store's own (:attr:`tenant`),

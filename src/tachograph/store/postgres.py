@@ -192,6 +192,8 @@ class PostgresStore(Store):
     With ``create=True`` a database without the schema gets it, when the role may install it.
     """
 
+    hides_other_tenants = True
+
     def __init__(
         self,
         url: str,
