@@ -225,7 +225,13 @@ class EvidenceReport:
         if not self.ok:
             name, message = self.failure or ("", "")
             return f"evidence {self.directory}: FAILED ({name}): {message}"
-        witnessed = f", witnessed by {', '.join(self.witnessed_by)}" if self.witnessed_by else ""
+        witnessed = (
+            f", witnessed by {', '.join(self.witnessed_by)}"
+            if self.witnessed_by
+            # a checkpoint the log's key alone signed: whoever holds that key could have
+            # signed another history as well (a witness's cosignature is what rules it out)
+            else "; no trusted witness cosigned it, so the log's owner alone vouches for it"
+        )
         after = self.unsealed_events or 0
         tail = (
             f"; {after} event(s) after it are not sealed: nothing proves them, the run's end "
