@@ -22,9 +22,12 @@ from tachograph.store.postgres import PostgresStore  # noqa: E402
 from tachograph.testing.pgserver import PgServer, find_bindir  # noqa: E402
 
 APP = "tacho_app"  # writer, reader, privacy, all tenants: what the conformance suite needs
-TENANT_ROLE = "tacho_tenant"  # writer + reader, bound to the tenant it sets
-PRIVACY_ROLE = "tacho_privacy_officer"  # reader + privacy (erasure, retention)
-READER_ROLE = "tacho_reader"  # reader only
+TENANT_ROLE = "tacho_tenant"  # writer + reader, bound to tenants acme and globex
+PRIVACY_ROLE = "tacho_privacy_officer"  # reader + privacy (erasure, retention), bound to acme
+READER_ROLE = "tacho_reader"  # reader only, bound to acme
+ACME_APP = "tacho_acme_app"  # writer + reader, bound to acme alone
+ACME_OFFICER = "tacho_acme_officer"  # writer, reader + privacy, bound to acme alone
+OPS = "tacho_ops"  # reader + privacy for every tenant (all_tenants), bound to none
 
 
 @dataclass
@@ -73,9 +76,12 @@ def pg_cluster() -> Iterator[PgCluster]:
         PostgresStore.install_schema(cluster.url(template), partitions=8)
         admin = cluster.url(template)
         PostgresStore.grant_login(admin, APP, all_tenants=True, privacy=True)
-        PostgresStore.grant_login(admin, TENANT_ROLE)
-        PostgresStore.grant_login(admin, PRIVACY_ROLE, writer=False, privacy=True)
-        PostgresStore.grant_login(admin, READER_ROLE, writer=False)
+        PostgresStore.grant_login(admin, TENANT_ROLE, tenants=["acme", "globex"])
+        PostgresStore.grant_login(admin, PRIVACY_ROLE, tenants=["acme"], writer=False, privacy=True)
+        PostgresStore.grant_login(admin, READER_ROLE, tenants=["acme"], writer=False)
+        PostgresStore.grant_login(admin, ACME_APP, tenants=["acme"])
+        PostgresStore.grant_login(admin, ACME_OFFICER, tenants=["acme"], privacy=True)
+        PostgresStore.grant_login(admin, OPS, writer=False, privacy=True, all_tenants=True)
         yield cluster
     finally:
         if server is not None:

@@ -18,21 +18,96 @@ from typing import Any
 import psycopg
 import pytest
 
-from tachograph.errors import DuplicateConflict, SequenceConflict
+from tachograph.errors import DuplicateConflict, SequenceConflict, StoreError
 from tachograph.lifecycle.erasure import erase
+from tachograph.store import postgres_schema as schema
 from tachograph.store import verify_stored
 from tachograph.store.audit import AuditEntry, chain_audit
+from tachograph.store.base import SealRow
 from tachograph.store.postgres import EVENT_ID_LOOKUP, SCHEMA_VERSION, PostgresStore
 from tachograph.store.postgres_migrations import upgrade
 from tachograph.testing import build_run
 
-from .conftest import APP, PRIVACY_ROLE, PgCluster
+from .conftest import ACME_APP, APP, PRIVACY_ROLE, TENANT_ROLE, PgCluster
 
 EVENT_COLUMNS = "tenant, run_id, seq, event_id, ts, type, actor, payload_digest, prev_hash, hash"
 PARTITIONS = [f"payloads_p{i}" for i in range(8)]
 
+
+def _version_6_policies() -> list[str]:
+    """The tenant policies of version 6, keyed by the tenant the client sets alone."""
+    old = {
+        "_TENANT_EQ": "tenant = current_setting('tachograph.tenant', true)",
+        "_TENANT_VISIBLE": "tachograph.tenant_visible(tenant)",
+        "_PAYLOAD_READABLE": schema._PAYLOAD_READABLE.replace(
+            schema._TENANT_VISIBLE, "tachograph.tenant_visible(tenant)"
+        ),
+    }
+    new = {name: getattr(schema, name) for name in old}
+    out: list[str] = []
+    try:
+        for name, value in old.items():
+            setattr(schema, name, value)
+        for table in (*schema.RUN_TABLES, *schema.TENANT_TABLES, *schema.STORE_TABLES):
+            parts = [] if table == "store_audit" else [f"{table}_p{i}" for i in range(8)]
+            for target in (table, *parts):
+                out += schema.tenant_policies(target, replace=True)
+    finally:
+        for name, value in new.items():
+            setattr(schema, name, value)
+    return out
+
+
+# What version 6 had and version 7 has not: no login bound to a tenant.
+V6_SHAPE = [
+    """CREATE OR REPLACE FUNCTION tachograph.tenant_visible(t text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT t = current_setting('tachograph.tenant', true)
+        OR (current_setting('tachograph.tenant', true) = '*'
+            AND pg_has_role(current_user, 'tachograph_all_tenants', 'MEMBER'))
+$$""",
+    """CREATE OR REPLACE FUNCTION tachograph.one_tenant() RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE t text := current_setting('tachograph.tenant', true);
+BEGIN
+    IF t IS NULL OR t = '' OR t = '*' THEN
+        RAISE EXCEPTION 'tachograph: this needs one tenant in tachograph.tenant'
+            USING ERRCODE = 'TG005';
+    END IF;
+    RETURN t;
+END $$""",
+    """CREATE OR REPLACE FUNCTION tachograph.audit_append(
+    p_seq bigint, p_ts text, p_tenant text, p_actor text, p_action text, p_detail bytea,
+    p_prev_hash text, p_hash text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+DECLARE h record;
+BEGIN
+    IF p_tenant IS DISTINCT FROM tachograph.one_tenant() THEN
+        RAISE EXCEPTION 'tachograph: an audit record of tenant % in a transaction of tenant %',
+            quote_literal(p_tenant), quote_literal(tachograph.one_tenant())
+            USING ERRCODE = 'TG005';
+    END IF;
+    SELECT * INTO h FROM tachograph.audit_head();
+    IF p_seq <> h.seq + 1 OR p_prev_hash IS DISTINCT FROM h.hash THEN
+        RAISE EXCEPTION 'tachograph: audit record % does not follow the audit head %',
+            p_seq, h.seq USING ERRCODE = 'TG001';
+    END IF;
+    INSERT INTO tachograph.store_audit (seq, tenant, ts, actor, action, detail, prev_hash, hash)
+    VALUES (p_seq, p_tenant, p_ts, p_actor, p_action, p_detail, p_prev_hash, p_hash);
+END $$""",
+    *_version_6_policies(),
+    "DROP POLICY tenant_read ON tachograph.read_policy",
+    "DROP POLICY owner_all ON tachograph.read_policy",
+    "ALTER TABLE tachograph.read_policy NO FORCE ROW LEVEL SECURITY",
+    "ALTER TABLE tachograph.read_policy DISABLE ROW LEVEL SECURITY",
+    "DROP FUNCTION tachograph.may_act_for(text)",
+    "DROP TABLE tachograph.tenant_logins",
+    "GRANT EXECUTE ON FUNCTION tachograph.run_deleted(text, text) TO PUBLIC",
+]
+
 # What version 1 had and version 2 has not: built from an installed version 2, as the owner.
 V1_SHAPE = [
+    *V6_SHAPE,
     *(f"DROP TRIGGER payloads_have_events ON tachograph.{t}" for t in ("payloads", *PARTITIONS)),
     "ALTER TABLE tachograph.events DROP CONSTRAINT events_event_id",
     "ALTER TABLE tachograph.events ADD UNIQUE (tenant, run_id, event_id)",
@@ -261,6 +336,15 @@ def _shape(conn: psycopg.Connection[Any]) -> dict[str, list[Any]]:
             "SELECT proname, prosecdef, md5(prosrc), proacl::text FROM pg_proc "
             "WHERE pronamespace = 'tachograph'::regnamespace ORDER BY 1"
         ).fetchall(),
+        "policies": conn.execute(
+            "SELECT tablename, policyname, cmd, roles::text, qual, with_check FROM pg_policies "
+            "WHERE schemaname = 'tachograph' ORDER BY 1, 2"
+        ).fetchall(),
+        "tables": conn.execute(
+            "SELECT relname, relrowsecurity, relforcerowsecurity, relacl::text FROM pg_class "
+            "WHERE relnamespace = 'tachograph'::regnamespace AND relkind IN ('r', 'p') "
+            "ORDER BY 1"
+        ).fetchall(),
     }
 
 
@@ -287,7 +371,7 @@ def test_a_version_1_store_works_then_upgrades_to_what_a_new_install_is(
         assert upgrade(conn) == SCHEMA_VERSION  # again: nothing to do
     with PostgresStore(pg_cluster.url(db, APP), create=False) as store:
         assert isinstance(store, PostgresStore)
-        assert store.schema_version == SCHEMA_VERSION == 6
+        assert store.schema_version == SCHEMA_VERSION == 7
         assert list(store.read("run-a")) == old
         more = build_run("run-a", 5, tenant="acme", after=(119, old[-1].hash))
         store.append(more)
@@ -323,6 +407,48 @@ def test_a_subjects_erasure_on_an_older_schema_erases_and_says_the_links_stay(
         assert store.subject_events("acme", "cust-9") == []
         records = list(store.audit_of("erase"))
         assert [r.detail.get("unlinked") for r in records] == [None, 1]
+
+
+def test_the_upgrade_to_version_7_binds_each_login_to_the_tenants_it_could_reach(
+    pg_cluster: PgCluster, db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Version 6 held no login to a tenant. The upgrade binds every login of the tachograph
+    roles to every tenant the store holds (and logs it), so existing logins keep working;
+    a tenant that comes later is the administrator's to bind, and a login of all tenants
+    needs no binding."""
+    with _raw(pg_cluster, db, "postgres") as conn, conn.transaction():
+        conn.execute("SET LOCAL ROLE tachograph_owner")
+        for statement in V6_SHAPE:
+            conn.execute(statement)
+        conn.execute("UPDATE tachograph.meta SET value = '6' WHERE key = 'schema_version'")
+    acme, globex = build_run("a1", 3, tenant="acme"), build_run("g1", 3, tenant="globex")
+    with PostgresStore(pg_cluster.url(db, APP), create=False) as app:
+        app.append(acme + globex)
+        app.append_seals("initech", [SealRow("i1", 0, b"leaf")])  # a tenant of seals alone
+    with PostgresStore(pg_cluster.url(db, ACME_APP) + "?tenant=globex", create=False) as old:
+        assert old.schema_version == 6
+        assert [r.run_id for r in old.runs()] == ["g1"]  # what version 7 closes
+    with caplog.at_level("WARNING", logger="tachograph"):
+        assert PostgresStore.install_schema(pg_cluster.url(db)) is False  # upgraded
+    assert f"{ACME_APP} -> acme, globex, initech" in caplog.text
+    assert "revoke_login" in caplog.text
+    with _raw(pg_cluster, db, "postgres") as conn:
+        bound = conn.execute("SELECT role, tenant FROM tachograph.tenant_logins").fetchall()
+    assert {t for r, t in bound if r == ACME_APP} == {"acme", "globex", "initech"}
+    assert {t for r, t in bound if r == TENANT_ROLE} == {"acme", "globex", "initech"}
+    assert APP not in {r for r, _ in bound}  # all tenants: no binding needed
+    for events in (acme, globex):
+        tenant, run_id = events[0].tenant, events[0].run_id
+        url = pg_cluster.url(db, ACME_APP) + f"?tenant={tenant}"
+        with PostgresStore(url, create=False) as store:
+            assert store.schema_version == 7
+            store.append(build_run(run_id, 2, tenant=tenant, after=(2, events[-1].hash)))
+            assert verify_stored(store, run_id).ok
+            assert [r.run_id for r in store.runs()] == [run_id]
+    with PostgresStore(pg_cluster.url(db, APP), create=False) as app:
+        assert {(r.tenant, r.events) for r in app.runs()} == {("acme", 5), ("globex", 5)}
+    with pytest.raises(StoreError, match="may not act for tenant 'umbrella'"):
+        PostgresStore(pg_cluster.url(db, ACME_APP) + "?tenant=umbrella", create=False)
 
 
 # -- the optimistic append ------------------------------------------------------------------

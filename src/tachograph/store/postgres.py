@@ -1,8 +1,10 @@
 """A store in PostgreSQL (psycopg 3): ``postgresql://user@host/db[?tenant=T&purpose=P]``.
 
-The schema (:mod:`tachograph.store.postgres_schema`) enforces the chain, append-only, tenants
-and purposes in the database, for every client; this engine adds precise errors (which seq,
-which head) and dedupe of re-sent events, as every engine does.
+The schema (:mod:`tachograph.store.postgres_schema`) enforces the chain, append-only, and
+tenants (each login holds to the tenants ``grant_login`` bound it to) in the database, for
+every client, and applies the read policy of the purpose the client declares; this engine
+adds precise errors (which seq, which head) and dedupe of re-sent events, as every engine
+does.
 
 Each operation is one short transaction that first sets the transaction-local
 ``tachograph.tenant`` (the store's tenant, the run's tenant, or ``*`` for listings across
@@ -187,8 +189,9 @@ class PostgresStore(Store):
     """A store in a PostgreSQL database holding the ``tachograph`` schema.
 
     ``tenant`` confines every operation to one tenant (row-level security then holds the
-    connection to it); ``purpose`` is what payloads are read for, checked against the
-    database's ``read_policy`` (a refused read raises :class:`PurposeDenied` and is audited).
+    connection to it; a login not bound to it is refused as the store opens); ``purpose`` is
+    what payloads are read for, checked against the database's ``read_policy`` (a refused
+    read raises :class:`PurposeDenied` and is audited).
     With ``create=True`` a database without the schema gets it, when the role may install it.
     """
 
@@ -286,13 +289,27 @@ class PostgresStore(Store):
         admin_url: str,
         name: str,
         *,
+        tenants: Iterable[str] | None = None,
         writer: bool = True,
         reader: bool = True,
         privacy: bool = False,
         all_tenants: bool = False,
         password: str | None = None,
     ) -> None:
-        """Create login role ``name`` (if absent) and grant it the chosen tachograph roles."""
+        """Create login role ``name`` (if absent), grant it the chosen tachograph roles and
+        bind it to ``tenants``: the tenants it may act for in this database, which the
+        database holds it to whatever tenant the client sets. ``tenants`` is required unless
+        ``all_tenants`` (membership of ``tachograph_all_tenants``: every tenant, and listings
+        across them). Granting again adds tenants; :meth:`revoke_login` takes them away.
+
+        The roles are cluster-wide; the bindings are kept in this database's schema (install
+        or upgrade it first), so a login is bound separately in each tachograph database."""
+        bound = list(tenants or ())
+        if not bound and not all_tenants:
+            raise ValueError(
+                f"grant_login({name!r}) needs tenants=[...], the tenants the login may act "
+                "for, or all_tenants=True"
+            )
         roles = [
             role
             for role, wanted in (
@@ -303,9 +320,58 @@ class PostgresStore(Store):
             )
             if wanted
         ]
+        statements = schema.login_sql(name, roles, password=password, tenants=bound)
+        cls._administer(admin_url, statements)
+
+    @classmethod
+    def revoke_login(
+        cls, admin_url: str, name: str, *, tenants: Iterable[str] | None = None
+    ) -> None:
+        """Unbind login ``name`` from ``tenants`` in this database; with no ``tenants``, from
+        every tenant, and revoke its membership of the tachograph roles (writer, reader,
+        privacy, all tenants: cluster-wide, as :meth:`grant_login` granted them). The role
+        itself stays (``DROP ROLE`` is the administrator's). A login that is a member of
+        ``tachograph_all_tenants`` may act for every tenant whatever it is bound to:
+        unbinding some of its tenants is refused with a :class:`StoreError` saying so."""
+        listed = None if tenants is None else list(tenants)
+        if listed is not None:
+            with cls._admin(admin_url) as conn:
+                row = conn.execute(
+                    "SELECT pg_has_role(rolname, %s, 'MEMBER') FROM pg_roles WHERE rolname = %s",
+                    (schema.ALL_TENANTS, name),
+                ).fetchone()
+            if row is not None and row[0]:
+                raise StoreError(
+                    f"login {name!r} may act for every tenant (it is a superuser or a member "
+                    f"of {schema.ALL_TENANTS}): unbinding tenants changes nothing; "
+                    f"revoke_login(ADMIN_URL, {name!r}) revokes its roles",
+                    location=redact(admin_url),
+                )
+        cls._administer(admin_url, schema.revoke_sql(name, tenants=listed))
+
+    @classmethod
+    @contextlib.contextmanager
+    def _admin(cls, admin_url: str) -> Iterator[psycopg.Connection[Any]]:
+        """An administrator's connection; driver errors as a store's errors."""
         conninfo, _ = split_url(admin_url)
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            for statement in schema.login_sql(name, roles, password=password):
+        where = redact(admin_url)
+        try:
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+                yield conn
+        except pg_errors.UndefinedTable as exc:
+            raise StoreError(
+                f"the tachograph schema in {where} predates logins bound to tenants (version "
+                f"7): upgrade it first with PostgresStore.install_schema(ADMIN_URL)",
+                location=where,
+            ) from exc
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"{where} failed: {str(exc).strip()}", location=where) from exc
+
+    @classmethod
+    def _administer(cls, admin_url: str, statements: Sequence[str]) -> None:
+        """Run ``statements`` in one transaction as the administrator."""
+        with cls._admin(admin_url) as conn, conn.transaction():
+            for statement in statements:
                 conn.execute(statement)
 
     def _open(self, *, create: bool, partitions: int) -> None:
@@ -344,6 +410,19 @@ class PostgresStore(Store):
                 expected=SCHEMA_VERSION,
                 actual=version,
             )
+        if self.tenant is not None and version >= 7:
+            # Said at once: the database would show this login nothing of the tenant and
+            # refuse every write there.
+            cur.execute("SELECT session_user, tachograph.may_act_for(%s)", (self.tenant,))
+            login, allowed = cur.fetchone() or ("", False)
+            if not allowed:
+                raise StoreError(
+                    f"login {login!r} may not act for tenant {self.tenant!r} in {self.url}: "
+                    "an administrator binds it with PostgresStore.grant_login(ADMIN_URL, "
+                    f"{login!r}, tenants=[{self.tenant!r}])",
+                    tenant=self.tenant,
+                    location=self.url,
+                )
 
     current_schema_version: ClassVar[int] = SCHEMA_VERSION
     """The schema version this tachograph writes."""

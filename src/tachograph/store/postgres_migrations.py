@@ -10,6 +10,7 @@ version keeps working for the roles that may not upgrade it (what a version adds
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from . import postgres_schema as schema
 __all__ = ["MIGRATIONS", "upgrade"]
 
 SCHEMA = schema.SCHEMA
+_log = logging.getLogger("tachograph")
 
 
 def _partitions(cur: Any, table: str) -> list[str]:
@@ -104,12 +106,67 @@ def _migration_6(cur: Any) -> list[str]:
     return out
 
 
+# Version 7's bindings: every login that may use the schema (a member of the writer, reader or
+# privacy role, not of tachograph_all_tenants, not a superuser) to every tenant the store
+# holds, which is what it could reach before.
+_EXISTING_LOGINS = f"""
+SELECT r.rolname::text, t.tenant FROM pg_roles r, (
+    SELECT tenant FROM {SCHEMA}.runs UNION SELECT tenant FROM {SCHEMA}.deleted_runs
+    UNION SELECT tenant FROM {SCHEMA}.seals UNION SELECT tenant FROM {SCHEMA}.checkpoints
+    UNION SELECT tenant FROM {SCHEMA}.store_audit) t
+WHERE r.rolcanlogin AND NOT r.rolsuper AND t.tenant NOT IN ('', '*')
+  AND (pg_has_role(r.oid, '{schema.WRITER}', 'MEMBER')
+       OR pg_has_role(r.oid, '{schema.READER}', 'MEMBER')
+       OR pg_has_role(r.oid, '{schema.PRIVACY}', 'MEMBER'))
+  AND NOT pg_has_role(r.oid, '{schema.ALL_TENANTS}', 'MEMBER')
+ORDER BY 1, 2
+"""
+
+
+def _migration_7(cur: Any) -> list[str]:
+    """Version 6 to 7: the database binds logins to tenants. ``tenant_logins`` says which
+    tenants each login may act for and ``may_act_for`` reads it (or membership of
+    ``tachograph_all_tenants``); the tenant policies of every table and partition, and every
+    SECURITY DEFINER function that acts in the transaction's tenant (``one_tenant``), require
+    it, so that a login setting another tenant sees and changes nothing there. A login
+    without ``tachograph_privacy`` records reads only in the audit; ``read_policy`` shows a
+    login its own tenants' rules; ``run_deleted`` is the definer functions' alone.
+
+    Every existing login of the writer, reader or privacy roles is bound to every tenant the
+    store holds (what it could reach before; logged): narrow them with
+    ``PostgresStore.revoke_login``."""
+    out = schema.logins_table_sql()
+    out += schema.function_sql("may_act_for", "tenant_visible", "one_tenant", "audit_append")
+    for table in (*schema.RUN_TABLES, *schema.TENANT_TABLES, *schema.STORE_TABLES):
+        for name in (table, *_partitions(cur, table)):
+            out += schema.tenant_policies(name, replace=True)
+    out += schema.read_policy_security()
+    out.append(f"REVOKE ALL ON FUNCTION {SCHEMA}.run_deleted(text, text) FROM PUBLIC")
+    cur.execute(_EXISTING_LOGINS)
+    bound: dict[str, list[str]] = {}
+    for role, tenant in cur.fetchall():
+        bound.setdefault(str(role), []).append(str(tenant))
+    if bound:
+        _log.warning(
+            "tachograph schema version 7 binds logins to tenants; each existing login is "
+            "bound to every tenant the store holds, as it could reach them before: %s. "
+            "Narrow each with PostgresStore.revoke_login(ADMIN_URL, LOGIN, tenants=[...])",
+            "; ".join(f"{role} -> {', '.join(tenants)}" for role, tenants in bound.items()),
+        )
+    out.append(
+        f"INSERT INTO {SCHEMA}.{schema.LOGINS} (role, tenant) {_EXISTING_LOGINS} "
+        "ON CONFLICT DO NOTHING"
+    )
+    return out
+
+
 MIGRATIONS: dict[int, Callable[[Any], list[str]]] = {
     2: _migration_2,
     3: _migration_3,
     4: _migration_4,
     5: _migration_5,
     6: _migration_6,
+    7: _migration_7,
 }
 """``version -> statements`` that bring a schema of ``version - 1`` to ``version`` (given a
 cursor of the owner on the database, to read what is there)."""

@@ -11,10 +11,16 @@ What the database itself enforces, whoever connects (short of a superuser):
   primary key ``(tenant, run_id, seq)`` is the backstop. Each payload has its event, in its
   run and of the same type (``payloads_have_events``, once per INSERT statement).
 - **Roles.** Tables and functions belong to ``tachograph_owner`` (NOLOGIN). The writer role
-  has INSERT and SELECT only (the run summary moves through the trigger); the reader SELECT.
-- **Tenants and purposes.** ``FORCE ROW LEVEL SECURITY`` on every table, keyed by the
-  transaction-local settings ``tachograph.tenant`` and ``tachograph.purpose``. Reading a
-  payload of a type that ``read_policy`` does not grant the purpose is an error.
+  has INSERT and SELECT only (the run summary moves through the trigger); the reader SELECT;
+  a login without the privacy role records reads alone in the store audit.
+- **Tenants.** ``FORCE ROW LEVEL SECURITY`` on every table, keyed by the transaction-local
+  setting ``tachograph.tenant``, which the client sets, and held to the tenants the session's
+  login may act for (``may_act_for``: the tenants ``tenant_logins`` binds it to, or every
+  tenant for a member of ``tachograph_all_tenants``). Setting another tenant shows no row,
+  and writing there, erasing, deleting or recording in the audit there is refused.
+- **Purposes.** ``tachograph.purpose`` is declared by the client, not bound to the login:
+  the database applies the declared purpose's ``read_policy`` (reading a payload of a type it
+  does not grant is an error), and the store records refused reads in the audit.
 - **A schema that distributes.** Every unique key and index includes ``run_id``, no foreign
   key at all, envelopes and payloads keep their exact bytes (text and bytea, never jsonb),
   no sequence anywhere; the run-keyed tables are hash-partitioned by ``run_id``.
@@ -27,6 +33,7 @@ from typing import Any
 
 __all__ = [
     "ALL_TENANTS",
+    "LOGINS",
     "OWNER",
     "PRIVACY",
     "READER",
@@ -40,12 +47,17 @@ __all__ = [
     "audited_triggers",
     "function_sql",
     "install",
+    "login_sql",
+    "logins_table_sql",
+    "read_policy_security",
+    "revoke_sql",
     "schema_sql",
     "statement_triggers",
+    "tenant_policies",
 ]
 
 SCHEMA = "tachograph"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 OWNER = "tachograph_owner"
 WRITER = "tachograph_writer"
 READER = "tachograph_reader"
@@ -63,6 +75,10 @@ TENANT_TABLES = ("seals", "checkpoints")
 
 STORE_TABLES = ("store_audit",)
 """One per store, not partitioned (in Citus a reference table)."""
+
+LOGINS = "tenant_logins"
+"""Which tenants each login may act for: the owner's alone (no other role is granted it),
+small and not partitioned (in Citus a reference table)."""
 
 _TABLES = """
 CREATE TABLE tachograph.meta (key text PRIMARY KEY, value text NOT NULL);
@@ -183,12 +199,39 @@ CREATE TABLE tachograph.read_policy (
 INSERT INTO tachograph.read_policy VALUES ('*', 'default', '*');
 """
 
+_LOGINS_TABLE = """
+-- The tenants each login may act for (may_act_for), by role name: written by grant_login and
+-- revoke_login as an administrator; no grant to any role but the owner, who owns it.
+CREATE TABLE tachograph.tenant_logins (
+    role text NOT NULL,
+    tenant text NOT NULL CHECK (tenant NOT IN ('', '*')),
+    PRIMARY KEY (role, tenant)
+);
+"""
+
 _FUNCTIONS = """
-CREATE FUNCTION tachograph.tenant_visible(t text) RETURNS boolean
+-- Whether this session's login may act for tenant t ('*': for every tenant at once): a member
+-- of tachograph_all_tenants (a superuser is a member of every role) for any, another login
+-- for the tenants tenant_logins binds it to. The login is session_user, the role the session
+-- logged in as: SET ROLE neither widens nor narrows it, and inside the SECURITY DEFINER
+-- functions, where current_user is the owner, it is still the caller.
+CREATE OR REPLACE FUNCTION tachograph.may_act_for(t text) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+    SELECT coalesce(t, '') <> ''
+       AND (pg_has_role(session_user, 'tachograph_all_tenants', 'MEMBER')
+            OR (t <> '*' AND EXISTS (
+                SELECT 1 FROM tachograph.tenant_logins l
+                 WHERE l.role = session_user AND l.tenant = t)))
+$$;
+
+-- A row of tenant t is visible: t is this transaction's tenant (or that is '*'), one the
+-- login may act for. (The policies spell this out with may_act_for in a sub-select, which
+-- the planner runs once per statement, not once per row.)
+CREATE OR REPLACE FUNCTION tachograph.tenant_visible(t text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
-    SELECT t = current_setting('tachograph.tenant', true)
-        OR (current_setting('tachograph.tenant', true) = '*'
-            AND pg_has_role(current_user, 'tachograph_all_tenants', 'MEMBER'))
+    SELECT (t = current_setting('tachograph.tenant', true)
+            OR current_setting('tachograph.tenant', true) = '*')
+       AND tachograph.may_act_for(current_setting('tachograph.tenant', true))
 $$;
 
 CREATE FUNCTION tachograph.current_purpose() RETURNS text
@@ -400,13 +443,19 @@ BEGIN
     RETURN NEW;
 END $$;
 
-CREATE FUNCTION tachograph.one_tenant() RETURNS text
+-- This transaction's one tenant, which the session's login must be allowed to act for: what
+-- the SECURITY DEFINER functions (erasure, deletion, the audit, read authorization) act in.
+CREATE OR REPLACE FUNCTION tachograph.one_tenant() RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE t text := current_setting('tachograph.tenant', true);
 BEGIN
     IF t IS NULL OR t = '' OR t = '*' THEN
         RAISE EXCEPTION 'tachograph: this needs one tenant in tachograph.tenant'
             USING ERRCODE = 'TG005';
+    END IF;
+    IF NOT tachograph.may_act_for(t) THEN
+        RAISE EXCEPTION 'tachograph: login % may not act for tenant %',
+            quote_ident(session_user), quote_literal(t) USING ERRCODE = '42501';
     END IF;
     RETURN t;
 END $$;
@@ -424,17 +473,22 @@ BEGIN
     END IF;
 END $$;
 
--- Append one record: it must be the head's next and chain to it, for this transaction's tenant.
-CREATE FUNCTION tachograph.audit_append(
+-- Append one record: it must be the head's next and chain to it, for this transaction's tenant
+-- (one the login may act for). A login without tachograph_privacy records reads alone.
+CREATE OR REPLACE FUNCTION tachograph.audit_append(
     p_seq bigint, p_ts text, p_tenant text, p_actor text, p_action text, p_detail bytea,
     p_prev_hash text, p_hash text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
-DECLARE h record;
+DECLARE h record; t text := tachograph.one_tenant();
 BEGIN
-    IF p_tenant IS DISTINCT FROM tachograph.one_tenant() THEN
+    IF p_tenant IS DISTINCT FROM t THEN
         RAISE EXCEPTION 'tachograph: an audit record of tenant % in a transaction of tenant %',
-            quote_literal(p_tenant), quote_literal(tachograph.one_tenant())
-            USING ERRCODE = 'TG005';
+            quote_literal(p_tenant), quote_literal(t) USING ERRCODE = 'TG005';
+    END IF;
+    IF p_action NOT IN ('read', 'read.denied')
+       AND NOT pg_has_role(session_user, 'tachograph_privacy', 'MEMBER') THEN
+        RAISE EXCEPTION 'tachograph: login % may record reads only, not %',
+            quote_ident(session_user), quote_literal(p_action) USING ERRCODE = '42501';
     END IF;
     SELECT * INTO h FROM tachograph.audit_head();
     IF p_seq <> h.seq + 1 OR p_prev_hash IS DISTINCT FROM h.hash THEN
@@ -522,14 +576,22 @@ BEGIN
 END $$;
 """
 
-_TENANT_EQ = "tenant = current_setting('tachograph.tenant', true)"
-_TENANT_VISIBLE = "tachograph.tenant_visible(tenant)"
+# The login may act for this transaction's tenant: an uncorrelated sub-select, which the
+# planner makes an InitPlan, run once per statement (a call per row costs a SECURITY DEFINER
+# function's setup each time).
+_MAY_ACT = "(SELECT tachograph.may_act_for(current_setting('tachograph.tenant', true)))"
+_TENANT_EQ = f"tenant = current_setting('tachograph.tenant', true) AND {_MAY_ACT}"
+# tachograph.tenant_visible(tenant), spelt out so that may_act_for runs once per statement
+_TENANT_VISIBLE = (
+    "(tenant = current_setting('tachograph.tenant', true) "
+    f"OR current_setting('tachograph.tenant', true) = '*') AND {_MAY_ACT}"
+)
 # Another tenant's rows are invisible; this tenant's rows of a type the purpose may not read
 # raise (deny_read). The purpose's rules are read once per query (an uncorrelated sub-select
 # becomes an InitPlan), so the check costs an array overlap per row, not a lookup. The owner
 # (inside the SECURITY DEFINER functions: erasure reads what it erases) passes.
 _PAYLOAD_READABLE = (
-    "tachograph.tenant_visible(tenant) AND (current_user = 'tachograph_owner' "
+    f"{_TENANT_VISIBLE} AND (current_user = 'tachograph_owner' "
     "OR ARRAY['*:*', tenant || ':*', '*:' || type, tenant || ':' || type] "
     "&& ARRAY(SELECT r.tenant || ':' || r.type FROM tachograph.read_policy r "
     "WHERE r.purpose = tachograph.current_purpose()) "
@@ -537,25 +599,50 @@ _PAYLOAD_READABLE = (
 )
 
 
-def _policies(table: str) -> list[str]:
-    """Row-level security of one run table (applied to the table and to each partition)."""
+def tenant_policies(table: str, *, replace: bool = False) -> list[str]:
+    """The tenant policies of one table or partition (``replace``: dropping its old ones
+    first, as an upgrade does)."""
     select = _PAYLOAD_READABLE if table.startswith("payloads") else _TENANT_VISIBLE
-    out = [
-        f"ALTER TABLE tachograph.{table} ENABLE ROW LEVEL SECURITY",
-        f"ALTER TABLE tachograph.{table} FORCE ROW LEVEL SECURITY",
-        f"CREATE POLICY tenant_read ON tachograph.{table} FOR SELECT USING ({select})",
-        f"CREATE POLICY tenant_write ON tachograph.{table} FOR INSERT WITH CHECK ({_TENANT_EQ})",
-        # The owner is who the SECURITY DEFINER functions run as: erasure, deletion, the audit.
-        f"CREATE POLICY owner_all ON tachograph.{table} TO {OWNER} USING (true) WITH CHECK (true)",
-    ]
-    if table.startswith("store_audit"):  # written only through audit_append
-        del out[3]
+    names = ["tenant_read"]
+    out = [f"CREATE POLICY tenant_read ON tachograph.{table} FOR SELECT USING ({select})"]
+    if not table.startswith("store_audit"):  # written only through audit_append
+        names.append("tenant_write")
+        out.append(
+            f"CREATE POLICY tenant_write ON tachograph.{table} FOR INSERT WITH CHECK ({_TENANT_EQ})"
+        )
     if table.startswith(("payloads", "runs")):  # erasure; the head's compare-and-set
+        names.append("tenant_update")
         out.append(
             f"CREATE POLICY tenant_update ON tachograph.{table} FOR UPDATE "
             f"USING ({_TENANT_EQ}) WITH CHECK ({_TENANT_EQ})"
         )
+    if replace:
+        out = [f"DROP POLICY IF EXISTS {name} ON tachograph.{table}" for name in names] + out
     return out
+
+
+def _policies(table: str) -> list[str]:
+    """Row-level security of one run table (applied to the table and to each partition)."""
+    return [
+        f"ALTER TABLE tachograph.{table} ENABLE ROW LEVEL SECURITY",
+        f"ALTER TABLE tachograph.{table} FORCE ROW LEVEL SECURITY",
+        *tenant_policies(table),
+        # The owner is who the SECURITY DEFINER functions run as: erasure, deletion, the audit.
+        f"CREATE POLICY owner_all ON tachograph.{table} TO {OWNER} USING (true) WITH CHECK (true)",
+    ]
+
+
+def read_policy_security() -> list[str]:
+    """Row-level security of ``read_policy``: a login sees the rules of every tenant (``*``)
+    and of the tenants it may act for, not the names of others."""
+    return [
+        "ALTER TABLE tachograph.read_policy ENABLE ROW LEVEL SECURITY",
+        "ALTER TABLE tachograph.read_policy FORCE ROW LEVEL SECURITY",
+        "CREATE POLICY tenant_read ON tachograph.read_policy FOR SELECT "
+        "USING (tenant = '*' OR tachograph.may_act_for(tenant))",
+        f"CREATE POLICY owner_all ON tachograph.read_policy TO {OWNER} "
+        "USING (true) WITH CHECK (true)",
+    ]
 
 
 _ROW_TRIGGERS = {
@@ -650,6 +737,7 @@ REVOKE ALL ON FUNCTION tachograph.unlink_subject(text, text, bigint[]) FROM PUBL
 REVOKE ALL ON FUNCTION tachograph.authorize_read(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION tachograph.audit_head() FROM PUBLIC;
 REVOKE ALL ON FUNCTION {_AUDIT_APPEND} FROM PUBLIC;
+REVOKE ALL ON FUNCTION tachograph.run_deleted(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION tachograph.erase_payloads(text, bigint[]) TO {PRIVACY};
 GRANT EXECUTE ON FUNCTION tachograph.delete_run_rows(text) TO {PRIVACY};
 GRANT EXECUTE ON FUNCTION tachograph.unlink_subject(text, text, bigint[]) TO {PRIVACY};
@@ -691,7 +779,7 @@ def schema_sql(*, partitions: int = 8) -> list[str]:
     """Every statement that builds the schema, in order, run as the owner role."""
     if partitions < 0:
         raise ValueError("partitions must not be negative")
-    statements = _split(_TABLES)
+    statements = _split(_TABLES) + _split(_LOGINS_TABLE)
     tables = [*RUN_TABLES, *TENANT_TABLES, *STORE_TABLES]
     parts: dict[str, list[str]] = {t: [] for t in tables}
     for table in (*RUN_TABLES, *TENANT_TABLES):
@@ -707,6 +795,7 @@ def schema_sql(*, partitions: int = 8) -> list[str]:
         statements += _triggers(table, parts[table])
         for name in (table, *parts[table]):
             statements += _policies(name)
+    statements += read_policy_security()
     statements += _split(_GRANTS)
     statements.append(
         "INSERT INTO tachograph.meta VALUES "
@@ -758,17 +847,57 @@ def _create_roles_one(cur: Any, role: str) -> None:
     )
 
 
-def login_sql(name: str, roles: Sequence[str], *, password: str | None = None) -> list[str]:
-    """Statements that create (or keep) login role ``name`` and grant it ``roles``."""
-    create = f'CREATE ROLE "{name}" LOGIN'
+def login_sql(
+    name: str,
+    roles: Sequence[str],
+    *,
+    password: str | None = None,
+    tenants: Sequence[str] = (),
+) -> list[str]:
+    """Statements that create (or keep) login role ``name``, grant it ``roles`` and bind it
+    to ``tenants`` (in this database; see ``may_act_for``)."""
+    for tenant in tenants:
+        if tenant in ("", "*"):
+            raise ValueError(f"not a tenant: {tenant!r} (all_tenants=True reaches every tenant)")
+    create = f"CREATE ROLE {_ident(name)} LOGIN"
     if password is not None:
         create += " PASSWORD " + _literal(password)
     out = [
-        "DO $$ BEGIN " + create + "; "
-        "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+        "DO $tachograph$ BEGIN " + create + "; "
+        "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $tachograph$"
     ]
-    out += [f'GRANT {role} TO "{name}"' for role in roles]
+    out += [f"GRANT {role} TO {_ident(name)}" for role in roles]
+    out += [
+        f"INSERT INTO tachograph.{LOGINS} (role, tenant) VALUES "
+        f"({_literal(name)}, {_literal(tenant)}) ON CONFLICT DO NOTHING"
+        for tenant in dict.fromkeys(tenants)
+    ]
     return out
+
+
+def logins_table_sql() -> list[str]:
+    """The statement that creates ``tenant_logins``."""
+    return _split(_LOGINS_TABLE)
+
+
+def revoke_sql(name: str, *, tenants: Sequence[str] | None = None) -> list[str]:
+    """Statements that unbind login ``name`` from ``tenants`` (in this database), or, with
+    ``None``, from every tenant and revoke its membership of the tachograph roles (which is
+    cluster-wide). The role itself stays."""
+    if tenants is not None:
+        listed = ", ".join(_literal(t) for t in tenants) or "NULL"
+        return [
+            f"DELETE FROM tachograph.{LOGINS} WHERE role = {_literal(name)} "
+            f"AND tenant IN ({listed})"
+        ]
+    return [
+        f"DELETE FROM tachograph.{LOGINS} WHERE role = {_literal(name)}",
+        *(f"REVOKE {role} FROM {_ident(name)}" for role in (WRITER, READER, PRIVACY, ALL_TENANTS)),
+    ]
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _literal(text: str) -> str:
