@@ -183,6 +183,11 @@ class Engine(Protocol):
     def serving(self) -> bool:
         """Whether recorded steps may still be served."""
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the replay was stopped (a divergence): the calls still in flight are
+        ended by the stop, not by the agent's code."""
+
     def serve_call(self, ticket: CallTicket, stored: bytes | None = None) -> None:
         """Serve ``ticket`` from the record (``ticket.served``), or leave it live; may raise
         :class:`ReplayStopped`. ``stored``, when known, is the request payload's bytes as
@@ -402,6 +407,12 @@ class CallTicket:
             engine = self.session.engine
             if engine is not None and exc is not None:
                 engine.compare_rerun(self, None, exc)
+            return
+        if exc is not None and cancelled(exc) and self.session.abandoned():
+            # the resume stopped (a divergence) and its shutdown cancels the calls still in
+            # flight: the agent did not end them. Left open, as a crash leaves them; recorded
+            # as cancelled, the next resume would serve a cancellation no agent makes again.
+            self._done = True
             return
         if not self._may_record():
             return

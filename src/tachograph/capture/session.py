@@ -225,6 +225,13 @@ class Session:
         """Whether the engine may still serve recorded steps."""
         return self.engine is not None and self.engine.serving()
 
+    def abandoned(self) -> bool:
+        """Whether this is a resume that stopped at a divergence: the crashed run is left
+        unfinished, and the calls it still has in flight are ended by the stop, not by the
+        agent (their cancellation is not the agent's outcome, and is not recorded)."""
+        engine = self.engine
+        return self.mode == "resume" and engine is not None and engine.stopped
+
     # -- calls -----------------------------------------------------------------------------
 
     def begin_call(

@@ -34,7 +34,7 @@ from ..capture.boundary import ReplayStopped, error_info
 from ..capture.recorder import Durability, Recorder
 from ..capture.session import Session
 from ..capture.vouch import unvouched_calls
-from ..errors import Divergence, ProfileError, ReplayError
+from ..errors import Divergence, ProfileError, ReplayError, WriteFailed
 from ..privacy.redactor import default_processors, pin_processors
 from ..record.canonical import canonical
 from ..record.event import Effect, Event, EventType, new_ulid
@@ -302,13 +302,19 @@ def _refuse_open_irreversible(history: RunHistory) -> None:
     (concurrent writes) had been completed in dry run and queued: a refused resume still
     wrote them, and the resume with confirm that the refusal asks for then found them done
     and ran none of them."""
-    for event in history.events:
-        if event.type != EventType.TOOL_REQUESTED.value or not isinstance(event.payload, dict):
-            continue
-        if event.payload.get("effect") != Effect.IRREVERSIBLE.value:
-            continue
-        if history.completion(event.idempotency_key) is None:
-            raise confirmation_required(history.run_id, event.payload.get("tool"), event)
+    effects = (Effect.WRITE.value, Effect.IRREVERSIBLE.value)
+    open_effects = [
+        e
+        for e in history.events
+        if e.type == EventType.TOOL_REQUESTED.value
+        and isinstance(e.payload, dict)
+        and e.payload.get("effect") in effects
+        and history.completion(e.idempotency_key) is None
+    ]
+    for event in open_effects:
+        if event.payload.get("effect") == Effect.IRREVERSIBLE.value:
+            others = [e for e in open_effects if e is not event]
+            raise confirmation_required(history.run_id, event.payload.get("tool"), event, others)
 
 
 def _drive(
@@ -640,13 +646,17 @@ def _finish_live(
     status, output, error = _drive(session, engine, spec, history.input, guard)
     allowed = _allowed(guard)
     if status == "stopped" and mode == "resume":
-        # Nothing was appended while the record was being served: leave the crashed run
-        # open, so that it can be resumed again once the agent follows its recorded path.
+        # Leave the crashed run open, so that it can be resumed again once the agent follows
+        # its recorded path. Concurrent calls may have gone live before the divergence (an
+        # open intent run again under confirm, after its claim): what they appended is
+        # written before the store is let go, and the report names it.
+        with contextlib.suppress(WriteFailed):  # the report names what reached the store
+            run.recorder.flush()
         report = _live_report(
             env, run, session, engine, history, mode, unverified, status, output, error, allowed
         )
         raise Divergence(
-            report.render() + "\n  the run was left unfinished; nothing was appended",
+            report.render(),
             report=report,
             run_id=report.run_id,
             seq=report.first.seq if report.first else None,
@@ -692,6 +702,9 @@ def _live_report(
     allowed: tuple[dict[str, Any], ...] = (),
 ) -> ReplayReport:
     notes = list(session.notes) + list(engine.matcher.notes)
+    reran = tuple(dict(r) for r in engine.reran)
+    if reran:
+        notes.append(_reran_note(reran))
     if session.used_dry_run:
         notes.append("dry-run tools were used: simulated results are marked dry_run")
     return ReplayReport(
@@ -725,7 +738,25 @@ def _live_report(
         allowed_calls=allowed,
         # served steps only: a call asked for just before a fork's step N is made live
         unvouched=_unvouched(engine.matcher.source_events),
+        appended=tuple(engine.appended) if mode == "resume" else (),
+        reran=reran,
     )
+
+
+def _reran_note(reran: Sequence[dict[str, Any]]) -> str:
+    """The note naming every open intent a resume ran again live, and how each ended."""
+    parts = []
+    for r in reran:
+        how = f"{r['effect']} {r['tool']!r}, key {r['key']}"
+        if r["confirmed"]:
+            how += ", confirmed"
+        if r["outcome"] == "open":
+            ended = "no outcome recorded (the resume stopped while it ran)"
+        else:
+            ended = f"{r['outcome']} at seq {r['at']}"
+        parts.append(f"seq {r['seq']} ({how}): {ended}")
+    which = "the open intent" if len(parts) == 1 else f"the {len(parts)} open intents"
+    return f"{which} the crash left ran again live: " + "; ".join(parts)
 
 
 def resume(
@@ -819,6 +850,7 @@ def resume(
         )
         engine.attach(session)
         run = Run(session, recorder, st)
+        engine.watch(recorder)
         return _finish_live(
             spec.fingerprint(),
             run,

@@ -26,6 +26,7 @@ from ..capture.boundary import (
     CallTicket,
     error_info,
 )
+from ..capture.recorder import Recorder
 from ..capture.session import EFFECTS, Session
 from ..errors import ConfirmationRequired, ReplayError, TachographError, WriteFailed
 from ..record.event import Effect, Event, EventType, now_ts
@@ -40,6 +41,7 @@ __all__ = ["RecordedError", "ReplayEngine", "confirmation_required", "rebuild", 
 # Read per served call: constants, as ``EventType.X.value`` is an enum property (~1 us on 3.11).
 _TOOL_COMPLETED = EventType.TOOL_COMPLETED.value
 _MODEL_RESPONSE = EventType.MODEL_RESPONSE.value
+_TOOL_FAILED = EventType.TOOL_FAILED.value
 # and an enum member, which costs about 0.14 us through its class on 3.11 (the call kinds
 # are boundary's TOOL_CALL and MODEL_CALL)
 _PURE = Effect.PURE
@@ -180,6 +182,12 @@ class ReplayEngine:
         self._unrebuilt: set[str] = set()
         self._dry_run_intents: list[tuple[int, str]] = []
         self._intents_note: int | None = None
+        self.reran: list[dict[str, Any]] = []
+        """The open intents a resume ran again live (``seq``, ``tool``, ``effect``, ``key``,
+        ``confirmed``, ``outcome``: ``completed``, ``failed`` or ``open``, and ``at``, the
+        seq of its completion)."""
+        self.appended: list[dict[str, Any]] = []
+        """The events appended to the run while :meth:`watch` watched its recorder."""
         self.mode = mode
         self.key_run_id = history.run_id
         self.key_secret = history.key_secret
@@ -442,6 +450,23 @@ class ReplayEngine:
             self._as_recorded(error, recorded_error.get("type"))
         self.matcher.check_end(status, output, error)
 
+    def watch(self, recorder: Recorder) -> None:
+        """Follow what ``recorder`` appends (a resume's, to the crashed run itself): the report
+        says what was appended, and how each open intent run again ended."""
+        recorder.listeners.append(_weakly(self._appended))
+
+    def _appended(self, event: Event) -> None:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        item: dict[str, Any] = {"seq": event.seq, "type": event.type}
+        if event.type.startswith("tool.") and isinstance(payload.get("tool"), str):
+            item["tool"] = payload["tool"]
+        self.appended.append(item)
+        if event.type in (_TOOL_COMPLETED, _TOOL_FAILED) and event.idempotency_key is not None:
+            for intent in self.reran:
+                if intent["key"] == event.idempotency_key and intent["outcome"] == "open":
+                    failed = event.type == _TOOL_FAILED
+                    intent.update(outcome="failed" if failed else "completed", at=event.seq)
+
     # -- serving details -------------------------------------------------------------------
 
     def _session(self) -> Session:
@@ -572,8 +597,20 @@ class ReplayEngine:
             ticket.dry_run = True
             assert effect is not None
             self._dry_run_intent(session, request.seq, effect.value)
-        elif effect in EFFECTS:
+            return
+        if effect in EFFECTS:
             self._claim(session, request)
+        self.reran.append(
+            {
+                "seq": request.seq,
+                "tool": ticket.name,
+                "effect": effect.value if effect is not None else None,
+                "key": request.idempotency_key,
+                "confirmed": effect in EFFECTS,
+                "outcome": "open",
+                "at": None,
+            }
+        )
 
     def _claim(self, session: Session, request: Event) -> None:
         """Before a confirmed resume runs again an effect the crash left open, take the run:
@@ -674,14 +711,30 @@ def _holder(claim: dict[str, Any], here: Any) -> str | None:
     return "alive"
 
 
-def confirmation_required(run_id: str, tool: Any, request: Event) -> ConfirmationRequired:
+def confirmation_required(
+    run_id: str, tool: Any, request: Event, others: Sequence[Event] = ()
+) -> ConfirmationRequired:
     """The refusal of a resume whose run stopped inside irreversible ``tool`` (``request``,
-    its intent with no completion), until it is confirmed."""
+    its intent with no completion), until it is confirmed. ``others`` are the other open
+    intents of write and irreversible tools (a crash amid concurrent calls), which the
+    confirmed resume runs again too: the refusal names every one."""
+    also = ""
+    if others:
+        listed = [
+            f"seq {e.seq} ({(e.payload or {}).get('effect')} {(e.payload or {}).get('tool')!r}, "
+            f"key {e.idempotency_key})"
+            for e in others
+        ]
+        also = " With confirm=True it also runs again " + (
+            f"the open intent at {listed[0]}."
+            if len(listed) == 1
+            else f"the open intents at {', '.join(listed[:-1])} and {listed[-1]}."
+        )
     return ConfirmationRequired(
         f"run {run_id!r} stopped while irreversible tool {tool!r} was running (seq "
         f"{request.seq}, key {request.idempotency_key}). Whether it took effect is unknown: "
         "check the outside world, then resume with confirm=True (tacho resume --confirm) to "
-        "run it again, or fork before it.",
+        f"run it again, or fork before it.{also}",
         run_id=run_id,
         seq=request.seq,
         key=request.idempotency_key,

@@ -194,6 +194,13 @@ class ReplayReport:
     unreplayable: tuple[dict[str, Any], ...] = ()
     """Steps that cannot be replayed at all, and why (``seq``, ``type``, ``reason``), when
     the run could not be replayed (its ``run.started`` payload erased, ...)."""
+    appended: tuple[dict[str, Any], ...] = ()
+    """For resume: the events it appended to the run (``seq``, ``type``, and ``tool`` for a
+    tool event), also when it stopped at a divergence and left the run unfinished."""
+    reran: tuple[dict[str, Any], ...] = ()
+    """For resume: the open intents it ran again live (``seq``, ``tool``, ``effect``,
+    ``key``, ``confirmed``, ``outcome``: ``completed``, ``failed`` or ``open`` (no outcome
+    recorded), and ``at``, the seq of the outcome)."""
 
     @property
     def reproduced(self) -> bool:
@@ -250,6 +257,8 @@ class ReplayReport:
             "allowed_calls": list(self.allowed_calls),
             "unvouched": list(self.unvouched),
             "unreplayable": list(self.unreplayable),
+            "appended": list(self.appended),
+            "reran": list(self.reran),
             "output": self.output,
             "error": self.error,
         }
@@ -308,7 +317,17 @@ class ReplayReport:
         if self.error is not None and not self.new_run_id:
             lines.append(f"  the agent raised {_error_text(self.error)}")
         if self.new_run_id and self.final_status == "unfinished":
-            lines.append(f"  {self.new_run_id} was left unfinished; nothing was appended")
+            if self.appended:
+                listed = ", ".join(
+                    f"{a['seq']} ({a['type']}{' ' + a['tool'] if a.get('tool') else ''})"
+                    for a in self.appended
+                )
+                lines.append(
+                    f"  {self.new_run_id} was left unfinished; calls that went live before "
+                    f"the divergence appended seq {listed}"
+                )
+            else:
+                lines.append(f"  {self.new_run_id} was left unfinished; nothing was appended")
         elif self.new_run_id:
             verb = "appended to" if self.mode == "resume" else "recorded as"
             ended = f" (finished {self.final_status}" if self.final_status else ""
