@@ -116,6 +116,27 @@ def test_fork_without_override_serves_then_goes_live(
     assert diff.seq == NOTE_REQUESTED + 1
 
 
+def test_a_live_fork_at_a_call_s_intent_dry_runs_it_and_every_effect_after_it(
+    store: tg.SQLiteStore, recorded: str, ledger: Ledger
+) -> None:
+    """Forked at a tool.requested, the call's intent is the parent's (which may have done
+    its effect): it is dry-run even with dry_run=False. The refund after it ran live on top
+    of that simulated note, and no note said why the note was simulated."""
+    report = tg.fork(store, recorded, NOTE_REQUESTED, shop.build(), dry_run=False)
+    assert report.final_status == "ok", report.render()
+    child = store.events(report.new_run_id or "")
+    assert child[NOTE_REQUESTED + 1].payload["dry_run"] is True
+    refund = next(e for e in child if e.type == "tool.completed" and e.seq > NOTE_REQUESTED + 1)
+    assert refund.payload["tool"] == "issue_refund"
+    assert refund.payload["dry_run"] is True  # the agent acts on the simulated note
+    assert ledger.calls() == 2  # only the recording's note and refund
+    (note,) = [n for n in report.notes if f"seq {NOTE_REQUESTED}" in n]
+    assert "post_note" in note
+    assert "parent" in note
+    assert f"fork at seq {NOTE_REQUESTED - 1}" in note
+    assert "every write and irreversible tool after it ran in dry run" in note
+
+
 def test_fork_at_a_seq_outside_the_run_is_refused(store: tg.SQLiteStore, recorded: str) -> None:
     with pytest.raises(tg.ReplayError, match="outside run"):
         tg.fork(store, recorded, 99, shop.build())

@@ -573,8 +573,10 @@ class ReplayEngine:
                 # have done the effect already, so effects run in dry run here; reads and
                 # pure tools run live, as everywhere in a fork.
                 ticket.key = session.live_key(request.idempotency_key or ticket.key or "")
-                ticket.dry_run = ticket.effect in EFFECTS  # a read or pure tool runs live
                 ticket.intent_recorded = True
+                if ticket.effect in EFFECTS:  # a read or pure tool runs live
+                    ticket.dry_run = True
+                    self._fork_intent(session, ticket, request)
                 return
             self.matcher.diverge(
                 DivergenceKind.UNREPLAYABLE,
@@ -610,6 +612,30 @@ class ReplayEngine:
                 "outcome": "open",
                 "at": None,
             }
+        )
+
+    def _fork_intent(self, session: Session, ticket: CallTicket, request: Event) -> None:
+        """A fork at a call's intent (step N is its ``tool.requested``) dry-runs the call,
+        even a live fork: the intent is the parent's, which may have done the effect. The
+        agent acts on that simulated result, so the session goes on in dry run (as after an
+        unconfirmed resume), and a note says why."""
+        if session.dry_run:
+            return  # a dry-run fork: the call and all after it are simulated anyway
+        session.dry_run = True
+        effect = ticket.effect.value if ticket.effect is not None else "irreversible"
+        done = self.history.completion(request.idempotency_key)
+        parent = (
+            f"the parent run recorded its outcome at seq {done.seq}"
+            if done is not None
+            else "the parent run's process died while it ran (whether it took effect is "
+            "unknown)"
+        )
+        self.matcher.notes.append(
+            f"seq {request.seq} ({effect} {ticket.name!r}) was dry-run although the fork is "
+            f"live: the fork starts at this call's intent, which is the parent's, and "
+            f"{parent}; the agent acts on a simulated result, so every write and irreversible "
+            f"tool after it ran in dry run. To run the call live, fork at seq "
+            f"{request.seq - 1}"
         )
 
     def _claim(self, session: Session, request: Event) -> None:
