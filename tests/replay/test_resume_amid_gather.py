@@ -4,6 +4,7 @@ what reached the world."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import tachograph as tg
+from tachograph.capture import boundary
 
 GATHER = """
 import asyncio
@@ -30,7 +32,8 @@ def _ledger(line):
 @tg.tool(effect="read")
 async def lookup(order_id):
     slow = float(os.environ.get("SLOW_LOOKUP", "0.02"))
-    await asyncio.sleep(slow if order_id == "B-1" else 0.005)
+    fast = float(os.environ.get("FAST_LOOKUP", "0.005"))
+    await asyncio.sleep(slow if order_id == "B-1" else fast)
     return {"order_id": order_id}
 
 
@@ -56,9 +59,13 @@ async def note(text):
 async def agent(task):
     text = "yo" if os.environ.get("OTHER_NOTE") else "hi"
     results = await asyncio.gather(
-        lookup("B-1"), lookup("B-2"), charge("4242", 700), note(text)
+        lookup("B-1"),
+        lookup("B-2"),
+        charge("4242", 700),
+        note(text),
+        return_exceptions=bool(os.environ.get("GATHER_ALL")),
     )
-    return {"results": results}
+    return {"results": [r if isinstance(r, dict) else repr(r) for r in results]}
 """
 
 LOOKUP_1, LOOKUP_2, CHARGE, NOTE = 1, 2, 3, 4
@@ -233,3 +240,59 @@ def test_a_confirmed_resume_names_every_call_it_ran_again(
     assert "seq 3 (irreversible 'charge'" in note, note
     assert "seq 4 (write 'note'" in note, note
     assert sorted((cwd / "ledger.txt").read_text().splitlines()) == ["CHARGE 4242 700", "NOTE hi"]
+
+
+def test_a_gather_whose_call_raises_finishes_the_run_with_the_others_in_flight(
+    tmp_path: Path, python: str, child_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``asyncio.gather`` hands the first exception to the agent and leaves the other calls
+    running: the run finishes ``error`` with them in flight, and ``asyncio.run`` cancels them
+    afterwards. Their cancellation could not be recorded: a RecordingError traceback per
+    task at shutdown. Replaying the run with the same code then said the process died in a
+    call and advised a resume, which refuses a finished run."""
+    (tmp_path / "gather_agent.py").write_text(GATHER)
+    env = {
+        **child_env,
+        "LEDGER": str(tmp_path / "ledger.txt"),
+        "NOTE_RAISES": "1",
+        # the other calls are still in flight when the note fails, whatever the load
+        "SLOW_LOOKUP": "30",
+        "FAST_LOOKUP": "30",
+        "CHARGE_WAIT": "30",
+    }
+    code = (
+        "import asyncio, tachograph as tg, gather_agent as m\n"
+        "try:\n"
+        "    asyncio.run(tg.arecord_run(m.agent, 'go', store='runs.db', run_id='g'))\n"
+        "except ValueError as e:\n"
+        "    print('RAISED', e)\n"
+    )
+    done = subprocess.run(
+        [python, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "RAISED the notes service is down" in done.stdout
+    assert "RecordingError" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert _open_intents(tmp_path / "runs.db") == [LOOKUP_1, LOOKUP_2, CHARGE]
+    with tg.SQLiteStore(tmp_path / "runs.db", create=False) as store:
+        assert store.events("g")[-1].payload["status"] == "error"
+
+    replayed = _tacho(python, tmp_path, env, "replay", "g", "--agent", "gather_agent:agent")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "REPRODUCED" in replayed.stdout
+    assert (tmp_path / "ledger.txt").exists() is False  # nothing ran
+
+    # an agent that now waits for the calls the record ends inside is told so (not to
+    # resume, which refuses a finished run)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("GATHER_ALL", "1")
+    monkeypatch.setattr(boundary, "CANCELLED_WAIT", 0.2)
+    module = importlib.import_module("gather_agent")
+    report = tg.replay(str(tmp_path / "runs.db"), "g", module.agent)
+    first = report.first
+    assert first is not None
+    assert first.kind.value == "unreplayable"
+    assert first.seq in (LOOKUP_1, LOOKUP_2, CHARGE)
+    assert "still in flight when the recorded run finished" in first.explanation
+    assert "resume" not in first.explanation

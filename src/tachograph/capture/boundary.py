@@ -28,6 +28,7 @@ import contextvars
 import enum
 import functools
 import inspect
+import logging
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol, TypeVar
@@ -35,6 +36,8 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol, TypeVar
 from ..errors import ProfileError, RecordingError, Unreplayable
 from ..record.compiled import NATIVE
 from ..record.event import Effect, Event, EventType
+
+_log = logging.getLogger("tachograph")
 
 # Plain-str event types: ``EventType.X.value`` is a Python-level property on 3.11, and
 # these are read several times per recorded or served call.
@@ -44,6 +47,7 @@ _MODEL_RESPONSE: Final = EventType.MODEL_RESPONSE.value
 _TOOL_COMPLETED: Final = EventType.TOOL_COMPLETED.value
 _TOOL_FAILED: Final = EventType.TOOL_FAILED.value
 _TOOL_REQUESTED: Final = EventType.TOOL_REQUESTED.value
+_REQUESTS: Final = frozenset({_TOOL_REQUESTED, _MODEL_REQUEST})
 
 UNTRACK: Final[Callable[[dict[str, Any]], None] | None] = (
     NATIVE.untrack if NATIVE is not None else None
@@ -317,6 +321,13 @@ class CallTicket:
     def not_cancelled(self, why: str, *, name: str | None = None) -> NoReturn:
         """A call recorded as cancelled that the agent does not cancel in the replay."""
         seq = self.completion.seq if self.completion is not None else "?"
+        if self.completion is not None and self.completion.type in _REQUESTS:
+            self.unservable(
+                f"The call of {name or self.name!r} was still in flight when the recorded run "
+                f"finished (seq {seq} has no outcome: the agent ended without waiting for it, "
+                f"as asyncio.gather does once a call fails); in this replay the agent waits "
+                f"for it ({why}). The record holds no answer to serve."
+            )
         self.unservable(
             f"The call of {name or self.name!r} was cancelled by the agent when it was "
             f"recorded (seq {seq}: asyncio.CancelledError) before it answered; in this "
@@ -459,6 +470,30 @@ class CallTicket:
             if field is None or verb is None:
                 raise
             self._unrecordable(exc, field, verb)
+        except RecordingError:
+            if not recorder.finished:
+                raise
+            self._after_the_end(type_, payload)
+
+    def _after_the_end(self, type_: str, payload: dict[str, Any]) -> None:
+        """The call ended after its run finished: the agent finished (``asyncio.gather``
+        hands it the first failure and leaves the other calls running) with the call still
+        in flight, which the record keeps as its intent with no outcome. A cancellation
+        (``asyncio.run`` cancels what is left at its end) is the run's end, not news; any
+        other outcome is logged, not raised into the task (it was a traceback per call at
+        the shutdown of ``asyncio.run``)."""
+        error = payload.get("error")
+        if isinstance(error, dict) and error.get("type") in _CANCELLED_TYPES:
+            return
+        _log.warning(
+            "tachograph: %s %r (key %s) ended after run %r finished; its outcome (%s) is not "
+            "recorded: the run's record ends with the call in flight",
+            "tool" if self.kind is TOOL_CALL else "model",
+            self.name,
+            self.key,
+            self.session.run_id,
+            type_,
+        )
 
     def _unrecordable(self, exc: ProfileError, field: str, verb: str) -> None:
         """The call ran but its answer cannot be recorded: close the intent with a failure

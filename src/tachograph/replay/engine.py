@@ -422,6 +422,15 @@ class ReplayEngine:
         request to the cancellation, and whether the cancellation was the run's own end
         (the run ended ``aborted`` with no call after it), not the agent's code."""
         events = self.history.events
+        finished = self.history.finished
+        if completion.type in (EventType.TOOL_REQUESTED.value, EventType.MODEL_REQUEST.value):
+            # a call in flight when the run finished (served by _dangling): from its request
+            # to the run's end
+            elapsed = None
+            if finished is not None:
+                with contextlib.suppress(ValueError, AttributeError):
+                    elapsed = max(0.0, _seconds(finished.ts) - _seconds(completion.ts))
+            return elapsed, False
         request = next(
             (
                 e
@@ -434,7 +443,6 @@ class ReplayEngine:
         if request is not None:
             with contextlib.suppress(ValueError, AttributeError):
                 elapsed = max(0.0, _seconds(completion.ts) - _seconds(request.ts))
-        finished = self.history.finished
         ended = finished is not None and (finished.payload or {}).get("status") == "aborted"
         last = ended and not any(
             e.seq > completion.seq and e.type.startswith(("model.", "tool.")) for e in events
@@ -578,15 +586,37 @@ class ReplayEngine:
                     ticket.dry_run = True
                     self._fork_intent(session, ticket, request)
                 return
+            finished = self.history.finished
+            if finished is not None:
+                cancel = _cancellation()
+                if cancel is not None:
+                    # The run finished with this call in flight (asyncio.gather hands the
+                    # agent the first failure and leaves the other calls running; the end of
+                    # asyncio.run cancelled them): served as it was, a call that does not
+                    # answer until it is cancelled (CallTicket.until_cancelled).
+                    ticket.served = True
+                    ticket.completion = request
+                    ticket.error = cancel
+                    return
+                explanation = (
+                    f"The recorded run finished ({(finished.payload or {}).get('status')}) "
+                    f"while this call was still in flight (seq {request.seq} has no outcome: "
+                    "the agent ended without waiting for it). The record holds no answer to "
+                    "serve; the run cannot be resumed (it finished): fork it before this call."
+                )
+            else:
+                explanation = (
+                    f"The recorded run ends inside this call (seq {request.seq} has no "
+                    "completion: the process died while it ran). Nothing can be served from "
+                    "here; use resume to continue the run."
+                )
             self.matcher.diverge(
                 DivergenceKind.UNREPLAYABLE,
                 request.seq,
                 request,
                 None,
                 [],
-                f"The recorded run ends inside this call (seq {request.seq} has no completion: "
-                "the process died while it ran). Nothing can be served from here; use "
-                "resume to continue the run.",
+                explanation,
                 fatal=True,
             )
         effect = ticket.effect
@@ -627,8 +657,7 @@ class ReplayEngine:
         parent = (
             f"the parent run recorded its outcome at seq {done.seq}"
             if done is not None
-            else "the parent run's process died while it ran (whether it took effect is "
-            "unknown)"
+            else "the parent run's process died while it ran (whether it took effect is unknown)"
         )
         self.matcher.notes.append(
             f"seq {request.seq} ({effect} {ticket.name!r}) was dry-run although the fork is "
@@ -717,6 +746,19 @@ class ReplayEngine:
             self.matcher.notes.append(text)
         else:
             self.matcher.notes[self._intents_note] = text
+
+
+def _cancellation() -> BaseException | None:
+    """An ``asyncio.CancelledError`` when the caller runs in an asyncio task (an async call,
+    which can wait to be cancelled), else None."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop in this thread
+        return None
+    return asyncio.CancelledError() if task is not None else None
 
 
 def _holder(claim: dict[str, Any], here: Any) -> str | None:
