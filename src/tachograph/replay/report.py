@@ -270,10 +270,16 @@ class ReplayReport:
             head = f"{self.mode} of {self.run_id}: UNREPLAYABLE"
         elif self.mode == "replay":
             head = f"replay of {self.run_id}: {self.verdict.upper()} ({kind})"
-        elif self.verdict in ("reproduced", "unvouched"):
+        elif self.verdict == "reproduced":
             # fork and resume serve recorded steps, then go on live
             head = (
                 f"{self.mode} of {self.run_id}: recorded steps matched ({kind}), "
+                "then continued live"
+            )
+        elif self.verdict == "unvouched":
+            # the verdict that makes the exit 1, as replay's does, though the steps matched
+            head = (
+                f"{self.mode} of {self.run_id}: UNVOUCHED ({kind}): recorded steps matched, "
                 "then continued live"
             )
         else:
