@@ -228,9 +228,18 @@ def test_naming_another_tenant_in_a_call_reaches_nothing(
     the login to its own."""
     acme = open_as(ACME_APP)
     officer = open_as(ACME_OFFICER)
+    # a login bound to one tenant that names none is that tenant's store (its listings
+    # would otherwise be empty: '*' is for logins of all tenants) ...
+    assert (acme.tenant, officer.tenant) == ("acme", "acme")
+    assert [r.run_id for r in acme.runs()] == ["run-acme"]
+    with pytest.raises(StoreError, match="confined to tenant 'acme'"):
+        acme.runs(tenant="globex")
+    # ... and a client that does not hold itself to it reaches nothing more: the database
+    # holds the login to its tenant
+    acme.tenant = officer.tenant = None
     gx = two_tenants["globex"]
     assert acme.runs(tenant="globex") == []
-    assert acme.runs() == []  # '*' is for logins of all tenants
+    assert acme.runs() == []
     with pytest.raises(RunNotFound):
         acme.run_info("run-globex", tenant="globex")
     with pytest.raises(StoreError):  # authorize_read refuses the tenant
@@ -307,11 +316,20 @@ def test_grant_and_revoke_bind_and_unbind_tenants(
         open_as(login, "?tenant=globex")
     PostgresStore.grant_login(admin, login, tenants=["globex"])  # adds a tenant
     assert [r.run_id for r in open_as(login, "?tenant=globex").runs()] == ["run-globex"]
+    # bound to two tenants and naming none: each call names its tenant
+    both = open_as(login)
+    assert both.tenant is None
+    assert [r.run_id for r in both.runs(tenant="acme")] == ["run-acme"]
     PostgresStore.revoke_login(admin, login, tenants=["acme"])
     with pytest.raises(StoreError, match="may not act for tenant 'acme'"):
         open_as(login, "?tenant=acme")
     globex = open_as(login, "?tenant=globex")
     assert [r.run_id for r in globex.runs()] == ["run-globex"]
+    # bound to one and naming none: that tenant's store, whose listings are not empty
+    assert open_as(login).tenant == "globex"
+    PostgresStore.revoke_login(admin, login, tenants=["globex"])
+    with pytest.raises(StoreError, match="is bound to no tenant"):
+        open_as(login)  # its roles kept, no tenant: it could do nothing, said at once
     PostgresStore.revoke_login(admin, login)  # every tenant, and the roles
     with pytest.raises(StoreError):
         open_as(login, "?tenant=globex")
@@ -379,14 +397,16 @@ def test_tacho_with_acmes_login_and_another_tenant_in_the_url_is_refused(
         assert done.returncode != 0, (args, done.stdout)
         assert "may not act for tenant 'globex'" in done.stderr, (args, done.stderr)
         assert "run-globex" not in done.stdout
-    # no tenant in the URL, globex named on the command line: the database shows nothing
+    # no tenant in the URL: a login bound to acme alone is acme's store, and globex named on
+    # the command line is refused as another tenant is by any confined store
     anywhere = ["--store", base]
-    listed = _tacho(child_env, tmp_path, *anywhere, "runs", "--tenant", "globex", "--json")
+    listed = _tacho(child_env, tmp_path, *anywhere, "runs", "--json")
     assert listed.returncode == 0, listed.stderr
-    assert json.loads(listed.stdout)["runs"] == []
-    shown = _tacho(child_env, tmp_path, *anywhere, "show", "run-globex", "--tenant", "globex")
-    assert shown.returncode != 0
-    assert "run-globex" in shown.stderr
+    assert [r["run_id"] for r in json.loads(listed.stdout)["runs"]] == ["run-acme"]
+    for args in (("runs", "--tenant", "globex"), ("show", "run-globex", "--tenant", "globex")):
+        other = _tacho(child_env, tmp_path, *anywhere, *args)
+        assert other.returncode == 3, other.stderr
+        assert "confined to tenant 'acme'" in other.stderr
     _globex_untouched(open_as, two_tenants)
     # its own tenant works
     acme = ["--store", base + "?tenant=acme"]

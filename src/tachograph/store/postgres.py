@@ -410,7 +410,24 @@ class PostgresStore(Store):
                 expected=SCHEMA_VERSION,
                 actual=version,
             )
-        if self.tenant is not None and version >= 7:
+        if self.tenant is None and version >= 7:
+            # A login bound to one tenant that names none would see nothing of any tenant
+            # (listings are of every tenant, which it may not read): runs, verify --all and a
+            # migration read "no runs" and exit 0, an empty backup. It is that tenant's
+            # store. A login bound to several names each call's tenant; to none, it can do
+            # nothing, which is said at once.
+            cur.execute("SELECT session_user, every, tenants FROM tachograph.login_tenants()")
+            login, every, tenants = cur.fetchone() or ("", True, [])
+            if not every and len(tenants) == 1:
+                self.tenant = str(tenants[0])
+            elif not every and not tenants:
+                raise StoreError(
+                    f"login {login!r} is bound to no tenant in {self.url}: an administrator "
+                    f"binds it with PostgresStore.grant_login(ADMIN_URL, {login!r}, "
+                    "tenants=[...])",
+                    location=self.url,
+                )
+        elif self.tenant is not None and version >= 7:
             # Said at once: the database would show this login nothing of the tenant and
             # refuse every write there.
             cur.execute("SELECT session_user, tachograph.may_act_for(%s)", (self.tenant,))

@@ -136,7 +136,9 @@ def _migration_7(cur: Any) -> list[str]:
     store holds (what it could reach before; logged): narrow them with
     ``PostgresStore.revoke_login``."""
     out = schema.logins_table_sql()
-    out += schema.function_sql("may_act_for", "tenant_visible", "one_tenant", "audit_append")
+    out += schema.function_sql(
+        "may_act_for", "login_tenants", "tenant_visible", "one_tenant", "audit_append"
+    )
     for table in (*schema.RUN_TABLES, *schema.TENANT_TABLES, *schema.STORE_TABLES):
         for name in (table, *_partitions(cur, table)):
             out += schema.tenant_policies(name, replace=True)

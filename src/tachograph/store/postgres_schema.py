@@ -224,6 +224,15 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, tachograph AS
                  WHERE l.role = session_user AND l.tenant = t)))
 $$;
 
+-- The tenants this session's login is bound to (its own bindings only), and whether it may act
+-- for every tenant: what a store opened with no tenant confines itself to.
+CREATE OR REPLACE FUNCTION tachograph.login_tenants(OUT every boolean, OUT tenants text[])
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
+    SELECT pg_has_role(session_user, 'tachograph_all_tenants', 'MEMBER'),
+           coalesce((SELECT array_agg(l.tenant ORDER BY l.tenant COLLATE "C")
+                       FROM tachograph.tenant_logins l WHERE l.role = session_user), '{}')
+$$;
+
 -- A row of tenant t is visible: t is this transaction's tenant (or that is '*'), one the
 -- login may act for. (The policies spell this out with may_act_for in a sub-select, which
 -- the planner runs once per statement, not once per row.)
