@@ -111,6 +111,9 @@ class NullStore(Store):
     def subject_events(self, tenant: str, subject: str) -> list[tuple[str, int]]:
         return []
 
+    def run_subjects(self, tenant: str, run_id: str) -> list[tuple[int, str]]:
+        return []
+
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
     """OpenTelemetry attributes take primitives: flatten objects, keep lists of text as JSON."""

@@ -33,7 +33,7 @@ from ..capture.agent import Agent
 from ..capture.loader import load_agent
 from ..errors import FormatError, TachographError, Unreplayable, VerificationFailed
 from ..record.canonical import canonical
-from ..record.event import Event, now_ts
+from ..record.event import Event, EventType, now_ts
 from ..record.jsonl import read_jsonl
 from ..replay.guard import EXIT_REFUSED
 from ..replay.report import DivergenceKind, Drift, ReplayReport, one_line
@@ -256,7 +256,9 @@ def _raised(events: Sequence[Event], report: ReplayReport) -> str | None:
     if not isinstance(error, dict):
         return None
     last = events[-1] if events else None
-    payload = last.payload if last is not None and last.type == "run.finished" else None
+    payload = (
+        last.payload if last is not None and last.type == EventType.RUN_FINISHED.value else None
+    )
     recorded = payload if isinstance(payload, dict) else {}
     status = recorded.get("status")
     recorded_error = recorded.get("error")

@@ -30,6 +30,7 @@ from ..record.checkpoint import (
     VerifierKey,
     verify_cosignature,
 )
+from ..record.event import EventType
 from ..record.files import make_private_dirs, write_whole
 from ..record.jsonl import export_run, verify_jsonl
 from ..record.merkle import ProofError, SealLeaf, leaf_hash, verify_inclusion
@@ -318,7 +319,7 @@ def verify_evidence(
             f"the event at seq {leaf.seq} hashes to {lines[leaf.seq]['hash']}, but the seal "
             f"records {leaf.hash}: the run was changed before that point",
         )
-    if leaf.final and lines[leaf.seq].get("type") != "run.finished":
+    if leaf.final and lines[leaf.seq].get("type") != EventType.RUN_FINISHED.value:
         return fail(
             "leaf",
             f"the seal at seq {leaf.seq} says it is the run's end, but that event is "

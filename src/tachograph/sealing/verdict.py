@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import RunNotFound, SealingError
 from ..record.checkpoint import VerifierKey
-from ..record.event import Event
+from ..record.event import Event, EventType
 from ..record.merkle import SealLeaf
 from ..store.base import RunInfo, SealRow, Store
 from .log import TenantAudit
@@ -265,7 +265,7 @@ def _held_against(
                     reason=f"the event at seq {seq} hashes to {hashes[seq][0]}, but the seal "
                     f"records {leaf.hash}: the run was changed",
                 )
-            if leaf.final and hashes[seq][1] != "run.finished":
+            if leaf.final and hashes[seq][1] != EventType.RUN_FINISHED.value:
                 return SealVerdict(
                     info.run_id,
                     info.tenant,
