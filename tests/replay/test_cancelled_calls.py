@@ -174,3 +174,31 @@ def test_a_cancellations_message_is_not_recorded(tmp_path: Path) -> None:
     failed = [e for e in tg.open_store(db).events("c-6") if e.type == "tool.failed"]
     assert [e.payload["error"] for e in failed] == [CANCELLED]
     assert tg.replay(db, "c-6", agent).reproduced
+
+
+def test_a_cancelled_irreversible_call_stays_a_pending_side_effect(tmp_path: Path) -> None:
+    """Cancelled before it answered, a charge may or may not have gone through: the state
+    keeps it among the pending side effects (it dropped out, as if it had failed)."""
+    from tachograph.replay.fold import fold
+
+    db = str(tmp_path / "runs.db")
+
+    @tg.tool(effect="irreversible")
+    async def charge(order: str) -> str:
+        await asyncio.sleep(30)
+        return "charged"
+
+    async def agent(task: Any) -> Any:
+        try:
+            return await asyncio.wait_for(charge(order="A-1"), 0.2)
+        except asyncio.TimeoutError:
+            return await quick_lookup(order="A-1")
+
+    tg.record_run(agent, None, store=db, run_id="c-7")
+    events = tg.open_store(db).events("c-7")
+    state = fold(events)
+    [pending] = state.to_dict()["pending"]
+    assert (pending["tool"], pending["effect"]) == ("charge", "irreversible")
+    failed = next(e for e in events if e.type == "tool.failed")
+    assert pending["cancelled_at"] == failed.seq
+    assert [o["tool"] for o in state.to_dict()["observations"]] == ["charge", "quick_lookup"]

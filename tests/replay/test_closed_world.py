@@ -357,3 +357,51 @@ def test_a_refused_call_reports_no_secret_of_its_url_or_command(
     assert bearer not in shown
     assert "[redacted:secret:" in shown
     assert "q=1" in shown  # the rest of the URL is still there to read
+
+
+def test_a_refused_shell_line_hides_a_key_in_its_first_word(tmp_path: Path) -> None:
+    """``os.system("API_KEY=sk-... ./tool")``: the target is the line's first word, an
+    assignment holding the key; the report, its hint and the error hid the command's key
+    but not the target's."""
+    import os
+
+    secret = "sk-proj-" + "Zy9Xw8Vu7Ts6" * 3
+
+    def agent(task: Any) -> Any:
+        return os.system(f"API_KEY={secret} true")
+
+    store = tg.open_store(tmp_path / "runs.db")
+    tg.record_run(agent, None, store=store, run_id="sh-1")
+    report = tg.replay(store, "sh-1", agent)
+    first = report.first
+    assert first is not None
+    assert first.kind is DivergenceKind.UNRECORDED_CALL
+    shown = report.render() + json.dumps(report.to_dict())
+    assert secret not in shown
+    assert "[redacted:secret:" in shown
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_childs_os_exit_ends_the_child_not_the_replay(tmp_path: Path) -> None:
+    """The child of a fork the replay lets through inherits the guard's context: its
+    ``os._exit`` must end the child (it was refused there, and the child went on running
+    the replay's caller)."""
+    import os
+
+    marker = tmp_path / "after-exit"
+
+    def agent(task: Any) -> Any:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os._exit(7)
+            finally:
+                marker.write_text("the child went on")  # reached only if _exit returned
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    store = tg.open_store(tmp_path / "runs.db")
+    assert tg.record_run(agent, None, store=store, run_id="fork-1").output == 7
+    report = tg.replay(store, "fork-1", agent, allow_network=["exec:fork"])
+    assert report.output == 7, report.render()
+    assert not marker.exists()

@@ -152,9 +152,22 @@ def _tool_requested(state: State, e: Event) -> None:
     }
 
 
+_CANCELLED = frozenset({"asyncio.exceptions.CancelledError", "asyncio.CancelledError"})
+
+
 def _tool_done(state: State, e: Event) -> None:
     p = _p(e)
     intent = state.pending.pop(e.idempotency_key or "", None)
+    error = p.get("error")
+    if (
+        intent is not None
+        and intent.get("effect") in ("write", "irreversible")
+        and isinstance(error, dict)
+        and error.get("type") in _CANCELLED
+    ):
+        # cancelled before it answered (a deadline, Ctrl-C under asyncio.run): whether its
+        # effect happened is not known, so it stays among the pending side effects
+        state.pending[e.idempotency_key or f"seq:{e.seq}"] = {**intent, "cancelled_at": e.seq}
     obs: dict[str, Any] = {"seq": e.seq, "tool": p.get("tool"), "key": e.idempotency_key}
     if intent is not None:
         obs["args"] = intent.get("args")

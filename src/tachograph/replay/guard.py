@@ -128,6 +128,7 @@ class NetworkGuard:
         self.allowed: list[Allowed] = []
         self.refused: list[dict[str, Any]] = []
         self._closed = False
+        self._pid = os.getpid()  # os._exit is refused in this process alone, not a fork
         # sockets whose connection was judged (made under this guard, or accepted by it, or
         # sent on once and let through): their sends are not judged again
         self._vouched: weakref.WeakSet[socket.socket] = weakref.WeakSet()
@@ -202,6 +203,8 @@ class NetworkGuard:
             url = redact_secrets.redact_text(url)
         if command is not None:
             command = redact_secrets.redact_text(command)
+        if kind == "exec":  # a shell line's first word may be an assignment: API_KEY=sk-...
+            target = redact_secrets.redact_text(target)
         detail: dict[str, Any] = {"kind": kind, "target": target, "frame": where}
         if host is not None:
             detail["host"], detail["port"] = host, port
@@ -363,7 +366,9 @@ EXIT_REFUSED = f"{ExitRefused.__module__}.{ExitRefused.__qualname__}"
 
 def _os_exit(code: Any) -> None:
     guard = _guard.get()
-    if guard is None or guard._closed or not guard._active():
+    # a child forked during the replay (multiprocessing, an allowed fork) inherits the
+    # context: its os._exit ends the child, as a child's must, never the replay
+    if guard is None or guard._closed or not guard._active() or os.getpid() != guard._pid:
         _originals["os_exit"](code)
     raise ExitRefused(
         f"os._exit({code!r}) was called during replay: a replay does not let the agent end "
