@@ -202,3 +202,47 @@ def test_a_cancelled_irreversible_call_stays_a_pending_side_effect(tmp_path: Pat
     failed = next(e for e in events if e.type == "tool.failed")
     assert pending["cancelled_at"] == failed.seq
     assert [o["tool"] for o in state.to_dict()["observations"]] == ["charge", "quick_lookup"]
+
+
+def test_an_agent_that_ends_by_its_own_cancellation_replays_as_aborted(tmp_path: Path) -> None:
+    """It cancels a call of its own and lets the CancelledError end it: recorded aborted,
+    replayed aborted (the replay raised the bare CancelledError, with no report)."""
+    db = str(tmp_path / "runs.db")
+
+    async def agent(task: Any) -> Any:
+        call = asyncio.ensure_future(slow_lookup(order="A-1"))
+        await asyncio.sleep(0.05)
+        call.cancel()
+        try:
+            await call
+        except asyncio.CancelledError:
+            await quick_lookup(order="A-0")
+            raise
+
+    with contextlib.suppress(asyncio.CancelledError):
+        tg.record_run(agent, None, store=db, run_id="c-8")
+    assert tg.open_store(db).events("c-8")[-1].payload["status"] == "aborted"
+    report = tg.replay(db, "c-8", agent)
+    assert report.reproduced, report.render()
+    assert "CancelledError: " not in report.render()  # no message: no trailing colon
+
+
+def test_a_call_left_waiting_longer_than_recorded_is_not_vouched_for(tmp_path: Path) -> None:
+    """The record says a call went unanswered for as long as it ran before its cancellation
+    (or before the run's end), no longer: an agent that now waits far longer before it
+    cancels might have had its answer meanwhile, which the record cannot say."""
+    db = str(tmp_path / "runs.db")
+
+    async def agent(task: Any) -> Any:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(slow_lookup(order="A-1"), task)
+        return "gave up"
+
+    tg.record_run(agent, 0.05, store=db, run_id="c-9")
+    assert tg.replay(db, "c-9", agent).reproduced  # the same deadline
+    report = tg.replay(db, "c-9", lambda task: agent(1.5))  # a deadline 30 times longer
+    assert not report.reproduced
+    first = report.first
+    assert first is not None
+    assert first.kind == DivergenceKind.UNREPLAYABLE
+    assert "cannot say whether it would have answered" in first.explanation

@@ -24,6 +24,7 @@ before a ``write`` or ``irreversible`` tool runs, and hands back a live ticket.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import enum
 import functools
@@ -47,6 +48,12 @@ _MODEL_RESPONSE: Final = EventType.MODEL_RESPONSE.value
 _TOOL_COMPLETED: Final = EventType.TOOL_COMPLETED.value
 _TOOL_FAILED: Final = EventType.TOOL_FAILED.value
 _TOOL_REQUESTED: Final = EventType.TOOL_REQUESTED.value
+VOUCHED_SLACK: float = 0.5
+"""Seconds a replayed call recorded as cancelled (or in flight at the run's end) may stay
+unanswered beyond the time its recording shows it unanswered, and still be vouched for: a
+cancellation later than both twice that time and that time plus this slack is one the record
+cannot vouch for (the call might have answered meanwhile), an ``unreplayable`` divergence."""
+
 _REQUESTS: Final = frozenset({_TOOL_REQUESTED, _MODEL_REQUEST})
 
 UNTRACK: Final[Callable[[dict[str, Any]], None] | None] = (
@@ -148,6 +155,7 @@ grace, the agent no longer cancels the call, and the replay reports it (an
 ``unreplayable`` divergence) instead of hanging. A call cancelled by the run's own end (a
 run cancelled from outside, which ended ``aborted``) is reported at once: the record ends
 inside it."""
+
 
 _CANCELLED_TYPES: Final = frozenset({"asyncio.exceptions.CancelledError", "asyncio.CancelledError"})
 
@@ -354,7 +362,43 @@ class CallTicket:
                 "call, and holds no answer to serve."
             )
         wait = CANCELLED_WAIT + 2 * (elapsed or 0.0)
-        await asyncio.sleep(wait)
+        completion = self.completion
+        in_flight = completion is not None and completion.type in _REQUESTS
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await asyncio.sleep(wait)
+        except asyncio.CancelledError:
+            if engine is None or completion is None:
+                raise
+            waited = loop.time() - started
+            who = name or self.name
+            problem = None
+            if in_flight and not self.session.agent_returned:
+                # recorded in flight when the run finished: only the run's end cancelled it;
+                # the agent's own code cancelling it now (a deadline) is not what happened
+                problem = (
+                    f"The recorded run finished with the call of {who!r} still in flight "
+                    f"(seq {completion.seq} has no outcome); in this replay the agent "
+                    "cancelled it while it still ran. The record holds no answer, nor a "
+                    "cancellation by the agent, to serve."
+                )
+            elif elapsed is not None and waited > max(2 * elapsed, elapsed + VOUCHED_SLACK):
+                # The record says the call had not answered after `elapsed` seconds, no more:
+                # a call left waiting far longer in this replay might have answered meanwhile.
+                problem = (
+                    f"The call of {who!r} went unanswered for {elapsed:.3g} s when it was "
+                    f"recorded (seq {completion.seq}), then was cancelled; in this replay it "
+                    f"was cancelled only after {waited:.3g} s. The record cannot say whether "
+                    "it would have answered in between."
+                )
+            if problem is not None:
+                if not self.session.agent_returned:
+                    self.unservable(problem)  # raised into the agent, which still runs
+                # the loop's end cancelled it: reported, and the cancellation goes on
+                with contextlib.suppress(ReplayStopped):
+                    engine.unservable(completion, problem)
+            raise
         self.not_cancelled(f"{what}; nothing cancelled it within {wait:.3g} s", name=name)
 
     async def answer_async(self) -> Any:

@@ -132,6 +132,9 @@ class Session:
         self.used_dry_run = False
         self.notes: list[str] = []
         self.fatal_error: BaseException | None = None
+        self.agent_returned = False
+        """Whether the agent's own coroutine has ended (an async agent replayed under
+        ``asyncio.run``): a call it left in flight is cancelled by the loop's end from then."""
         # While a record is being served, keys are derived as the recorded run derived them,
         # so that they equal the recorded ones; a call that goes live in another run (a
         # fork) is re-based onto it by live_key.

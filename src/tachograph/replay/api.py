@@ -30,9 +30,9 @@ from ..capture.agent import (
     record,
     release_store,
 )
-from ..capture.boundary import ReplayStopped, error_info
+from ..capture.boundary import ReplayStopped, cancelled, error_info
 from ..capture.recorder import Durability, Recorder
-from ..capture.session import Session
+from ..capture.session import Session, current_session
 from ..capture.vouch import unvouched_calls
 from ..errors import Divergence, ProfileError, ReplayError, WriteFailed
 from ..privacy.redactor import default_processors, pin_processors
@@ -219,7 +219,14 @@ def _call(spec: Agent, input: Any) -> Any:
 
 
 async def _await(awaitable: Any) -> Any:
-    return await awaitable
+    try:
+        return await awaitable
+    finally:
+        # from here the end of asyncio.run cancels what the agent left in flight (a call
+        # recorded in flight when the run finished is then ended as it was recorded)
+        session = current_session()
+        if session is not None:
+            session.agent_returned = True
 
 
 def _guard(engine: ReplayEngine, allow_network: Sequence[str]) -> NetworkGuard:
@@ -347,8 +354,10 @@ def _drive(
             # SystemExit ends a recorded run "aborted" (capture/agent.py): a replayed agent
             # that exits ends the same way, compared with the recorded end, instead of
             # taking the replay down with it (``sys.exit(0)`` would read as "reproduced").
-            # Ctrl-C, cancellation and the rest still propagate.
-            if isinstance(exc, SystemExit):
+            # An agent that ends by its own cancellation (it cancelled a call of its own and
+            # let the CancelledError end it) ends "aborted", as its recording did. Ctrl-C and
+            # the rest still propagate.
+            if isinstance(exc, SystemExit) or cancelled(exc):
                 ended = "aborted"
             elif isinstance(exc, Exception):
                 ended = "error"

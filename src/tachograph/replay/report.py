@@ -348,7 +348,10 @@ class ReplayReport:
 
 
 def _error_text(error: dict[str, Any]) -> str:
-    text = f"{error.get('type')}: {error.get('message')}"
+    message = error.get("message")
+    text = (
+        f"{error.get('type')}: {message}" if message not in (None, "") else str(error.get("type"))
+    )
     if error.get("frame"):
         text += f" (at {error['frame']})"
     return text
