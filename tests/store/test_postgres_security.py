@@ -310,6 +310,18 @@ def test_an_erasure_without_its_audit_record_does_not_commit(
                 conn, "acme", "SELECT tachograph.audit_append(5, 't', 'acme', 'a', 'erase', "
                 "'\\x7b7d', NULL, 'h')",
             )  # fmt: skip
+        # a record of a read (or of another tenant) in the same transaction does not
+        # stand for the erasure's record
+        with pytest.raises(psycopg.DatabaseError, match="without a record"):  # noqa: SIM117
+            with conn.transaction():
+                conn.execute("SELECT set_config('tachograph.tenant', 'acme', true)")
+                seq, head = conn.execute("SELECT seq, hash FROM tachograph.audit_head()").fetchone()
+                conn.execute(
+                    "SELECT tachograph.audit_append(%s, 't', 'acme', 'a', 'read', '\\x7b7d', "
+                    "%s, 'h')",
+                    (seq + 1, head),
+                )
+                conn.execute("SELECT tachograph.erase_payloads('run-a', '{1}')")
     with _raw(pg_cluster, db, APP) as conn:
         _in_tenant(conn, "acme", "SELECT 1")
         rows = _in_tenant(

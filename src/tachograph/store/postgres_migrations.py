@@ -137,7 +137,12 @@ def _migration_7(cur: Any) -> list[str]:
     ``PostgresStore.revoke_login``."""
     out = schema.logins_table_sql()
     out += schema.function_sql(
-        "may_act_for", "login_tenants", "tenant_visible", "one_tenant", "audit_append"
+        "may_act_for",
+        "login_tenants",
+        "tenant_visible",
+        "one_tenant",
+        "audit_append",
+        "erasure_audited",
     )
     for table in (*schema.RUN_TABLES, *schema.TENANT_TABLES, *schema.STORE_TABLES):
         for name in (table, *_partitions(cur, table)):

@@ -288,10 +288,14 @@ END $$;
 
 -- At commit (a deferred constraint trigger): an erasure or a deletion commits only with a
 -- record of the store audit written in the same transaction.
-CREATE FUNCTION tachograph.erasure_audited() RETURNS trigger
+CREATE OR REPLACE FUNCTION tachograph.erasure_audited() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, tachograph AS $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM tachograph.store_audit WHERE xact = pg_current_xact_id()) THEN
+    -- a record of this row's tenant that records a change (not a read): a record of another
+    -- tenant, or a read's, written in the same transaction does not stand for it
+    IF NOT EXISTS (SELECT 1 FROM tachograph.store_audit a
+                    WHERE a.xact = pg_current_xact_id() AND a.tenant = OLD.tenant
+                      AND a.action NOT IN ('read', 'read.denied')) THEN
         RAISE EXCEPTION 'tachograph: % on %.% without a record in the store audit',
             TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = 'TG003';
     END IF;
