@@ -463,7 +463,10 @@ class CallTicket:
             if engine is not None and exc is not None:
                 engine.compare_rerun(self, None, exc)
             return
-        if exc is not None and cancelled(exc) and self.session.abandoned():
+        is_cancellation = (exc is not None and cancelled(exc)) or (
+            info is not None and info.get("type") in _CANCELLED_TYPES
+        )
+        if is_cancellation and self.session.abandoned():
             # the resume stopped (a divergence) and its shutdown cancels the calls still in
             # flight: the agent did not end them. Left open, as a crash leaves them; recorded
             # as cancelled, the next resume would serve a cancellation no agent makes again.
