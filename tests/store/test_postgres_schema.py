@@ -477,3 +477,13 @@ def test_a_refused_pipelined_append_says_exactly_why_and_leaves_the_connection_c
     assert app._conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert [e.seq for e in app.read("run-a")] == [0, 1, 2, 3]
     assert verify_stored(app, "run-a").ok
+
+
+def test_install_schema_turns_a_driver_error_into_a_store_error() -> None:
+    """docs/stores.md: a database driver's errors never escape a store; install_schema let
+    psycopg's through (an unreachable server, a bad password), with the URL as given."""
+    from tachograph.errors import StoreUnavailable
+
+    with pytest.raises(StoreUnavailable, match="cannot install the tachograph schema") as info:
+        PostgresStore.install_schema("postgresql://admin:CANARYpw@127.0.0.1:1/db")
+    assert "CANARYpw" not in str(info.value)

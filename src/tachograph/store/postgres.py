@@ -277,11 +277,18 @@ class PostgresStore(Store):
         """Install roles and schema through ``admin_url`` (a superuser); False if present
         (an older version is then upgraded in place, see :mod:`.postgres_migrations`)."""
         conninfo, _ = split_url(admin_url)
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            created = schema.install(conn, partitions=partitions)
-            if not created:
-                migrations.upgrade(conn)
-            return created
+        try:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                created = schema.install(conn, partitions=partitions)
+                if not created:
+                    migrations.upgrade(conn)
+                return created
+        except psycopg.Error as exc:  # a driver's error never escapes a store
+            raise StoreUnavailable(
+                f"cannot install the tachograph schema through {redact(admin_url)}: "
+                f"{str(exc).strip()}",
+                location=redact(admin_url),
+            ) from exc
 
     @classmethod
     def grant_login(
