@@ -30,7 +30,7 @@ from ..privacy.redactor import default_processors, redact_secrets
 from ..record.event import EventType, new_ulid
 from ..record.seal import KEY_SECRET_FIELD, new_key_secret, sha256_text
 from ..store import Store, open_store
-from .boundary import error_info
+from .boundary import cancelled, error_info
 from .foreign import FrameworkTool, framework_tool
 from .recorder import (
     Durability,
@@ -510,7 +510,7 @@ class record:
         run.session.deactivate()
         if exc is None:
             body: dict[str, Any] = {"status": "ok", "output": run.output}
-        elif isinstance(exc, (KeyboardInterrupt, SystemExit)) or _cancelled(exc):
+        elif isinstance(exc, (KeyboardInterrupt, SystemExit)) or cancelled(exc):
             body = {"status": "aborted", "error": error_info(exc)}
         elif isinstance(exc, Exception):
             body = {"status": "error", "error": error_info(exc)}
@@ -653,13 +653,6 @@ async def arecord_run(
             result = await result
         run.output = result
     return RunResult(run.run_id, run.status or "ok", run.output, run.error)
-
-
-def _cancelled(exc: BaseException) -> bool:
-    """Whether ``exc`` is asyncio's ``CancelledError`` (there is none unless asyncio was
-    imported: tachograph does not import it for a synchronous agent)."""
-    asyncio = sys.modules.get("asyncio")
-    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
 
 
 def _run_coroutine(coro: Any) -> Any:

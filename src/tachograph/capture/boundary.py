@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from .session import Session
 
 __all__ = [
+    "CANCELLED_TYPES",
     "CANCELLED_WAIT",
     "CURRENT_SESSION",
     "MODEL_CALL",
@@ -157,7 +158,8 @@ run cancelled from outside, which ended ``aborted``) is reported at once: the re
 inside it."""
 
 
-_CANCELLED_TYPES: Final = frozenset({"asyncio.exceptions.CancelledError", "asyncio.CancelledError"})
+CANCELLED_TYPES: Final = frozenset({"asyncio.exceptions.CancelledError", "asyncio.CancelledError"})
+"""How a recorded error names a cancellation (``error.type``)."""
 
 
 def cancelled(exc: BaseException) -> bool:
@@ -178,7 +180,7 @@ def ends_call(exc: BaseException) -> bool:
 def recorded_as_cancelled(error: BaseException | None) -> bool:
     """Whether a served failure is a cancellation (rebuilt, or named when asyncio is not
     imported in the replay)."""
-    return error is not None and error_info(error)["type"] in _CANCELLED_TYPES
+    return error is not None and error_info(error)["type"] in CANCELLED_TYPES
 
 
 class Engine(Protocol):
@@ -401,11 +403,22 @@ class CallTicket:
             raise
         self.not_cancelled(f"{what}; nothing cancelled it within {wait:.3g} s", name=name)
 
+    async def cancelled_again(self, *, name: str | None = None) -> None:
+        """For a served async call: when it was recorded as cancelled, wait until the agent
+        cancels it again (:meth:`until_cancelled`), as it did live; else return at once."""
+        if recorded_as_cancelled(self.error):
+            await self.until_cancelled("it was cancelled before it answered", name=name)
+
+    def not_cancellable(self, *, name: str | None = None, what: str = "call") -> None:
+        """For a served synchronous call: one recorded as cancelled (by an async run) cannot
+        be cancelled here, which is reported (:meth:`not_cancelled`) rather than served."""
+        if recorded_as_cancelled(self.error):
+            self.not_cancelled(f"a synchronous {what} cannot be cancelled", name=name)
+
     async def answer_async(self) -> Any:
         """:meth:`answer` for an async call: one recorded as cancelled waits until the agent
         cancels it again (:meth:`until_cancelled`), as it did live."""
-        if recorded_as_cancelled(self.error):
-            await self.until_cancelled("it was cancelled before it answered")
+        await self.cancelled_again()
         return self.answer()
 
     def complete(
@@ -464,7 +477,7 @@ class CallTicket:
                 engine.compare_rerun(self, None, exc)
             return
         is_cancellation = (exc is not None and cancelled(exc)) or (
-            info is not None and info.get("type") in _CANCELLED_TYPES
+            info is not None and info.get("type") in CANCELLED_TYPES
         )
         if is_cancellation and self.session.abandoned():
             # the resume stopped (a divergence) and its shutdown cancels the calls still in
@@ -530,7 +543,7 @@ class CallTicket:
         other outcome is logged, not raised into the task (it was a traceback per call at
         the shutdown of ``asyncio.run``)."""
         error = payload.get("error")
-        if isinstance(error, dict) and error.get("type") in _CANCELLED_TYPES:
+        if isinstance(error, dict) and error.get("type") in CANCELLED_TYPES:
             return
         _log.warning(
             "tachograph: %s %r (key %s) ended after run %r finished; its outcome (%s) is not "
@@ -651,8 +664,7 @@ def wrap_call(
             if ticket is None:
                 return await fn(*args, **kwargs)
             if ticket.served:
-                if recorded_as_cancelled(ticket.error):
-                    await ticket.until_cancelled("it was cancelled before it answered")
+                await ticket.cancelled_again()
                 return serve(ticket)
             try:
                 result = fn(*args, **kwargs) if run is None else run()

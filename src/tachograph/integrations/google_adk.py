@@ -57,7 +57,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "tachograph.integrations.google_adk needs Google ADK: pip install 'tachograph[google-adk]'"
     ) from exc
 
-from ..capture.boundary import CallKind, CallTicket, begin_call, recorded_as_cancelled
+from ..capture.boundary import CallKind, CallTicket, begin_call
 from ..capture.runtime import emit, handoff
 from ..capture.session import current_session
 from ..record.event import Effect
@@ -153,9 +153,8 @@ class TachographPlugin(BasePlugin):  # type: ignore[misc,unused-ignore]  # untyp
         ticket = begin_call(CallKind.MODEL, name, model_request(llm_request), model=name)
         assert ticket is not None
         if ticket.served:
-            if recorded_as_cancelled(ticket.error):
-                # the agent cancelled it live: no answer until it cancels it again
-                await ticket.until_cancelled("it was cancelled before it answered")
+            # the agent cancelled it live: no answer until it cancels it again
+            await ticket.cancelled_again()
             return LlmResponse.model_validate(ticket.answer())
         self._models[_model_key(callback_context)] = ticket
         return None
@@ -193,9 +192,7 @@ class TachographPlugin(BasePlugin):  # type: ignore[misc,unused-ignore]  # untyp
         ticket = begin_call(CallKind.TOOL, name, arguments, effect=self.effect_of(name))
         assert ticket is not None
         if ticket.served:
-            if recorded_as_cancelled(ticket.error):
-                await ticket.until_cancelled("it was cancelled before it answered")
-            recorded = ticket.answer()
+            recorded = await ticket.answer_async()
             # ADK hands a tool's non-dict result to the model as {"result": value}.
             return recorded if isinstance(recorded, dict) else {"result": recorded}
         if ticket.dry_run:

@@ -57,7 +57,6 @@ from ..capture.boundary import (
     begin_call,
     ends_call,
     error_info,
-    recorded_as_cancelled,
 )
 from ..capture.session import Session, current_session
 from ..errors import RecordingError
@@ -301,8 +300,7 @@ def _sync_transport(lib: Any) -> type:
                 return ex.delivered(record, data)
             ticket = ex.begin_tool()
             if ticket.served:
-                if recorded_as_cancelled(ticket.error):  # recorded by an async client
-                    ticket.not_cancelled("a synchronous call cannot be cancelled")
+                ticket.not_cancellable()  # one an async client's agent cancelled
                 return ex.rebuild(ticket.answer())
             if ticket.dry_run:
                 return ex.rebuild(ticket.complete(ex.simulated(ticket)))

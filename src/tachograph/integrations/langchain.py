@@ -352,8 +352,7 @@ def instrument_model(model: M) -> M:
         ticket, found, identity = _model_ticket(model, messages, stop, kwargs)
         if ticket is None:
             return generate(messages, stop, run_manager, **kwargs)
-        if recorded_as_cancelled(ticket.error):  # recorded by arecorded: the agent changed
-            ticket.not_cancelled("a synchronous call cannot be cancelled")
+        ticket.not_cancellable()  # one recorded cancelled by an async run: the agent changed
         if not ticket.served:
             try:
                 result = generate(messages, stop, run_manager, **kwargs)
@@ -374,9 +373,8 @@ def instrument_model(model: M) -> M:
         ticket, found, identity = _model_ticket(model, messages, stop, kwargs)
         if ticket is None:
             return await agenerate(messages, stop, run_manager, **kwargs)
-        if recorded_as_cancelled(ticket.error):
-            # the agent cancelled it live: no answer until it cancels it again
-            await ticket.until_cancelled("it was cancelled before it answered")
+        # the agent cancelled it live: no answer until it cancels it again
+        await ticket.cancelled_again()
         if not ticket.served:
             try:
                 result = await agenerate(messages, stop, run_manager, **kwargs)

@@ -75,7 +75,6 @@ from ..capture.boundary import (
     CallTicket,
     begin_call,
     ends_call,
-    recorded_as_cancelled,
 )
 from ..capture.session import Session, current_session
 from ..record.event import Effect, EventType
@@ -290,9 +289,8 @@ class RecordingDispatcher:
         )
         assert ticket is not None  # only called inside a run
         if ticket.served:
-            if recorded_as_cancelled(ticket.error):
-                # the agent cancelled it live: no answer until it cancels it again
-                await ticket.until_cancelled("it was cancelled before it answered")
+            # the agent cancelled it live: no answer until it cancels it again
+            await ticket.cancelled_again()
             return _served(ticket)
         if ticket.dry_run:
             simulated = {"dry_run": True, "status": "simulated", "tool": name}

@@ -180,8 +180,7 @@ class _Call:
         if ticket.error is not None:
             record = _recorded_failure(ticket)
             if record is None:  # a transport error: raise it where the transport raised it
-                if recorded_as_cancelled(ticket.error):
-                    ticket.not_cancelled("a synchronous call cannot be cancelled", name=self.name)
+                ticket.not_cancellable(name=self.name)
                 raise ticket.error
             return self._rebuild(ticket, record, error=ticket.error)
         record = ticket.value

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..capture.boundary import CANCELLED_TYPES
 from ..record.event import Event, EventType
 
 __all__ = ["Reducer", "State", "fold"]
@@ -152,9 +153,6 @@ def _tool_requested(state: State, e: Event) -> None:
     }
 
 
-_CANCELLED = frozenset({"asyncio.exceptions.CancelledError", "asyncio.CancelledError"})
-
-
 def _tool_done(state: State, e: Event) -> None:
     p = _p(e)
     intent = state.pending.pop(e.idempotency_key or "", None)
@@ -163,7 +161,7 @@ def _tool_done(state: State, e: Event) -> None:
         intent is not None
         and intent.get("effect") in ("write", "irreversible")
         and isinstance(error, dict)
-        and error.get("type") in _CANCELLED
+        and error.get("type") in CANCELLED_TYPES
     ):
         # cancelled before it answered (a deadline, Ctrl-C under asyncio.run): whether its
         # effect happened is not known, so it stays among the pending side effects
